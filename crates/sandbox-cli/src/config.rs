@@ -1,0 +1,328 @@
+//! Configuration: YAML read only from the trusted locations — `/etc/sandbox/config.yaml`, then
+//! `$XDG_CONFIG_HOME/sandbox/config.yaml` — and never from the working directory, since the
+//! sandboxed process can write there and a boundary it can configure is one it can turn off.
+//!
+//! Unknown keys are errors. A bad file is reported with its path, line, column and the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration schema. Every key is optional.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Default backend when neither `--backend` nor `sandbox use` chose one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
+    /// Extra folders granted read-write to every sandbox (a shared cache, a sibling repo).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub additional_folders: Vec<PathBuf>,
+    /// Extra folders granted read-only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_folders: Vec<PathBuf>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub network: NetworkConfig,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub env: EnvConfig,
+    /// Default timeout for `sandbox run` (`30s`, `5m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub views: ViewsConfig,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub service: ServiceConfig,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub backends: BackendsConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkConfig {
+    /// Deny outbound network except the allowed ports (and the hook port).
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub block: bool,
+    /// TCP ports that stay reachable when the network is blocked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_ports: Vec<u16>,
+    /// Domains reachable through the nono backend's proxy (nono only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_domains: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvConfig {
+    /// Extra variable names passed from the terminal into the sandbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pass: Vec<String>,
+    /// Variables set in the sandbox.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub set: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ViewsConfig {
+    /// Where sandbox views are created (default `$XDG_DATA_HOME/sandbox/views`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceConfig {
+    /// Loopback port of the status-hook endpoint; always reachable from sandboxes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_port: Option<u16>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendsConfig {
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub custom: CustomBackendConfig,
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub nono: NonoBackendConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomBackendConfig {
+    /// The launcher command line, split with shell-style quoting, nothing expanded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NonoBackendConfig {
+    /// Absolute path of the `nono` binary (overrides the built-in and `PATH` lookup).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+}
+
+fn is_default<T: Default + PartialEq>(v: &T) -> bool {
+    *v == T::default()
+}
+
+/// A configuration file that could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: cannot read: {source}", path = .path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}{location}: {key}{message}", path = .path.display())]
+    Parse {
+        path: PathBuf,
+        /// `:LINE:COLUMN`, when known.
+        location: String,
+        /// "key `a.b`: ", when known.
+        key: String,
+        message: String,
+    },
+    #[error("{path}: {message}", path = .path.display())]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The merged configuration plus where it came from.
+#[derive(Debug, Clone, Default)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub sources: Vec<PathBuf>,
+}
+
+/// Parses one file's text. `path` is only used in messages.
+pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+    if text
+        .lines()
+        .all(|l| l.trim().is_empty() || l.trim_start().starts_with('#'))
+    {
+        return Ok(Config::default());
+    }
+    let de = serde_yaml::Deserializer::from_str(text);
+    let config: Config = serde_path_to_error::deserialize(de).map_err(|err| {
+        let key = err.path().to_string();
+        let inner = err.into_inner();
+        let location = inner
+            .location()
+            .map(|l| format!(":{}:{}", l.line(), l.column()))
+            .unwrap_or_default();
+        // serde_yaml appends " at line L column C"; the location is already in front.
+        let mut message = inner.to_string();
+        if let Some(i) = message.find(" at line ") {
+            message.truncate(i);
+        }
+        ConfigError::Parse {
+            path: path.to_path_buf(),
+            location,
+            key: if key.is_empty() || key == "." {
+                String::new()
+            } else {
+                format!("key `{key}`: ")
+            },
+            message,
+        }
+    })?;
+    validate(&config, path)?;
+    Ok(config)
+}
+
+fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
+    let invalid = |message: String| ConfigError::Invalid {
+        path: path.to_path_buf(),
+        message,
+    };
+    for folder in config
+        .additional_folders
+        .iter()
+        .chain(config.read_folders.iter())
+    {
+        if !folder.is_absolute() && !folder.starts_with("~") {
+            return Err(invalid(format!(
+                "folder {} must be an absolute path (or start with ~/)",
+                folder.display()
+            )));
+        }
+    }
+    if let Some(t) = &config.timeout {
+        humantime::parse_duration(t)
+            .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
+    }
+    if config.network.allow_ports.contains(&0) {
+        return Err(invalid(
+            "key `network.allow_ports`: port 0 is not a port".into(),
+        ));
+    }
+    for name in config.env.pass.iter().chain(config.env.set.keys()) {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(invalid(format!(
+                "key `env`: {name:?} is not a variable name"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn read_one(path: &Path) -> Result<Option<Config>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => parse(&text, path).map(Some),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ConfigError::Read {
+            path: path.to_path_buf(),
+            source: e,
+        }),
+    }
+}
+
+/// Merges `over` onto `base`: scalars in `over` win, lists are concatenated (system grants
+/// plus user grants), maps are merged key by key.
+pub fn merge(mut base: Config, over: Config) -> Config {
+    fn opt<T>(b: &mut Option<T>, o: Option<T>) {
+        if o.is_some() {
+            *b = o;
+        }
+    }
+    opt(&mut base.backend, over.backend);
+    base.additional_folders.extend(over.additional_folders);
+    base.read_folders.extend(over.read_folders);
+    base.network.block |= over.network.block;
+    base.network.allow_ports.extend(over.network.allow_ports);
+    base.network
+        .allow_domains
+        .extend(over.network.allow_domains);
+    base.env.pass.extend(over.env.pass);
+    base.env.set.extend(over.env.set);
+    opt(&mut base.timeout, over.timeout);
+    opt(&mut base.views.root, over.views.root);
+    opt(&mut base.service.hook_port, over.service.hook_port);
+    opt(
+        &mut base.backends.custom.command,
+        over.backends.custom.command,
+    );
+    opt(&mut base.backends.nono.path, over.backends.nono.path);
+    base
+}
+
+/// Loads the system file, then the user file over it.
+pub fn load(system: &Path, user: &Path) -> Result<LoadedConfig, ConfigError> {
+    let mut loaded = LoadedConfig::default();
+    for path in [system, user] {
+        if let Some(cfg) = read_one(path)? {
+            loaded.config = merge(loaded.config, cfg);
+            loaded.sources.push(path.to_path_buf());
+        }
+    }
+    Ok(loaded)
+}
+
+/// Expands a leading `~/` against `$HOME` (config values only; nothing else is expanded).
+pub fn expand_home(path: &Path) -> PathBuf {
+    match path.strip_prefix("~") {
+        Ok(rest) => std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/"))
+            .join(rest),
+        Err(_) => path.to_path_buf(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_key_names_file_line_and_key() {
+        let text = "backend: native\nnetwork:\n  block: true\n  alow_ports: [3000]\n";
+        let err = parse(text, Path::new("/x/config.yaml")).unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.starts_with("/x/config.yaml:4:"), "{msg}");
+        assert!(msg.contains("network"), "{msg}");
+        assert!(msg.contains("alow_ports"), "{msg}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let text = "network:\n  allow_ports: [http]\n";
+        let msg = parse(text, Path::new("c.yaml")).unwrap_err().to_string();
+        assert!(msg.contains("c.yaml:2:"), "{msg}");
+        assert!(msg.contains("network.allow_ports"), "{msg}");
+    }
+
+    #[test]
+    fn empty_and_comment_only_files_are_defaults() {
+        assert_eq!(parse("", Path::new("c")).unwrap(), Config::default());
+        assert_eq!(
+            parse("# nothing\n\n", Path::new("c")).unwrap(),
+            Config::default()
+        );
+    }
+
+    #[test]
+    fn merge_user_over_system() {
+        let sys = parse(
+            "backend: host\nadditional_folders: [/srv/cache]\nnetwork: {allow_ports: [80]}\n",
+            Path::new("s"),
+        )
+        .unwrap();
+        let user = parse(
+            "backend: native\nadditional_folders: [/data]\nnetwork: {allow_ports: [3000]}\n",
+            Path::new("u"),
+        )
+        .unwrap();
+        let m = merge(sys, user);
+        assert_eq!(m.backend.as_deref(), Some("native"));
+        assert_eq!(m.additional_folders.len(), 2);
+        assert_eq!(m.network.allow_ports, vec![80, 3000]);
+    }
+
+    #[test]
+    fn invalid_values_are_refused() {
+        assert!(parse("timeout: soon\n", Path::new("c")).is_err());
+        assert!(parse("additional_folders: [relative/dir]\n", Path::new("c")).is_err());
+        assert!(parse("network: {allow_ports: [70000]}\n", Path::new("c")).is_err());
+    }
+}

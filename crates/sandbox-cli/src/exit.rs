@@ -1,0 +1,55 @@
+//! Mapping failures to exit statuses (DESIGN §7) and printing them as one clear line.
+
+use sandbox_exec::ExecError;
+
+/// An error that carries the exit status it must produce.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    /// The sandbox could not be set up: nothing ran (125).
+    pub fn setup(message: impl Into<String>) -> anyhow::Error {
+        Failure {
+            code: 125,
+            message: message.into(),
+        }
+        .into()
+    }
+}
+
+/// The exit status for an error: the first typed error in the chain decides; otherwise
+/// `default` (125 for commands that run something, 1 for the rest).
+pub fn code_for(err: &anyhow::Error, default: i32) -> i32 {
+    for cause in err.chain() {
+        if let Some(f) = cause.downcast_ref::<Failure>() {
+            return f.code;
+        }
+        if let Some(e) = cause.downcast_ref::<ExecError>() {
+            return e.exit_code();
+        }
+    }
+    default
+}
+
+/// Prints `sandbox: <error>: <cause>…` on one line.
+pub fn report(err: &anyhow::Error) {
+    let mut line = String::from("sandbox: ");
+    let mut first = true;
+    for cause in err.chain() {
+        let text = cause.to_string();
+        // Skip causes already contained in the previous message (thiserror's #[source]).
+        if !first {
+            if line.contains(&text) {
+                continue;
+            }
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+        first = false;
+    }
+    eprintln!("{line}");
+}

@@ -1,0 +1,65 @@
+//! The `sandbox` binary: parse, dispatch, turn the outcome into an exit status. The
+//! mechanism lives in the library crates; this stays thin.
+
+mod cli;
+mod commands;
+mod config;
+mod context;
+mod exit;
+mod paths;
+
+use clap::{CommandFactory, Parser};
+
+use crate::cli::{Cli, Command};
+use crate::context::Context;
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging();
+    let runs_something = matches!(cli.command, Command::Run(_) | Command::Shell(_));
+    let result = dispatch(cli);
+    let code = match result {
+        Ok(code) => code,
+        Err(err) => {
+            exit::report(&err);
+            exit::code_for(&err, if runs_something { 125 } else { 1 })
+        }
+    };
+    std::process::exit(code);
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<i32> {
+    match cli.command {
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "sandbox", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            Ok(0)
+        }
+        Command::Run(args) => {
+            let ctx = Context::load()?;
+            commands::run::run(args, &ctx)
+        }
+        Command::Shell(args) => {
+            let ctx = Context::load()?;
+            commands::run::shell(args, &ctx)
+        }
+        Command::View(cmd) => {
+            let ctx = Context::load()?;
+            commands::view::run(cmd, &ctx)
+        }
+    }
+}

@@ -1,0 +1,110 @@
+//! Typed errors of the exec layer. Every variant names the program (or path) and the cause,
+//! because the CLI prints them as the one line a user sees.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Why a command could not be run, or how it ended abnormally.
+#[derive(Debug, Error)]
+pub enum ExecError {
+    /// The request itself is malformed (empty argv, NUL byte, …). Never retried through a shell.
+    #[error("invalid command request: {0}")]
+    InvalidRequest(String),
+
+    /// The admission policy refused the request before anything was spawned.
+    #[error("refused by {policy}: {reason}")]
+    Denied {
+        policy: &'static str,
+        reason: String,
+    },
+
+    /// No such program on the child's `PATH` (or at the given path).
+    #[error("{program}: command not found{}", searched_hint(.searched))]
+    NotFound {
+        program: String,
+        searched: Option<String>,
+    },
+
+    /// The program exists but cannot be executed (mode bits, noexec mount, wrong format, or the
+    /// sandbox denied execution).
+    #[error("{program}: cannot execute: {cause}")]
+    NotExecutable { program: String, cause: String },
+
+    /// The working directory or another path could not be used.
+    #[error("{path}: {cause}", path = .path.display())]
+    Permission { path: PathBuf, cause: String },
+
+    /// The child's pre-exec setup (Landlock, seccomp, session) failed: the command never ran.
+    #[error("sandbox setup failed in the child before exec of {program}: {cause}")]
+    Setup { program: String, cause: String },
+
+    /// `fork`/`exec` failed for another reason.
+    #[error("failed to spawn {program}: {cause}")]
+    Spawn { program: String, cause: String },
+
+    /// The run exceeded its timeout; its whole process group was killed.
+    #[error("{program}: timed out after {}; its process group was killed", humanize(*.after))]
+    Timeout { program: String, after: Duration },
+
+    /// The child was killed by a signal.
+    #[error("{program}: killed by signal {signal} ({name})", name = signal_name(*.signal))]
+    Signaled { program: String, signal: i32 },
+
+    /// A PTY or pipe operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl ExecError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        ExecError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// The conventional exit status for this error (see DESIGN §7).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            ExecError::NotFound { .. } => 127,
+            ExecError::NotExecutable { .. } => 126,
+            ExecError::Timeout { .. } => 124,
+            ExecError::Signaled { signal, .. } => 128 + signal,
+            ExecError::InvalidRequest(_)
+            | ExecError::Denied { .. }
+            | ExecError::Permission { .. }
+            | ExecError::Setup { .. }
+            | ExecError::Spawn { .. }
+            | ExecError::Io { .. } => 125,
+        }
+    }
+}
+
+fn searched_hint(searched: &Option<String>) -> String {
+    match searched {
+        Some(path) if !path.is_empty() => format!(" (searched PATH={path})"),
+        Some(_) => " (PATH is empty)".to_string(),
+        None => String::new(),
+    }
+}
+
+fn humanize(d: Duration) -> String {
+    if d.as_millis() % 1000 == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+/// The conventional name of a signal number, for messages.
+pub fn signal_name(signal: i32) -> &'static str {
+    nix::sys::signal::Signal::try_from(signal)
+        .map(|s| s.as_str())
+        .unwrap_or("unknown signal")
+}

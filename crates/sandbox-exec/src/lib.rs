@@ -1,0 +1,28 @@
+//! The exec layer of `sandbox`: every backend starts its processes through this crate.
+//!
+//! * an argv runs as an argv ([`CommandRequest`]); a shell only when asked for explicitly;
+//! * every child leads its own session and process group, and a finished, timed-out, cancelled
+//!   or dropped run takes its whole group with it ([`process_group`]);
+//! * output is a bounded lossless stream with backpressure plus a lossy observer
+//!   ([`output`]); [`Running::wait_with_output`] bounds the post-exit drain;
+//! * an admission policy ([`CommandPolicy`], [`WorkspaceGuard`]) gates every request;
+//! * interactive runs get a fresh pty relayed to the user's terminal ([`pty`]);
+//! * a [`ChildSetup`] hook applies a sandbox between fork and exec.
+
+pub mod error;
+pub mod output;
+pub mod policy;
+pub mod process_group;
+pub mod pty;
+pub mod resolve;
+pub mod spawn;
+pub mod spec;
+pub mod status;
+
+pub use error::ExecError;
+pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
+pub use policy::{AllowAll, CommandPolicy, WorkspaceGuard};
+pub use pty::{run_interactive, PtyOptions};
+pub use spawn::{spawn, ChildSetup, Output, OutputMode, Running, SpawnOptions, StdinMode};
+pub use spec::{CommandRequest, CommandSpec};
+pub use status::ExitOutcome;

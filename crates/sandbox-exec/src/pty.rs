@@ -1,0 +1,324 @@
+//! Interactive runs: the child gets a fresh pseudo-terminal of its own, and this process
+//! relays bytes between it and the user's terminal.
+//!
+//! The sandboxed shell never holds the user's real terminal, so it cannot push keystrokes
+//! into it (TIOCSTI) or change its modes behind the user's back; at worst it writes to its
+//! own pty. The user's terminal is put in raw mode for the relay (so Ctrl-C, arrows and the
+//! like reach the child's line discipline) and restored afterwards, also on error.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::pty::{openpty, Winsize};
+use nix::sys::signal::Signal;
+use nix::sys::termios::{self, SetArg, Termios};
+use nix::unistd::Pid;
+
+use crate::error::ExecError;
+use crate::process_group::{self, ORPHAN_GUARD};
+use crate::resolve::resolve_program;
+use crate::spawn::{check_cwd, classify_spawn_error, ChildSetup, SetupReport};
+use crate::spec::CommandSpec;
+use crate::status::ExitOutcome;
+
+/// How long output is still relayed after the child exited (descendants may hold the pty).
+const PTY_DRAIN: Duration = Duration::from_millis(200);
+
+/// Options for an interactive run.
+#[derive(Clone, Default)]
+pub struct PtyOptions {
+    pub setup: Option<Arc<dyn ChildSetup>>,
+    pub kill_grace: Option<Duration>,
+}
+
+/// Puts a terminal in raw mode and restores it when dropped.
+struct RawModeGuard {
+    fd: RawFd,
+    saved: Termios,
+}
+
+impl RawModeGuard {
+    fn enter(fd: BorrowedFd<'_>) -> Option<Self> {
+        let saved = termios::tcgetattr(fd).ok()?;
+        let mut raw = saved.clone();
+        termios::cfmakeraw(&mut raw);
+        termios::tcsetattr(fd, SetArg::TCSANOW, &raw).ok()?;
+        Some(RawModeGuard {
+            fd: fd.as_raw_fd(),
+            saved,
+        })
+    }
+}
+
+impl Drop for RawModeGuard {
+    fn drop(&mut self) {
+        // SAFETY: fd is our stdin, which outlives this guard (it is never closed).
+        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let _ = termios::tcsetattr(fd, SetArg::TCSAFLUSH, &self.saved);
+    }
+}
+
+fn window_size(fd: RawFd) -> Option<Winsize> {
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one `winsize` into the pointed-to stack value.
+    let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    (rc == 0 && ws.ws_row > 0).then_some(Winsize {
+        ws_row: ws.ws_row,
+        ws_col: ws.ws_col,
+        ws_xpixel: ws.ws_xpixel,
+        ws_ypixel: ws.ws_ypixel,
+    })
+}
+
+fn set_window_size(fd: RawFd, ws: &Winsize) {
+    let raw = libc::winsize {
+        ws_row: ws.ws_row,
+        ws_col: ws.ws_col,
+        ws_xpixel: ws.ws_xpixel,
+        ws_ypixel: ws.ws_ypixel,
+    };
+    // SAFETY: TIOCSWINSZ reads one `winsize` from the pointed-to stack value.
+    unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &raw) };
+}
+
+/// Runs `spec` on a fresh pty, relaying our stdin/stdout to it, until it exits (or times out).
+/// Must be called inside a tokio runtime (signals and the child are watched there; the byte
+/// relay runs on its own thread).
+pub async fn run_interactive(
+    spec: &CommandSpec,
+    options: PtyOptions,
+) -> Result<ExitOutcome, ExecError> {
+    check_cwd(&spec.cwd)?;
+    let resolved = resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
+    let program = spec.display_program();
+    let stdin = std::io::stdin();
+    let stdin_fd = stdin.as_fd().as_raw_fd();
+    let size = window_size(stdin_fd).unwrap_or(Winsize {
+        ws_row: 24,
+        ws_col: 80,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    });
+    let pty = openpty(Some(&size), None).map_err(|e| ExecError::io("opening a pty", e.into()))?;
+    let master: OwnedFd = pty.master;
+    let slave: OwnedFd = pty.slave;
+    nix::fcntl::fcntl(
+        master.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    )
+    .map_err(|e| ExecError::io("configuring the pty", e.into()))?;
+
+    let dup = |fd: &OwnedFd| {
+        fd.try_clone()
+            .map_err(|e| ExecError::io("duplicating the pty", e))
+    };
+    let mut cmd = std::process::Command::new(&resolved);
+    cmd.arg0(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(dup(&slave)?)
+        .stdout(dup(&slave)?)
+        .stderr(dup(&slave)?);
+    let setup = options.setup.clone();
+    let report = SetupReport::new()?;
+    let report_fd = report.write_fd();
+    // SAFETY: runs between fork and exec; only setsid(2), ioctl(2) and the ChildSetup hook,
+    // which is async-signal safe by its contract.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // stdin is the pty slave now; make it our controlling terminal.
+            if libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(setup) = &setup {
+                if let Err(errno) = setup.apply_in_child() {
+                    SetupReport::send(report_fd, errno as i32);
+                    return Err(std::io::Error::from_raw_os_error(errno as i32));
+                }
+            }
+            Ok(())
+        });
+    }
+    let spawned = tokio::process::Command::from(cmd).spawn();
+    let setup_errno = report.finish();
+    let mut child = spawned.map_err(|e| {
+        classify_spawn_error(
+            e,
+            setup_errno,
+            &program,
+            &resolved,
+            options.setup.as_deref(),
+        )
+    })?;
+    drop(slave);
+    let pid = Pid::from_raw(child.id().expect("child pid") as i32);
+    ORPHAN_GUARD.add(pid);
+
+    let raw_guard = if nix::unistd::isatty(stdin_fd).unwrap_or(false) {
+        RawModeGuard::enter(stdin.as_fd())
+    } else {
+        None
+    };
+    let (wake_read, wake_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| ExecError::io("creating the relay wake pipe", e.into()))?;
+    let master_fd = master.as_raw_fd();
+    let relay = std::thread::Builder::new()
+        .name("sandbox-pty-relay".into())
+        .spawn(move || relay_loop(stdin_fd, master, wake_read))
+        .map_err(|e| ExecError::io("starting the pty relay", e))?;
+
+    use tokio::signal::unix::{signal, SignalKind};
+    let listen = |kind| signal(kind).map_err(|e| ExecError::io("installing the signal relay", e));
+    let mut winch = listen(SignalKind::window_change())?;
+    let mut term = listen(SignalKind::terminate())?;
+    let mut hup = listen(SignalKind::hangup())?;
+    let deadline = spec
+        .timeout
+        .map(|t| tokio::time::Instant::now() + t)
+        .unwrap_or_else(|| tokio::time::Instant::now() + Duration::from_secs(86400 * 365));
+    let grace = options
+        .kill_grace
+        .unwrap_or(process_group::DEFAULT_KILL_GRACE);
+
+    let outcome = loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| ExecError::io("waiting for the shell", e))?;
+                break ExitOutcome::from_status(status);
+            }
+            _ = winch.recv() => {
+                if let Some(ws) = window_size(stdin_fd) {
+                    // Setting the size on the master makes the kernel send SIGWINCH to the
+                    // child's foreground group.
+                    set_window_size(master_fd, &ws);
+                }
+            }
+            _ = term.recv() => process_group::signal_group(pid, Signal::SIGTERM),
+            _ = hup.recv() => process_group::signal_group(pid, Signal::SIGHUP),
+            _ = tokio::time::sleep_until(deadline) => {
+                process_group::terminate_group(pid, grace).await;
+                let _ = child.wait().await;
+                break ExitOutcome::TimedOut(spec.timeout.unwrap_or_default());
+            }
+        }
+    };
+    ORPHAN_GUARD.remove(pid);
+    process_group::terminate_group(pid, grace).await;
+    // Let the relay flush what the child wrote last, then stop it.
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let _ = nix::unistd::write(&wake_write, &[1]);
+    let _ = tokio::task::spawn_blocking(move || relay.join()).await;
+    drop(raw_guard);
+    Ok(outcome)
+}
+
+/// Moves bytes stdin → master and master → stdout until the master reports EOF/EIO (every
+/// slave closed) or the wake pipe says stop (then drains the master for a short while).
+fn relay_loop(stdin_fd: RawFd, master: OwnedFd, wake: OwnedFd) {
+    let _ = nix::fcntl::fcntl(
+        master.as_raw_fd(),
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    );
+    let mut stdin_open = true;
+    let mut pending: Vec<u8> = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut stopping: Option<std::time::Instant> = None;
+    // SAFETY: fd 0 and fd 1 stay open for the life of the process.
+    let stdin = unsafe { BorrowedFd::borrow_raw(stdin_fd) };
+    let stdout = unsafe { BorrowedFd::borrow_raw(1) };
+    loop {
+        if let Some(since) = stopping {
+            if since.elapsed() > PTY_DRAIN {
+                return;
+            }
+        }
+        let mut master_flags = PollFlags::POLLIN;
+        if !pending.is_empty() {
+            master_flags |= PollFlags::POLLOUT;
+        }
+        let mut fds = vec![
+            PollFd::new(master.as_fd(), master_flags),
+            PollFd::new(wake.as_fd(), PollFlags::POLLIN),
+        ];
+        let read_stdin = stdin_open && pending.len() < 64 * 1024 && stopping.is_none();
+        if read_stdin {
+            fds.push(PollFd::new(stdin, PollFlags::POLLIN));
+        }
+        let timeout = if stopping.is_some() {
+            PollTimeout::from(20u16)
+        } else {
+            PollTimeout::NONE
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        let master_ev = fds[0].revents().unwrap_or(PollFlags::empty());
+        let wake_ev = fds[1].revents().unwrap_or(PollFlags::empty());
+        let stdin_ev = if read_stdin {
+            fds[2].revents().unwrap_or(PollFlags::empty())
+        } else {
+            PollFlags::empty()
+        };
+        drop(fds);
+
+        if wake_ev.contains(PollFlags::POLLIN) && stopping.is_none() {
+            stopping = Some(std::time::Instant::now());
+        }
+        if master_ev.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            match nix::unistd::read(master.as_raw_fd(), &mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if write_all(stdout, &buf[..n]).is_err() {
+                        return;
+                    }
+                }
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                // EIO: every slave fd is closed — the session is over.
+                Err(_) => return,
+            }
+        }
+        if master_ev.contains(PollFlags::POLLOUT) && !pending.is_empty() {
+            match nix::unistd::write(&master, &pending) {
+                Ok(n) => {
+                    pending.drain(..n);
+                }
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                Err(_) => return,
+            }
+        }
+        if stdin_ev.intersects(PollFlags::POLLIN | PollFlags::POLLHUP) {
+            match nix::unistd::read(stdin_fd, &mut buf) {
+                Ok(0) => {
+                    stdin_open = false;
+                    // End of input: send the terminal's EOF character, as a user's Ctrl-D.
+                    pending.push(0x04);
+                }
+                Ok(n) => pending.extend_from_slice(&buf[..n]),
+                Err(Errno::EAGAIN) | Err(Errno::EINTR) => {}
+                Err(_) => stdin_open = false,
+            }
+        }
+    }
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8]) -> Result<(), Errno> {
+    while !data.is_empty() {
+        match nix::unistd::write(fd, data) {
+            Ok(n) => data = &data[n..],
+            Err(Errno::EINTR) | Err(Errno::EAGAIN) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

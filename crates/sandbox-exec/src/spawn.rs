@@ -1,0 +1,534 @@
+//! Starting a child: resolve, admit, fork, set up the session and the sandbox in the child,
+//! exec — and own the child until its whole process group is gone.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::process::{Child, ChildStdin};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use crate::error::ExecError;
+use crate::output::{self, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
+use crate::policy::CommandPolicy;
+use crate::process_group::{self, ORPHAN_GUARD};
+use crate::resolve::resolve_program;
+use crate::spec::CommandSpec;
+use crate::status::ExitOutcome;
+
+/// Work done in the forked child right before `exec`: applying Landlock, seccomp and the like.
+///
+/// Everything that can allocate or fail for ordinary reasons must happen when the value is
+/// built, in the parent. [`ChildSetup::apply_in_child`] runs between `fork` and `exec` of a
+/// possibly multi-threaded parent, where only async-signal-safe calls are sound: no allocation,
+/// no locks, no `tracing`.
+pub trait ChildSetup: Send + Sync {
+    /// Applies the setup to the calling (child) process. Returns the errno on failure; the
+    /// command is then not executed and the spawn fails with [`ExecError::Setup`].
+    fn apply_in_child(&self) -> Result<(), Errno>;
+
+    /// A short name for messages ("landlock+seccomp").
+    fn name(&self) -> &str;
+}
+
+/// Where the child's stdin comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StdinMode {
+    Inherit,
+    Piped,
+    Null,
+}
+
+/// Where the child's stdout and stderr go.
+#[derive(Debug, Clone, Copy)]
+pub enum OutputMode {
+    /// Straight to our own stdout/stderr: zero copies, bytes untouched.
+    Inherit,
+    /// Through the bounded lossless path (and the observer path).
+    Capture(OutputLimits),
+    Null,
+}
+
+/// How to spawn.
+#[derive(Clone)]
+pub struct SpawnOptions {
+    pub stdin: StdinMode,
+    pub output: OutputMode,
+    pub setup: Option<Arc<dyn ChildSetup>>,
+    /// Admission policy consulted before anything is spawned.
+    pub policy: Option<Arc<dyn CommandPolicy>>,
+    /// Time between SIGTERM and SIGKILL when the group is terminated.
+    pub kill_grace: Duration,
+    /// How long output is still drained after the child exited (a descendant may hold the
+    /// pipe open forever; this bounds the wait).
+    pub drain_timeout: Duration,
+}
+
+impl Default for SpawnOptions {
+    fn default() -> Self {
+        SpawnOptions {
+            stdin: StdinMode::Inherit,
+            output: OutputMode::Inherit,
+            setup: None,
+            policy: None,
+            kill_grace: process_group::DEFAULT_KILL_GRACE,
+            drain_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+impl std::fmt::Debug for SpawnOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnOptions")
+            .field("stdin", &self.stdin)
+            .field("output", &self.output)
+            .field("setup", &self.setup.as_ref().map(|s| s.name().to_string()))
+            .field("kill_grace", &self.kill_grace)
+            .field("drain_timeout", &self.drain_timeout)
+            .finish()
+    }
+}
+
+/// Everything a finished `wait_with_output` collected.
+#[derive(Debug)]
+pub struct Output {
+    pub outcome: ExitOutcome,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// True if a descendant still held the pipes open when the drain deadline passed.
+    pub drain_cut_short: bool,
+}
+
+/// A spawned child. Dropping it terminates the whole process group.
+pub struct Running {
+    child: Child,
+    pid: Pid,
+    program: String,
+    started: Instant,
+    timeout: Option<Duration>,
+    kill_grace: Duration,
+    drain_timeout: Duration,
+    stdin: Option<ChildStdin>,
+    output: Option<OutputReceiver>,
+    observer: OutputObserver,
+    pumps: Vec<JoinHandle<()>>,
+    outcome: Option<ExitOutcome>,
+}
+
+/// Spawns `spec`. Must be called inside a tokio runtime.
+pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecError> {
+    if let Some(policy) = &options.policy {
+        policy.admit(spec)?;
+    }
+    check_cwd(&spec.cwd)?;
+    let resolved = resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
+    let program = spec.display_program();
+
+    let mut cmd = std::process::Command::new(&resolved);
+    // argv[0] stays what the caller wrote; the kernel gets the resolved path.
+    cmd.arg0(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+
+    cmd.stdin(match options.stdin {
+        StdinMode::Inherit => std::process::Stdio::inherit(),
+        StdinMode::Piped => std::process::Stdio::piped(),
+        StdinMode::Null => std::process::Stdio::null(),
+    });
+    let (out, err) = match options.output {
+        OutputMode::Inherit => (
+            std::process::Stdio::inherit(),
+            std::process::Stdio::inherit(),
+        ),
+        OutputMode::Capture(_) => (std::process::Stdio::piped(), std::process::Stdio::piped()),
+        OutputMode::Null => (std::process::Stdio::null(), std::process::Stdio::null()),
+    };
+    cmd.stdout(out).stderr(err);
+
+    let report = SetupReport::new()?;
+    let report_fd = report.write_fd();
+    let setup = options.setup.clone();
+    // SAFETY: the closure runs in the forked child before exec. It only calls setsid(2),
+    // write(2) and the ChildSetup hook, whose contract is async-signal safety (no allocation,
+    // no locks). `setup` is an Arc cloned before fork; it is only read here.
+    unsafe {
+        cmd.pre_exec(move || {
+            // A new session: no controlling terminal, own process group (pgid == pid), so
+            // TIOCSTI on the user's terminal is refused and killpg reaches every descendant.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(setup) = &setup {
+                if let Err(errno) = setup.apply_in_child() {
+                    SetupReport::send(report_fd, errno as i32);
+                    return Err(std::io::Error::from_raw_os_error(errno as i32));
+                }
+            }
+            Ok(())
+        });
+    }
+
+    let mut tokio_cmd = tokio::process::Command::from(cmd);
+    tokio_cmd.kill_on_drop(false);
+    let spawned = tokio_cmd.spawn();
+    let setup_errno = report.finish();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            return Err(classify_spawn_error(
+                e,
+                setup_errno,
+                &program,
+                &resolved,
+                options.setup.as_deref(),
+            ))
+        }
+    };
+    let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+    ORPHAN_GUARD.add(pid);
+    tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned");
+
+    let observer = OutputObserver::new(match options.output {
+        OutputMode::Capture(l) => l.observer_capacity,
+        _ => 1,
+    });
+    let mut pumps = Vec::new();
+    let mut output = None;
+    if let OutputMode::Capture(limits) = options.output {
+        let (tx, rx) = mpsc::channel(limits.capacity.max(1));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        if let Ok(fd) = stdout.as_fd_owned() {
+            output::enlarge_pipe(&fd, 1 << 20);
+        }
+        if let Ok(fd) = stderr.as_fd_owned() {
+            output::enlarge_pipe(&fd, 1 << 20);
+        }
+        pumps.push(tokio::spawn(output::pump(
+            stdout,
+            StreamKind::Stdout,
+            limits.chunk_size,
+            tx.clone(),
+            observer.clone(),
+        )));
+        pumps.push(tokio::spawn(output::pump(
+            stderr,
+            StreamKind::Stderr,
+            limits.chunk_size,
+            tx,
+            observer.clone(),
+        )));
+        output = Some(rx);
+    }
+    let stdin = child.stdin.take();
+
+    Ok(Running {
+        child,
+        pid,
+        program,
+        started: Instant::now(),
+        timeout: spec.timeout,
+        kill_grace: options.kill_grace,
+        drain_timeout: options.drain_timeout,
+        stdin,
+        output,
+        observer,
+        pumps,
+        outcome: None,
+    })
+}
+
+/// Duplicates the pipe's fd just to resize the pipe; the dup is closed right away.
+trait AsFdOwned {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd>;
+}
+
+impl<T: std::os::fd::AsFd> AsFdOwned for T {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd> {
+        self.as_fd().try_clone_to_owned()
+    }
+}
+
+pub(crate) fn check_cwd(cwd: &std::path::Path) -> Result<(), ExecError> {
+    match std::fs::metadata(cwd) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ExecError::Permission {
+            path: cwd.to_path_buf(),
+            cause: "working directory is not a directory".into(),
+        }),
+        Err(e) => Err(ExecError::Permission {
+            path: cwd.to_path_buf(),
+            cause: format!("working directory unusable: {e}"),
+        }),
+    }
+}
+
+pub(crate) fn classify_spawn_error(
+    e: std::io::Error,
+    setup_errno: Option<i32>,
+    program: &str,
+    resolved: &std::path::Path,
+    setup: Option<&dyn ChildSetup>,
+) -> ExecError {
+    if let Some(errno) = setup_errno {
+        let name = setup.map(|s| s.name()).unwrap_or("child setup");
+        return ExecError::Setup {
+            program: program.to_string(),
+            cause: format!("{name}: {}", std::io::Error::from_raw_os_error(errno)),
+        };
+    }
+    match e.raw_os_error() {
+        Some(libc::ENOENT) => ExecError::NotFound {
+            program: program.to_string(),
+            searched: None,
+        },
+        Some(libc::EACCES) | Some(libc::EPERM) => ExecError::NotExecutable {
+            program: program.to_string(),
+            cause: format!(
+                "permission denied executing {} (the sandbox may not grant it)",
+                resolved.display()
+            ),
+        },
+        Some(libc::ENOEXEC) => ExecError::NotExecutable {
+            program: program.to_string(),
+            cause: "not a valid executable format".into(),
+        },
+        Some(libc::ETXTBSY) => ExecError::NotExecutable {
+            program: program.to_string(),
+            cause: "text file busy".into(),
+        },
+        _ => ExecError::Spawn {
+            program: program.to_string(),
+            cause: e.to_string(),
+        },
+    }
+}
+
+/// A CLOEXEC pipe through which the child says "my setup failed", so that a Landlock failure
+/// (exit 125) is never mistaken for "command not found" (127) with the same errno.
+pub(crate) struct SetupReport {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+}
+
+impl SetupReport {
+    pub(crate) fn new() -> Result<Self, ExecError> {
+        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| ExecError::io("creating the setup report pipe", e.into()))?;
+        Ok(SetupReport {
+            read,
+            write: Some(write),
+        })
+    }
+
+    pub(crate) fn write_fd(&self) -> RawFd {
+        self.write.as_ref().expect("write end").as_raw_fd()
+    }
+
+    /// Child side: async-signal safe.
+    pub(crate) fn send(fd: RawFd, errno: i32) {
+        let bytes = errno.to_ne_bytes();
+        // SAFETY: write(2) of a 4-byte stack buffer to an fd that is open in the child (it
+        // was inherited across fork and is closed by exec only).
+        unsafe {
+            libc::write(fd, bytes.as_ptr().cast(), bytes.len());
+        }
+    }
+
+    /// Parent side, after spawn returned: closes our write end, reads what the child sent.
+    pub(crate) fn finish(mut self) -> Option<i32> {
+        drop(self.write.take());
+        let mut bytes = [0u8; 4];
+        // The write end is closed in the parent and closed by exec (or exit) in the child, so
+        // this read returns 0 or 4 bytes without blocking once spawn has returned.
+        let n = nix::unistd::read(self.read.as_raw_fd(), &mut bytes).unwrap_or(0);
+        (n == 4).then(|| i32::from_ne_bytes(bytes))
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// The process group (and session) id: equal to the pid, the child leads both.
+    pub fn pgid(&self) -> Pid {
+        self.pid
+    }
+
+    pub fn program(&self) -> &str {
+        &self.program
+    }
+
+    pub fn take_stdin(&mut self) -> Option<ChildStdin> {
+        self.stdin.take()
+    }
+
+    /// The lossless output channel (only with [`OutputMode::Capture`]).
+    pub fn take_output(&mut self) -> Option<OutputReceiver> {
+        self.output.take()
+    }
+
+    /// The lossy live view.
+    pub fn observer(&self) -> OutputObserver {
+        self.observer.clone()
+    }
+
+    /// Sends `signal` to the child's whole process group.
+    pub fn signal(&self, signal: Signal) {
+        if self.outcome.is_none() {
+            process_group::signal_group(self.pid, signal);
+        }
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.map(|t| self.started + t)
+    }
+
+    /// Waits for the child to exit (or the deadline), then makes sure its group is gone.
+    pub async fn wait(&mut self) -> Result<ExitOutcome, ExecError> {
+        if let Some(outcome) = self.outcome {
+            return Ok(outcome);
+        }
+        let outcome = match self.deadline() {
+            Some(deadline) => {
+                tokio::select! {
+                    status = self.child.wait() => ExitOutcome::from_status(
+                        status.map_err(|e| ExecError::io(format!("waiting for {}", self.program), e))?),
+                    _ = tokio::time::sleep_until(deadline) => {
+                        self.kill_after_timeout().await?
+                    }
+                }
+            }
+            None => ExitOutcome::from_status(
+                self.child
+                    .wait()
+                    .await
+                    .map_err(|e| ExecError::io(format!("waiting for {}", self.program), e))?,
+            ),
+        };
+        self.finish(outcome).await;
+        Ok(outcome)
+    }
+
+    /// Like [`Running::wait`], relaying SIGINT, SIGTERM and SIGHUP received by this process to
+    /// the child's group while waiting.
+    pub async fn wait_relaying_signals(&mut self) -> Result<ExitOutcome, ExecError> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let listen =
+            |kind| signal(kind).map_err(|e| ExecError::io("installing the signal relay", e));
+        let mut int = listen(SignalKind::interrupt())?;
+        let mut term = listen(SignalKind::terminate())?;
+        let mut hup = listen(SignalKind::hangup())?;
+        let pid = self.pid;
+        let wait = self.wait();
+        tokio::pin!(wait);
+        loop {
+            tokio::select! {
+                outcome = &mut wait => return outcome,
+                _ = int.recv() => process_group::signal_group(pid, Signal::SIGINT),
+                _ = term.recv() => process_group::signal_group(pid, Signal::SIGTERM),
+                _ = hup.recv() => process_group::signal_group(pid, Signal::SIGHUP),
+            }
+        }
+    }
+
+    async fn kill_after_timeout(&mut self) -> Result<ExitOutcome, ExecError> {
+        let after = self.timeout.unwrap_or_default();
+        tracing::debug!(pid = %self.pid, ?after, "timeout; terminating group");
+        process_group::terminate_group(self.pid, self.kill_grace).await;
+        // The leader is dead or SIGKILLed now; collect it so it is not left a zombie.
+        let _ = self.child.start_kill();
+        let _ = self.child.wait().await;
+        Ok(ExitOutcome::TimedOut(after))
+    }
+
+    async fn finish(&mut self, outcome: ExitOutcome) {
+        self.outcome = Some(outcome);
+        ORPHAN_GUARD.remove(self.pid);
+        // Descendants left in the group (`sleep 100 &`) do not outlive the run.
+        process_group::terminate_group(self.pid, self.kill_grace).await;
+    }
+
+    /// Waits for exit while collecting all output. Returns at most `drain_timeout` after the
+    /// child exited even if a descendant keeps the pipes open, and never later than the
+    /// deadline, whether or not output already ended.
+    pub async fn wait_with_output(mut self) -> Result<Output, ExecError> {
+        let mut rx = self.output.take().ok_or_else(|| {
+            ExecError::InvalidRequest("wait_with_output needs OutputMode::Capture".into())
+        })?;
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut exited: Option<ExitOutcome> = None;
+        let mut output_open = true;
+        let mut drain_cut_short = false;
+        let far = Instant::now() + Duration::from_secs(86400 * 365);
+        let deadline = self.deadline().unwrap_or(far);
+        let mut drain_deadline = far;
+
+        while exited.is_none() || output_open {
+            tokio::select! {
+                chunk = rx.recv(), if output_open => match chunk {
+                    Some(c) => match c.stream {
+                        StreamKind::Stdout => stdout.extend_from_slice(&c.data),
+                        StreamKind::Stderr => stderr.extend_from_slice(&c.data),
+                    },
+                    None => output_open = false,
+                },
+                status = self.child.wait(), if exited.is_none() => {
+                    let status = status
+                        .map_err(|e| ExecError::io(format!("waiting for {}", self.program), e))?;
+                    exited = Some(ExitOutcome::from_status(status));
+                    drain_deadline = Instant::now() + self.drain_timeout;
+                }
+                _ = tokio::time::sleep_until(deadline), if exited.is_none() => {
+                    exited = Some(self.kill_after_timeout().await?);
+                    drain_deadline = Instant::now() + self.drain_timeout;
+                }
+                _ = tokio::time::sleep_until(drain_deadline), if exited.is_some() => {
+                    drain_cut_short = true;
+                    break;
+                }
+            }
+        }
+        let outcome = exited.expect("loop ends after exit");
+        self.finish(outcome).await;
+        for pump in self.pumps.drain(..) {
+            pump.abort();
+        }
+        Ok(Output {
+            outcome,
+            stdout,
+            stderr,
+            drain_cut_short,
+        })
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        for pump in self.pumps.drain(..) {
+            pump.abort();
+        }
+        if self.outcome.is_some() {
+            return;
+        }
+        ORPHAN_GUARD.remove(self.pid);
+        // Dropped while running: SIGTERM now, SIGKILL after the grace period, off-thread so
+        // drop does not block. The runtime reaps the leader (tokio's orphan queue).
+        let pgid = self.pid;
+        let grace = self.kill_grace;
+        process_group::signal_group(pgid, Signal::SIGTERM);
+        let _ = std::thread::Builder::new()
+            .name("sandbox-exec-reaper".into())
+            .spawn(move || process_group::terminate_group_blocking(pgid, grace));
+    }
+}
