@@ -67,6 +67,16 @@ pub struct SandboxArgs {
     /// Kill the command's whole process group after this long (e.g. 30s, 5m); exit 124.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
+
+    /// Start in this directory, which must resolve (symlinks and `..` followed on the real
+    /// filesystem) inside the workdir; relative to the workdir.
+    #[arg(long = "cd", value_name = "PATH")]
+    pub cd: Option<PathBuf>,
+
+    /// Also refuse path arguments of the command that resolve outside the workdir (an early,
+    /// friendly check; the sandbox itself is the boundary).
+    #[arg(long)]
+    pub guard_args: bool,
 }
 
 #[derive(Debug, Args)]

@@ -33,6 +33,7 @@ impl CommandPolicy for AllowAll {
 pub struct WorkspaceGuard {
     root: PathBuf,
     extra_roots: Vec<PathBuf>,
+    check_args: bool,
 }
 
 impl WorkspaceGuard {
@@ -46,7 +47,14 @@ impl WorkspaceGuard {
         Ok(WorkspaceGuard {
             root: canonical,
             extra_roots: Vec::new(),
+            check_args: true,
         })
+    }
+
+    /// Whether path-like arguments are checked too (default) or only the working directory.
+    pub fn check_args(mut self, check: bool) -> Self {
+        self.check_args = check;
+        self
     }
 
     /// Also admits paths under `root` (a granted folder, the run's TMPDIR).
@@ -95,6 +103,9 @@ impl WorkspaceGuard {
 impl CommandPolicy for WorkspaceGuard {
     fn admit(&self, spec: &CommandSpec) -> Result<(), ExecError> {
         let cwd = self.check_path(&self.root, &spec.cwd)?;
+        if !self.check_args {
+            return Ok(());
+        }
         for arg in &spec.args {
             for candidate in path_candidates(arg) {
                 self.check_path(&cwd, candidate)?;

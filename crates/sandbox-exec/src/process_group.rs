@@ -9,15 +9,46 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{killpg, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 
 /// Default time between SIGTERM and SIGKILL.
 pub const DEFAULT_KILL_GRACE: Duration = Duration::from_secs(2);
 
-/// Returns true while any process is still in group `pgid`.
+/// Returns true while any live (non-zombie) process is still in group `pgid`.
+///
+/// `killpg(pgid, 0)` alone also counts zombies, which a subreaper collects only later; so
+/// when it says "something is there", `/proc` is consulted to see whether that something is
+/// still running. The common case (empty group) costs one syscall.
 pub fn group_alive(pgid: Pid) -> bool {
-    !matches!(killpg(pgid, None), Err(Errno::ESRCH))
+    if matches!(killpg(pgid, None), Err(Errno::ESRCH)) {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    let want = pgid.as_raw().to_string();
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            return false;
+        };
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            return false;
+        };
+        // Fields after "(comm)": state ppid pgrp …
+        let mut fields = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| rest)
+            .unwrap_or("")
+            .split_whitespace();
+        let state = fields.next();
+        let pgrp = fields.nth(1);
+        state != Some("Z") && state != Some("X") && pgrp == Some(want.as_str())
+    })
 }
 
 /// Sends `signal` to the group, ignoring "no such group".
@@ -39,7 +70,6 @@ pub fn terminate_group_blocking(pgid: Pid, grace: Duration) {
     signal_group(pgid, Signal::SIGTERM);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        reap_exited_orphans();
         if !group_alive(pgid) {
             return;
         }
@@ -57,7 +87,6 @@ pub async fn terminate_group(pgid: Pid, grace: Duration) {
     signal_group(pgid, Signal::SIGTERM);
     let deadline = tokio::time::Instant::now() + grace;
     while tokio::time::Instant::now() < deadline {
-        reap_exited_orphans();
         if !group_alive(pgid) {
             return;
         }
@@ -102,28 +131,15 @@ pub fn child_pids() -> Vec<Pid> {
     pids
 }
 
-/// Reaps children that have already exited, without blocking and without touching children
-/// listed in `keep` (those belong to a runtime that waits for them itself).
-fn reap_exited_orphans() {
-    // Only orphans re-parented to us are reaped here; the run's own leader is waited for by
-    // its owner. We cannot tell them apart by waitpid(-1) without stealing the leader's status,
-    // so reap by pid.
-    for pid in child_pids() {
-        if ORPHAN_GUARD.is_leader(pid) {
-            continue;
-        }
-        let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
-    }
-}
-
-/// Kills every child of this process except the given run leaders (and their groups), then
-/// reaps them. Repeats until none are left (their own orphans re-parent to us as they die),
-/// bounded to a few rounds. Used by a single-run owner (the CLI) after its run ended.
+/// Kills every child of this process except `except` (and their groups), then reaps them.
+/// Repeats until none are left (their own orphans re-parent to us as they die), bounded to a
+/// few rounds. Only for a process that owns one run at a time (the CLI, after its run ended):
+/// it waits for children by pid, which would steal the exit status of a concurrent run.
 pub fn kill_orphans(except: &[Pid]) {
     for _round in 0..20 {
         let orphans: Vec<Pid> = child_pids()
             .into_iter()
-            .filter(|p| !except.contains(p) && !ORPHAN_GUARD.is_leader(*p))
+            .filter(|p| !except.contains(p))
             .collect();
         if orphans.is_empty() {
             return;
@@ -139,28 +155,3 @@ pub fn kill_orphans(except: &[Pid]) {
         }
     }
 }
-
-/// The set of run leaders currently owned by this process, so orphan reaping never steals
-/// a leader's exit status from the task that waits for it.
-pub(crate) struct LeaderRegistry {
-    leaders: std::sync::Mutex<Vec<Pid>>,
-}
-
-impl LeaderRegistry {
-    pub(crate) fn add(&self, pid: Pid) {
-        self.leaders.lock().expect("leader registry").push(pid);
-    }
-    pub(crate) fn remove(&self, pid: Pid) {
-        self.leaders
-            .lock()
-            .expect("leader registry")
-            .retain(|p| *p != pid);
-    }
-    fn is_leader(&self, pid: Pid) -> bool {
-        self.leaders.lock().expect("leader registry").contains(&pid)
-    }
-}
-
-pub(crate) static ORPHAN_GUARD: LeaderRegistry = LeaderRegistry {
-    leaders: std::sync::Mutex::new(Vec::new()),
-};

@@ -19,7 +19,7 @@ use nix::sys::termios::{self, SetArg, Termios};
 use nix::unistd::Pid;
 
 use crate::error::ExecError;
-use crate::process_group::{self, ORPHAN_GUARD};
+use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{check_cwd, classify_spawn_error, ChildSetup, SetupReport};
 use crate::spec::CommandSpec;
@@ -161,7 +161,6 @@ pub async fn run_interactive(
     })?;
     drop(slave);
     let pid = Pid::from_raw(child.id().expect("child pid") as i32);
-    ORPHAN_GUARD.add(pid);
 
     let raw_guard = if nix::unistd::isatty(stdin_fd).unwrap_or(false) {
         RawModeGuard::enter(stdin.as_fd())
@@ -211,7 +210,6 @@ pub async fn run_interactive(
             }
         }
     };
-    ORPHAN_GUARD.remove(pid);
     process_group::terminate_group(pid, grace).await;
     // Let the relay flush what the child wrote last, then stop it.
     tokio::time::sleep(Duration::from_millis(10)).await;

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::error::ExecError;
 use crate::output::{self, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 use crate::policy::CommandPolicy;
-use crate::process_group::{self, ORPHAN_GUARD};
+use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
@@ -68,6 +68,10 @@ pub struct SpawnOptions {
     /// How long output is still drained after the child exited (a descendant may hold the
     /// pipe open forever; this bounds the wait).
     pub drain_timeout: Duration,
+    /// Kill the child (SIGKILL) if the spawning *thread* dies (`PR_SET_PDEATHSIG`), so that a
+    /// crashed or `kill -9`ed owner does not leave it running. Only for owners that spawn from
+    /// a thread living as long as the run (the CLI's main thread), never from a pool thread.
+    pub die_with_parent: bool,
 }
 
 impl Default for SpawnOptions {
@@ -79,6 +83,7 @@ impl Default for SpawnOptions {
             policy: None,
             kill_grace: process_group::DEFAULT_KILL_GRACE,
             drain_timeout: Duration::from_millis(500),
+            die_with_parent: false,
         }
     }
 }
@@ -156,15 +161,34 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     let report = SetupReport::new()?;
     let report_fd = report.write_fd();
     let setup = options.setup.clone();
+    let die_with_parent = options.die_with_parent;
+    let parent_pid = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec. It only calls setsid(2),
-    // write(2) and the ChildSetup hook, whose contract is async-signal safety (no allocation,
-    // no locks). `setup` is an Arc cloned before fork; it is only read here.
+    // prctl(2), getppid(2), write(2) and the ChildSetup hook, whose contract is async-signal
+    // safety (no allocation, no locks). `setup` is an Arc cloned before fork; only read here.
     unsafe {
         cmd.pre_exec(move || {
             // A new session: no controlling terminal, own process group (pgid == pid), so
             // TIOCSTI on the user's terminal is refused and killpg reaches every descendant.
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            #[cfg(target_os = "linux")]
+            if die_with_parent {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died between fork and prctl.
+                if libc::getppid() != parent_pid {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
             }
             if let Some(setup) = &setup {
                 if let Err(errno) = setup.apply_in_child() {
@@ -193,7 +217,6 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
         }
     };
     let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
-    ORPHAN_GUARD.add(pid);
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned");
 
     let observer = OutputObserver::new(match options.output {
@@ -420,23 +443,19 @@ impl Running {
     }
 
     /// Like [`Running::wait`], relaying SIGINT, SIGTERM and SIGHUP received by this process to
-    /// the child's group while waiting.
-    pub async fn wait_relaying_signals(&mut self) -> Result<ExitOutcome, ExecError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let listen =
-            |kind| signal(kind).map_err(|e| ExecError::io("installing the signal relay", e));
-        let mut int = listen(SignalKind::interrupt())?;
-        let mut term = listen(SignalKind::terminate())?;
-        let mut hup = listen(SignalKind::hangup())?;
+    /// the child's group while waiting. The relay must be installed *before* spawning, or a
+    /// signal arriving in between would hit this process's default action instead.
+    pub async fn wait_relaying(
+        &mut self,
+        relay: &mut crate::signals::SignalRelay,
+    ) -> Result<ExitOutcome, ExecError> {
         let pid = self.pid;
         let wait = self.wait();
         tokio::pin!(wait);
         loop {
             tokio::select! {
                 outcome = &mut wait => return outcome,
-                _ = int.recv() => process_group::signal_group(pid, Signal::SIGINT),
-                _ = term.recv() => process_group::signal_group(pid, Signal::SIGTERM),
-                _ = hup.recv() => process_group::signal_group(pid, Signal::SIGHUP),
+                signal = relay.next() => process_group::signal_group(pid, signal),
             }
         }
     }
@@ -453,7 +472,6 @@ impl Running {
 
     async fn finish(&mut self, outcome: ExitOutcome) {
         self.outcome = Some(outcome);
-        ORPHAN_GUARD.remove(self.pid);
         // Descendants left in the group (`sleep 100 &`) do not outlive the run.
         process_group::terminate_group(self.pid, self.kill_grace).await;
     }
@@ -521,7 +539,6 @@ impl Drop for Running {
         if self.outcome.is_some() {
             return;
         }
-        ORPHAN_GUARD.remove(self.pid);
         // Dropped while running: SIGTERM now, SIGKILL after the grace period, off-thread so
         // drop does not block. The runtime reaps the leader (tokio's orphan queue).
         let pgid = self.pid;

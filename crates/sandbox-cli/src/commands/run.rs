@@ -4,7 +4,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sandbox_exec::{process_group, CommandRequest, CommandSpec, ExitOutcome, SpawnOptions};
+use sandbox_exec::{
+    process_group, CommandPolicy, CommandRequest, CommandSpec, ExitOutcome, SignalRelay,
+    SpawnOptions, WorkspaceGuard,
+};
 use sandbox_policy::EnvPolicy;
 
 use crate::cli::{RunArgs, SandboxArgs, ShellArgs};
@@ -59,9 +62,15 @@ fn prepare(args: &SandboxArgs, ctx: &Context, argv: Vec<OsString>) -> anyhow::Re
         (None, None) => None,
     };
 
-    let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &dir)?;
+    let guard = WorkspaceGuard::new(&dir)?.check_args(args.guard_args);
+    let cwd = match &args.cd {
+        Some(cd) => guard.check_path(&dir, cd)?,
+        None => dir.clone(),
+    };
+    let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &cwd)?;
     spec.env = env.resolve(std::env::vars_os());
     spec.timeout = timeout;
+    guard.admit(&spec)?;
     Ok(Prepared { spec, backend })
 }
 
@@ -91,8 +100,13 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
         tracing::debug!(error = %e, "could not become a child subreaper");
     }
     let outcome = runtime()?.block_on(async {
-        let mut running = sandbox_exec::spawn(&prepared.spec, SpawnOptions::default())?;
-        running.wait_relaying_signals().await
+        let mut relay = SignalRelay::install()?;
+        let options = SpawnOptions {
+            die_with_parent: true,
+            ..SpawnOptions::default()
+        };
+        let mut running = sandbox_exec::spawn(&prepared.spec, options)?;
+        running.wait_relaying(&mut relay).await
     });
     process_group::kill_orphans(&[]);
     Ok(finish(outcome?, &prepared))

@@ -1,0 +1,105 @@
+//! Shared helpers for the CLI integration tests: the real `sandbox` binary, run with its
+//! XDG directories and HOME inside a temporary directory so that no test reads or writes the
+//! machine's real configuration.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
+
+/// A private home for one test: `home/`, XDG dirs under it, and a scratch dir beside it.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-test-")
+            .tempdir()
+            .unwrap();
+        for sub in [
+            "home/.config",
+            "home/.local/state",
+            "home/.local/share",
+            "run",
+            "work",
+        ] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        Env { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.path().join("home")
+    }
+
+    /// A plain directory to run in.
+    pub fn work(&self) -> PathBuf {
+        self.path().join("work")
+    }
+
+    pub fn config_file(&self) -> PathBuf {
+        self.home().join(".config/sandbox/config.yaml")
+    }
+
+    pub fn write_config(&self, text: &str) {
+        let path = self.config_file();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    /// `sandbox <args>` with this test's environment.
+    pub fn cmd(&self) -> Command {
+        let mut cmd = Command::new(BIN);
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", self.home().join(".config"))
+            .env("XDG_STATE_HOME", self.home().join(".local/state"))
+            .env("XDG_DATA_HOME", self.home().join(".local/share"))
+            .env("XDG_RUNTIME_DIR", self.path().join("run"))
+            .env("LANG", "C.UTF-8")
+            .current_dir(self.work());
+        cmd
+    }
+}
+
+/// True while `pid` exists and is not a zombie.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
+            state != Some("Z")
+        }
+        Err(_) => false,
+    }
+}
+
+/// Waits (up to `within`) for `pid` to be gone.
+pub fn wait_dead(pid: i32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !alive(pid)
+}
+
+/// Stdout and stderr as text, for assertion messages.
+pub fn text(out: &std::process::Output) -> String {
+    format!(
+        "status={:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -1,0 +1,25 @@
+# home-manager module, exported as `homeModules.default` (alias `homeManagerModules.default`):
+#
+#   programs.sandbox = { enable = true; settings.backend = "native"; };
+#
+# installs the CLI into the user's profile (completions and manual page included, found by
+# home-manager's bash, zsh and fish setups) and writes $XDG_CONFIG_HOME/sandbox/config.yaml,
+# the user configuration file the CLI trusts (DESIGN §2).
+{ self }:
+{ config, lib, pkgs, ... }:
+let
+  cfg = config.programs.sandbox;
+  common = import ./common.nix {
+    inherit self lib pkgs;
+    configPath = "$XDG_CONFIG_HOME/sandbox/config.yaml";
+  };
+in
+{
+  options.programs.sandbox = common.options;
+
+  config = lib.mkIf cfg.enable {
+    assertions = common.assertions cfg.settings;
+    home.packages = [ cfg.package ];
+    xdg.configFile."sandbox/config.yaml".source = common.configFile cfg.settings;
+  };
+}

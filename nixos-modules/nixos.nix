@@ -1,0 +1,25 @@
+# NixOS module, exported as `nixosModules.default`:
+#
+#   programs.sandbox = { enable = true; settings.network.block = true; };
+#
+# installs the CLI system-wide (its bash/zsh/fish completions and manual page come with the
+# package and are linked into the system profile) and writes /etc/sandbox/config.yaml, the
+# system configuration file the CLI trusts (DESIGN §2).
+{ self }:
+{ config, lib, pkgs, ... }:
+let
+  cfg = config.programs.sandbox;
+  common = import ./common.nix {
+    inherit self lib pkgs;
+    configPath = "/etc/sandbox/config.yaml";
+  };
+in
+{
+  options.programs.sandbox = common.options;
+
+  config = lib.mkIf cfg.enable {
+    assertions = common.assertions cfg.settings;
+    environment.systemPackages = [ cfg.package ];
+    environment.etc."sandbox/config.yaml".source = common.configFile cfg.settings;
+  };
+}

@@ -1,0 +1,23 @@
+# Every key of the CLI's configuration schema, with a value of the right type. The module
+# checks write it through the NixOS and home-manager modules and read it back.
+{
+  backend = "native";
+  additional_folders = [ "/srv/cache" ];
+  read_folders = [ "/srv/datasets" ];
+  network = {
+    block = true;
+    allow_ports = [ 3000 ];
+    allow_domains = [ "example.com" ];
+  };
+  env = {
+    pass = [ "CARGO_HOME" ];
+    set = { FOO = "bar"; };
+  };
+  timeout = "30m";
+  views = { root = "/var/lib/sandbox-views"; };
+  service = { hook_port = 7465; };
+  backends = {
+    custom = { command = "/usr/local/bin/launcher --flag"; };
+    nono = { path = "/run/current-system/sw/bin/nono"; };
+  };
+}
