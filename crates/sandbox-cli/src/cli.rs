@@ -36,6 +36,19 @@ sandbox run --timeout 5m --env CARGO_HOME -- cargo build"
     Run(RunArgs),
     /// Start an interactive login shell inside the sandbox, on a fresh pseudo-terminal.
     Shell(ShellArgs),
+    /// Remember the backend for this task worktree (or show the current choice).
+    #[command(
+        name = "use",
+        after_help = "The choice is stored in your state directory ($XDG_STATE_HOME/sandbox), \
+never in the worktree. Every later `run`, `shell` and hook for this worktree uses it until \
+changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  sandbox use --clear"
+    )]
+    Use(UseArgs),
+    /// Show the resolved policy and its compiled form for a backend (the dry run).
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+    /// Report, for each backend, whether it is available here and what it enforces.
+    Doctor(DoctorArgs),
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
     #[command(subcommand)]
     View(crate::commands::view::ViewCommand),
@@ -55,10 +68,37 @@ pub struct SandboxArgs {
     #[arg(short = 'C', long = "workdir", value_name = "DIR")]
     pub workdir: Option<PathBuf>,
 
-    /// The isolation backend: host (none, explicit opt-out).
-    /// Default: what `sandbox use` chose for this worktree, else `backend` in the config.
+    /// The isolation backend: native (Landlock+seccomp on Linux, Seatbelt on macOS; also
+    /// `landlock`/`seatbelt`), host (none: explicit opt-out). Default: what `sandbox use`
+    /// chose for this worktree, else `backend` in the config, else native.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
+
+    /// Grant read access to PATH (repeatable). Must exist.
+    #[arg(long = "allow-read", value_name = "PATH")]
+    pub allow_read: Vec<PathBuf>,
+
+    /// Grant read-write access to PATH (repeatable). Must exist.
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+
+    /// Deny outbound network: TCP only to --allow-port ports (and the hook port); no UDP,
+    /// raw or packet sockets, no io_uring.
+    #[arg(long)]
+    pub block_net: bool,
+
+    /// Keep this TCP port reachable under --block-net (repeatable; 1-65535).
+    #[arg(long = "allow-port", value_name = "PORT")]
+    pub allow_port: Vec<u32>,
+
+    /// Accept that git hooks and config cannot be protected (a main worktree, where .git is
+    /// inside the writable tree). Prefer a linked worktree: `git worktree add`.
+    #[arg(long)]
+    pub unprotected_git: bool,
+
+    /// Run even if this kernel cannot enforce part of the policy (printed as a warning).
+    #[arg(long)]
+    pub allow_degraded: bool,
 
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
@@ -97,6 +137,52 @@ pub struct ShellArgs {
     /// The shell to start (default: $SHELL, else /bin/sh). Run as a login shell (`-l`).
     #[arg(long, value_name = "PATH")]
     pub shell: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct UseArgs {
+    /// The backend to remember for this worktree; omit to show the current choice.
+    pub backend: Option<String>,
+
+    /// The task worktree. Default: the current directory.
+    #[arg(short = 'C', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+
+    /// Forget the choice for this worktree.
+    #[arg(long, conflicts_with = "backend")]
+    pub clear: bool,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Print the policy for a run with these options, and what the backend compiles it to
+    /// (Landlock rules and ports, the seccomp program, the SBPL profile). Nothing is run.
+    Show(PolicyShowArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyShowArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// The worktree to check git protection for. Default: the current directory.
+    #[arg(short = 'C', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<PathBuf>,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

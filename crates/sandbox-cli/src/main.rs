@@ -7,6 +7,9 @@ mod config;
 mod context;
 mod exit;
 mod paths;
+mod session;
+mod state;
+mod tools;
 
 use clap::{CommandFactory, Parser};
 
@@ -26,7 +29,10 @@ fn init_logging() {
 fn main() {
     let cli = Cli::parse();
     init_logging();
-    let runs_something = matches!(cli.command, Command::Run(_) | Command::Shell(_));
+    let runs_something = matches!(
+        cli.command,
+        Command::Run(_) | Command::Shell(_) | Command::Policy(_)
+    );
     let result = dispatch(cli);
     let code = match result {
         Ok(code) => code,
@@ -56,6 +62,18 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Shell(args) => {
             let ctx = Context::load()?;
             commands::run::shell(args, &ctx)
+        }
+        Command::Use(args) => {
+            let ctx = Context::load()?;
+            commands::use_backend::run(args, &ctx)
+        }
+        Command::Policy(crate::cli::PolicyCommand::Show(args)) => {
+            let ctx = Context::load()?;
+            commands::policy::run(args, &ctx)
+        }
+        Command::Doctor(args) => {
+            let ctx = Context::load()?;
+            commands::doctor::run(args, &ctx)
         }
         Command::View(cmd) => {
             let ctx = Context::load()?;

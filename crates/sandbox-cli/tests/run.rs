@@ -526,7 +526,15 @@ fn killing_the_cli_hard_takes_the_command_with_it() {
     let env = Env::new();
     let mut child = env
         .cmd()
-        .args(["run", "--backend", "host", "--", "sh", "-c", "echo $$; exec sleep 100"])
+        .args([
+            "run",
+            "--backend",
+            "host",
+            "--",
+            "sh",
+            "-c",
+            "echo $$; exec sleep 100",
+        ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
@@ -539,5 +547,8 @@ fn killing_the_cli_hard_takes_the_command_with_it() {
     // SIGKILL cannot be relayed or handled: the kernel's parent-death signal does the work.
     child.kill().unwrap();
     child.wait().unwrap();
-    assert!(wait_dead(pid, Duration::from_secs(5)), "command {pid} outlived its CLI");
+    assert!(
+        wait_dead(pid, Duration::from_secs(5)),
+        "command {pid} outlived its CLI"
+    );
 }

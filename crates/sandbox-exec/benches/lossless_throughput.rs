@@ -16,7 +16,12 @@ const BYTES: u64 = 1 << 30;
 const ROUNDS: usize = 3;
 
 fn producer() -> Vec<String> {
-    vec!["head".into(), "-c".into(), BYTES.to_string(), "/dev/zero".into()]
+    vec![
+        "head".into(),
+        "-c".into(),
+        BYTES.to_string(),
+        "/dev/zero".into(),
+    ]
 }
 
 fn peak_rss_kib() -> u64 {

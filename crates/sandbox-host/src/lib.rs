@@ -1,1 +1,20 @@
-//! placeholder
+//! Enforcing a [`Policy`](sandbox_policy::Policy) on the host.
+//!
+//! * [`linux`]: the native backend on Linux — Landlock + seccomp, prepared in the parent and
+//!   applied between fork and exec ([`sandbox_exec::ChildSetup`]).
+//! * [`seatbelt`]: the native backend on macOS — the SBPL profile run through
+//!   `/usr/bin/sandbox-exec`.
+//! * [`backend`]: choosing and preparing a backend for a command.
+//! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`.
+
+pub mod backend;
+pub mod error;
+pub mod gitguard;
+#[cfg(target_os = "linux")]
+pub mod linux;
+pub mod report;
+pub mod seatbelt;
+
+pub use backend::{BackendKind, Prepared};
+pub use error::HostError;
+pub use report::Enforcement;

@@ -1,7 +1,17 @@
 //! The policy model of `sandbox`: one plain-data [`Policy`], built from flags and trusted
-//! configuration, and pure compilers from it to each backend's own form. Nothing here
-//! applies anything; the `sandbox-host`, `sandbox-lima` and `sandbox-box` crates do.
+//! configuration ([`build()`]), and pure compilers from it to each backend's own form
+//! ([`compile`]). Nothing here applies anything; `sandbox-host` and the VM crates do.
 
+pub mod build;
+pub mod compile;
 pub mod env;
+pub mod error;
+pub mod git;
+pub mod model;
 
+pub use build::{build, PolicyRequest};
 pub use env::EnvPolicy;
+pub use error::PolicyError;
+pub use model::{
+    FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,
+};

@@ -3,6 +3,8 @@
 //! machine's real configuration.
 #![allow(dead_code)]
 
+pub mod escape;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

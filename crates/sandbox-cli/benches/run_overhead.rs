@@ -1,0 +1,214 @@
+//! What does a boundary cost per command? `/bin/true` run directly, through `sandbox run` on
+//! each backend, through `bwrap` with an equivalent policy, and through the `nono` CLI — all in
+//! one run, interleaved round by round so machine noise hits every variant alike.
+//!
+//!     cargo bench -p sandbox-cli --bench run_overhead
+//!
+//! Prints median / p90 per invocation, the ratio to the direct run and the time added.
+//! A variant whose tool is missing is reported as "skipped: <reason>".
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUNDS: usize = 20;
+const PER_ROUND: usize = 10;
+
+struct Variant {
+    name: String,
+    argv: Vec<String>,
+    samples: Vec<Duration>,
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "b")
+        .env("GIT_AUTHOR_EMAIL", "b@b")
+        .env("GIT_COMMITTER_NAME", "b")
+        .env("GIT_COMMITTER_EMAIL", "b@b")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let main_repo = dir.path().join("repo");
+    std::fs::create_dir_all(&main_repo).unwrap();
+    git(&main_repo, &["init", "-q"]);
+    git(&main_repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    let task = dir.path().join("task");
+    git(
+        &main_repo,
+        &["worktree", "add", "-q", task.to_str().unwrap(), "-b", "t"],
+    );
+    let task = std::fs::canonicalize(task).unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+
+    let sandbox = env!("CARGO_BIN_EXE_sandbox").to_string();
+    let t = task.to_str().unwrap().to_string();
+    let mut variants = vec![
+        Variant {
+            name: "direct /bin/true".into(),
+            argv: vec!["/bin/true".into()],
+            samples: vec![],
+        },
+        Variant {
+            name: "sandbox run (host)".into(),
+            argv: vec![
+                sandbox.clone(),
+                "run".into(),
+                "--backend".into(),
+                "host".into(),
+                "--".into(),
+                "/bin/true".into(),
+            ],
+            samples: vec![],
+        },
+        Variant {
+            name: "sandbox run (native)".into(),
+            argv: vec![
+                sandbox.clone(),
+                "run".into(),
+                "--".into(),
+                "/bin/true".into(),
+            ],
+            samples: vec![],
+        },
+    ];
+    let mut skipped = Vec::new();
+    match which("bwrap") {
+        Some(bwrap) => {
+            // The same shape of policy: system directories read-only, the worktree and its git
+            // data writable, a private /tmp, a new session, die with the parent.
+            let mut argv = vec![
+                bwrap.to_string_lossy().into_owned(),
+                "--tmpfs".into(),
+                "/tmp".into(),
+            ];
+            for sys in ["/usr", "/etc", "/bin", "/lib", "/lib64", "/sbin"] {
+                if Path::new(sys).exists() {
+                    argv.extend(["--ro-bind".into(), sys.into(), sys.into()]);
+                }
+            }
+            let common = main_repo.join(".git");
+            argv.extend([
+                "--ro-bind".into(),
+                common.to_string_lossy().into_owned(),
+                common.to_string_lossy().into_owned(),
+                "--bind".into(),
+                t.clone(),
+                t.clone(),
+                "--dev".into(),
+                "/dev".into(),
+                "--proc".into(),
+                "/proc".into(),
+                "--new-session".into(),
+                "--die-with-parent".into(),
+                "--chdir".into(),
+                t.clone(),
+                "/bin/true".into(),
+            ]);
+            variants.push(Variant {
+                name: "bwrap (equivalent)".into(),
+                argv,
+                samples: vec![],
+            });
+        }
+        None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
+    }
+    match which("nono") {
+        Some(nono) => variants.push(Variant {
+            name: "nono wrap".into(),
+            argv: vec![
+                nono.to_string_lossy().into_owned(),
+                "wrap".into(),
+                "-s".into(),
+                "--allow".into(),
+                t.clone(),
+                "--".into(),
+                "/bin/true".into(),
+            ],
+            samples: vec![],
+        }),
+        None => skipped
+            .push("nono: not installed (cargo install nono-cli --no-default-features)".to_string()),
+    }
+
+    let run_once = |argv: &[String]| -> Duration {
+        let start = Instant::now();
+        let status = Command::new(&argv[0])
+            .args(&argv[1..])
+            .current_dir(&task)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_STATE_HOME", home.join(".state"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let elapsed = start.elapsed();
+        assert!(status.success(), "{argv:?} failed: {status}");
+        elapsed
+    };
+    // Warm-up: page cache, dynamic linker caches.
+    for v in &variants {
+        for _ in 0..5 {
+            run_once(&v.argv);
+        }
+    }
+    for _ in 0..ROUNDS {
+        for v in variants.iter_mut() {
+            for _ in 0..PER_ROUND {
+                let d = run_once(&v.argv);
+                v.samples.push(d);
+            }
+        }
+    }
+    let mut medians = Vec::new();
+    for v in variants.iter_mut() {
+        v.samples.sort();
+        medians.push(percentile(&v.samples, 0.5));
+    }
+    let base = medians[0];
+    println!(
+        "run overhead: {} invocations per variant ({ROUNDS} interleaved rounds of {PER_ROUND})",
+        ROUNDS * PER_ROUND
+    );
+    println!(
+        "{:<24} {:>10} {:>10} {:>9} {:>12}",
+        "variant", "median", "p90", "ratio", "added"
+    );
+    for (v, median) in variants.iter().zip(&medians) {
+        println!(
+            "{:<24} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms",
+            v.name,
+            median.as_secs_f64() * 1e3,
+            percentile(&v.samples, 0.9).as_secs_f64() * 1e3,
+            median.as_secs_f64() / base.as_secs_f64(),
+            (median.as_secs_f64() - base.as_secs_f64()) * 1e3
+        );
+    }
+    for s in skipped {
+        println!("skipped: {s}");
+    }
+}

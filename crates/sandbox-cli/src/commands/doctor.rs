@@ -1,0 +1,159 @@
+//! `sandbox doctor`: what each backend can do on this machine, and why not where not.
+
+use sandbox_host::backend::{self, BackendKind};
+use sandbox_policy::PolicyRequest;
+use serde_json::json;
+
+use crate::cli::DoctorArgs;
+use crate::context::Context;
+use crate::tools;
+
+pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
+    // A representative policy: a scratch workspace with the network blocked, so the report
+    // covers filesystem, TCP and scoping rules.
+    let scratch = tempfile::tempdir()?;
+    let sample = sandbox_policy::build(PolicyRequest {
+        workdir: scratch.path().to_path_buf(),
+        block_net: true,
+        hook_port: ctx.config().service.hook_port,
+        ..PolicyRequest::default()
+    })?;
+
+    let mut backends = Vec::new();
+    for &kind in BackendKind::ALL {
+        let entry = match backend::enforcement(kind, &sample) {
+            Ok(e) => json!({
+                "name": kind.as_str(),
+                "available": e.gaps.is_empty() || kind == BackendKind::Host,
+                "degraded": !e.gaps.is_empty(),
+                "enforcement": e,
+            }),
+            Err(e) => json!({
+                "name": kind.as_str(),
+                "available": false,
+                "reason": e.to_string(),
+            }),
+        };
+        backends.push(entry);
+    }
+
+    let nono_cfg = ctx.config().backends.nono.path.clone();
+    let tools: Vec<tools::ToolPath> = tools::ALL
+        .iter()
+        .map(|t| {
+            let configured = if t.name == "nono" {
+                nono_cfg.as_deref()
+            } else {
+                None
+            };
+            t.resolve_with_version(configured)
+        })
+        .collect();
+
+    let dir = crate::session::workdir(args.workdir.as_deref())?;
+    let worktree = match sandbox_policy::git::discover(&dir) {
+        Ok(None) => json!({"path": dir, "git": "none", "protected": true}),
+        Ok(Some(found)) => {
+            let problem = found.layout.landlock_protection_problem(&found.root);
+            json!({
+                "path": found.root,
+                "git": if found.layout.is_linked { "linked" } else { "main" },
+                "common_dir": found.layout.common_dir,
+                "protected": problem.is_none(),
+                "problem": problem,
+            })
+        }
+        Err(e) => json!({"path": dir, "git": "error", "problem": e.to_string()}),
+    };
+
+    let report = json!({
+        "backends": backends,
+        "tools": tools,
+        "worktree": worktree,
+        "config": ctx.loaded.sources,
+    });
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(0);
+    }
+    for b in &backends {
+        let name = b["name"].as_str().unwrap_or("?");
+        if b["available"].as_bool() == Some(true) {
+            let e = &b["enforcement"];
+            let abi = e["landlock_abi"]
+                .as_i64()
+                .map(|a| format!(", Landlock ABI {a}"))
+                .unwrap_or_default();
+            println!(
+                "{name:<8} available ({}{abi})",
+                e["mechanism"].as_str().unwrap_or("")
+            );
+            for item in e["enforced"].as_array().into_iter().flatten() {
+                println!("         - {}", item.as_str().unwrap_or(""));
+            }
+            for note in e["notes"].as_array().into_iter().flatten() {
+                println!("         note: {}", note.as_str().unwrap_or(""));
+            }
+        } else if b["degraded"].as_bool() == Some(true) {
+            println!("{name:<8} DEGRADED: runs fail closed unless --allow-degraded");
+            for gap in b["enforcement"]["gaps"].as_array().into_iter().flatten() {
+                println!("         ! not enforced: {}", gap.as_str().unwrap_or(""));
+            }
+        } else {
+            println!(
+                "{name:<8} not available: {}",
+                b["reason"].as_str().unwrap_or("unknown")
+            );
+        }
+        if name == "native" {
+            if let Some(rights) = b["enforcement"]["fs_rights_enforced"].as_array() {
+                let rights: Vec<&str> = rights.iter().filter_map(|r| r.as_str()).collect();
+                println!("         filesystem rights: {}", rights.join(" "));
+            }
+        }
+    }
+    println!("\ntools:");
+    for t in &tools {
+        match &t.path {
+            Some(p) => println!(
+                "  {:<11} {} ({:?}{})",
+                t.name,
+                p.display(),
+                t.source,
+                t.version
+                    .as_ref()
+                    .map(|v| format!(", {v}"))
+                    .unwrap_or_default()
+            ),
+            None => println!(
+                "  {:<11} not found (set {} or install it)",
+                t.name, t.variable
+            ),
+        }
+    }
+    println!("\nworktree {}:", worktree["path"].as_str().unwrap_or("?"));
+    match worktree["git"].as_str() {
+        Some("none") => println!("  not a git repository"),
+        Some(kind) => {
+            if worktree["protected"].as_bool() == Some(true) {
+                println!("  {kind} worktree: git hooks and config are read-only in the sandbox");
+            } else {
+                println!(
+                    "  {kind} worktree: NOT protectable by Landlock: {}",
+                    worktree["problem"].as_str().unwrap_or("")
+                );
+            }
+        }
+        None => {}
+    }
+    if !ctx.loaded.sources.is_empty() {
+        let files: Vec<String> = ctx
+            .loaded
+            .sources
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        println!("\nconfiguration: {}", files.join(", "));
+    }
+    Ok(0)
+}

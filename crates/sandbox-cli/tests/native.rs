@@ -1,0 +1,353 @@
+//! The native backend's commands through the real binary: the default backend, `use`,
+//! `policy show`, `doctor`, refusals of bad input and of unprotectable git layouts.
+
+mod common;
+
+use std::process::Stdio;
+
+use common::escape::{git, Fixture};
+use common::text;
+
+fn sandbox(f: &Fixture, args: &[&str]) -> std::process::Output {
+    f.env
+        .cmd()
+        .current_dir(&f.task)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn native_is_the_default_and_processes_know_their_boundary() {
+    let f = Fixture::new();
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $SANDBOX_BACKEND $SANDBOX_TASK",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(stdout(&out).trim(), "native task");
+}
+
+#[test]
+fn use_remembers_the_backend_outside_the_worktree() {
+    let f = Fixture::new();
+    let before = git_status(&f);
+    let out = sandbox(&f, &["use", "host"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let run = sandbox(&f, &["run", "--", "sh", "-c", "echo $SANDBOX_BACKEND"]);
+    assert_eq!(stdout(&run).trim(), "host");
+    // From a subdirectory too: the choice belongs to the worktree.
+    std::fs::create_dir_all(f.task.join("sub")).unwrap();
+    let run = f
+        .env
+        .cmd()
+        .current_dir(f.task.join("sub"))
+        .args(["run", "--", "sh", "-c", "echo $SANDBOX_BACKEND"])
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&run).trim(), "host");
+    // --backend still wins for one run.
+    let run = sandbox(
+        &f,
+        &[
+            "run",
+            "--backend",
+            "native",
+            "--",
+            "sh",
+            "-c",
+            "echo $SANDBOX_BACKEND",
+        ],
+    );
+    assert_eq!(stdout(&run).trim(), "native");
+    // Stored in the state directory, nothing in the worktree.
+    let state = f.env.home().join(".local/state/sandbox/backends.json");
+    assert!(std::fs::read_to_string(&state).unwrap().contains("host"));
+    assert_eq!(
+        git_status(&f),
+        before,
+        "sandbox use wrote into the worktree"
+    );
+    let show = sandbox(&f, &["use", "--json"]);
+    assert!(stdout(&show).contains("\"host\""), "{}", text(&show));
+    sandbox(&f, &["use", "--clear"]);
+    let run = sandbox(&f, &["run", "--", "sh", "-c", "echo $SANDBOX_BACKEND"]);
+    assert_eq!(stdout(&run).trim(), "native");
+    let bad = sandbox(&f, &["use", "vmware"]);
+    assert_ne!(bad.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("unknown backend"));
+}
+
+fn git_status(f: &Fixture) -> String {
+    let out = std::process::Command::new("git")
+        .args(["status", "--porcelain", "--ignored"])
+        .current_dir(&f.task)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn policy_show_is_the_dry_run() {
+    let f = Fixture::new();
+    let marker = f.task.join("ran");
+    let out = sandbox(
+        &f,
+        &[
+            "policy",
+            "show",
+            "--json",
+            "--block-net",
+            "--allow-port",
+            "3000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!marker.exists());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["backend"], "native");
+    let rules = v["compiled"]["landlock"]["paths"].as_array().unwrap();
+    let mode_of = |p: &std::path::Path| {
+        rules
+            .iter()
+            .filter(|r| r["path"] == p.to_str().unwrap())
+            .map(|r| r["access"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(mode_of(&f.task), vec!["read-write"]);
+    assert_eq!(mode_of(&f.common), vec!["read-exec"]);
+    assert_eq!(mode_of(&f.common.join("objects")), vec!["read-write"]);
+    assert_eq!(
+        mode_of(&f.common.join("worktrees/task")),
+        vec!["read-write"]
+    );
+    assert!(mode_of(&f.common.join("hooks")).is_empty());
+    assert!(mode_of(&f.home).is_empty(), "HOME must not be granted");
+    assert_eq!(
+        v["compiled"]["landlock"]["tcp"]["connect"],
+        serde_json::json!([3000])
+    );
+    let seccomp: Vec<&str> = v["compiled"]["seccomp"]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["syscall"].as_str().unwrap())
+        .collect();
+    assert!(seccomp.contains(&"socket") && seccomp.contains(&"io_uring_setup"));
+    let sbpl = v["compiled"]["seatbelt"].as_str().unwrap();
+    assert!(sbpl.contains(&format!(
+        "(subpath \"{}\")",
+        f.common.join("hooks").display()
+    )));
+    assert!(sbpl.contains("(deny file-write*"));
+    let env_names = v["env_names"].as_array().unwrap();
+    assert!(
+        env_names.contains(&"SANDBOX_BACKEND".into()),
+        "{env_names:?}"
+    );
+    // Human form names the grants and what this kernel enforces.
+    let human = sandbox(&f, &["policy", "show"]);
+    let h = stdout(&human);
+    assert!(
+        h.contains("linked worktree") && h.contains("Landlock ABI"),
+        "{h}"
+    );
+}
+
+#[test]
+fn doctor_reports_what_is_enforced_and_the_tools() {
+    let f = Fixture::new();
+    let out = sandbox(&f, &["doctor", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let native = v["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "native")
+        .unwrap();
+    let abi = std::fs::read_to_string("/sys/kernel/security/landlock/abi_version").ok();
+    assert!(
+        native["enforcement"]["landlock_abi"].as_i64().is_some(),
+        "{native}"
+    );
+    if let Some(abi) = abi {
+        assert_eq!(
+            native["enforcement"]["landlock_abi"].as_i64(),
+            abi.trim().parse().ok()
+        );
+    }
+    assert!(v["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["source"].is_string()));
+    assert_eq!(v["worktree"]["git"], "linked");
+    assert_eq!(v["worktree"]["protected"], true);
+    let human = sandbox(&f, &["doctor"]);
+    assert!(
+        stdout(&human).contains("ports, not addresses"),
+        "{}",
+        text(&human)
+    );
+}
+
+#[test]
+fn a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
+    let f = Fixture::new();
+    let marker = f.main.join("ran");
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.main)
+        .args(["run", "--", "touch", marker.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("main worktree") && err.contains("worktree add"),
+        "{err}"
+    );
+    assert!(!marker.exists());
+    let doctor = f
+        .env
+        .cmd()
+        .current_dir(&f.main)
+        .args(["doctor"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&doctor).contains("NOT protectable"),
+        "{}",
+        text(&doctor)
+    );
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.main)
+        .args([
+            "run",
+            "--unprotected-git",
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(marker.exists());
+}
+
+#[test]
+fn worktree_config_extension_is_refused() {
+    let f = Fixture::new();
+    git(&f.main, &["config", "extensions.worktreeConfig", "true"]);
+    let out = sandbox(&f, &["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("worktreeConfig"));
+}
+
+#[test]
+fn bad_input_is_refused_before_anything_runs() {
+    let f = Fixture::new();
+    let marker = f.task.join("ran");
+    let touch = marker.to_str().unwrap().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--allow-read", "/no/such/dir"], "does not exist"),
+        (vec!["--allow-write", "relative/dir"], "does not exist"),
+        (vec!["--block-net", "--allow-port", "0"], "not a TCP port"),
+        (
+            vec!["--block-net", "--allow-port", "65536"],
+            "not a TCP port",
+        ),
+        (vec!["--allow-port", "3000"], "--block-net"),
+        (
+            vec!["--backend", "host", "--block-net"],
+            "cannot block the network",
+        ),
+        (vec!["--backend", "seatbelt"], "not this platform"),
+        (vec!["--allow-write", "/"], "hooks and config"),
+    ];
+    for (flags, needle) in cases {
+        let mut args = vec!["run"];
+        args.extend(flags.iter().copied());
+        args.extend(["--", "touch", touch.as_str()]);
+        let out = sandbox(&f, &args);
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(needle),
+            "{flags:?}: expected {needle:?} in {err}"
+        );
+        assert!(!marker.exists(), "{flags:?}: the command ran");
+    }
+}
+
+#[test]
+fn grants_widen_exactly_what_they_name() {
+    let f = Fixture::new();
+    let shared = f.env.path().join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::write(f.outside.join("readme.txt"), "readable\n").unwrap();
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--allow-write",
+            shared.to_str().unwrap(),
+            "--allow-read",
+            f.outside.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo ok > '{}/w.txt' && cat '{}/readme.txt' && echo no > '{}/x.txt'",
+                shared.display(),
+                f.outside.display(),
+                f.outside.display()
+            ),
+        ],
+    );
+    assert!(shared.join("w.txt").exists(), "{}", text(&out));
+    assert!(stdout(&out).contains("readable"));
+    assert!(
+        !f.outside.join("x.txt").exists(),
+        "read grant allowed a write"
+    );
+    assert_ne!(out.status.code(), Some(0));
+
+    // The same grants from the trusted configuration.
+    f.env.write_config(&format!(
+        "additional_folders: ['{}']\nread_folders: ['{}']\n",
+        shared.display(),
+        f.outside.display()
+    ));
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!(
+                "echo c > '{}/c.txt' && cat '{}/readme.txt'",
+                shared.display(),
+                f.outside.display()
+            ),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(shared.join("c.txt").exists());
+}

@@ -1,0 +1,225 @@
+//! The native sandbox as a [`ChildSetup`]: everything is prepared in the parent (the Landlock
+//! ruleset fd, the BPF programs); the child makes three kinds of syscalls and execs.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use sandbox_exec::ChildSetup;
+use sandbox_policy::compile;
+use sandbox_policy::Policy;
+use seccompiler::BpfProgram;
+
+use crate::error::HostError;
+use crate::linux::{abi, landlock, seccomp};
+use crate::report::Enforcement;
+
+/// A prepared native sandbox for one spawn.
+pub struct NativeSandbox {
+    ruleset: Option<OwnedFd>,
+    filters: Vec<BpfProgram>,
+    /// Set when running as root: the highest capability number to drop from the bounding
+    /// set. Root keeps `CAP_SYS_PTRACE`, `CAP_DAC_OVERRIDE` and friends otherwise, and some
+    /// kernel checks (reading another root process's `/proc/<pid>/environ`) then succeed even
+    /// inside a Landlock domain.
+    drop_caps_up_to: Option<u32>,
+    enforcement: Enforcement,
+}
+
+impl std::fmt::Debug for NativeSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeSandbox")
+            .field("ruleset", &self.ruleset)
+            .field("filters", &self.filters.len())
+            .finish()
+    }
+}
+
+/// What the native backend would enforce for `policy` on this kernel, without preparing it.
+pub fn enforcement(policy: &Policy) -> Result<Enforcement, HostError> {
+    let plan = compile::landlock::compile(policy)?;
+    let mut e = landlock::enforcement(&plan, abi::landlock_abi());
+    e.enforced.push(format!(
+        "seccomp: {}",
+        describe_seccomp(&compile::seccomp::compile(policy))
+    ));
+    Ok(e)
+}
+
+fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
+    let mut reasons: Vec<&str> = Vec::new();
+    for rule in &plan.rules {
+        if !reasons.contains(&rule.why) {
+            reasons.push(rule.why);
+        }
+    }
+    reasons.join("; ")
+}
+
+impl NativeSandbox {
+    /// Compiles and builds everything for one run. Fails closed when the kernel cannot
+    /// enforce part of the policy, unless `allow_degraded`.
+    pub fn prepare(policy: &Policy, allow_degraded: bool) -> Result<Self, HostError> {
+        let plan = compile::landlock::compile(policy)?;
+        let enforcement = enforcement(policy)?;
+        if !enforcement.gaps.is_empty() {
+            if !allow_degraded {
+                return Err(HostError::Degraded {
+                    backend: "native",
+                    gaps: enforcement.gaps.clone(),
+                });
+            }
+            tracing::warn!(gaps = ?enforcement.gaps, "running with a degraded sandbox");
+        }
+        let ruleset = landlock::build(&plan)?;
+        if ruleset.is_none() && !allow_degraded {
+            return Err(HostError::Degraded {
+                backend: "native",
+                gaps: vec!["filesystem limits (Landlock is not available)".into()],
+            });
+        }
+        let filters = seccomp::compile(&compile::seccomp::compile(policy))?;
+        let drop_caps_up_to = nix::unistd::geteuid().is_root().then(last_capability);
+        let mut enforcement = enforcement;
+        if drop_caps_up_to.is_some() {
+            enforcement.enforced.push(
+                "running as root: every capability is dropped, and exec cannot regain them".into(),
+            );
+        }
+        Ok(NativeSandbox {
+            ruleset,
+            filters,
+            drop_caps_up_to,
+            enforcement,
+        })
+    }
+
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
+    }
+}
+
+/// The highest capability this kernel knows (`/proc/sys/kernel/cap_last_cap`).
+fn last_capability() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+/// SECBIT_NOROOT | _LOCKED, SECBIT_NO_SETUID_FIXUP | _LOCKED, SECBIT_KEEP_CAPS_LOCKED,
+/// SECBIT_NO_CAP_AMBIENT_RAISE | _LOCKED: uid 0 gets no capabilities at exec, ever.
+const SECURE_BITS: libc::c_ulong = 0b1110_1111;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+/// Drops every capability for good. Async-signal safe: prctl(2) and capset(2) on stack data.
+fn drop_capabilities(last: u32) -> Result<(), Errno> {
+    for cap in 0..=last {
+        // SAFETY: PR_CAPBSET_DROP takes an integer; EINVAL for a cap this kernel lacks.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0
+            && Errno::last() != Errno::EINVAL
+        {
+            return Err(Errno::last());
+        }
+    }
+    // SAFETY: integers only.
+    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECURE_BITS, 0, 0, 0) } != 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: integers only.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset(2) reads a header and two data words from our stack.
+    if unsafe {
+        libc::syscall(
+            libc::SYS_capset,
+            &mut header as *mut CapHeader,
+            data.as_ptr(),
+        )
+    } != 0
+    {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// `struct landlock_restrict_self` takes no flags we need.
+const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
+
+impl ChildSetup for NativeSandbox {
+    fn apply_in_child(&self) -> Result<(), Errno> {
+        if let Some(last) = self.drop_caps_up_to {
+            drop_capabilities(last)?;
+        }
+        // The child of fork() has exactly one thread, so restricting "self" covers every
+        // thread the command will ever have: they all descend from this one.
+        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integers only. Required by both Landlock
+        // and seccomp for an unprivileged caller, and it keeps setuid binaries from
+        // regaining privileges inside the sandbox.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(Errno::last());
+        }
+        if let Some(fd) = &self.ruleset {
+            // SAFETY: landlock_restrict_self(fd, flags) reads no memory of ours; the fd was
+            // created in the parent and is open in this child (it is closed only at exec,
+            // where Landlock no longer needs it: the domain is attached to the process).
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_restrict_self,
+                    fd.as_raw_fd(),
+                    RESTRICT_SELF_FLAGS,
+                )
+            };
+            if rc != 0 {
+                return Err(Errno::last());
+            }
+        }
+        for filter in &self.filters {
+            // apply_filter builds a sock_fprog on the stack and calls seccomp(2); it does
+            // not allocate on success, and on failure only wraps the errno.
+            if seccompiler::apply_filter(filter).is_err() {
+                let errno = Errno::last();
+                return Err(if errno == Errno::UnknownErrno {
+                    Errno::EINVAL
+                } else {
+                    errno
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "landlock+seccomp"
+    }
+}

@@ -1,0 +1,298 @@
+//! Building a [`Policy`] from what the user asked for: flags plus trusted configuration,
+//! resolved against the real filesystem and the discovered git layout.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::env::EnvPolicy;
+use crate::error::PolicyError;
+use crate::git;
+use crate::model::{FsPolicy, Grant, GrantReason, Limits, NetPolicy, Policy, Workspace};
+
+/// System directories programs need, read-only. Only those that exist are granted.
+pub const LINUX_SYSTEM_READ: &[&str] = &[
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc",
+    "/opt",
+    "/nix/store",
+    "/run/current-system",
+    "/proc",
+    "/sys",
+];
+
+/// Devices opened read-write.
+pub const LINUX_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// What the user asked for, before resolution.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyRequest {
+    /// The task's worktree (or a directory inside it).
+    pub workdir: PathBuf,
+    /// Where commands start; defaults to `workdir`.
+    pub cwd: Option<PathBuf>,
+    /// Read-only grants with where they came from.
+    pub allow_read: Vec<(PathBuf, GrantReason)>,
+    /// Read-write grants.
+    pub allow_write: Vec<(PathBuf, GrantReason)>,
+    pub block_net: bool,
+    pub allow_ports: Vec<u32>,
+    pub hook_port: Option<u16>,
+    pub allow_domains: Vec<String>,
+    pub env: EnvPolicy,
+    pub timeout: Option<Duration>,
+    pub unprotected_git: bool,
+    /// The private temp dir for this run (created by the caller).
+    pub tmpdir: Option<PathBuf>,
+    /// Override of the system read list (tests, other platforms).
+    pub system_read: Option<Vec<PathBuf>>,
+    /// Override of the device list.
+    pub devices: Option<Vec<PathBuf>>,
+}
+
+fn canonical_grant(path: &Path, flag: &'static str) -> Result<PathBuf, PolicyError> {
+    if !path.is_absolute() {
+        return Err(PolicyError::Path {
+            path: path.to_path_buf(),
+            cause: format!("{flag} needs an absolute path"),
+        });
+    }
+    match std::fs::canonicalize(path) {
+        Ok(p) => Ok(p),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(PolicyError::MissingGrant {
+            flag,
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(PolicyError::Path {
+            path: path.to_path_buf(),
+            cause: e.to_string(),
+        }),
+    }
+}
+
+fn existing(paths: &[&str]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .collect()
+}
+
+/// Resolves a request into a policy. Reads the filesystem (canonicalisation, git discovery)
+/// but changes nothing.
+pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
+    let workdir = std::fs::canonicalize(&req.workdir).map_err(|e| PolicyError::Path {
+        path: req.workdir.clone(),
+        cause: format!("workdir unusable: {e}"),
+    })?;
+    if !workdir.is_dir() {
+        return Err(PolicyError::Path {
+            path: workdir,
+            cause: "workdir is not a directory".into(),
+        });
+    }
+    let discovered = git::discover(&workdir)?;
+    let (root, layout, identity) = match discovered {
+        Some(d) => (d.root, Some(d.layout), d.identity),
+        None => (workdir.clone(), None, None),
+    };
+    if root == Path::new("/") {
+        return Err(PolicyError::Path {
+            path: root,
+            cause: "refusing to make / the writable workspace".into(),
+        });
+    }
+    let cwd = match &req.cwd {
+        Some(c) => std::fs::canonicalize(c).map_err(|e| PolicyError::Path {
+            path: c.clone(),
+            cause: e.to_string(),
+        })?,
+        None => workdir.clone(),
+    };
+
+    // Ports.
+    let mut ports = Vec::new();
+    for &port in &req.allow_ports {
+        if port == 0 || port > u16::MAX as u32 {
+            return Err(PolicyError::Port {
+                port,
+                cause: "is not a TCP port (1-65535)",
+            });
+        }
+        ports.push(port as u16);
+    }
+    if !req.block_net && !ports.is_empty() {
+        return Err(PolicyError::Conflict(
+            "--allow-port only makes sense with --block-net (the network is open by default)"
+                .into(),
+        ));
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    for domain in &req.allow_domains {
+        let valid = !domain.is_empty()
+            && domain.len() <= 253
+            && domain
+                .split('.')
+                .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+            || domain.starts_with("*.") && domain.len() > 2;
+        if !valid {
+            return Err(PolicyError::Conflict(format!(
+                "--allow-domain {domain:?} is not a host name"
+            )));
+        }
+    }
+
+    let mut fs = FsPolicy {
+        system_read: req
+            .system_read
+            .clone()
+            .unwrap_or_else(|| existing(LINUX_SYSTEM_READ)),
+        devices: req
+            .devices
+            .clone()
+            .unwrap_or_else(|| existing(LINUX_DEVICES)),
+        ..FsPolicy::default()
+    };
+    fs.write.push(Grant {
+        path: root.clone(),
+        reason: GrantReason::Worktree,
+    });
+    if let Some(layout) = &layout {
+        if layout.is_linked {
+            fs.read.push(Grant {
+                path: layout.common_dir.clone(),
+                reason: GrantReason::GitReadOnly,
+            });
+            for dir in layout.writable_dirs() {
+                if dir.exists() {
+                    fs.write.push(Grant {
+                        path: dir,
+                        reason: GrantReason::GitData,
+                    });
+                }
+            }
+        }
+    }
+    if let Some(tmp) = &req.tmpdir {
+        let tmp = canonical_grant(tmp, "tmpdir")?;
+        fs.write.push(Grant {
+            path: tmp.clone(),
+            reason: GrantReason::Tmpdir,
+        });
+        fs.tmpdir = Some(tmp);
+    }
+    for (path, reason) in &req.allow_write {
+        let path = canonical_grant(path, "--allow-write")?;
+        fs.write.push(Grant {
+            path,
+            reason: *reason,
+        });
+    }
+    for (path, reason) in &req.allow_read {
+        let path = canonical_grant(path, "--allow-read")?;
+        fs.read.push(Grant {
+            path,
+            reason: *reason,
+        });
+    }
+    dedup_grants(&mut fs.write);
+    dedup_grants(&mut fs.read);
+
+    let mut env = req.env.clone();
+    if let Some(tmp) = &fs.tmpdir {
+        env.set_var("TMPDIR", tmp.to_string_lossy());
+    }
+    if let Some((name, email)) = identity {
+        for (var, value) in [
+            ("GIT_AUTHOR_NAME", &name),
+            ("GIT_COMMITTER_NAME", &name),
+            ("GIT_AUTHOR_EMAIL", &email),
+            ("GIT_COMMITTER_EMAIL", &email),
+        ] {
+            // An explicit --env wins over what the repository says.
+            if !env.set.iter().any(|(n, _)| n == var) && !env.pass.iter().any(|n| n == var) {
+                env.set_var(var, value.clone());
+            }
+        }
+    }
+
+    let policy = Policy {
+        workspace: Workspace {
+            root,
+            cwd,
+            git: layout,
+        },
+        fs,
+        net: if req.block_net {
+            NetPolicy::Block {
+                allow_tcp_ports: ports,
+            }
+        } else {
+            NetPolicy::Allow
+        },
+        env,
+        limits: Limits {
+            timeout: req.timeout,
+            ..Limits::default()
+        },
+        hook_port: req.hook_port,
+        allow_domains: req.allow_domains.clone(),
+        unprotected_git: req.unprotected_git,
+    };
+    Ok(policy)
+}
+
+fn dedup_grants(grants: &mut Vec<Grant>) {
+    let mut seen = std::collections::HashSet::new();
+    grants.retain(|g| seen.insert(g.path.clone()));
+}
+
+impl Policy {
+    /// Why this policy's git data would be writable from inside under a backend whose
+    /// filesystem rules are allow-only unions (Landlock): the layout itself, or a grant that
+    /// covers hooks or config. `None` when protected or when the user accepted the risk.
+    pub fn git_protection_problem(&self) -> Option<String> {
+        if self.unprotected_git {
+            return None;
+        }
+        let layout = self.workspace.git.as_ref()?;
+        if let Some(problem) = layout.landlock_protection_problem(&self.workspace.root) {
+            return Some(problem);
+        }
+        let protected = [
+            layout.common_dir.join("hooks"),
+            layout.common_dir.join("config"),
+            layout.common_dir.join("info"),
+        ];
+        for grant in &self.fs.write {
+            if grant.reason == GrantReason::GitData {
+                continue;
+            }
+            if protected.iter().any(|p| p.starts_with(&grant.path)) {
+                return Some(format!(
+                    "the writable grant {} contains the repository's git hooks and config ({}); \
+                     an agent could install a hook that runs on the host. Grant a narrower \
+                     path, or pass --unprotected-git to accept the risk.",
+                    grant.path.display(),
+                    layout.common_dir.display()
+                ));
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,208 @@
+//! Git layout discovery (the only I/O in this crate besides path canonicalisation): is the
+//! workdir a linked worktree, a main worktree, or not a repository; where is the common dir;
+//! is `extensions.worktreeConfig` on; which pointer files must not change.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::PolicyError;
+use crate::model::{GitLayout, PointerFile};
+
+/// What discovery found for a working directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Discovered {
+    /// The worktree root (canonical).
+    pub root: PathBuf,
+    pub layout: GitLayout,
+    /// `user.name` and `user.email` as git would use them here, read on the host so that a
+    /// sandbox that cannot read `$HOME/.gitconfig` can still commit as the user.
+    pub identity: Option<(String, String)>,
+}
+
+fn canonical(path: &Path) -> Result<PathBuf, PolicyError> {
+    std::fs::canonicalize(path).map_err(|e| PolicyError::Path {
+        path: path.to_path_buf(),
+        cause: e.to_string(),
+    })
+}
+
+/// Finds the git worktree containing `workdir`, if any. A bare repository or a path inside a
+/// git directory is an error: there is no worktree to confine to, and the git data itself
+/// (hooks, config) would be the writable tree.
+pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
+    let repo = match git2::Repository::discover(workdir) {
+        Ok(repo) => repo,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(PolicyError::Git {
+                path: workdir.to_path_buf(),
+                cause: e.message().to_string(),
+            })
+        }
+    };
+    let Some(root) = repo.workdir() else {
+        return Err(PolicyError::Git {
+            path: workdir.to_path_buf(),
+            cause: "this is a bare repository or a git directory, not a worktree; run in a \
+                    worktree (git worktree add)"
+                .into(),
+        });
+    };
+    let root = canonical(root)?;
+    let gitdir = canonical(repo.path())?;
+    let common_dir = canonical(repo.commondir())?;
+    let workdir_canonical = canonical(workdir)?;
+    if workdir_canonical.starts_with(&gitdir) || workdir_canonical.starts_with(&common_dir) {
+        return Err(PolicyError::Git {
+            path: workdir.to_path_buf(),
+            cause: "the working directory is inside a git directory, not a worktree".into(),
+        });
+    }
+    let is_linked = repo.is_worktree();
+    let worktree_config = git2::Config::open(&common_dir.join("config"))
+        .and_then(|c| c.get_bool("extensions.worktreeConfig"))
+        .unwrap_or(false);
+
+    let mut pointers = Vec::new();
+    if is_linked {
+        // `<root>/.git` says "gitdir: <common>/worktrees/<name>"; `<gitdir>/commondir` and
+        // `<gitdir>/gitdir` lead back. All three live in writable places and all three decide
+        // which config and hooks the *host's* git uses next time.
+        for path in [
+            root.join(".git"),
+            gitdir.join("commondir"),
+            gitdir.join("gitdir"),
+        ] {
+            if let Ok(content) = std::fs::read_to_string(&path) {
+                pointers.push(PointerFile { path, content });
+            }
+        }
+    }
+    let identity = repo
+        .config()
+        .ok()
+        .and_then(|mut c| c.snapshot().ok())
+        .and_then(|c| {
+            Some((
+                c.get_string("user.name").ok()?,
+                c.get_string("user.email").ok()?,
+            ))
+        });
+    Ok(Some(Discovered {
+        root,
+        identity,
+        layout: GitLayout {
+            is_linked,
+            common_dir,
+            worktree_gitdir: gitdir,
+            worktree_config,
+            pointers,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@example.com")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@example.com")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    fn repo_with_linked_worktree() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main");
+        std::fs::create_dir(&main).unwrap();
+        git(&main, &["init", "-q", "-b", "trunk"]);
+        std::fs::write(main.join("a.txt"), "a").unwrap();
+        git(&main, &["add", "."]);
+        git(&main, &["commit", "-qm", "init"]);
+        let task = dir.path().join("task");
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "feature",
+            ],
+        );
+        (dir, main, task)
+    }
+
+    #[test]
+    fn linked_worktree_layout() {
+        let (_d, main, task) = repo_with_linked_worktree();
+        std::fs::create_dir(task.join("sub")).unwrap();
+        let found = discover(&task.join("sub")).unwrap().unwrap();
+        let task = std::fs::canonicalize(&task).unwrap();
+        let common = std::fs::canonicalize(main.join(".git")).unwrap();
+        assert_eq!(found.root, task);
+        assert!(found.layout.is_linked);
+        assert_eq!(found.layout.common_dir, common);
+        assert_eq!(found.layout.worktree_gitdir, common.join("worktrees/task"));
+        assert!(!found.layout.worktree_config);
+        let pointer_paths: Vec<_> = found.layout.pointers.iter().map(|p| &p.path).collect();
+        assert!(pointer_paths.contains(&&task.join(".git")));
+        assert!(found.layout.pointers[0].content.starts_with("gitdir: "));
+        assert!(found.layout.landlock_protection_problem(&task).is_none());
+        assert_eq!(
+            found.layout.writable_dirs(),
+            vec![
+                common.join("objects"),
+                common.join("refs"),
+                common.join("logs"),
+                common.join("worktrees/task")
+            ]
+        );
+    }
+
+    #[test]
+    fn main_worktree_cannot_be_protected_by_landlock() {
+        let (_d, main, _task) = repo_with_linked_worktree();
+        let found = discover(&main).unwrap().unwrap();
+        assert!(!found.layout.is_linked);
+        let problem = found
+            .layout
+            .landlock_protection_problem(&found.root)
+            .unwrap();
+        assert!(problem.contains("main worktree"), "{problem}");
+        assert!(problem.contains("--unprotected-git"), "{problem}");
+        assert!(found.layout.writable_dirs().is_empty());
+    }
+
+    #[test]
+    fn worktree_config_extension_is_detected() {
+        let (_d, main, task) = repo_with_linked_worktree();
+        git(&main, &["config", "extensions.worktreeConfig", "true"]);
+        let found = discover(&task).unwrap().unwrap();
+        assert!(found.layout.worktree_config);
+        let problem = found
+            .layout
+            .landlock_protection_problem(&found.root)
+            .unwrap();
+        assert!(problem.contains("worktreeConfig"), "{problem}");
+    }
+
+    #[test]
+    fn not_a_repository_and_git_dirs() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(discover(dir.path()).unwrap(), None);
+        let (_d, main, _task) = repo_with_linked_worktree();
+        let err = discover(&main.join(".git/hooks")).unwrap_err();
+        assert!(err.to_string().contains("git directory"), "{err}");
+    }
+}

@@ -1,0 +1,229 @@
+//! The policy as plain data (DESIGN §3). Serialisable, comparable, no I/O.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::env::EnvPolicy;
+
+/// Everything a backend needs to know to confine one task's processes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub workspace: Workspace,
+    pub fs: FsPolicy,
+    pub net: NetPolicy,
+    pub env: EnvPolicy,
+    pub limits: Limits,
+    /// Loopback port of the status-hook endpoint: reachable even when the network is blocked.
+    pub hook_port: Option<u16>,
+    /// Domains reachable through a filtering proxy (only backends with one: nono).
+    pub allow_domains: Vec<String>,
+    /// The user accepted that git hooks/config inside the writable tree cannot be protected
+    /// (`--unprotected-git`).
+    pub unprotected_git: bool,
+}
+
+/// The task's worktree and its git layout.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Workspace {
+    /// The worktree root (canonical).
+    pub root: PathBuf,
+    /// Where commands start (canonical; inside `root`).
+    pub cwd: PathBuf,
+    pub git: Option<GitLayout>,
+}
+
+/// How a worktree's git data is laid out, as discovered on the host before the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GitLayout {
+    /// `.git` is a file pointing elsewhere (`git worktree add`) — the layout the kernel can
+    /// protect — or a directory inside the worktree.
+    pub is_linked: bool,
+    /// The repository's common dir (`<main>/.git`), canonical.
+    pub common_dir: PathBuf,
+    /// This worktree's private git dir: `<common>/worktrees/<name>` when linked, else the
+    /// common dir itself.
+    pub worktree_gitdir: PathBuf,
+    /// `extensions.worktreeConfig` is on: `config.worktree` in the (writable) worktree gitdir
+    /// would be read by git, so hooks could be re-pointed from inside.
+    pub worktree_config: bool,
+    /// Pointer files an agent could rewrite to redirect host-side git to a gitdir of its own,
+    /// with the exact bytes they must keep (checked and restored after every run).
+    pub pointers: Vec<PointerFile>,
+}
+
+/// A file whose content must not change during a run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PointerFile {
+    pub path: PathBuf,
+    pub content: String,
+}
+
+impl GitLayout {
+    /// The git directories a commit writes in a linked worktree: objects, refs, logs and this
+    /// worktree's own gitdir. Everything else in the common dir stays read-only.
+    pub fn writable_dirs(&self) -> Vec<PathBuf> {
+        if !self.is_linked {
+            return Vec::new();
+        }
+        let mut dirs: Vec<PathBuf> = ["objects", "refs", "logs"]
+            .iter()
+            .map(|d| self.common_dir.join(d))
+            .collect();
+        dirs.push(self.worktree_gitdir.clone());
+        dirs
+    }
+
+    /// Whether the kernel (Landlock) can keep hooks and config read-only: only when they are
+    /// outside the writable tree and no writable file can re-point them.
+    pub fn landlock_protection_problem(&self, root: &Path) -> Option<String> {
+        if !self.is_linked || self.common_dir.starts_with(root) {
+            return Some(format!(
+                "{} is a main worktree: its git directory {} is inside the writable tree, and \
+                 Landlock cannot make a subdirectory of a writable directory read-only, so an \
+                 agent could write .git/hooks or .git/config and run code the next time you \
+                 use git. Use a linked worktree (`git -C {} worktree add ../<task> -b <branch>`) \
+                 or pass --unprotected-git to accept the risk.",
+                root.display(),
+                self.common_dir.display(),
+                root.display()
+            ));
+        }
+        if self.worktree_config {
+            return Some(format!(
+                "extensions.worktreeConfig is enabled in {}: git would read \
+                 {}/config.worktree, which the sandbox must be able to write, so hooks could \
+                 be re-pointed from inside. Disable it (`git config --unset \
+                 extensions.worktreeConfig`) or pass --unprotected-git to accept the risk.",
+                self.common_dir.join("config").display(),
+                self.worktree_gitdir.display()
+            ));
+        }
+        None
+    }
+}
+
+/// Filesystem grants. Everything not listed is denied.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsPolicy {
+    /// Read (and execute) only.
+    pub read: Vec<Grant>,
+    /// Read, write, create, delete, execute.
+    pub write: Vec<Grant>,
+    /// System directories needed to run programs: read and execute.
+    pub system_read: Vec<PathBuf>,
+    /// Character devices opened read-write (`/dev/null`, `/dev/tty`, …).
+    pub devices: Vec<PathBuf>,
+    /// The private per-run temporary directory (also in `write`), exported as `TMPDIR`.
+    pub tmpdir: Option<PathBuf>,
+}
+
+/// One granted path and why it is granted (shown by `policy show`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Grant {
+    pub path: PathBuf,
+    pub reason: GrantReason,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GrantReason {
+    Worktree,
+    GitData,
+    GitReadOnly,
+    Tmpdir,
+    User,
+    Config,
+}
+
+impl GrantReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantReason::Worktree => "the task worktree",
+            GrantReason::GitData => "git data a commit writes",
+            GrantReason::GitReadOnly => "git common dir (hooks, config: read-only)",
+            GrantReason::Tmpdir => "private TMPDIR",
+            GrantReason::User => "granted on the command line",
+            GrantReason::Config => "granted in the configuration",
+        }
+    }
+}
+
+/// Outbound network.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", tag = "mode")]
+pub enum NetPolicy {
+    Allow,
+    /// Deny TCP connect/bind except these ports; deny UDP, raw and packet sockets, io_uring.
+    Block {
+        allow_tcp_ports: Vec<u16>,
+    },
+}
+
+impl NetPolicy {
+    /// The TCP ports reachable under a block, the hook port included.
+    pub fn open_ports(&self, hook_port: Option<u16>) -> Option<Vec<u16>> {
+        match self {
+            NetPolicy::Allow => None,
+            NetPolicy::Block { allow_tcp_ports } => {
+                let mut ports: Vec<u16> =
+                    allow_tcp_ports.iter().copied().chain(hook_port).collect();
+                ports.sort_unstable();
+                ports.dedup();
+                Some(ports)
+            }
+        }
+    }
+}
+
+/// Resource limits.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    #[serde(with = "opt_duration_ms", default)]
+    pub timeout: Option<Duration>,
+    pub memory_mib: Option<u64>,
+    pub cpus: Option<u32>,
+}
+
+mod opt_duration_ms {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        d.map(|d| d.as_millis() as u64).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+impl Policy {
+    /// Every path the sandboxed process may write, in order.
+    pub fn writable_paths(&self) -> impl Iterator<Item = &Path> {
+        self.fs.write.iter().map(|g| g.path.as_path())
+    }
+
+    /// Every path the sandboxed process may read (including writable ones).
+    pub fn readable_paths(&self) -> impl Iterator<Item = &Path> {
+        self.fs
+            .read
+            .iter()
+            .chain(self.fs.write.iter())
+            .map(|g| g.path.as_path())
+            .chain(self.fs.system_read.iter().map(PathBuf::as_path))
+    }
+
+    /// True if `path` (canonical) is inside something the sandbox may write.
+    pub fn is_writable(&self, path: &Path) -> bool {
+        self.writable_paths().any(|w| path.starts_with(w))
+    }
+}
