@@ -1,6 +1,7 @@
 //! What does a boundary cost per command? `/bin/true` run directly, through `sandbox run` on
-//! each backend, through `bwrap` with an equivalent policy, and through the `nono` CLI — all in
-//! one run, interleaved round by round so machine noise hits every variant alike.
+//! each backend (host, native, nono, custom with `/usr/bin/env` as an exec-through launcher),
+//! through `bwrap` with an equivalent policy, and through the `nono` CLI — all in one run,
+//! interleaved round by round so machine noise hits every variant alike.
 //!
 //!     cargo bench -p sandbox-cli --bench run_overhead
 //!
@@ -62,6 +63,17 @@ fn main() {
     let task = std::fs::canonicalize(task).unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();
+    // The custom backend's launcher: `/usr/bin/env -- /bin/true` execs straight through.
+    std::fs::create_dir_all(home.join(".config/sandbox")).unwrap();
+    std::fs::write(
+        home.join(".config/sandbox/config.yaml"),
+        "backends:\n  custom:\n    command: /usr/bin/env\n",
+    )
+    .unwrap();
+    let runtime = dir.path().join("run");
+    // nono leaves a state file in TMPDIR per run; keep them inside the benchmark's directory.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
 
     let sandbox = env!("CARGO_BIN_EXE_sandbox").to_string();
     let t = task.to_str().unwrap().to_string();
@@ -135,23 +147,50 @@ fn main() {
         }
         None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
     }
-    match which("nono") {
-        Some(nono) => variants.push(Variant {
-            name: "nono wrap".into(),
-            argv: vec![
-                nono.to_string_lossy().into_owned(),
-                "wrap".into(),
-                "-s".into(),
-                "--allow".into(),
-                t.clone(),
-                "--".into(),
-                "/bin/true".into(),
-            ],
-            samples: vec![],
-        }),
+    let nono = which("nono");
+    match &nono {
+        Some(nono) => {
+            variants.push(Variant {
+                name: "sandbox run (nono)".into(),
+                argv: vec![
+                    sandbox.clone(),
+                    "run".into(),
+                    "--backend".into(),
+                    "nono".into(),
+                    "--".into(),
+                    "/bin/true".into(),
+                ],
+                samples: vec![],
+            });
+            variants.push(Variant {
+                name: "nono wrap".into(),
+                argv: vec![
+                    nono.to_string_lossy().into_owned(),
+                    "wrap".into(),
+                    "-s".into(),
+                    "--allow".into(),
+                    t.clone(),
+                    "--".into(),
+                    "/bin/true".into(),
+                ],
+                samples: vec![],
+            });
+        }
         None => skipped
             .push("nono: not installed (cargo install nono-cli --no-default-features)".to_string()),
     }
+    variants.push(Variant {
+        name: "sandbox run (custom)".into(),
+        argv: vec![
+            sandbox.clone(),
+            "run".into(),
+            "--backend".into(),
+            "custom".into(),
+            "--".into(),
+            "/bin/true".into(),
+        ],
+        samples: vec![],
+    });
 
     let run_once = |argv: &[String]| -> Duration {
         let start = Instant::now();
@@ -161,6 +200,9 @@ fn main() {
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_STATE_HOME", home.join(".state"))
+            .env("XDG_RUNTIME_DIR", &runtime)
+            .env("TMPDIR", &tmp)
+            .envs(nono.as_ref().map(|n| ("SANDBOX_NONO", n)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

@@ -52,6 +52,34 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
     #[command(subcommand)]
     View(crate::commands::view::ViewCommand),
+    /// Read and change your configuration ($XDG_CONFIG_HOME/sandbox/config.yaml).
+    #[command(
+        subcommand,
+        after_help = "Only your user file is ever written; /etc/sandbox/config.yaml (the system \
+file) is read-only here, and nothing is read from or written to the worktree.\n\nExamples:\n  \
+sandbox config set backends.custom.command '/home/me/.local/bin/launcher --strict'\n  \
+sandbox config set network.allow_domains '[crates.io, github.com]'\n  \
+sandbox config get backends.custom.command\n  sandbox config show --json\n  \
+sandbox config unset backends.custom.command"
+    )]
+    Config(crate::commands::config::ConfigCommand),
+    /// Run the sandbox daemon: one per user, owning every box and backend runtime, driven
+    /// over a JSONL control protocol (docs/protocol.md).
+    #[command(
+        after_help = "The daemon listens on $XDG_RUNTIME_DIR/sandbox/sandbox.sock (authenticated \
+with the host token in host.token beside it) and serves agent status hooks on \
+http://127.0.0.1:<service.hook_port>.\n\nExamples:\n  sandbox serve            # in the foreground\n  \
+sandbox serve --stdio    # a JSONL session on stdin/stdout; starts the daemon if needed"
+    )]
+    Serve(crate::commands::serve::ServeArgs),
+    /// List the daemon's boxes: backend, state, running commands, last agent status.
+    Ps(crate::commands::ps::PsArgs),
+    /// Post an agent status event (from inside a sandbox) to the daemon's hook endpoint.
+    #[command(
+        after_help = "Uses SANDBOX_API_URL and SANDBOX_API_TOKEN, which every sandboxed process \
+gets while a daemon runs.\n\nExamples:\n  sandbox hook working\n  sandbox hook needs-input 'approve the migration?'"
+    )]
+    Hook(crate::commands::hook::HookArgs),
     /// Print shell completions (bash, zsh, fish, elvish, powershell) to stdout.
     Completions {
         /// The shell to generate completions for.
@@ -69,8 +97,9 @@ pub struct SandboxArgs {
     pub workdir: Option<PathBuf>,
 
     /// The isolation backend: native (Landlock+seccomp on Linux, Seatbelt on macOS; also
-    /// `landlock`/`seatbelt`), host (none: explicit opt-out). Default: what `sandbox use`
-    /// chose for this worktree, else `backend` in the config, else native.
+    /// `landlock`/`seatbelt`), nono (the nono CLI with a manifest of this policy), custom
+    /// (your launcher, `backends.custom.command`), host (none: explicit opt-out). Default: what
+    /// `sandbox use` chose for this worktree, else `backend` in the config, else native.
     #[arg(long, value_name = "NAME")]
     pub backend: Option<String>,
 
@@ -90,6 +119,13 @@ pub struct SandboxArgs {
     /// Keep this TCP port reachable under --block-net (repeatable; 1-65535).
     #[arg(long = "allow-port", value_name = "PORT")]
     pub allow_port: Vec<u32>,
+
+    /// Allow outbound network only to HOST (repeatable; `*.example.com` for subdomains),
+    /// through nono's filtering proxy; everything else is denied, the hook port and
+    /// --allow-port ports stay reachable. Only the nono backend can enforce this; the others
+    /// refuse to run. Adds to `network.allow_domains` in the config.
+    #[arg(long = "allow-domain", value_name = "HOST")]
+    pub allow_domain: Vec<String>,
 
     /// Accept that git hooks and config cannot be protected (a main worktree, where .git is
     /// inside the writable tree). Prefer a linked worktree: `git worktree add`.

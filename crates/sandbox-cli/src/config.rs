@@ -133,6 +133,9 @@ pub enum ConfigError {
 pub struct LoadedConfig {
     pub config: Config,
     pub sources: Vec<PathBuf>,
+    /// The file that set `backends.custom.command` (the launcher must come from a file the
+    /// sandbox cannot write).
+    pub custom_command_source: Option<PathBuf>,
 }
 
 /// Parses one file's text. `path` is only used in messages.
@@ -252,6 +255,9 @@ pub fn load(system: &Path, user: &Path) -> Result<LoadedConfig, ConfigError> {
     let mut loaded = LoadedConfig::default();
     for path in [system, user] {
         if let Some(cfg) = read_one(path)? {
+            if cfg.backends.custom.command.is_some() {
+                loaded.custom_command_source = Some(path.to_path_buf());
+            }
             loaded.config = merge(loaded.config, cfg);
             loaded.sources.push(path.to_path_buf());
         }

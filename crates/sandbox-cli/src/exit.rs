@@ -53,3 +53,14 @@ pub fn report(err: &anyhow::Error) {
     }
     eprintln!("{line}");
 }
+
+/// `text` in red when stderr is a terminal and `NO_COLOR` is not set (https://no-color.org).
+pub fn red_on_terminal(text: &str) -> String {
+    use std::io::IsTerminal as _;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    if std::io::stderr().is_terminal() && !no_color {
+        format!("\x1b[31m{text}\x1b[0m")
+    } else {
+        text.to_string()
+    }
+}

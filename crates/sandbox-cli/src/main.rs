@@ -79,5 +79,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let ctx = Context::load()?;
             commands::view::run(cmd, &ctx)
         }
+        // No Context: `config` must work to repair a configuration that does not parse.
+        Command::Config(cmd) => commands::config::run(cmd),
+        Command::Serve(args) => {
+            let ctx = Context::load()?;
+            commands::serve::run(args, &ctx)
+        }
+        Command::Ps(args) => {
+            let ctx = Context::load()?;
+            commands::ps::run(args, &ctx)
+        }
+        // No Context: a sandboxed process cannot read the user's configuration, and needs none.
+        Command::Hook(args) => commands::hook::run(args),
     }
 }

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use sandbox_exec::{CommandPolicy, CommandRequest, CommandSpec, WorkspaceGuard};
 use sandbox_host::backend::{self, BackendKind, BackendOptions};
-use sandbox_host::{gitguard, Prepared};
+use sandbox_host::custom::LauncherConfig;
+use sandbox_host::nono::NonoLocation;
+use sandbox_host::{gitguard, HostError, Prepared};
 use sandbox_policy::{EnvPolicy, GrantReason, Policy, PolicyRequest};
 
 use crate::cli::SandboxArgs;
@@ -42,7 +44,43 @@ pub struct Session {
     pub kind: BackendKind,
     pub choice: ChoiceSource,
     pub task: String,
+    /// Trusted backend settings (nono's path, the launcher) from the configuration.
+    pub options: BackendOptions,
+    /// The daemon's hook endpoint and this task's sandbox-scoped token, if a daemon runs.
+    pub hook: Option<crate::commands::hook::HookLease>,
     tmpdir: Option<tempfile::TempDir>,
+}
+
+/// The backend settings that come from trusted places only: the user and system
+/// configuration, the tool lookup (baked path, `SANDBOX_NONO`, `PATH`) and the user's private
+/// runtime directory. `kind` limits the work to one backend (`None`: all, for `doctor`).
+pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptions {
+    let wants = |k: BackendKind| kind.is_none_or(|want| want == k);
+    let config = ctx.config();
+    BackendOptions {
+        nono: wants(BackendKind::Nono).then(|| {
+            let found = crate::tools::NONO.resolve(config.backends.nono.path.as_deref());
+            NonoLocation {
+                path: found.path,
+                source: serde_json::to_value(found.source)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default(),
+            }
+        }),
+        custom: config
+            .backends
+            .custom
+            .command
+            .clone()
+            .filter(|_| wants(BackendKind::Custom))
+            .map(|command| LauncherConfig {
+                command,
+                source: ctx.loaded.custom_command_source.clone(),
+            }),
+        private_dir: Some(ctx.dirs.runtime.clone()),
+        ..BackendOptions::default()
+    }
 }
 
 /// The canonical workdir given by `-C` (or the current directory).
@@ -119,6 +157,8 @@ impl Session {
             Some(
                 tempfile::Builder::new()
                     .prefix("sandbox-run-")
+                    // Private: other local users must not read what the agent leaves here.
+                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
                     .tempdir()
                     .map_err(|e| Failure::setup(format!("creating the private TMPDIR: {e}")))?,
             )
@@ -154,7 +194,7 @@ impl Session {
             .collect::<Vec<_>>();
         allow_ports.extend(&args.allow_port);
 
-        let policy = sandbox_policy::build(PolicyRequest {
+        let mut policy = sandbox_policy::build(PolicyRequest {
             workdir: dir,
             cwd,
             allow_read,
@@ -162,7 +202,15 @@ impl Session {
             block_net: args.block_net || config.network.block,
             allow_ports,
             hook_port: config.service.hook_port,
-            allow_domains: config.network.allow_domains.clone(),
+            allow_domains: {
+                let mut domains = config.network.allow_domains.clone();
+                for d in &args.allow_domain {
+                    if !domains.contains(d) {
+                        domains.push(d.clone());
+                    }
+                }
+                domains
+            },
             env,
             timeout,
             unprotected_git: args.unprotected_git,
@@ -177,11 +225,19 @@ impl Session {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "/".into());
+        let options = backend_options(ctx, Some(kind));
+        // While a daemon runs, the command gets a status-hook token scoped to this task.
+        let hook = crate::commands::hook::lease(ctx, &task);
+        if let Some(lease) = &hook {
+            policy.hook_port = Some(lease.port);
+        }
         Ok(Session {
             policy,
             kind,
             choice,
             task,
+            options,
+            hook,
             tmpdir,
         })
     }
@@ -193,6 +249,10 @@ impl Session {
         let mut env = self.policy.env.clone();
         env.set_var("SANDBOX_BACKEND", self.kind.as_str());
         env.set_var("SANDBOX_TASK", self.task.clone());
+        if let Some(lease) = &self.hook {
+            env.set_var("SANDBOX_API_URL", lease.url.clone());
+            env.set_var("SANDBOX_API_TOKEN", lease.token.clone());
+        }
         if self.policy.workspace.git.is_some() {
             // The global config is out of reach of a confined process; say so to git rather
             // than let it warn on every command.
@@ -210,9 +270,16 @@ impl Session {
         let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &self.policy.workspace.cwd)?;
         spec.env = self.child_env();
         spec.timeout = self.policy.limits.timeout;
-        let options = BackendOptions { allow_degraded };
-        let prepared = backend::prepare(self.kind, &self.policy, spec, &options)
-            .map_err(|e| Failure::setup(e.to_string()))?;
+        let options = BackendOptions {
+            allow_degraded,
+            ..self.options.clone()
+        };
+        let prepared =
+            backend::prepare(self.kind, &self.policy, spec, &options).map_err(|e| match e {
+                // The command itself cannot run (127, 126): its own exit status.
+                HostError::Command(exec) => anyhow::Error::from(exec),
+                other => Failure::setup(other.to_string()),
+            })?;
         if allow_degraded && !prepared.enforcement.gaps.is_empty() {
             eprintln!(
                 "sandbox: warning: {} is running degraded; not enforced: {}",

@@ -1,28 +1,63 @@
-//! The escape suite under the native backend, with the host backend as the control that
-//! proves every check can fail. See `common/escape.rs` for the attacks.
+//! The escape suite under every enforcing backend this machine has — native, and nono when
+//! its CLI is installed — side by side, with the host backend as the control that proves
+//! every check can fail. See `common/escape.rs` for the attacks.
+//!
+//!     cargo test -p sandbox-cli --test escape -- --nocapture     # prints the table
 
 mod common;
 
 use common::escape::{self, Verdict};
 
+/// Attacks a backend is known not to stop: (backend, attack, why). Everything not listed
+/// must be blocked (or repaired and reported) by that backend; a listed attack is expected to
+/// get through, and the test output says so. docs/backends.md carries the same list.
+///
+/// Empty today: nono holds every attack here. Two of them it holds only because the backend
+/// drops every capability before starting nono when running as root (nono alone keeps them,
+/// and then reading another root process's /proc/<pid>/environ and TIOCSTI get through); the
+/// git pointer attacks are repaired by this product after the run, as for native.
+const KNOWN_GAPS: &[(&str, &str, &str)] = &[];
+
+fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
+    KNOWN_GAPS
+        .iter()
+        .find(|(b, a, _)| *b == backend && *a == attack)
+        .map(|(_, _, why)| *why)
+}
+
 #[test]
-fn native_backend_holds_against_the_escape_suite() {
-    let backends = ["host", "native"];
+fn backends_hold_against_the_escape_suite() {
+    let mut backends = vec!["host", "native"];
+    if common::nono_path().is_some() {
+        backends.push("nono");
+    } else {
+        println!("{}", common::NONO_MISSING);
+    }
     let rows = escape::run_suite(&backends);
     println!("escape suite (host = control, no boundary):");
     escape::print_table(&backends, &rows);
 
     let is_root = nix::unistd::geteuid().is_root();
     let mut failures = Vec::new();
+    let mut gaps = Vec::new();
     for (name, verdicts) in &rows {
-        let (control, native) = (&verdicts[0], &verdicts[1]);
-        match native {
-            Verdict::Skipped(reason) => println!("skipped: {name}: {reason}"),
-            v if v.held() => {}
-            other => failures.push(format!("native: {name}: {other:?}")),
+        for (backend, verdict) in backends.iter().zip(verdicts).skip(1) {
+            match (verdict, known_gap(backend, name)) {
+                (Verdict::Skipped(reason), _) => println!("skipped: {backend}: {name}: {reason}"),
+                (v, None) if v.held() => {}
+                (Verdict::Escaped(_), Some(why)) => {
+                    gaps.push(format!("{backend}: {name}: gets through, as known: {why}"))
+                }
+                (v, Some(why)) if v.held() => println!(
+                    "note: {backend}: {name}: held although listed as a known gap ({why}); \
+                     update known_gap() and docs/backends.md"
+                ),
+                (other, _) => failures.push(format!("{backend}: {name}: {other:?}")),
+            }
         }
         // Without a boundary the attack must work — otherwise its check proves nothing.
         // (Unprivileged, TIOCSTI is already refused by the new session alone.)
+        let control = &verdicts[0];
         let control_may_hold = name.contains("TIOCSTI") && !is_root;
         match control {
             Verdict::Escaped(_) | Verdict::Skipped(_) => {}
@@ -32,18 +67,34 @@ fn native_backend_holds_against_the_escape_suite() {
             )),
         }
     }
+    for gap in &gaps {
+        println!("known gap: {gap}");
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+fn normal_work_under(backend: &str) {
+    let mut failures = Vec::new();
+    for work in escape::normal_work() {
+        let fixture = escape::Fixture::new();
+        match escape::do_work(&fixture, backend, &work) {
+            Ok(()) => println!("ok: {backend}: {}", work.name),
+            Err(detail) => failures.push(format!("{backend}: {}: {detail}", work.name)),
+        }
+    }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 #[test]
 fn normal_work_succeeds_under_the_native_backend() {
-    let mut failures = Vec::new();
-    for work in escape::normal_work() {
-        let fixture = escape::Fixture::new();
-        match escape::do_work(&fixture, "native", &work) {
-            Ok(()) => println!("ok: {}", work.name),
-            Err(detail) => failures.push(format!("{}: {detail}", work.name)),
-        }
+    normal_work_under("native");
+}
+
+#[test]
+fn normal_work_succeeds_under_the_nono_backend() {
+    if common::nono_path().is_none() {
+        println!("{}", common::NONO_MISSING);
+        return;
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    normal_work_under("nono");
 }

@@ -8,6 +8,11 @@ pub enum HostError {
     #[error(transparent)]
     Policy(#[from] sandbox_policy::PolicyError),
 
+    /// The command itself cannot run (not found: 127, not executable: 126), found while a
+    /// backend prepared it.
+    #[error(transparent)]
+    Command(#[from] sandbox_exec::ExecError),
+
     #[error("{backend}: {message}")]
     Unavailable {
         backend: &'static str,

@@ -4,17 +4,23 @@
 //!   applied between fork and exec ([`sandbox_exec::ChildSetup`]).
 //! * [`seatbelt`]: the native backend on macOS — the SBPL profile run through
 //!   `/usr/bin/sandbox-exec`.
+//! * [`nono`]: the nono backend — the policy as a nono manifest, run by the pinned nono CLI.
+//! * [`custom`]: the custom backend — a user's launcher owns the boundary; [`placement`]
+//!   keeps such programs out of everything the sandbox can write.
 //! * [`backend`]: choosing and preparing a backend for a command.
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`.
 
 pub mod backend;
+pub mod custom;
 pub mod error;
 pub mod gitguard;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod nono;
+pub mod placement;
 pub mod report;
 pub mod seatbelt;
 
-pub use backend::{BackendKind, Prepared};
+pub use backend::{BackendKind, Prepared, RunEnd};
 pub use error::HostError;
 pub use report::Enforcement;

@@ -296,3 +296,103 @@ impl Policy {
         None
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(dir: &Path) -> PolicyRequest {
+        PolicyRequest {
+            workdir: dir.to_path_buf(),
+            system_read: Some(vec![]),
+            devices: Some(vec![]),
+            ..PolicyRequest::default()
+        }
+    }
+
+    #[test]
+    fn a_plain_directory_is_its_own_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = build(req(dir.path())).unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        assert_eq!(p.workspace.root, root);
+        assert!(p.workspace.git.is_none());
+        assert_eq!(p.fs.write.len(), 1);
+        assert_eq!(p.net, NetPolicy::Allow);
+    }
+
+    #[test]
+    fn grants_must_exist_and_be_absolute() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = req(dir.path());
+        r.allow_read = vec![("/no/such/path".into(), GrantReason::User)];
+        assert!(matches!(
+            build(r).unwrap_err(),
+            PolicyError::MissingGrant { .. }
+        ));
+        let mut r = req(dir.path());
+        r.allow_write = vec![("relative".into(), GrantReason::User)];
+        assert!(build(r).unwrap_err().to_string().contains("absolute"));
+    }
+
+    #[test]
+    fn ports_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in [0, 65536, 100000] {
+            let mut r = req(dir.path());
+            r.block_net = true;
+            r.allow_ports = vec![bad];
+            assert!(
+                matches!(build(r).unwrap_err(), PolicyError::Port { .. }),
+                "{bad}"
+            );
+        }
+        let mut r = req(dir.path());
+        r.allow_ports = vec![80];
+        assert!(matches!(build(r).unwrap_err(), PolicyError::Conflict(_)));
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.allow_ports = vec![443, 80, 443];
+        assert_eq!(
+            build(r).unwrap().net,
+            NetPolicy::Block {
+                allow_tcp_ports: vec![80, 443]
+            }
+        );
+    }
+
+    #[test]
+    fn tmpdir_is_writable_and_exported() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        let mut r = req(dir.path());
+        r.tmpdir = Some(tmp.path().to_path_buf());
+        let p = build(r).unwrap();
+        let tmp = std::fs::canonicalize(tmp.path()).unwrap();
+        assert!(p.is_writable(&tmp.join("x")));
+        assert!(p
+            .env
+            .set
+            .iter()
+            .any(|(k, v)| k == "TMPDIR" && v == tmp.to_str().unwrap()));
+    }
+
+    #[test]
+    fn the_filesystem_root_is_never_the_workspace() {
+        let err = build(req(Path::new("/"))).unwrap_err();
+        assert!(err.to_string().contains("refusing"), "{err}");
+    }
+
+    #[test]
+    fn bad_domains_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["", "exa mple.com", "a..b", "http://x.com"] {
+            let mut r = req(dir.path());
+            r.allow_domains = vec![bad.into()];
+            assert!(build(r).is_err(), "{bad:?}");
+        }
+        let mut r = req(dir.path());
+        r.allow_domains = vec!["api.example.com".into(), "*.npmjs.org".into()];
+        assert!(build(r).is_ok());
+    }
+}

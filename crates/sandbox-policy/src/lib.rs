@@ -8,6 +8,8 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+#[cfg(test)]
+pub(crate) mod testutil;
 
 pub use build::{build, PolicyRequest};
 pub use env::EnvPolicy;

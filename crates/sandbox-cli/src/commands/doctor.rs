@@ -19,9 +19,10 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         ..PolicyRequest::default()
     })?;
 
+    let options = crate::session::backend_options(ctx, None);
     let mut backends = Vec::new();
     for &kind in BackendKind::ALL {
-        let entry = match backend::enforcement(kind, &sample) {
+        let entry = match backend::enforcement_with(kind, &sample, &options) {
             Ok(e) => json!({
                 "name": kind.as_str(),
                 "available": e.gaps.is_empty() || kind == BackendKind::Host,

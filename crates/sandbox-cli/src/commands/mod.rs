@@ -1,7 +1,11 @@
 //! One module per subcommand.
 
+pub mod config;
 pub mod doctor;
+pub mod hook;
 pub mod policy;
+pub mod ps;
 pub mod run;
+pub mod serve;
 pub mod use_backend;
 pub mod view;

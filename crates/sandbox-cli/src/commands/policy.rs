@@ -15,7 +15,7 @@ use crate::session::Session;
 pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let session = Session::open(&args.sandbox, ctx, false)?;
     let policy = &session.policy;
-    let enforcement = backend::enforcement(session.kind, policy);
+    let enforcement = backend::enforcement_with(session.kind, policy, &session.options);
     let landlock = compile::landlock::compile(policy);
     let seccomp = compile::seccomp::compile(policy);
     let seatbelt = compile::seatbelt::compile(policy);
@@ -40,6 +40,18 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 "seccomp": seccomp,
                 "seatbelt": seatbelt,
             }),
+            BackendKind::Nono => match sandbox_host::nono::plan(policy) {
+                Ok(plan) => json!({
+                    "nono_args": plan.invocation.flags(),
+                    "manifest": plan.manifest,
+                }),
+                Err(e) => json!({"error": e.to_string()}),
+            },
+            BackendKind::Custom => json!({
+                "hints": compile::hints::compile(policy)
+                    .into_iter()
+                    .collect::<std::collections::BTreeMap<_, _>>(),
+            }),
             _ => json!(null),
         };
         let out = json!({
@@ -63,6 +75,22 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 refused.as_deref()
             )
         );
+        if session.kind == BackendKind::Nono {
+            match sandbox_host::nono::plan(policy) {
+                Ok(plan) => println!(
+                    "\nnono manifest (run as `nono {} -c <private file> -- <command>`):\n{}",
+                    plan.invocation.flags().join(" "),
+                    plan.manifest_json()
+                ),
+                Err(e) => println!("\nnono manifest: cannot be compiled: {e}"),
+            }
+        }
+        if session.kind == BackendKind::Custom {
+            println!("\nlauncher hints (advisory; the launcher owns the boundary):");
+            for (name, value) in compile::hints::compile(policy) {
+                println!("  {name}={value}");
+            }
+        }
         if session.kind == BackendKind::Native {
             if cfg!(target_os = "macos") {
                 println!("\nSeatbelt profile:\n{seatbelt}");

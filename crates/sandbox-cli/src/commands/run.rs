@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 use sandbox_exec::{process_group, ExitOutcome, PtyOptions, SignalRelay, SpawnOptions};
+use sandbox_host::{Prepared, RunEnd};
 
 use crate::cli::{RunArgs, ShellArgs};
 use crate::context::Context;
@@ -24,6 +25,40 @@ fn report_outcome(outcome: ExitOutcome, program: &str) -> i32 {
         );
     }
     outcome.code()
+}
+
+/// Asks the backend whether the command started (before `Session::finish` removes the
+/// private TMPDIR, where the nono backend's start marker lives).
+fn judge<E>(prepared: &Prepared, outcome: &Result<ExitOutcome, E>) -> Option<RunEnd> {
+    outcome.as_ref().ok().map(|o| prepared.judge(*o))
+}
+
+/// The exit status of a finished run: a backend that failed before the command started
+/// (nono) ends the run with 125; a custom launcher's unsuccessful exit is reported (red on a
+/// terminal) with its status.
+fn conclude(end: Option<RunEnd>, outcome: ExitOutcome, program: &str) -> i32 {
+    match end.unwrap_or(RunEnd::Command) {
+        RunEnd::Command => report_outcome(outcome, program),
+        RunEnd::SetupFailed(e) => {
+            eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
+            125
+        }
+        RunEnd::Launcher { launcher, outcome } => {
+            let how = match outcome {
+                ExitOutcome::Signaled(sig) => format!("was killed by signal {sig}"),
+                other => format!("exited with status {}", other.code()),
+            };
+            eprintln!(
+                "{}",
+                crate::exit::red_on_terminal(&format!(
+                    "sandbox: custom: the launcher {} {how} (a launcher exits non-zero to \
+                     refuse; either way nothing ran outside it)",
+                    launcher.display()
+                ))
+            );
+            report_outcome(outcome, program)
+        }
+    }
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -48,9 +83,10 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
         let mut running = sandbox_exec::spawn(&prepared.spec, options)?;
         running.wait_relaying(&mut relay).await
     });
+    let end = judge(&prepared, &outcome);
     process_group::kill_orphans(&[]);
     session.finish();
-    Ok(report_outcome(outcome?, &program))
+    Ok(conclude(end, outcome?, &program))
 }
 
 pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -76,7 +112,8 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
             kill_grace: None,
         },
     ));
+    let end = judge(&prepared, &outcome);
     process_group::kill_orphans(&[]);
     session.finish();
-    Ok(report_outcome(outcome?, &program))
+    Ok(conclude(end, outcome?, &program))
 }

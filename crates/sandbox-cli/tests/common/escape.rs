@@ -495,27 +495,12 @@ pub fn attacks() -> Vec<Attack> {
             name: "rewrite the worktree's .git pointer",
             needs: None,
             run: |f, b| {
-                let pointer = f.task.join(".git");
-                let before = std::fs::read_to_string(&pointer).unwrap();
                 let evil = f.task.join("evil-gitdir");
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; mkdir -p evil-gitdir/hooks; printf 'gitdir: {}\\n' > .git",
-                        evil.display()
-                    ),
+                let script = format!(
+                    "echo {MARK}; mkdir -p evil-gitdir/hooks; printf 'gitdir: {}\\n' > .git",
+                    evil.display()
                 );
-                if let Err(v) = ran(&out) {
-                    return v;
-                }
-                let after = std::fs::read_to_string(&pointer).unwrap();
-                let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
-                match (after == before, reported) {
-                    (true, true) => Verdict::Repaired,
-                    (true, false) => Verdict::Blocked,
-                    _ => Verdict::Escaped(format!("pointer now {after:?}\n{}", super::text(&out))),
-                }
+                pointer_attack(f, b, &f.task.join(".git"), &script)
             },
         },
         Attack {
@@ -523,28 +508,35 @@ pub fn attacks() -> Vec<Attack> {
             needs: None,
             run: |f, b| {
                 let pointer = f.common.join("worktrees/task/commondir");
-                let before = std::fs::read_to_string(&pointer).unwrap();
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; echo /tmp/evil-common > '{}'",
-                        pointer.display()
-                    ),
+                let script = format!(
+                    "echo {MARK}; echo /tmp/evil-common > '{}'",
+                    pointer.display()
                 );
-                if let Err(v) = ran(&out) {
-                    return v;
-                }
-                let after = std::fs::read_to_string(&pointer).unwrap();
-                let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
-                match (after == before, reported) {
-                    (true, true) => Verdict::Repaired,
-                    (true, false) => Verdict::Blocked,
-                    _ => Verdict::Escaped(format!("commondir now {after:?}")),
-                }
+                pointer_attack(f, b, &pointer, &script)
             },
         },
     ]
+}
+
+/// A git pointer file the sandbox may write: after the run it must hold its old bytes again,
+/// and a change must have been reported.
+fn pointer_attack(f: &Fixture, backend: &str, pointer: &Path, script: &str) -> Verdict {
+    let before = std::fs::read_to_string(pointer).unwrap();
+    let out = f.run(backend, &[], script);
+    if let Err(v) = ran(&out) {
+        return v;
+    }
+    let after = std::fs::read_to_string(pointer).unwrap_or_default();
+    let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
+    match (after == before, reported) {
+        (true, true) => Verdict::Repaired,
+        (true, false) => Verdict::Blocked,
+        _ => Verdict::Escaped(format!(
+            "{} now {after:?}\n{}",
+            pointer.display(),
+            super::text(&out)
+        )),
+    }
 }
 
 fn rand_suffix() -> u64 {
@@ -599,7 +591,7 @@ pub fn normal_work() -> Vec<Work> {
         Work {
             name: "write and read TMPDIR",
             flags: |_| vec![],
-            script: "test -n \"$TMPDIR\" && echo tmp-ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"",
+            script: "test -n \"$TMPDIR\" && test \"$(stat -c %a \"$TMPDIR\")\" = 700 && echo tmp-ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"",
             expect: "tmp-ok",
         },
         Work {

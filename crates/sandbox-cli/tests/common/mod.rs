@@ -11,6 +11,28 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
+/// What a test prints when the nono CLI is missing.
+pub const NONO_MISSING: &str =
+    "skipped: nono not installed (cargo install nono-cli --no-default-features)";
+
+/// The nono CLI as the product finds it: `SANDBOX_NONO`, the path baked into this build, then
+/// the test process's `PATH` (the tests' own `PATH` is minimal, so it is passed explicitly).
+pub fn nono_path() -> Option<PathBuf> {
+    let from_env = std::env::var_os("SANDBOX_NONO")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let baked = option_env!("SANDBOX_NONO")
+        .filter(|p| !p.is_empty())
+        .map(PathBuf::from);
+    let on_path = || {
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .filter(|d| d.is_absolute())
+            .map(|d| d.join("nono"))
+            .find(|p| p.is_file())
+    };
+    from_env.or(baked).or_else(on_path)
+}
+
 /// A private home for one test: `home/`, XDG dirs under it, and a scratch dir beside it.
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -69,6 +91,9 @@ impl Env {
             .env("XDG_RUNTIME_DIR", self.path().join("run"))
             .env("LANG", "C.UTF-8")
             .current_dir(self.work());
+        if let Some(nono) = nono_path() {
+            cmd.env("SANDBOX_NONO", nono);
+        }
         cmd
     }
 }

@@ -173,6 +173,33 @@ fn drop_capabilities(last: u32) -> Result<(), Errno> {
     Ok(())
 }
 
+/// Drops every capability in the child right before exec, for a backend whose own enforcer
+/// keeps them (nono): as root, `CAP_SYS_PTRACE`, `CAP_DAC_OVERRIDE` and `CAP_SYS_ADMIN` let
+/// a sandboxed process read other root processes' `/proc/<pid>/environ` or push keystrokes
+/// with TIOCSTI even inside a Landlock domain. Only built when running as root.
+#[derive(Debug)]
+pub struct DropCapabilities {
+    last: u32,
+}
+
+impl DropCapabilities {
+    pub fn when_root() -> Option<Self> {
+        nix::unistd::geteuid().is_root().then(|| DropCapabilities {
+            last: last_capability(),
+        })
+    }
+}
+
+impl ChildSetup for DropCapabilities {
+    fn apply_in_child(&self) -> Result<(), Errno> {
+        drop_capabilities(self.last)
+    }
+
+    fn name(&self) -> &str {
+        "drop capabilities"
+    }
+}
+
 /// `struct landlock_restrict_self` takes no flags we need.
 const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
 

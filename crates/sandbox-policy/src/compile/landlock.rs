@@ -93,3 +93,73 @@ pub fn compile(policy: &Policy) -> Result<LandlockPlan, PolicyError> {
         scope_abstract_unix: true,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::linked_policy;
+    use std::path::Path;
+
+    fn access_of(plan: &LandlockPlan, path: &str) -> Vec<Access> {
+        plan.paths
+            .iter()
+            .filter(|r| r.path == Path::new(path))
+            .map(|r| r.access)
+            .collect()
+    }
+
+    #[test]
+    fn linked_worktree_rules() {
+        let plan = compile(&linked_policy(false)).unwrap();
+        assert_eq!(access_of(&plan, "/work/task"), vec![Access::ReadWrite]);
+        assert_eq!(access_of(&plan, "/repo/.git"), vec![Access::ReadExec]);
+        assert_eq!(
+            access_of(&plan, "/repo/.git/objects"),
+            vec![Access::ReadWrite]
+        );
+        assert_eq!(
+            access_of(&plan, "/repo/.git/worktrees/task"),
+            vec![Access::ReadWrite]
+        );
+        assert_eq!(access_of(&plan, "/usr"), vec![Access::ReadExec]);
+        assert_eq!(access_of(&plan, "/dev/null"), vec![Access::Device]);
+        // Nothing grants hooks or config beyond the read-only common dir.
+        assert!(plan
+            .paths
+            .iter()
+            .all(|r| !r.path.starts_with("/repo/.git/hooks")));
+        assert!(plan.tcp.is_none());
+        assert!(plan.scope_signals && plan.scope_abstract_unix);
+    }
+
+    #[test]
+    fn blocked_network_allows_listed_ports_and_the_hook_port() {
+        let plan = compile(&linked_policy(true)).unwrap();
+        let tcp = plan.tcp.unwrap();
+        assert_eq!(tcp.connect, vec![3000, 7465]);
+        assert_eq!(tcp.bind, vec![3000, 7465]);
+    }
+
+    #[test]
+    fn main_worktree_is_refused_unless_accepted() {
+        let mut p = linked_policy(false);
+        let git = p.workspace.git.as_mut().unwrap();
+        git.is_linked = false;
+        git.common_dir = "/work/task/.git".into();
+        let err = compile(&p).unwrap_err();
+        assert!(matches!(err, PolicyError::UnprotectedGit(_)), "{err}");
+        p.unprotected_git = true;
+        assert!(compile(&p).is_ok());
+    }
+
+    #[test]
+    fn a_write_grant_covering_the_common_dir_is_refused() {
+        let mut p = linked_policy(false);
+        p.fs.write.push(crate::model::Grant {
+            path: "/repo".into(),
+            reason: crate::model::GrantReason::User,
+        });
+        let err = compile(&p).unwrap_err().to_string();
+        assert!(err.contains("/repo"), "{err}");
+    }
+}

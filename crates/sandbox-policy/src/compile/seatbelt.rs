@@ -123,3 +123,63 @@ pub fn compile(policy: &Policy) -> String {
     }
     p
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::linked_policy;
+
+    #[test]
+    fn denies_by_default_and_allows_the_grants() {
+        let sbpl = compile(&linked_policy(false));
+        assert!(sbpl.starts_with("(version 1)\n(deny default)"));
+        assert!(sbpl.contains("(allow file-read* file-write*\n  (subpath \"/work/task\")"));
+        assert!(sbpl.contains("(subpath \"/repo/.git/objects\")"));
+        assert!(sbpl.contains("(allow network*)"));
+    }
+
+    #[test]
+    fn git_hooks_and_config_are_denied_after_the_allows() {
+        let sbpl = compile(&linked_policy(false));
+        let allow = sbpl.find("(subpath \"/work/task\")").unwrap();
+        let deny = sbpl.find("(deny file-write*").unwrap();
+        assert!(
+            deny > allow,
+            "last match wins: the deny must come after the allow"
+        );
+        let denied = &sbpl[deny..];
+        for path in [
+            "(subpath \"/repo/.git/hooks\")",
+            "(literal \"/repo/.git/config\")",
+            "(literal \"/repo/.git/packed-refs\")",
+            "(literal \"/work/task/.git\")",
+            "(literal \"/repo/.git/worktrees/task/config.worktree\")",
+        ] {
+            assert!(denied.contains(path), "{path} missing from:\n{denied}");
+        }
+    }
+
+    #[test]
+    fn a_main_worktree_is_protected_too() {
+        let mut p = linked_policy(false);
+        let git = p.workspace.git.as_mut().unwrap();
+        git.is_linked = false;
+        git.common_dir = "/work/task/.git".into();
+        let sbpl = compile(&p);
+        assert!(sbpl.contains("(subpath \"/work/task/.git/hooks\")"));
+    }
+
+    #[test]
+    fn blocked_network_allows_only_localhost_ports() {
+        let sbpl = compile(&linked_policy(true));
+        assert!(!sbpl.contains("(allow network*)"));
+        assert!(sbpl.contains("(remote tcp \"localhost:3000\")"));
+        assert!(sbpl.contains("(remote tcp \"localhost:7465\")"));
+        assert!(sbpl.contains("(deny network-outbound (remote udp))"));
+    }
+
+    #[test]
+    fn paths_are_quoted() {
+        assert_eq!(quote(Path::new("/a \"b\"\\c")), "\"/a \\\"b\\\"\\\\c\"");
+    }
+}

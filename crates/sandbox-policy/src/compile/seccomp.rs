@@ -194,3 +194,75 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
     }
     SeccompPlan { rules }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::consts::*;
+    use super::*;
+    use crate::testutil::linked_policy;
+
+    fn rules_for<'a>(plan: &'a SeccompPlan, syscall: &str) -> Vec<&'a SyscallRule> {
+        plan.rules.iter().filter(|r| r.syscall == syscall).collect()
+    }
+
+    #[test]
+    fn always_denies_terminal_injection_and_machine_changes() {
+        let plan = compile(&linked_policy(false));
+        let ioctl = rules_for(&plan, "ioctl");
+        assert!(ioctl.iter().any(|r| r.when
+            == vec![ArgCheck::Eq {
+                arg: 1,
+                value: TIOCSTI,
+                dword: true
+            }]));
+        for sys in ["mount", "open_by_handle_at", "init_module", "bpf"] {
+            let r = rules_for(&plan, sys);
+            assert_eq!(r.len(), 1, "{sys}");
+            assert!(r[0].when.is_empty(), "{sys} is denied unconditionally");
+        }
+        // An open network leaves sockets alone.
+        assert!(rules_for(&plan, "socket").is_empty());
+        assert!(rules_for(&plan, "io_uring_setup").is_empty());
+    }
+
+    #[test]
+    fn blocked_network_denies_udp_raw_packet_and_io_uring() {
+        let plan = compile(&linked_policy(true));
+        let socket = rules_for(&plan, "socket");
+        // Every non-stream type, for both address families.
+        for domain in [AF_INET, AF_INET6] {
+            for &ty in NON_STREAM_TYPES {
+                assert!(
+                    socket.iter().any(|r| r.when.contains(&ArgCheck::Eq {
+                        arg: 0,
+                        value: domain,
+                        dword: true
+                    }) && r.when.contains(&ArgCheck::MaskedEq {
+                        arg: 1,
+                        mask: SOCK_TYPE_MASK,
+                        value: ty,
+                        dword: true
+                    })),
+                    "domain {domain} type {ty}"
+                );
+            }
+        }
+        // Families other than unix, inet, inet6 and netlink (packet, vsock, …).
+        let other = socket
+            .iter()
+            .find(|r| {
+                r.when
+                    .iter()
+                    .all(|c| matches!(c, ArgCheck::Ne { arg: 0, .. }))
+            })
+            .expect("a rule for other families");
+        assert_eq!(other.when.len(), 4);
+        for sys in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
+            assert_eq!(rules_for(&plan, sys).len(), 1, "{sys}");
+        }
+        assert!(plan
+            .rules
+            .iter()
+            .all(|r| r.errno == EPERM || r.errno == EACCES));
+    }
+}

@@ -1,0 +1,422 @@
+//! Running commands for the daemon: one dedicated thread spawns every command and owns it
+//! until its process group is gone.
+//!
+//! Why a dedicated thread: `PR_SET_PDEATHSIG` fires when the *thread* that forked the child
+//! exits, not the process. Tokio's pool threads come and go, so a command spawned from one
+//! could be SIGKILLed at a random moment (or, worse, the guarantee would silently not hold).
+//! This thread lives as long as the daemon, so "the daemon died" is exactly when the kernel
+//! kills each command's leader. The rest of the tree is the supervisor's job
+//! ([`crate::reaper`]).
+//!
+//! The thread runs a current-thread Tokio runtime: the output pumps and the waits of every
+//! command run here, which also makes "no command is running" a plain counter that nothing
+//! else can race (see [`sweep_orphans_if_idle`]).
+
+use std::cell::Cell;
+use std::time::Duration;
+
+use bytes::Bytes;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use sandbox_exec::process_group::{self, signal_group};
+use sandbox_exec::{ExecError, ExitOutcome, Running, StreamKind};
+
+use crate::protocol::{ErrorCode, ExitEvent, RpcError};
+
+/// What a connection's writer sends, in order. Output stays raw bytes until the writer
+/// encodes it, so the exec thread only moves buffers.
+#[derive(Debug)]
+pub enum Outbound {
+    /// A finished JSON frame (a reply or an event without bytes), no newline.
+    Frame(Vec<u8>),
+    Output {
+        exec_id: u64,
+        stream: StreamKind,
+        data: Bytes,
+    },
+    /// The end of an exec: the writer flushes any held partial UTF-8 first.
+    Exit(ExitEvent),
+}
+
+/// How far an exec has got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    Running,
+    /// The command and its process group are gone.
+    Ended,
+    /// Its `exit` event is in the connection's queue (or the connection is gone).
+    Reported,
+}
+
+/// Requests from `exec.kill` / `box.stop`.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    Signal(Signal),
+    /// SIGTERM now, SIGKILL after `grace` if the command is still there.
+    Terminate {
+        grace: Duration,
+    },
+}
+
+/// One `exec.stdin` write, answered when it reached the pipe.
+pub struct StdinMsg {
+    pub data: Vec<u8>,
+    pub close: bool,
+    pub reply: oneshot::Sender<Result<(), RpcError>>,
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Handle to the spawner thread.
+#[derive(Clone)]
+pub struct Executor {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+thread_local! {
+    /// Commands running on this (the spawner) thread.
+    static RUNNING: Cell<usize> = const { Cell::new(0) };
+}
+
+impl Executor {
+    /// Starts the spawner thread.
+    pub fn start() -> std::io::Result<Executor> {
+        let (jobs, mut rx) = mpsc::unbounded_channel::<Job>();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("sandbox-spawner".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                rt.block_on(async move {
+                    while let Some(job) = rx.recv().await {
+                        job();
+                    }
+                });
+                // Only reached when the daemon drops its last handle while exiting; leaving
+                // this thread then fires PDEATHSIG for anything still running, as intended.
+            })?;
+        ready_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("the spawner thread died while starting"))??;
+        Ok(Executor { jobs })
+    }
+
+    /// Runs `f` on the spawner thread (inside its runtime) and returns its result.
+    pub async fn run<T, F>(&self, f: F) -> Result<T, RpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .map_err(|_| RpcError::new(ErrorCode::ShuttingDown, "the daemon is shutting down"))?;
+        rx.await
+            .map_err(|_| RpcError::new(ErrorCode::Internal, "the spawner thread dropped a job"))
+    }
+}
+
+/// Counts a command as running. Call on the spawner thread right after a successful spawn.
+pub fn note_started() {
+    RUNNING.with(|r| r.set(r.get() + 1));
+}
+
+/// Marks a command as finished and, if it was the last one, kills every orphan this daemon
+/// inherited as a child subreaper (descendants that left their process group with `setsid`
+/// and whose parents died). Runs on the spawner thread, where spawns also happen, so it can
+/// never mistake a command that is just being started for an orphan.
+fn sweep_orphans_if_idle() {
+    let idle = RUNNING.with(|r| {
+        r.set(r.get().saturating_sub(1));
+        r.get() == 0
+    });
+    if idle {
+        process_group::kill_orphans(&[]);
+    }
+}
+
+/// Everything an exec task needs besides the process.
+pub struct ExecCtx {
+    pub exec_id: u64,
+    pub out: mpsc::Sender<Outbound>,
+    pub control: mpsc::Receiver<Control>,
+    pub stdin: Option<mpsc::Receiver<StdinMsg>>,
+    pub phase: watch::Sender<Phase>,
+    /// How long output is still forwarded after the command exited.
+    pub drain: Duration,
+    /// Called once the exit event is queued: forget the exec.
+    pub done: Box<dyn FnOnce() + Send>,
+}
+
+/// Owns one command until its group is gone and its `exit` event is queued. Runs on the
+/// spawner thread.
+///
+/// Order is the point: every `output` event is queued before the `exit` event, on the same
+/// queue, by this one task.
+pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
+    let pgid = running.pgid();
+    let mut output = running.take_output();
+    if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
+        tokio::spawn(write_stdin(stdin, rx));
+    }
+    let out = ctx.out.clone();
+    let mut st = LoopState {
+        pgid,
+        kill_at: None,
+        control_open: true,
+        conn_gone: false,
+    };
+    let mut out_open = output.is_some();
+    let mut outcome: Option<Result<ExitOutcome, ExecError>> = None;
+    let mut drain_until: Option<Instant> = None;
+    let mut cut_short = false;
+    {
+        let wait = running.wait();
+        tokio::pin!(wait);
+        while outcome.is_none() || out_open {
+            let alive = outcome.is_none();
+            tokio::select! {
+                biased;
+                ctl = ctx.control.recv(), if alive && st.control_open => st.control(ctl),
+                _ = sleep_until(st.kill_at), if alive && st.kill_at.is_some() => st.kill_now(),
+                _ = out.closed(), if alive && !st.conn_gone => st.gone(),
+                res = &mut wait, if alive => {
+                    outcome = Some(res);
+                    drain_until = Some(Instant::now() + ctx.drain);
+                }
+                chunk = recv(&mut output), if out_open => match chunk {
+                    Some(chunk) if !st.conn_gone => {
+                        let item = Outbound::Output {
+                            exec_id: ctx.exec_id,
+                            stream: chunk.stream,
+                            data: chunk.data,
+                        };
+                        // Wait for room in the client's queue (backpressure down to the
+                        // command's pipe), but keep obeying kill requests meanwhile. The
+                        // leader cannot be reaped while `wait` is not polled, so its process
+                        // group id cannot be reused under a signal sent here.
+                        let send = out.send(item);
+                        tokio::pin!(send);
+                        loop {
+                            tokio::select! {
+                                biased;
+                                sent = &mut send => {
+                                    if sent.is_err() { st.gone_if(alive) }
+                                    break;
+                                }
+                                ctl = ctx.control.recv(), if alive && st.control_open => st.control(ctl),
+                                _ = sleep_until(st.kill_at), if alive && st.kill_at.is_some() => st.kill_now(),
+                            }
+                        }
+                    }
+                    Some(_) => {}
+                    None => out_open = false,
+                },
+                _ = sleep_until(drain_until), if drain_until.is_some() => {
+                    // A descendant that escaped the group still holds the pipe open.
+                    cut_short = true;
+                    out_open = false;
+                }
+            }
+        }
+    }
+    drop(output);
+    let exit = exit_event(
+        ctx.exec_id,
+        outcome.expect("loop ends after exit"),
+        cut_short,
+    );
+    drop(running);
+    sweep_orphans_if_idle();
+    let _ = ctx.phase.send(Phase::Ended);
+    if !st.conn_gone {
+        let _ = out.send(Outbound::Exit(exit)).await;
+    }
+    let _ = ctx.phase.send(Phase::Reported);
+    (ctx.done)();
+}
+
+struct LoopState {
+    pgid: Pid,
+    kill_at: Option<Instant>,
+    control_open: bool,
+    conn_gone: bool,
+}
+
+impl LoopState {
+    fn control(&mut self, ctl: Option<Control>) {
+        match ctl {
+            Some(Control::Signal(sig)) => {
+                signal_group(self.pgid, Signal::SIGCONT);
+                signal_group(self.pgid, sig);
+            }
+            Some(Control::Terminate { grace }) => {
+                signal_group(self.pgid, Signal::SIGCONT);
+                signal_group(self.pgid, Signal::SIGTERM);
+                let at = Instant::now() + grace;
+                self.kill_at = Some(self.kill_at.map_or(at, |k| k.min(at)));
+            }
+            None => self.control_open = false,
+        }
+    }
+
+    fn kill_now(&mut self) {
+        signal_group(self.pgid, Signal::SIGKILL);
+        self.kill_at = None;
+    }
+
+    /// The connection that started the command is gone: nobody can read its output or stop
+    /// it any more, so it ends now.
+    fn gone(&mut self) {
+        self.conn_gone = true;
+        self.kill_now();
+    }
+
+    fn gone_if(&mut self, alive: bool) {
+        if alive {
+            self.gone();
+        } else {
+            self.conn_gone = true;
+        }
+    }
+}
+
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn recv(rx: &mut Option<sandbox_exec::OutputReceiver>) -> Option<sandbox_exec::OutputChunk> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => None,
+    }
+}
+
+/// Writes `exec.stdin` data in arrival order; each write is answered when it reached the
+/// pipe (or failed).
+async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::Receiver<StdinMsg>) {
+    let mut open = true;
+    while let Some(msg) = rx.recv().await {
+        if !open {
+            let _ = msg.reply.send(Err(stdin_closed("it was closed earlier")));
+            continue;
+        }
+        let mut res = Ok(());
+        if !msg.data.is_empty() {
+            res = stdin.write_all(&msg.data).await;
+            if res.is_ok() {
+                res = stdin.flush().await;
+            }
+        }
+        match res {
+            Ok(()) if msg.close => {
+                let _ = stdin.shutdown().await;
+                let _ = msg.reply.send(Ok(()));
+                break;
+            }
+            Ok(()) => {
+                let _ = msg.reply.send(Ok(()));
+            }
+            Err(e) => {
+                open = false;
+                let _ = msg.reply.send(Err(stdin_closed(&format!(
+                    "the command no longer reads it ({e})"
+                ))));
+            }
+        }
+    }
+    // Dropping `stdin` closes the pipe; later writers get `stdinClosed` from the sender side.
+    drop(stdin);
+    rx.close();
+    while let Some(msg) = rx.recv().await {
+        let _ = msg.reply.send(Err(stdin_closed("it was closed")));
+    }
+}
+
+fn stdin_closed(why: &str) -> RpcError {
+    RpcError::new(ErrorCode::StdinClosed, format!("stdin: {why}"))
+}
+
+fn exit_event(exec_id: u64, outcome: Result<ExitOutcome, ExecError>, cut_short: bool) -> ExitEvent {
+    let note = cut_short.then(|| {
+        "output was cut short: a descendant that left the command's process group kept the \
+         pipe open"
+            .to_string()
+    });
+    match outcome {
+        Ok(ExitOutcome::Exited(code)) => ExitEvent {
+            exec_id,
+            exit_code: code,
+            signal: None,
+            timed_out: false,
+            error_message: note,
+        },
+        Ok(ExitOutcome::Signaled(sig)) => ExitEvent {
+            exec_id,
+            exit_code: 128 + sig,
+            signal: Some(sig),
+            timed_out: false,
+            error_message: note,
+        },
+        Ok(ExitOutcome::TimedOut(after)) => ExitEvent {
+            exec_id,
+            exit_code: 124,
+            signal: None,
+            timed_out: true,
+            error_message: Some(format!(
+                "timed out after {} ms; its process group was killed",
+                after.as_millis()
+            )),
+        },
+        Err(e) => ExitEvent {
+            exec_id,
+            exit_code: e.exit_code(),
+            signal: None,
+            timed_out: false,
+            error_message: Some(e.to_string()),
+        },
+    }
+}
+
+/// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).
+pub fn parse_signal(arg: &crate::protocol::SignalArg) -> Result<Signal, RpcError> {
+    use crate::protocol::SignalArg;
+    let bad = |what: String| {
+        RpcError::new(
+            ErrorCode::InvalidParams,
+            format!("signal {what} is not a signal"),
+        )
+    };
+    match arg {
+        SignalArg::Num(n) => Signal::try_from(*n).map_err(|_| bad(n.to_string())),
+        SignalArg::Name(name) => {
+            let upper = name.to_ascii_uppercase();
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            full.parse::<Signal>().map_err(|_| bad(format!("{name:?}")))
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! Bearer tokens and their scopes.
+//!
+//! * The **host** token is the user's: it authenticates control connections and everything
+//!   under `/api/`. It lives only in the daemon's memory and a 0600 file in the runtime
+//!   directory, and never enters a sandbox.
+//! * A **sandbox** token is given to every process of one box (or one `sandbox run` task) as
+//!   `SANDBOX_API_TOKEN`. It can post status hooks for that box or task and nothing else.
+//!
+//! Tokens are 256 random bits; comparison is constant-time so a timing side channel does not
+//! leak a valid token byte by byte.
+
+use std::sync::Mutex;
+
+use subtle::ConstantTimeEq;
+
+/// What a token may do.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Scope {
+    Host,
+    /// Status hooks for this box only.
+    Box(String),
+    /// Status hooks for this `sandbox run` task only.
+    Task(String),
+}
+
+impl Scope {
+    /// `box:NAME` / `task:NAME`, as the status API shows it.
+    pub fn key(&self) -> String {
+        match self {
+            Scope::Host => "host".into(),
+            Scope::Box(name) => format!("box:{name}"),
+            Scope::Task(name) => format!("task:{name}"),
+        }
+    }
+}
+
+/// A fresh token: `prefix` + 64 hex digits from the OS's CSPRNG.
+pub fn generate(prefix: &str) -> Result<String, std::io::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut out = String::with_capacity(prefix.len() + 64);
+    out.push_str(prefix);
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+    Ok(out)
+}
+
+/// Constant-time equality (the length is not secret: every token has the same length).
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
+}
+
+/// The daemon's tokens.
+pub struct TokenStore {
+    host: String,
+    scoped: Mutex<Vec<(String, Scope)>>,
+}
+
+impl TokenStore {
+    pub fn new() -> Result<Self, std::io::Error> {
+        Ok(TokenStore {
+            host: generate("sbx-host-")?,
+            scoped: Mutex::new(Vec::new()),
+        })
+    }
+
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// Issues a token for `scope` (never `Host`).
+    pub fn issue(&self, scope: Scope) -> Result<String, std::io::Error> {
+        debug_assert!(scope != Scope::Host);
+        let token = generate("sbx-sandbox-")?;
+        self.scoped
+            .lock()
+            .expect("token lock")
+            .push((token.clone(), scope));
+        Ok(token)
+    }
+
+    /// Forgets every token of `scope` (a removed box).
+    pub fn revoke(&self, scope: &Scope) {
+        self.scoped
+            .lock()
+            .expect("token lock")
+            .retain(|(_, s)| s != scope);
+    }
+
+    /// The scope of `token`, if it is one of ours. Every stored token is compared, so the
+    /// time taken does not depend on which one matched.
+    pub fn scope_of(&self, token: &str) -> Option<Scope> {
+        let mut found = None;
+        if same(token, &self.host) {
+            found = Some(Scope::Host);
+        }
+        for (t, s) in self.scoped.lock().expect("token lock").iter() {
+            if same(token, t) && found.is_none() {
+                found = Some(s.clone());
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_are_kept_apart() {
+        let store = TokenStore::new().unwrap();
+        let a = store.issue(Scope::Box("a".into())).unwrap();
+        let b = store.issue(Scope::Box("b".into())).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(store.scope_of(store.host()), Some(Scope::Host));
+        assert_eq!(store.scope_of(&a), Some(Scope::Box("a".into())));
+        assert_eq!(store.scope_of(&b), Some(Scope::Box("b".into())));
+        // A forged token of the right shape, and a prefix of a real one.
+        let forged = format!("sbx-sandbox-{}", "0".repeat(64));
+        assert_eq!(store.scope_of(&forged), None);
+        assert_eq!(store.scope_of(&a[..a.len() - 1]), None);
+        assert_eq!(store.scope_of(""), None);
+        store.revoke(&Scope::Box("a".into()));
+        assert_eq!(store.scope_of(&a), None);
+        assert_eq!(store.scope_of(&b), Some(Scope::Box("b".into())));
+    }
+
+    #[test]
+    fn tokens_are_random_and_long() {
+        let x = generate("p-").unwrap();
+        let y = generate("p-").unwrap();
+        assert_ne!(x, y);
+        assert_eq!(x.len(), 2 + 64);
+        assert!(x[2..].bytes().all(|b| b.is_ascii_hexdigit()));
+    }
+}

@@ -1,0 +1,172 @@
+//! `sandbox serve`: the daemon (under its supervisor), and `--stdio`, the single-client bridge.
+//!
+//! The mechanism is in `sandbox_box`; this file only turns the configuration into
+//! `DaemonOptions` and moves bytes for `--stdio`.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use clap::Args;
+use sandbox_box::protocol::{Incoming, PROTOCOL};
+use sandbox_box::{BoxDefaults, DaemonOptions, RuntimePaths};
+use sandbox_policy::EnvPolicy;
+
+use crate::config::expand_home;
+use crate::context::Context;
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Speak the protocol on stdin/stdout: bridge them to the daemon's socket, starting the
+    /// daemon first if none runs. Any number of `--stdio` sessions share one daemon.
+    #[arg(long)]
+    pub stdio: bool,
+
+    /// Internal: this process is the daemon itself, under the supervisor `sandbox serve`
+    /// started (which kills everything the daemon leaves behind).
+    #[arg(long, hide = true)]
+    pub supervised: bool,
+}
+
+pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
+    let paths = RuntimePaths::new(&ctx.dirs.runtime);
+    if args.stdio {
+        return bridge(&paths);
+    }
+    if args.supervised {
+        sandbox_box::server::run(options(ctx, paths))?;
+        return Ok(0);
+    }
+    let exe = std::env::current_exe().context("locating the sandbox binary")?;
+    let mut daemon = std::process::Command::new(exe);
+    daemon.args(["serve", "--supervised"]);
+    sandbox_box::reaper::supervise(daemon).context("supervising the daemon")
+}
+
+fn options(ctx: &Context, runtime: RuntimePaths) -> DaemonOptions {
+    let config = ctx.config();
+    let mut env = EnvPolicy::default();
+    for name in &config.env.pass {
+        let _ = env.add_arg(name);
+    }
+    for (name, value) in &config.env.set {
+        env.set_var(name, value.clone());
+    }
+    DaemonOptions {
+        runtime,
+        hook_port: config.service.hook_port,
+        defaults: BoxDefaults {
+            allow_read: config.read_folders.iter().map(|p| expand_home(p)).collect(),
+            allow_write: config
+                .additional_folders
+                .iter()
+                .map(|p| expand_home(p))
+                .collect(),
+            env,
+            block_net: config.network.block,
+            allow_ports: config.network.allow_ports.clone(),
+        },
+        kill_grace: sandbox_exec::process_group::DEFAULT_KILL_GRACE,
+        backend: crate::session::backend_options(ctx, None),
+    }
+}
+
+/// Authenticates a connection for the client on stdin/stdout, then copies bytes both ways
+/// untouched: the client speaks the protocol exactly as on the socket, minus `host.hello`.
+fn bridge(paths: &RuntimePaths) -> anyhow::Result<i32> {
+    let mut stream = connect_or_start(paths)?;
+    let token = paths.read_host_token()?;
+    let hello = serde_json::json!({
+        "id": "sandbox-stdio-bridge",
+        "method": "host.hello",
+        "params": { "token": token, "protocol": PROTOCOL, "client": "stdio" },
+    });
+    stream.write_all(format!("{hello}\n").as_bytes())?;
+    // Read exactly the one reply line, so nothing meant for the client is consumed here.
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    while byte[0] != b'\n' {
+        if stream.read(&mut byte)? == 0 {
+            bail!("the daemon closed the connection during host.hello");
+        }
+        line.push(byte[0]);
+    }
+    let reply: Incoming = serde_json::from_slice(&line).context("reading host.hello's reply")?;
+    if let Some(e) = reply.error {
+        bail!("the daemon refused this session: {e}");
+    }
+
+    let mut up = stream.try_clone()?;
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut up);
+        // End of input: no more requests; the daemon finishes what is in flight, then closes.
+        let _ = up.shutdown(std::net::Shutdown::Write);
+    });
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e).context("reading from the daemon"),
+        };
+        if out.write_all(&buf[..n]).and_then(|()| out.flush()).is_err() {
+            // The client is gone; closing our socket tells the daemon to stop its commands.
+            break;
+        }
+    }
+    Ok(0)
+}
+
+/// Connects to the daemon, starting one (detached, logging to the runtime dir) if none runs.
+fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
+    if let Ok(stream) = UnixStream::connect(paths.socket()) {
+        return Ok(stream);
+    }
+    paths.ensure_dir()?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(paths.log())
+        .with_context(|| format!("opening {}", paths.log().display()))?;
+    let exe = std::env::current_exe().context("locating the sandbox binary")?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("serve")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    // SAFETY: setsid(2) is async-signal-safe; the closure touches no memory. A new session
+    // keeps the daemon alive when this terminal or client goes away.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().context("starting the daemon")?;
+    // Readiness is "the socket accepts": poll it. Bounded, and a daemon that lost a start
+    // race to another client's exits while the winner's socket appears.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(stream) = UnixStream::connect(paths.socket()) {
+            return Ok(stream);
+        }
+        let exited = child.try_wait().ok().flatten();
+        if Instant::now() > deadline {
+            bail!(
+                "the daemon did not start within 15 s{}; see {}",
+                exited
+                    .map(|s| format!(" (it exited: {s})"))
+                    .unwrap_or_default(),
+                paths.log().display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

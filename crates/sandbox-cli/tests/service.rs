@@ -1,0 +1,1059 @@
+//! The daemon through the real binary: `sandbox serve` started as a user would, driven over
+//! its Unix socket and over `sandbox serve --stdio`, running real commands under the native
+//! backend. Process checks are by pid, from the outside.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{alive, text, wait_dead, Env};
+use sandbox_box::hooks::client::{post_status, request as http};
+use sandbox_box::protocol::{
+    decode_frame, BlockingFrameReader, Decoded, ErrorCode, Frame, Incoming, Request,
+};
+use sandbox_box::{Client, ClientError, RuntimePaths};
+use serde_json::{json, Value};
+
+/// Generous bound for "this process must be gone": the daemon's kill grace is 2 s.
+const GONE: Duration = Duration::from_secs(20);
+
+/// A request from JSON (parsed by the protocol's own decoder, so tests write what a client
+/// writes).
+fn req(method: &str, params: Value) -> Request {
+    let line = serde_json::to_vec(&json!({"id": 0, "method": method, "params": params})).unwrap();
+    match decode_frame(&Frame::Line(line)) {
+        Decoded::Request(_, r) => r,
+        other => panic!("{method}: {other:?}"),
+    }
+}
+
+struct Daemon {
+    env: Env,
+    supervisor: Child,
+    log: Arc<Mutex<String>>,
+    /// The daemon process (the supervisor's child).
+    pid: i32,
+}
+
+impl Daemon {
+    fn start() -> Daemon {
+        Daemon::start_in(Env::new())
+    }
+
+    fn start_in(env: Env) -> Daemon {
+        let mut supervisor = env
+            .cmd()
+            .arg("serve")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(supervisor.stderr.take().unwrap());
+        let log = Arc::new(Mutex::new(String::new()));
+        // Ready when it says so: the line is printed after both listeners are bound.
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap() == 0 {
+                panic!(
+                    "the daemon exited before listening: {}",
+                    log.lock().unwrap()
+                );
+            }
+            log.lock().unwrap().push_str(&line);
+            if line.contains("listening on") {
+                break;
+            }
+        }
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = stderr.read_to_string(&mut rest);
+            sink.lock().unwrap().push_str(&rest);
+        });
+        let mut d = Daemon {
+            env,
+            supervisor,
+            log,
+            pid: 0,
+        };
+        let describe = d.client().call(&req("host.describe", json!({}))).unwrap();
+        d.pid = describe["pid"].as_i64().unwrap() as i32;
+        assert_ne!(
+            d.pid as u32,
+            d.supervisor.id(),
+            "the daemon runs under a supervisor"
+        );
+        d
+    }
+
+    fn paths(&self) -> RuntimePaths {
+        RuntimePaths::new(self.env.path().join("run/sandbox"))
+    }
+
+    fn client(&self) -> Client {
+        Client::connect_authenticated(&self.paths(), "test").unwrap()
+    }
+
+    fn work(&self) -> PathBuf {
+        self.env.work()
+    }
+
+    /// `shutdown` over the protocol; the supervisor then exits 0.
+    fn shutdown(mut self) {
+        let reply = self.client().call(&req("shutdown", json!({}))).unwrap();
+        assert_eq!(reply, json!({"ok": true}));
+        let status = self.supervisor.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "{}", self.log.lock().unwrap());
+        assert!(!self.paths().socket().exists(), "socket removed");
+        assert!(!self.paths().host_token().exists(), "token removed");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.supervisor.try_wait() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(self.supervisor.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = self.supervisor.wait();
+        }
+    }
+}
+
+fn create(client: &mut Client, name: &str, workdir: &Path, extra: Value) -> Value {
+    let mut params = json!({"name": name, "workdir": workdir});
+    for (k, v) in extra.as_object().unwrap() {
+        params[k] = v.clone();
+    }
+    let created = client.call(&req("box.create", params)).unwrap();
+    client
+        .call(&req("box.start", json!({"name": name})))
+        .unwrap();
+    created
+}
+
+fn exec(client: &mut Client, name: &str, argv: &[&str]) -> u64 {
+    let reply = client
+        .call(&req(
+            "box.exec",
+            json!({"name": name, "command": argv[0], "args": &argv[1..]}),
+        ))
+        .unwrap();
+    reply["execId"].as_u64().unwrap()
+}
+
+#[derive(Debug, Default)]
+struct Run {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    exit: Incoming,
+    base64_events: usize,
+}
+
+/// Reads events until `exec_id`'s exit, collecting its output.
+fn collect(client: &mut Client, exec_id: u64) -> Run {
+    let mut run = Run::default();
+    loop {
+        let event = client.next_event().unwrap();
+        if event.exec_id != Some(exec_id) {
+            continue;
+        }
+        match event.kind.as_deref() {
+            Some("output") => {
+                if event.encoding == Some(sandbox_box::protocol::Encoding::Base64) {
+                    run.base64_events += 1;
+                }
+                let bytes = event.output_bytes().unwrap();
+                match event.stream.as_deref() {
+                    Some("stdout") => run.stdout.extend(bytes),
+                    Some("stderr") => run.stderr.extend(bytes),
+                    other => panic!("stream {other:?}"),
+                }
+            }
+            Some("exit") => {
+                run.exit = event;
+                return run;
+            }
+            other => panic!("event {other:?}"),
+        }
+    }
+}
+
+/// Reads `n` lines of an exec's stdout (pids it printed).
+fn read_lines(client: &mut Client, exec_id: u64, n: usize) -> Vec<String> {
+    let mut text = String::new();
+    while text.lines().count() < n || !text.ends_with('\n') {
+        let event = client.next_event().unwrap();
+        if event.exec_id == Some(exec_id) && event.kind.as_deref() == Some("output") {
+            text.push_str(&String::from_utf8(event.output_bytes().unwrap()).unwrap());
+        }
+        assert_ne!(event.kind.as_deref(), Some("exit"), "exited early: {text}");
+    }
+    text.lines().map(str::to_string).collect()
+}
+
+fn code(result: Result<Value, ClientError>) -> ErrorCode {
+    match result {
+        Err(ClientError::Rpc(e)) => e.code,
+        other => panic!("expected an error reply, got {other:?}"),
+    }
+}
+
+#[test]
+fn socket_session_covers_the_whole_lifecycle() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let describe = c
+        .call(&req(
+            "host.describe",
+            json!({"protocol": "sandbox-jsonl-v1"}),
+        ))
+        .unwrap();
+    assert_eq!(describe["protocol"], "sandbox-jsonl-v1");
+    assert!(describe["capabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("orderedOutput")));
+    assert_eq!(
+        code(c.call(&req(
+            "host.describe",
+            json!({"protocol": "sandbox-jsonl-v9"})
+        ))),
+        ErrorCode::UnsupportedProtocol
+    );
+
+    let created = create(&mut c, "lifecycle", &d.work(), json!({}));
+    assert_eq!(created["created"], true);
+    assert_eq!(created["backend"], "native");
+    // The same name and settings: the same box. Other settings: refused, not silently mixed.
+    let again = c
+        .call(&req(
+            "box.create",
+            json!({"name": "lifecycle", "workdir": d.work()}),
+        ))
+        .unwrap();
+    assert_eq!(again["created"], false);
+    assert_eq!(again["boxId"], created["boxId"]);
+    assert_eq!(
+        code(c.call(&req(
+            "box.create",
+            json!({"name": "lifecycle", "workdir": d.work(), "blockNet": true})
+        ))),
+        ErrorCode::BoxExists
+    );
+
+    // Streamed output on both streams, stdin fed in two writes and closed.
+    let id = exec(
+        &mut c,
+        "lifecycle",
+        &["sh", "-c", "echo out; echo err >&2; cat; echo after"],
+    );
+    c.call(&req("exec.stdin", json!({"execId": id, "data": "line1\n"})))
+        .unwrap();
+    c.call(&req(
+        "exec.stdin",
+        json!({"execId": id, "data": "bGluZTIK", "encoding": "base64", "close": true}),
+    ))
+    .unwrap();
+    let run = collect(&mut c, id);
+    assert_eq!(run.stdout, b"out\nline1\nline2\nafter\n");
+    assert_eq!(run.stderr, b"err\n");
+    assert_eq!(run.exit.exit_code, Some(0));
+
+    // The sandbox is real: outside the workdir nothing can be written.
+    let outside = d.env.path().join("outside-file");
+    let id = exec(
+        &mut c,
+        "lifecycle",
+        &["sh", "-c", &format!("echo x > {}", outside.display())],
+    );
+    let run = collect(&mut c, id);
+    assert_ne!(run.exit.exit_code, Some(0));
+    assert!(!outside.exists(), "escaped the box");
+
+    // Kill: the whole group, reported as a signal.
+    let id = exec(&mut c, "lifecycle", &["sleep", "1000"]);
+    c.call(&req("exec.kill", json!({"execId": id, "signal": "TERM"})))
+        .unwrap();
+    let run = collect(&mut c, id);
+    assert_eq!(run.exit.signal, Some(15));
+    assert_eq!(run.exit.exit_code, Some(143));
+    assert_eq!(
+        code(c.call(&req("exec.kill", json!({"execId": 999_999})))),
+        ErrorCode::NoSuchExec
+    );
+
+    let list = c.call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(list[0]["name"], "lifecycle");
+    assert_eq!(list[0]["backend"], "native");
+    assert_eq!(list[0]["state"], "running");
+
+    // Exec in a stopped box is refused; start brings it back.
+    c.call(&req("box.stop", json!({"name": "lifecycle"})))
+        .unwrap();
+    assert_eq!(
+        code(c.call(&req(
+            "box.exec",
+            json!({"name": "lifecycle", "command": "true"})
+        ))),
+        ErrorCode::BoxState
+    );
+    c.call(&req("box.remove", json!({"name": "lifecycle"})))
+        .unwrap();
+    assert_eq!(
+        c.call(&req("box.list", json!({}))).unwrap(),
+        json!([]),
+        "removed"
+    );
+    assert_eq!(
+        code(c.call(&req("box.start", json!({"name": "lifecycle"})))),
+        ErrorCode::NoSuchBox
+    );
+    d.shutdown();
+}
+
+#[test]
+fn commands_that_cannot_start_fail_loudly() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    create(&mut c, "fails", &d.work(), json!({}));
+    let err = c
+        .call(&req(
+            "box.exec",
+            json!({"name": "fails", "command": "no-such-program-here"}),
+        ))
+        .unwrap_err();
+    match err {
+        ClientError::Rpc(e) => {
+            assert_eq!(e.code, ErrorCode::SpawnFailed);
+            assert_eq!(e.data.unwrap()["exitCode"], 127);
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        code(c.call(&req(
+            "box.exec",
+            json!({"name": "fails", "command": "true", "workingDir": "../.."})
+        ))),
+        ErrorCode::Denied,
+        "a working directory outside the workspace"
+    );
+    // An unavailable backend creates nothing.
+    assert_eq!(
+        code(c.call(&req(
+            "box.create",
+            json!({"name": "vm", "backend": "boxlite", "workdir": d.work()})
+        ))),
+        ErrorCode::BackendUnavailable
+    );
+    assert_eq!(c.call(&req("box.list", json!({}))).unwrap()[1], Value::Null);
+}
+
+#[test]
+fn output_precedes_exit_under_a_flood() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    create(&mut c, "flood", &d.work(), json!({}));
+    let id = exec(
+        &mut c,
+        "flood",
+        &[
+            "sh",
+            "-c",
+            "(yes ERR | head -c 1000000 >&2) & yes 0123456789 | head -c 30000000; wait",
+        ],
+    );
+    let run = collect(&mut c, id);
+    assert_eq!(run.exit.exit_code, Some(0));
+    assert_eq!(run.stdout.len(), 30_000_000, "every byte before the exit");
+    assert!(run
+        .stdout
+        .chunks(11)
+        .all(|c| c == &b"0123456789\n"[..c.len()]));
+    assert_eq!(run.stderr.len(), 1_000_000);
+    // Nothing of that exec may follow its exit: a later reply comes after everything queued.
+    let list_id = c.send(&req("box.list", json!({}))).unwrap();
+    loop {
+        let frame = c.next_frame().unwrap();
+        if frame.is_reply() {
+            assert_eq!(frame.id, Some(Some(list_id)));
+            break;
+        }
+        assert_ne!(frame.exec_id, Some(id), "output after exit: {frame:?}");
+    }
+}
+
+#[test]
+fn binary_output_is_lossless_and_text_stays_text() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    create(&mut c, "bytes", &d.work(), json!({}));
+    // Pseudo-random bytes: invalid UTF-8 almost everywhere.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let binary: Vec<u8> = (0..3_000_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(d.work().join("binary"), &binary).unwrap();
+    let id = exec(&mut c, "bytes", &["cat", "binary"]);
+    let run = collect(&mut c, id);
+    assert!(run.stdout == binary, "binary output differs");
+    assert!(run.base64_events > 0);
+
+    // Two-byte characters at an odd offset: chunk boundaries split some of them, and the
+    // daemon must still send text.
+    let text: String = std::iter::once('a')
+        .chain(std::iter::repeat_n('é', 400_000))
+        .collect();
+    std::fs::write(d.work().join("text"), &text).unwrap();
+    let id = exec(&mut c, "bytes", &["cat", "text"]);
+    let run = collect(&mut c, id);
+    assert!(run.stdout == text.as_bytes(), "text output differs");
+    assert_eq!(run.base64_events, 0, "valid UTF-8 was sent as base64");
+}
+
+#[test]
+fn bad_frames_are_answered_and_the_connection_survives() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let expect = |c: &mut Client, id: Option<Value>, code: &str| {
+        let frame = c.next_frame().unwrap();
+        let got_id = frame.id.clone().expect("a reply").map(|i| json!(i));
+        assert_eq!(got_id, id, "{frame:?}");
+        assert_eq!(json!(frame.error.unwrap().code), json!(code));
+    };
+    c.send_raw(b"not json\n").unwrap();
+    expect(&mut c, None, "parseError");
+    c.send_raw(b"\xff\xfe{}\n").unwrap();
+    expect(&mut c, None, "parseError");
+    c.send_raw(b"{\"id\":1}\n").unwrap();
+    expect(&mut c, Some(json!(1)), "invalidRequest");
+    c.send_raw(b"{\"id\":2,\"method\":\"box.list\",\"params\":{},\"x\":1}\n")
+        .unwrap();
+    expect(&mut c, Some(json!(2)), "invalidRequest");
+    c.send_raw(b"{\"id\":3,\"method\":\"box.explode\"}\n")
+        .unwrap();
+    expect(&mut c, Some(json!(3)), "unknownMethod");
+    c.send_raw(b"{\"id\":4,\"method\":\"box.create\",\"params\":{\"name\":\"a\",\"workdir\":\"/\",\"blocknet\":true}}\n")
+        .unwrap();
+    expect(&mut c, Some(json!(4)), "invalidParams");
+    c.send_raw(b"\n  \n").unwrap(); // blank lines: skipped, no reply
+
+    // 5 MiB request: answered under its id.
+    let mut big = br#"{"id":5,"method":"exec.stdin","params":{"execId":1,"data":""#.to_vec();
+    big.extend(std::iter::repeat_n(b'x', 5 << 20));
+    big.extend(b"\"}}\n");
+    c.send_raw(&big).unwrap();
+    expect(&mut c, Some(json!(5)), "requestTooLarge");
+
+    // A 200 MiB line: skipped as it streams, one reply, and the daemon's memory stays flat.
+    {
+        let mut raw = c.stream().try_clone().unwrap();
+        let chunk = vec![b'y'; 1 << 20];
+        for _ in 0..200 {
+            raw.write_all(&chunk).unwrap();
+        }
+        raw.write_all(b"\n").unwrap();
+    }
+    expect(&mut c, None, "frameTooLarge");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.pid)).unwrap();
+    let hwm_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .parse()
+        .unwrap();
+    assert!(
+        hwm_kib < 96 * 1024,
+        "the daemon's peak RSS grew to {hwm_kib} KiB reading a 200 MiB line"
+    );
+
+    // Still the same connection, still authenticated.
+    let describe = c.call(&req("host.describe", json!({}))).unwrap();
+    assert_eq!(describe["authenticated"], true);
+}
+
+#[test]
+fn only_host_token_holders_control_the_daemon() {
+    let d = Daemon::start();
+    let socket = d.paths().socket();
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&socket).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    let token_mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(d.paths().host_token())
+            .unwrap()
+            .permissions(),
+    );
+    assert_eq!(token_mode & 0o777, 0o600);
+
+    let mut anon = Client::connect(&socket).unwrap();
+    // Describing is allowed (no secrets in it); acting is not.
+    let describe = anon.call(&req("host.describe", json!({}))).unwrap();
+    assert_eq!(describe["authenticated"], false);
+    assert_eq!(
+        code(anon.call(&req(
+            "box.create",
+            json!({"name": "x", "backend": "host", "workdir": d.work()})
+        ))),
+        ErrorCode::Unauthenticated
+    );
+    let forged = format!("sbx-host-{}", "0".repeat(64));
+    assert_eq!(
+        code(anon.call(&req("host.hello", json!({"token": forged})))),
+        ErrorCode::Unauthenticated
+    );
+    // A wrong token ends the connection.
+    assert!(matches!(
+        anon.call(&req("box.list", json!({}))),
+        Err(ClientError::Closed) | Err(ClientError::Io(_))
+    ));
+    assert_eq!(
+        d.client().call(&req("box.list", json!({}))).unwrap(),
+        json!([])
+    );
+}
+
+/// A `sandbox serve --stdio` session driven line by line.
+struct Stdio_ {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    reader: BlockingFrameReader<ChildStdout>,
+    next: u64,
+}
+
+impl Stdio_ {
+    fn start(env: &Env) -> Stdio_ {
+        let mut child = env
+            .cmd()
+            .args(["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let reader = BlockingFrameReader::new(child.stdout.take().unwrap(), 16 << 20);
+        Stdio_ {
+            child,
+            stdin,
+            reader,
+            next: 1,
+        }
+    }
+
+    fn frame(&mut self) -> Incoming {
+        match self.reader.next().unwrap() {
+            Some(Frame::Line(l)) => serde_json::from_slice(&l).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Sends a request and returns (its reply, the events before it).
+    fn call(&mut self, method: &str, params: Value) -> (Incoming, Vec<Incoming>) {
+        let id = self.next;
+        self.next += 1;
+        let line = json!({"id": id, "method": method, "params": params});
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        let mut events = Vec::new();
+        loop {
+            let f = self.frame();
+            if f.is_reply() {
+                assert_eq!(f.id, Some(Some(sandbox_box::protocol::Id::Num(id))));
+                return (f, events);
+            }
+            events.push(f);
+        }
+    }
+}
+
+#[test]
+fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
+    let env = Env::new();
+    // Two sessions at once, and no daemon yet: both race to start one, one wins, both work.
+    let mut a = Stdio_::start(&env);
+    let mut b = Stdio_::start(&env);
+    let (da, _) = a.call("host.describe", json!({}));
+    let (db, _) = b.call("host.describe", json!({}));
+    let pid = da.result.as_ref().unwrap()["pid"].clone();
+    assert_eq!(pid, db.result.unwrap()["pid"], "one daemon for both");
+    assert_eq!(da.result.unwrap()["authenticated"], true);
+
+    let (created, events) = a.call(
+        "box.create",
+        json!({"name": "shared", "workdir": env.work()}),
+    );
+    assert!(created.error.is_none(), "{created:?}");
+    assert_eq!(
+        events[0].state,
+        Some(sandbox_box::protocol::BoxState::Created)
+    );
+    a.call("box.start", json!({"name": "shared"}));
+    // B sees A's box and runs in it; the output goes to B, who started it.
+    let (list, _) = b.call("box.list", json!({}));
+    assert_eq!(list.result.unwrap()[0]["name"], "shared");
+    let (started, _) = b.call(
+        "box.exec",
+        json!({"name": "shared", "command": "sh", "args": ["-c", "cat; echo bye"]}),
+    );
+    let exec_id = started.result.unwrap()["execId"].as_u64().unwrap();
+    b.call(
+        "exec.stdin",
+        json!({"execId": exec_id, "data": "hi\n", "close": true}),
+    );
+    let mut out = Vec::new();
+    loop {
+        let f = b.frame();
+        if f.exec_id != Some(exec_id) {
+            continue;
+        }
+        if f.kind.as_deref() == Some("exit") {
+            assert_eq!(f.exit_code, Some(0));
+            break;
+        }
+        out.extend(f.output_bytes().unwrap());
+    }
+    assert_eq!(out, b"hi\nbye\n");
+
+    // A leaves; the box stays (boxes belong to the daemon).
+    drop(a.stdin.take());
+    assert_eq!(a.child.wait().unwrap().code(), Some(0));
+    let (list, _) = b.call("box.list", json!({}));
+    assert_eq!(list.result.unwrap()[0]["name"], "shared");
+    let (removed, _) = b.call("box.remove", json!({"name": "shared"}));
+    assert!(removed.error.is_none());
+    let (bye, _) = b.call("shutdown", json!({}));
+    assert_eq!(bye.result.unwrap(), json!({"ok": true}));
+    drop(b.stdin.take());
+    assert_eq!(b.child.wait().unwrap().code(), Some(0));
+    let daemon_pid = pid.as_i64().unwrap() as i32;
+    assert!(wait_dead(daemon_pid, GONE), "the daemon exited");
+}
+
+#[test]
+fn a_second_daemon_refuses_to_start() {
+    let d = Daemon::start();
+    let out = d
+        .env
+        .cmd()
+        .arg("serve")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already runs"),
+        "{}",
+        text(&out)
+    );
+    // And the first is untouched.
+    d.client().call(&req("box.list", json!({}))).unwrap();
+}
+
+/// Starts a tree in a box and returns the pids: a background child in the group, one that
+/// escaped the group with setsid, and the leader.
+fn start_tree(c: &mut Client, d: &Daemon, name: &str) -> (u64, Vec<i32>) {
+    create(c, name, &d.work(), json!({}));
+    let id = exec(
+        c,
+        name,
+        &[
+            "sh",
+            "-c",
+            "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; echo $$; wait",
+        ],
+    );
+    let pids: Vec<i32> = read_lines(c, id, 3)
+        .iter()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    for &pid in &pids {
+        assert!(alive(pid), "{pid} should run");
+    }
+    (id, pids)
+}
+
+#[test]
+fn daemon_killed_with_sigkill_mid_exec_leaves_no_process() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    let (_, pids) = start_tree(&mut c, &d, "victim");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    for pid in pids {
+        assert!(
+            wait_dead(pid, GONE),
+            "pid {pid} survived the daemon's SIGKILL"
+        );
+    }
+    // The supervisor reaped everything, then exited.
+    let status = d.supervisor.wait().unwrap();
+    assert_ne!(status.code(), Some(0));
+}
+
+#[test]
+fn supervisor_killed_with_sigkill_mid_exec_leaves_no_process() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    let (_, pids) = start_tree(&mut c, &d, "victim");
+    d.supervisor.kill().unwrap();
+    d.supervisor.wait().unwrap();
+    assert!(wait_dead(d.pid, GONE), "the daemon follows its supervisor");
+    for pid in pids {
+        assert!(
+            wait_dead(pid, GONE),
+            "pid {pid} survived the supervisor's SIGKILL"
+        );
+    }
+}
+
+#[test]
+fn a_closed_connection_stops_its_commands_but_not_the_boxes() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let (_, pids) = start_tree(&mut c, &d, "keep");
+    drop(c);
+    for pid in pids {
+        assert!(wait_dead(pid, GONE), "pid {pid} outlived its connection");
+    }
+    let list = d.client().call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(list[0]["name"], "keep");
+    assert_eq!(list[0]["runningExecs"], 0);
+}
+
+#[test]
+fn box_stop_reports_exits_before_its_reply() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let (id, pids) = start_tree(&mut c, &d, "stopme");
+    let stop = c.send(&req("box.stop", json!({"name": "stopme"}))).unwrap();
+    let mut saw_exit = false;
+    loop {
+        let f = c.next_frame().unwrap();
+        if f.is_reply() {
+            assert_eq!(f.id, Some(Some(stop.clone())));
+            break;
+        }
+        if f.kind.as_deref() == Some("exit") && f.exec_id == Some(id) {
+            saw_exit = true;
+        }
+    }
+    assert!(saw_exit, "box.stop replied before the exit event");
+    for pid in pids {
+        assert!(!alive(pid), "pid {pid} still runs after box.stop replied");
+    }
+}
+
+// --- status hooks and tokens ---------------------------------------------------------------
+
+fn hook_url(d: &Daemon) -> String {
+    d.client().call(&req("host.describe", json!({}))).unwrap()["hookUrl"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn box_env(c: &mut Client, name: &str) -> (String, String) {
+    let id = exec(
+        c,
+        name,
+        &["sh", "-c", "echo $SANDBOX_API_URL; echo $SANDBOX_API_TOKEN"],
+    );
+    let run = collect(c, id);
+    let text = String::from_utf8(run.stdout).unwrap();
+    let mut lines = text.lines();
+    (
+        lines.next().unwrap().to_string(),
+        lines.next().unwrap().to_string(),
+    )
+}
+
+#[test]
+fn hook_tokens_are_scoped() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let host = d.paths().read_host_token().unwrap();
+    let url = hook_url(&d);
+    create(&mut c, "a", &d.work(), json!({}));
+    create(&mut c, "b", &d.work(), json!({}));
+    let (url_a, token_a) = box_env(&mut c, "a");
+    let (_, token_b) = box_env(&mut c, "b");
+    assert_eq!(url_a, url);
+    assert!(token_a.starts_with("sbx-sandbox-"), "{token_a}");
+    assert_ne!(token_a, token_b);
+    assert_ne!(token_a, host, "the host token never enters a sandbox");
+
+    let post = |token: Option<&str>, body: Value| {
+        http(
+            &url,
+            "POST",
+            "/hook",
+            token,
+            Some(body.to_string().as_bytes()),
+        )
+        .unwrap()
+        .status
+    };
+    let get = |token: Option<&str>, path: &str| http(&url, "GET", path, token, None).unwrap();
+
+    // Box A's token: its own box only.
+    assert_eq!(
+        post_status(&url, &token_a, "working", Some("step 1"))
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(
+        post(Some(&token_a), json!({"event": "idle", "box": "a"})),
+        200
+    );
+    assert_eq!(
+        post(Some(&token_a), json!({"event": "done", "box": "b"})),
+        403
+    );
+    assert_eq!(
+        post(Some(&token_a), json!({"event": "done", "task": "a"})),
+        403
+    );
+    assert_eq!(get(Some(&token_a), "/api/v1/status").status, 403);
+    assert_eq!(get(Some(&token_a), "/api/v1/anything").status, 403);
+    // No token, a forged token.
+    let forged = format!("sbx-sandbox-{}", "f".repeat(64));
+    assert_eq!(post(None, json!({"event": "x"})), 401);
+    assert_eq!(post(Some(&forged), json!({"event": "x"})), 401);
+    assert_eq!(get(None, "/api/v1/status").status, 401);
+    assert_eq!(get(Some(&forged), "/api/v1/status").status, 401);
+    // Malformed and oversized bodies.
+    assert_eq!(post(Some(&token_a), json!({"event": "x", "extra": 1})), 400);
+    assert_eq!(post(Some(&token_a), json!({"event": "bad event"})), 400);
+    let huge = json!({"event": "x", "message": "m".repeat(64 * 1024)});
+    assert_eq!(post(Some(&token_a), huge), 413);
+    // The host token: every box, and the API.
+    assert_eq!(
+        post(Some(&host), json!({"event": "blocked", "box": "b"})),
+        200
+    );
+    assert_eq!(
+        post(Some(&host), json!({"event": "x"})),
+        400,
+        "must name a box"
+    );
+    assert_eq!(post(Some(&host), json!({"event": "x", "box": "nope"})), 404);
+    assert_eq!(get(Some(&host), "/api/v1/nope").status, 404);
+    let status = get(Some(&host), "/api/v1/status");
+    assert_eq!(status.status, 200);
+    let status: Value = serde_json::from_str(&status.body).unwrap();
+    let by_name = |n: &str| {
+        status["boxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["name"] == n)
+            .unwrap()["lastStatus"]
+            .clone()
+    };
+    assert_eq!(by_name("a")["event"], "idle");
+    assert_eq!(by_name("b")["event"], "blocked");
+    assert!(
+        !status.to_string().contains(&token_a),
+        "tokens are not listed"
+    );
+
+    // Removing a box revokes its token.
+    c.call(&req("box.remove", json!({"name": "a"}))).unwrap();
+    assert_eq!(post(Some(&token_a), json!({"event": "x"})), 401);
+}
+
+fn bin_dir() -> PathBuf {
+    Path::new(common::BIN).parent().unwrap().to_path_buf()
+}
+
+#[test]
+fn a_sandboxed_agent_cannot_take_over_the_daemon() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let run_dir = d.paths().dir;
+    // A listener outside the allowed ports: the control that --block-net is in force.
+    let outside = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let outside_port = outside.local_addr().unwrap().port();
+    create(
+        &mut c,
+        "agent",
+        &d.work(),
+        json!({"blockNet": true, "allowRead": [bin_dir()]}),
+    );
+    let token_path = d.paths().host_token();
+    let attack = format!(
+        r#"
+import json, socket, sys
+def ask(lines):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect({socket:?})
+    f = s.makefile("rwb")
+    out = []
+    for line in lines:
+        try:
+            f.write((json.dumps(line) + "\n").encode()); f.flush()
+            reply = f.readline()
+        except (BrokenPipeError, ConnectionResetError):
+            reply = b""
+        out.append(json.loads(reply)["error"]["code"] if reply else "closed")
+        if not reply:
+            break
+    return out
+print("nohello", ask([{{"id": 1, "method": "box.create", "params": {{"name": "pwn", "backend": "host", "workdir": "/"}}}}]))
+print("forged", ask([{{"id": 1, "method": "host.hello", "params": {{"token": "sbx-host-" + "0" * 64}}}},
+                     {{"id": 2, "method": "box.list"}}]))
+try:
+    open({token:?}).read(); print("token READ")
+except OSError as e:
+    print("token denied", e.errno)
+t = socket.socket()
+try:
+    t.connect(("127.0.0.1", {outside_port})); print("outside CONNECTED")
+except OSError as e:
+    print("outside denied", e.errno)
+"#,
+        socket = d.paths().socket().display().to_string(),
+        token = token_path.display().to_string(),
+    );
+    std::fs::write(d.work().join("attack.py"), attack).unwrap();
+    let id = exec(&mut c, "agent", &["/usr/bin/python3", "attack.py"]);
+    let run = collect(&mut c, id);
+    let out = String::from_utf8_lossy(&run.stdout).into_owned();
+    let err = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.exit.exit_code, Some(0), "{out}\n{err}");
+    // Landlock does not stop the connect() (this kernel), the host token requirement does.
+    assert!(out.contains("nohello ['unauthenticated']"), "{out}\n{err}");
+    assert!(
+        out.contains("forged ['unauthenticated', 'closed']"),
+        "{out}\n{err}"
+    );
+    assert!(out.contains("token denied"), "{out}\n{err}");
+    assert!(out.contains("outside denied"), "{out}\n{err}");
+    assert!(
+        !c.call(&req("box.list", json!({})))
+            .unwrap()
+            .to_string()
+            .contains("pwn"),
+        "no box was created"
+    );
+    assert!(!run_dir.join("pwned").exists());
+
+    // Under --block-net the hook port stays reachable: `sandbox hook` from inside works.
+    let id = exec(
+        &mut c,
+        "agent",
+        &[common::BIN, "hook", "needs-input", "approve?"],
+    );
+    let run = collect(&mut c, id);
+    assert_eq!(
+        run.exit.exit_code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let list = c.call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(list[0]["lastStatus"]["event"], "needs-input");
+    assert_eq!(list[0]["lastStatus"]["message"], "approve?");
+}
+
+#[test]
+fn sandbox_run_gets_a_task_token_only_while_a_daemon_runs() {
+    let env = Env::new();
+    let allow = format!("--allow-read={}", bin_dir().display());
+    let script = format!(
+        "echo ${{SANDBOX_API_TOKEN:-none}}; {} hook done finished",
+        common::BIN
+    );
+    // No daemon: nothing set, nothing fails except the hook itself.
+    let out = env
+        .cmd()
+        .args(["run", &allow, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("none"),
+        "{}",
+        text(&out)
+    );
+    assert_ne!(out.status.code(), Some(0), "the hook has nowhere to go");
+
+    let d = Daemon::start_in(env);
+    let out = d
+        .env
+        .cmd()
+        .args(["run", "--block-net", &allow, "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(token.starts_with("sbx-sandbox-"), "{token}");
+    let host = d.paths().read_host_token().unwrap();
+    let status = http(&hook_url(&d), "GET", "/api/v1/status", Some(&host), None).unwrap();
+    let status: Value = serde_json::from_str(&status.body).unwrap();
+    assert_eq!(status["tasks"]["work"]["event"], "done", "{status}");
+    // That token is for its task only.
+    assert_eq!(
+        http(&hook_url(&d), "GET", "/api/v1/status", Some(&token), None)
+            .unwrap()
+            .status,
+        403
+    );
+}
+
+#[test]
+fn ps_lists_boxes_with_their_status() {
+    let env = Env::new();
+    let out = env.cmd().args(["ps", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "[]");
+
+    let d = Daemon::start_in(env);
+    let mut c = d.client();
+    create(&mut c, "listed", &d.work(), json!({}));
+    let (url, token) = box_env(&mut c, "listed");
+    post_status(&url, &token, "working", Some("on it")).unwrap();
+    let out = d.env.cmd().args(["ps"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("listed"))
+        .expect(&table);
+    for want in ["native", "running", "working: on it"] {
+        assert!(row.contains(want), "{want}: {table}");
+    }
+    let out = d.env.cmd().args(["ps", "--json"]).output().unwrap();
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json[0]["lastStatus"]["message"], "on it");
+}
+
+#[test]
+fn ps_without_host_token_access_fails_closed() {
+    // A process that can reach the socket but not the token (a sandboxed one) gets nothing.
+    let d = Daemon::start();
+    let mut raw = UnixStream::connect(d.paths().socket()).unwrap();
+    raw.write_all(b"{\"id\":1,\"method\":\"box.list\"}\n")
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(&raw).read_line(&mut line).unwrap();
+    assert!(line.contains("unauthenticated"), "{line}");
+}
