@@ -331,4 +331,74 @@ mod tests {
         assert!(parse("additional_folders: [relative/dir]\n", Path::new("c")).is_err());
         assert!(parse("network: {allow_ports: [70000]}\n", Path::new("c")).is_err());
     }
+
+    /// Every key of the schema, as dotted paths, from a config with every field set.
+    fn schema_keys() -> Vec<String> {
+        let full = Config {
+            backend: Some("native".into()),
+            additional_folders: vec!["/a".into()],
+            read_folders: vec!["/b".into()],
+            network: NetworkConfig {
+                block: true,
+                allow_ports: vec![1],
+                allow_domains: vec!["x".into()],
+            },
+            env: EnvConfig {
+                pass: vec!["A".into()],
+                set: [("B".to_string(), "c".to_string())].into(),
+            },
+            timeout: Some("1s".into()),
+            views: ViewsConfig {
+                root: Some("/v".into()),
+            },
+            service: ServiceConfig { hook_port: Some(1) },
+            backends: BackendsConfig {
+                custom: CustomBackendConfig {
+                    command: Some("c".into()),
+                },
+                nono: NonoBackendConfig {
+                    path: Some("/n".into()),
+                },
+            },
+        };
+        fn walk(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
+            if let serde_yaml::Value::Mapping(m) = v {
+                for (k, v) in m {
+                    let k = k.as_str().unwrap();
+                    let path = if prefix.is_empty() {
+                        k.to_string()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    // env.set is a free-form map: its keys are variable names.
+                    if path != "env.set" {
+                        walk(&path, v, out);
+                    }
+                    out.push(path);
+                }
+            }
+        }
+        let mut keys = Vec::new();
+        walk("", &serde_yaml::to_value(&full).unwrap(), &mut keys);
+        keys
+    }
+
+    #[test]
+    fn the_nix_modules_know_every_key() {
+        // nixos-modules/settings.nix checks `programs.sandbox.settings` against this schema;
+        // a key added here but not there would make the modules reject valid settings.
+        let nix = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nixos-modules/settings.nix"),
+        )
+        .unwrap();
+        let keys = schema_keys();
+        assert!(keys.len() >= 15, "{keys:?}");
+        for key in keys {
+            let leaf = key.rsplit('.').next().unwrap();
+            assert!(
+                nix.contains(&format!("{leaf} = ")),
+                "settings.nix has no `{leaf}` (schema key {key})"
+            );
+        }
+    }
 }

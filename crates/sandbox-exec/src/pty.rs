@@ -63,7 +63,12 @@ impl Drop for RawModeGuard {
 }
 
 fn window_size(fd: RawFd) -> Option<Winsize> {
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    let mut ws = libc::winsize {
+        ws_row: 0,
+        ws_col: 0,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
     // SAFETY: TIOCGWINSZ writes one `winsize` into the pointed-to stack value.
     let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
     (rc == 0 && ws.ws_row > 0).then_some(Winsize {
@@ -230,8 +235,9 @@ fn relay_loop(stdin_fd: RawFd, master: OwnedFd, wake: OwnedFd) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let mut stopping: Option<std::time::Instant> = None;
-    // SAFETY: fd 0 and fd 1 stay open for the life of the process.
+    // SAFETY: fd 0 (our stdin) stays open for the life of the process.
     let stdin = unsafe { BorrowedFd::borrow_raw(stdin_fd) };
+    // SAFETY: fd 1 (our stdout) stays open for the life of the process.
     let stdout = unsafe { BorrowedFd::borrow_raw(1) };
     loop {
         if let Some(since) = stopping {
