@@ -163,6 +163,9 @@ pub struct ExecCtx {
     pub drain: Duration,
     /// Called once the exit event is queued: forget the exec.
     pub done: Box<dyn FnOnce() + Send>,
+    /// The box's git layout: its pointer files are checked (and restored) after the command,
+    /// as after every `sandbox run`.
+    pub git: Option<sandbox_policy::GitLayout>,
 }
 
 /// Owns one command until its group is gone and its `exit` event is queued. Runs on the
@@ -238,11 +241,36 @@ pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
         }
     }
     drop(output);
-    let exit = exit_event(
+    let mut exit = exit_event(
         ctx.exec_id,
         outcome.expect("loop ends after exit"),
         cut_short,
     );
+    if let Some(git) = &ctx.git {
+        let repaired: Vec<String> = sandbox_host::gitguard::check_and_restore(git)
+            .into_iter()
+            .map(|t| {
+                format!(
+                    "the command changed git pointer {} (found {:?}); {}",
+                    t.path.display(),
+                    t.found.trim(),
+                    if t.restored {
+                        "restored it"
+                    } else {
+                        "could NOT restore it"
+                    }
+                )
+            })
+            .collect();
+        if !repaired.is_empty() {
+            let note = repaired.join("; ");
+            tracing::warn!(exec_id = ctx.exec_id, "{note}");
+            exit.error_message = Some(match exit.error_message.take() {
+                Some(m) => format!("{m}; {note}"),
+                None => note,
+            });
+        }
+    }
     drop(running);
     sweep_orphans_if_idle();
     let _ = ctx.phase.send(Phase::Ended);

@@ -1038,6 +1038,10 @@ async fn box_exec(
         phase: phase_tx,
         drain: DRAIN,
         done,
+        // The host backend confines nothing, so there is nothing to repair after it.
+        git: (kind != BackendKind::Host)
+            .then(|| policy.workspace.git.clone())
+            .flatten(),
     };
     let spawned = state
         .executor

@@ -1057,3 +1057,60 @@ fn ps_without_host_token_access_fails_closed() {
     BufReader::new(&raw).read_line(&mut line).unwrap();
     assert!(line.contains("unauthenticated"), "{line}");
 }
+
+#[test]
+fn box_execs_get_their_git_pointers_checked_and_restored() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    let repo = d.env.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    common::escape::git(&repo, &["init", "-q", "-b", "trunk"]);
+    common::escape::git(
+        &repo,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            "init",
+        ],
+    );
+    let task = d.env.path().join("task");
+    common::escape::git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            task.to_str().unwrap(),
+            "-b",
+            "task",
+        ],
+    );
+    let pointer = task.join(".git");
+    let before = std::fs::read_to_string(&pointer).unwrap();
+    create(&mut c, "gitbox", &task, json!({}));
+    let id = exec(
+        &mut c,
+        "gitbox",
+        &[
+            "sh",
+            "-c",
+            "printf 'gitdir: /tmp/evil\\n' > .git && echo rewrote",
+        ],
+    );
+    let run = collect(&mut c, id);
+    assert_eq!(String::from_utf8_lossy(&run.stdout).trim(), "rewrote");
+    assert_eq!(run.exit.exit_code, Some(0));
+    let note = run.exit.error_message.clone().unwrap_or_default();
+    assert!(note.contains("restored"), "exit event: {:?}", run.exit);
+    assert_eq!(std::fs::read_to_string(&pointer).unwrap(), before);
+    // A command that leaves the pointers alone reports nothing.
+    let id = exec(&mut c, "gitbox", &["true"]);
+    let run = collect(&mut c, id);
+    assert_eq!(run.exit.error_message, None);
+}
