@@ -219,6 +219,9 @@ impl Session {
         })
         .map_err(|e| Failure::setup(e.to_string()))?;
         let (kind, choice) = choose_backend(args, ctx, &policy.workspace.root)?;
+        if kind != BackendKind::Host {
+            check_trusted_locations(&policy, &ctx.dirs)?;
+        }
         let task = policy
             .workspace
             .root
@@ -345,6 +348,56 @@ impl Session {
             }
         }
     }
+}
+
+/// The nearest existing ancestor of `path`, canonicalised (what a grant would have to cover
+/// for `path` to become reachable once it is created).
+fn existing_ancestor(path: &Path) -> Option<PathBuf> {
+    path.ancestors().find_map(|p| std::fs::canonicalize(p).ok())
+}
+
+/// The places that decide the boundary — configuration, remembered backend choices, the
+/// daemon's socket and host token — must stay out of the sandbox's reach, or an agent could
+/// loosen its own next run. A grant that covers one of them is refused (exit 125).
+fn check_trusted_locations(policy: &Policy, dirs: &crate::paths::Dirs) -> anyhow::Result<()> {
+    let writable_checks = [
+        (&dirs.user_config, "your sandbox configuration"),
+        (&dirs.system_config, "the system sandbox configuration"),
+        (&dirs.state, "the remembered backend choices"),
+        (&dirs.runtime, "the daemon's socket and host token"),
+    ];
+    for (dir, what) in writable_checks {
+        let Some(place) = existing_ancestor(dir) else {
+            continue;
+        };
+        // A grant of an ancestor of the place (or of the place itself) covers it; the root
+        // dir as nearest ancestor only matters if someone granted `/`.
+        if let Some(grant) = policy.fs.write.iter().find(|g| place.starts_with(&g.path)) {
+            return Err(Failure::setup(format!(
+                "the writable grant {} covers {} ({}): a sandboxed agent could change its own \
+                 boundary for the next run. Grant a narrower path.",
+                grant.path.display(),
+                dir.display(),
+                what
+            )));
+        }
+    }
+    if let Some(place) = existing_ancestor(&dirs.runtime) {
+        if let Some(grant) = policy
+            .fs
+            .read
+            .iter()
+            .chain(policy.fs.write.iter())
+            .find(|g| place.starts_with(&g.path))
+        {
+            return Err(Failure::setup(format!(
+                "the grant {} covers {}, where the daemon keeps its host token: a sandboxed                  agent could read it and control every sandbox. Grant a narrower path.",
+                grant.path.display(),
+                dirs.runtime.display()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn absolute(path: &Path) -> PathBuf {

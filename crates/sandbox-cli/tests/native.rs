@@ -278,7 +278,7 @@ fn bad_input_is_refused_before_anything_runs() {
             "cannot block the network",
         ),
         (vec!["--backend", "seatbelt"], "not this platform"),
-        (vec!["--allow-write", "/"], "hooks and config"),
+        (vec!["--allow-write", "/"], "Grant a narrower path"),
     ];
     for (flags, needle) in cases {
         let mut args = vec!["run"];
@@ -350,4 +350,99 @@ fn grants_widen_exactly_what_they_name() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(shared.join("c.txt").exists());
+}
+
+#[test]
+fn grants_that_would_let_the_agent_loosen_its_own_boundary_are_refused() {
+    let f = Fixture::new();
+    f.env.write_config("backend: native\n");
+    std::fs::create_dir_all(f.env.path().join("run/sandbox")).unwrap();
+    let marker = f.task.join("ran");
+    let touch = marker.to_str().unwrap().to_string();
+    let home = f.env.home();
+    let config_dir = home.join(".config");
+    let runtime = f.env.path().join("run");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["--allow-write".into(), home.display().to_string()],
+            "configuration",
+        ),
+        (
+            vec!["--allow-write".into(), config_dir.display().to_string()],
+            "configuration",
+        ),
+        (
+            vec!["--allow-read".into(), runtime.display().to_string()],
+            "host token",
+        ),
+    ];
+    for (flags, needle) in cases {
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(flags.iter().cloned());
+        args.extend(["--".into(), "touch".into(), touch.clone()]);
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.task)
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{flags:?}: {err}");
+        assert!(!marker.exists());
+    }
+    // Reading the configuration is harmless and allowed.
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--allow-read",
+            config_dir.to_str().unwrap(),
+            "--",
+            "cat",
+            f.env.config_file().to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+}
+
+#[test]
+fn a_nested_run_works_and_stays_confined() {
+    // An agent's hook may itself call `sandbox run`: it must work inside the outer sandbox
+    // (no capabilities left to drop, $HOME/.gitconfig unreadable) and can only narrow it.
+    let f = Fixture::new();
+    std::fs::write(f.home.join(".gitconfig"), "[user]\n\tname = Home Config\n").unwrap();
+    let bin = std::fs::canonicalize(common::BIN).unwrap();
+    let outside = f.outside.join("nested.txt");
+    let script = format!(
+        "'{bin}' run -- sh -c 'echo inner=$SANDBOX_BACKEND; git log -1 --format=%s; echo x > {out}'; echo nested=$?",
+        bin = bin.display(),
+        out = outside.display()
+    );
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--allow-read",
+            bin.parent().unwrap().to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let so = stdout(&out);
+    assert!(so.contains("inner=native"), "{}", text(&out));
+    assert!(
+        so.contains("init"),
+        "git works in the nested sandbox: {}",
+        text(&out)
+    );
+    assert!(
+        so.contains("nested=") && !so.contains("nested=0"),
+        "the write outside must fail: {}",
+        text(&out)
+    );
+    assert!(!outside.exists());
 }

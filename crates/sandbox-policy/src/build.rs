@@ -224,8 +224,12 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
             ("GIT_AUTHOR_EMAIL", &email),
             ("GIT_COMMITTER_EMAIL", &email),
         ] {
-            // An explicit --env wins over what the repository says.
-            if !env.set.iter().any(|(n, _)| n == var) && !env.pass.iter().any(|n| n == var) {
+            // An explicit --env, or the variable already set in the invoking environment
+            // (which git itself would prefer), wins over what the repository config says.
+            if !env.set.iter().any(|(n, _)| n == var)
+                && !env.pass.iter().any(|n| n == var)
+                && std::env::var_os(var).is_none()
+            {
                 env.set_var(var, value.clone());
             }
         }

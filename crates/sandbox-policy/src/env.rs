@@ -29,6 +29,11 @@ pub const DEFAULT_PASS: &[&str] = &[
     "EDITOR",
     "VISUAL",
     "PAGER",
+    // A commit identity is not a secret, and git run inside reads nothing else to get one.
+    "GIT_AUTHOR_NAME",
+    "GIT_AUTHOR_EMAIL",
+    "GIT_COMMITTER_NAME",
+    "GIT_COMMITTER_EMAIL",
 ];
 
 /// Never passed, even when a pattern would match: they hand out host access.

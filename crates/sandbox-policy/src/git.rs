@@ -25,10 +25,40 @@ fn canonical(path: &Path) -> Result<PathBuf, PolicyError> {
     })
 }
 
+/// Inside a sandbox (a nested `sandbox run`), `$HOME/.gitconfig` exists but cannot be opened,
+/// and libgit2 treats that as a hard error when it opens a repository. Git itself is told
+/// `GIT_CONFIG_GLOBAL=/dev/null` there; do the same for libgit2 by pointing its global search
+/// path somewhere empty. Outside a sandbox the global config is readable and nothing changes.
+fn skip_unreadable_global_config() {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".config")));
+    let candidates = [
+        home.map(|h| h.join(".gitconfig")),
+        xdg.map(|x| x.join("git/config")),
+    ];
+    let unreadable = candidates.iter().flatten().any(|p| {
+        matches!(std::fs::File::open(p), Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied)
+    });
+    if unreadable || std::env::var_os("GIT_CONFIG_GLOBAL").is_some_and(|v| v == "/dev/null") {
+        // SAFETY: libgit2's option setters are not thread-safe; this runs before any other
+        // libgit2 call of this process could be in flight on another thread (discovery is the
+        // first use, made from the CLI's main thread).
+        let _ = unsafe {
+            git2::opts::set_search_path(
+                git2::ConfigLevel::Global,
+                "/nonexistent/sandbox-no-global-gitconfig",
+            )
+        };
+    }
+}
+
 /// Finds the git worktree containing `workdir`, if any. A bare repository or a path inside a
 /// git directory is an error: there is no worktree to confine to, and the git data itself
 /// (hooks, config) would be the writable tree.
 pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
+    skip_unreadable_global_config();
     let repo = match git2::Repository::discover(workdir) {
         Ok(repo) => repo,
         Err(e) if e.code() == git2::ErrorCode::NotFound => return Ok(None),

@@ -78,7 +78,10 @@ impl NativeSandbox {
             });
         }
         let filters = seccomp::compile(&compile::seccomp::compile(policy))?;
-        let drop_caps_up_to = nix::unistd::geteuid().is_root().then(last_capability);
+        // Root inside an outer sandbox has no capabilities left to drop (and no CAP_SETPCAP to
+        // drop them with); no_new_privs already keeps exec from granting any back.
+        let drop_caps_up_to = (nix::unistd::geteuid().is_root() && has_effective_cap(CAP_SETPCAP))
+            .then(last_capability);
         let mut enforcement = enforcement;
         if drop_caps_up_to.is_some() {
             enforcement.enforced.push(
@@ -96,6 +99,20 @@ impl NativeSandbox {
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
     }
+}
+
+const CAP_SETPCAP: u32 = 8;
+
+/// Whether this process holds `cap` in its effective set (`CapEff` in `/proc/self/status`).
+fn has_effective_cap(cap: u32) -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .is_some_and(|mask| mask & (1u64 << cap) != 0)
 }
 
 /// The highest capability this kernel knows (`/proc/sys/kernel/cap_last_cap`).
