@@ -30,28 +30,34 @@ fn canonical(path: &Path) -> Result<PathBuf, PolicyError> {
 /// `GIT_CONFIG_GLOBAL=/dev/null` there; do the same for libgit2 by pointing its global search
 /// path somewhere empty. Outside a sandbox the global config is readable and nothing changes.
 fn skip_unreadable_global_config() {
-    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-    let xdg = std::env::var_os("XDG_CONFIG_HOME")
-        .map(std::path::PathBuf::from)
-        .or_else(|| home.as_ref().map(|h| h.join(".config")));
-    let candidates = [
-        home.map(|h| h.join(".gitconfig")),
-        xdg.map(|x| x.join("git/config")),
-    ];
-    let unreadable = candidates.iter().flatten().any(|p| {
-        matches!(std::fs::File::open(p), Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied)
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let xdg = std::env::var_os("XDG_CONFIG_HOME")
+            .map(std::path::PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(".config")));
+        let candidates = [
+            home.map(|h| h.join(".gitconfig")),
+            xdg.map(|x| x.join("git/config")),
+        ];
+        let unreadable = candidates.iter().flatten().any(|p| {
+            matches!(std::fs::File::open(p), Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied)
+        });
+        let told_to_skip = std::env::var_os("GIT_CONFIG_GLOBAL").is_some_and(|v| v == "/dev/null");
+        if unreadable || told_to_skip {
+            // SAFETY: libgit2's option setters must not race other libgit2 calls. This runs
+            // once, inside `Once`, before this crate's first repository open; every caller of
+            // `discover` waits for it. The product's binaries call `discover` before any other
+            // libgit2 use (the CLI from its main thread; the daemon never reaches this branch,
+            // as it runs on the host where the global config is readable).
+            let _ = unsafe {
+                git2::opts::set_search_path(
+                    git2::ConfigLevel::Global,
+                    "/nonexistent/sandbox-no-global-gitconfig",
+                )
+            };
+        }
     });
-    if unreadable || std::env::var_os("GIT_CONFIG_GLOBAL").is_some_and(|v| v == "/dev/null") {
-        // SAFETY: libgit2's option setters are not thread-safe; this runs before any other
-        // libgit2 call of this process could be in flight on another thread (discovery is the
-        // first use, made from the CLI's main thread).
-        let _ = unsafe {
-            git2::opts::set_search_path(
-                git2::ConfigLevel::Global,
-                "/nonexistent/sandbox-no-global-gitconfig",
-            )
-        };
-    }
 }
 
 /// Finds the git worktree containing `workdir`, if any. A bare repository or a path inside a
