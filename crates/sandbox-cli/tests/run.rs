@@ -552,3 +552,29 @@ fn killing_the_cli_hard_takes_the_command_with_it() {
         "command {pid} outlived its CLI"
     );
 }
+
+#[test]
+fn interactive_shell_under_the_native_backend_is_confined() {
+    let env = Env::new();
+    let mut term = TestTerminal::new(24, 80);
+    let mut cmd = env.cmd();
+    cmd.args(["shell", "--shell", "/bin/sh"])
+        .env("TERM", "dumb")
+        .stdin(Stdio::from(term.slave.try_clone().unwrap()))
+        .stdout(Stdio::from(term.slave.try_clone().unwrap()))
+        .stderr(Stdio::from(term.slave.try_clone().unwrap()));
+    let mut child = cmd.spawn().unwrap();
+    term.start_reader();
+    let outside = env.path().join("outside-from-shell");
+    term.type_text("echo backend=$SANDBOX_BACKEND\r");
+    term.wait_for("backend=native");
+    term.type_text(&format!("touch {} ; echo touch-rc=$?\r", outside.display()));
+    // The typed line echoes "touch-rc=$?"; only the shell's answer reads "touch-rc=1".
+    term.wait_for("touch-rc=1");
+    term.type_text("echo inside > ok.txt && echo wrote-inside\r");
+    term.wait_for("wrote-inside");
+    term.type_text("exit 0\r");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(!outside.exists());
+    assert!(env.work().join("ok.txt").exists());
+}
