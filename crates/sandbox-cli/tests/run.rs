@@ -462,12 +462,26 @@ fn tiocsti_cannot_reach_the_users_terminal() {
     let inject = "import fcntl, termios, sys\n\
 try:\n    fcntl.ioctl(0, termios.TIOCSTI, b'X')\n    print('injected')\n\
 except OSError as e:\n    print('refused', e.errno)\n";
+    // The build directory may sit below a directory nobody cannot enter (/root): run a copy
+    // of the binary from the test's own world-readable directory.
+    let bin_copy = env.path().join("sandbox");
+    std::fs::copy(common::BIN, &bin_copy).unwrap();
+    std::fs::set_permissions(
+        &bin_copy,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let as_user = |mut cmd: Command| -> Command {
         if is_root {
+            let program = if cmd.get_program() == common::BIN {
+                bin_copy.as_os_str().to_owned()
+            } else {
+                cmd.get_program().to_owned()
+            };
             let mut wrapped = Command::new("/usr/bin/setpriv");
             wrapped
                 .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(cmd.get_program())
+                .arg(program)
                 .args(cmd.get_args());
             for (k, v) in cmd.get_envs() {
                 match v {
