@@ -31,10 +31,10 @@ fn backends_hold_against_the_escape_suite() {
     if common::nono_path().is_some() {
         backends.push("nono");
     } else {
-        println!("{}", common::NONO_MISSING);
+        common::skip(common::NONO_MISSING);
     }
     let rows = escape::run_suite(&backends);
-    println!("escape suite (host = control, no boundary):");
+    common::report("escape suite (host = control, no boundary):");
     escape::print_table(&backends, &rows);
 
     let is_root = nix::unistd::geteuid().is_root();
@@ -43,15 +43,17 @@ fn backends_hold_against_the_escape_suite() {
     for (name, verdicts) in &rows {
         for (backend, verdict) in backends.iter().zip(verdicts).skip(1) {
             match (verdict, known_gap(backend, name)) {
-                (Verdict::Skipped(reason), _) => println!("skipped: {backend}: {name}: {reason}"),
+                (Verdict::Skipped(reason), _) => {
+                    common::skip(format_args!("{backend}: {name}: {reason}"))
+                }
                 (v, None) if v.held() => {}
                 (Verdict::Escaped(_), Some(why)) => {
                     gaps.push(format!("{backend}: {name}: gets through, as known: {why}"))
                 }
-                (v, Some(why)) if v.held() => println!(
+                (v, Some(why)) if v.held() => common::report(format!(
                     "note: {backend}: {name}: held although listed as a known gap ({why}); \
                      update known_gap() and docs/backends.md"
-                ),
+                )),
                 (other, _) => failures.push(format!("{backend}: {name}: {other:?}")),
             }
         }
@@ -61,14 +63,16 @@ fn backends_hold_against_the_escape_suite() {
         let control_may_hold = name.contains("TIOCSTI") && !is_root;
         match control {
             Verdict::Escaped(_) | Verdict::Skipped(_) => {}
-            other if control_may_hold => println!("control held as expected for {name}: {other:?}"),
+            other if control_may_hold => {
+                common::report(format!("control held as expected for {name}: {other:?}"))
+            }
             other => failures.push(format!(
                 "control (host): {name}: expected the attack to work, got {other:?}"
             )),
         }
     }
     for gap in &gaps {
-        println!("known gap: {gap}");
+        common::report(format!("known gap: {gap}"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
@@ -93,7 +97,7 @@ fn normal_work_succeeds_under_the_native_backend() {
 #[test]
 fn normal_work_succeeds_under_the_nono_backend() {
     if common::nono_path().is_none() {
-        println!("{}", common::NONO_MISSING);
+        common::skip(common::NONO_MISSING);
         return;
     }
     normal_work_under("nono");

@@ -648,16 +648,16 @@ pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
 /// Prints the table, one column per backend.
 pub fn print_table(backends: &[&str], rows: &[(String, Vec<Verdict>)]) {
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
-    print!("{:width$}", "attack");
+    let mut header = format!("{:width$}", "attack");
     for b in backends {
-        print!("  {b:>10}");
+        header.push_str(&format!("  {b:>10}"));
     }
-    println!();
+    super::report(header);
     for (name, verdicts) in rows {
-        print!("{name:width$}");
+        let mut line = format!("{name:width$}");
         for v in verdicts {
-            print!("  {:>10}", v.short());
+            line.push_str(&format!("  {:>10}", v.short()));
         }
-        println!();
+        super::report(line);
     }
 }

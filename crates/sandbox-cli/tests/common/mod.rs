@@ -11,9 +11,21 @@ use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
+/// Writes a line straight to the test process's stderr. libtest captures `println!` and
+/// `eprintln!` of passing tests; this does not go through that capture, so skip notices and
+/// result tables show in every `cargo test` run (and in CI logs).
+pub fn report(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
+/// Reports a check that cannot run on this machine, with the reason. Never a silent pass.
+pub fn skip(reason: impl std::fmt::Display) {
+    report(format_args!("skipped: {reason}"));
+}
+
 /// What a test prints when the nono CLI is missing.
-pub const NONO_MISSING: &str =
-    "skipped: nono not installed (cargo install nono-cli --no-default-features)";
+pub const NONO_MISSING: &str = "nono not installed (cargo install nono-cli --no-default-features)";
 
 /// The nono CLI as the product finds it: `SANDBOX_NONO`, the path baked into this build, then
 /// the test process's `PATH` (the tests' own `PATH` is minimal, so it is passed explicitly).
