@@ -50,6 +50,12 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Report, for each backend, whether it is available here and what it enforces.
     Doctor(DoctorArgs),
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
+    ///
+    /// A sandbox view is a second linked worktree of your task's repository, on the child
+    /// branch `s/<branch>`, holding only tracked files (no .env, node_modules or build
+    /// caches). VM backends mount the view instead of your worktree; `sandbox view watch`
+    /// fast-forwards `<branch>` (and your worktree, when clean) to every commit made there, and
+    /// reports divergence instead of overwriting anything. See docs/views.md.
     #[command(subcommand)]
     View(crate::commands::view::ViewCommand),
     /// Read and change your configuration ($XDG_CONFIG_HOME/sandbox/config.yaml).
