@@ -35,6 +35,15 @@ pub fn code_for(err: &anyhow::Error, default: i32) -> i32 {
     default
 }
 
+/// True when the error is a write to a pipe whose reader has gone.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 /// Prints `sandbox: <error>: <cause>…` on one line.
 pub fn report(err: &anyhow::Error) {
     let mut line = String::from("sandbox: ");

@@ -36,6 +36,8 @@ fn main() {
     let result = dispatch(cli);
     let code = match result {
         Ok(code) => code,
+        // `sandbox man | head`: the reader left; end quietly, as a tool killed by SIGPIPE.
+        Err(err) if exit::is_broken_pipe(&err) => 128 + libc::SIGPIPE,
         Err(err) => {
             exit::report(&err);
             exit::code_for(&err, if runs_something { 125 } else { 1 })
@@ -47,12 +49,16 @@ fn main() {
 fn dispatch(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Completions { shell } => {
-            let mut cmd = Cli::command();
-            clap_complete::generate(shell, &mut cmd, "sandbox", &mut std::io::stdout());
+            // Rendered to memory first: clap_complete panics on a failed write.
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "sandbox", &mut out);
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &out)?;
             Ok(0)
         }
         Command::Man => {
-            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            let mut out = Vec::new();
+            clap_mangen::Man::new(Cli::command()).render(&mut out)?;
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &out)?;
             Ok(0)
         }
         Command::Run(args) => {

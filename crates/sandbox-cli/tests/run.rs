@@ -592,3 +592,36 @@ fn interactive_shell_under_the_native_backend_is_confined() {
     assert!(!outside.exists());
     assert!(env.work().join("ok.txt").exists());
 }
+
+#[test]
+fn completions_and_man_page_are_generated_and_a_closed_pipe_is_quiet() {
+    let env = Env::new();
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = run(&env, &["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}: {}", text(&out));
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("sandbox") && script.contains("allow-write"),
+            "{shell}"
+        );
+    }
+    let out = run(&env, &["man"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(".TH sandbox 1"));
+
+    // A reader that went away: no panic, no error line, the SIGPIPE convention.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    let out = env
+        .cmd()
+        .arg("man")
+        .stdout(Stdio::from(write))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(128 + libc::SIGPIPE),
+        "{}",
+        text(&out)
+    );
+    assert!(out.stderr.is_empty(), "{}", text(&out));
+}
