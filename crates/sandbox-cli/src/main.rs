@@ -27,7 +27,24 @@ fn init_logging() {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `run` and `shell` wrap a command: like env(1) and timeout(1), a usage error of
+            // the wrapper itself is 125 ("nothing ran"), never a code the command could return.
+            let wraps = matches!(
+                std::env::args().nth(1).as_deref(),
+                Some("run") | Some("shell")
+            );
+            let code = match (err.use_stderr(), wraps) {
+                (false, _) => 0,
+                (true, true) => 125,
+                (true, false) => err.exit_code(),
+            };
+            let _ = err.print();
+            std::process::exit(code);
+        }
+    };
     init_logging();
     let runs_something = matches!(
         cli.command,

@@ -279,6 +279,9 @@ fn bad_input_is_refused_before_anything_runs() {
         ),
         (vec!["--backend", "seatbelt"], "not this platform"),
         (vec!["--allow-write", "/"], "Grant a narrower path"),
+        (vec!["--timeout", "soon"], "not a duration"),
+        (vec!["--timeout", "0s"], "zero"),
+        (vec!["--no-such-flag"], "unexpected argument"),
     ];
     for (flags, needle) in cases {
         let mut args = vec!["run"];
