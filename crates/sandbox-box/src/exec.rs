@@ -248,19 +248,8 @@ pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
     );
     if let Some(git) = &ctx.git {
         let repaired: Vec<String> = sandbox_host::gitguard::check_and_restore(git)
-            .into_iter()
-            .map(|t| {
-                format!(
-                    "the command changed git pointer {} (found {:?}); {}",
-                    t.path.display(),
-                    t.found.trim(),
-                    if t.restored {
-                        "restored it"
-                    } else {
-                        "could NOT restore it"
-                    }
-                )
-            })
+            .iter()
+            .map(ToString::to_string)
             .collect();
         if !repaired.is_empty() {
             let note = repaired.join("; ");

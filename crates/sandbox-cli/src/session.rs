@@ -62,10 +62,7 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
             let found = crate::tools::NONO.resolve(config.backends.nono.path.as_deref());
             NonoLocation {
                 path: found.path,
-                source: serde_json::to_value(found.source)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
+                source: found.source.as_str().to_string(),
             }
         }),
         custom: config
@@ -103,12 +100,12 @@ pub fn task_root(dir: &Path) -> PathBuf {
 
 /// Picks the backend: `--backend`, then `sandbox use`, then the config, then native.
 pub fn choose_backend(
-    args: &SandboxArgs,
+    flag: Option<&str>,
     ctx: &Context,
     root: &Path,
 ) -> anyhow::Result<(BackendKind, ChoiceSource)> {
-    let (name, source) = if let Some(b) = &args.backend {
-        (b.clone(), ChoiceSource::Flag)
+    let (name, source) = if let Some(b) = flag {
+        (b.to_string(), ChoiceSource::Flag)
     } else if let Some(b) = crate::state::backend_for(&ctx.dirs.state, root)? {
         (b, ChoiceSource::Use)
     } else if let Some(b) = &ctx.config().backend {
@@ -218,7 +215,7 @@ impl Session {
             ..PolicyRequest::default()
         })
         .map_err(|e| Failure::setup(e.to_string()))?;
-        let (kind, choice) = choose_backend(args, ctx, &policy.workspace.root)?;
+        let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
         if kind != BackendKind::Host {
             check_trusted_locations(&policy, &ctx.dirs)?;
         }
@@ -315,21 +312,7 @@ impl Session {
         if self.kind != BackendKind::Host {
             if let Some(git) = &self.policy.workspace.git {
                 for t in gitguard::check_and_restore(git) {
-                    let what = if t.restored {
-                        "restored it"
-                    } else {
-                        "could NOT restore it"
-                    };
-                    eprintln!(
-                        "sandbox: warning: the sandboxed command changed git pointer {} (found {:?}); {what}{}{}",
-                        t.path.display(),
-                        t.found.trim(),
-                        t.quarantined
-                            .as_ref()
-                            .map(|q| format!("; the directory it left is at {}", q.display()))
-                            .unwrap_or_default(),
-                        t.error.as_ref().map(|e| format!(": {e}")).unwrap_or_default(),
-                    );
+                    eprintln!("sandbox: warning: {t}");
                 }
                 if gitguard::worktree_config_enabled_since(git) {
                     eprintln!(

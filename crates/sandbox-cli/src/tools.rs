@@ -21,6 +21,19 @@ pub enum Source {
     Missing,
 }
 
+impl Source {
+    /// The name `doctor --json` uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Baked => "baked",
+            Source::Env => "env",
+            Source::Config => "config",
+            Source::Path => "path",
+            Source::Missing => "missing",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ToolPath {
     pub name: &'static str,

@@ -68,9 +68,20 @@ fn run_custom_with(
     script: &str,
     adjust: impl FnOnce(&mut Command),
 ) -> Output {
+    run_backend_with(f, "custom", flags, script, adjust)
+}
+
+/// `sandbox run --backend B FLAGS -- sh -c SCRIPT` in the worktree, after `adjust`.
+fn run_backend_with(
+    f: &Fixture,
+    backend: &str,
+    flags: &[&str],
+    script: &str,
+    adjust: impl FnOnce(&mut Command),
+) -> Output {
     let mut cmd = f.env.cmd();
     cmd.current_dir(&f.task)
-        .args(["run", "--backend", "custom"])
+        .args(["run", "--backend", backend])
         .args(flags)
         .args(["--", "sh", "-c", script])
         .stdin(Stdio::null());
@@ -516,14 +527,7 @@ fn run_nono_with(
     script: &str,
     adjust: impl FnOnce(&mut Command),
 ) -> Output {
-    let mut cmd = f.env.cmd();
-    cmd.current_dir(&f.task)
-        .args(["run", "--backend", "nono"])
-        .args(flags)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null());
-    adjust(&mut cmd);
-    cmd.output().unwrap()
+    run_backend_with(f, "nono", flags, script, adjust)
 }
 
 #[test]

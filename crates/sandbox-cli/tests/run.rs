@@ -363,6 +363,24 @@ impl TestTerminal {
         self.rx = Some(rx);
     }
 
+    /// `sandbox shell EXTRA --shell /bin/sh` with this terminal as its stdio; starts reading.
+    fn spawn_shell(&mut self, env: &Env, extra: &[&str]) -> std::process::Child {
+        let slave = || Stdio::from(self.slave.try_clone().unwrap());
+        let child = env
+            .cmd()
+            .arg("shell")
+            .args(extra)
+            .args(["--shell", "/bin/sh"])
+            .env("TERM", "dumb")
+            .stdin(slave())
+            .stdout(slave())
+            .stderr(slave())
+            .spawn()
+            .unwrap();
+        self.start_reader();
+        child
+    }
+
     fn type_text(&self, s: &str) {
         nix::unistd::write(&self.master, s.as_bytes()).unwrap();
     }
@@ -388,15 +406,7 @@ impl TestTerminal {
 fn interactive_shell_round_trip_through_a_fresh_pty() {
     let env = Env::new();
     let mut term = TestTerminal::new(33, 101);
-    let slave = &term.slave;
-    let mut cmd = env.cmd();
-    cmd.args(["shell", "--backend", "host", "--shell", "/bin/sh"])
-        .env("TERM", "dumb")
-        .stdin(Stdio::from(slave.try_clone().unwrap()))
-        .stdout(Stdio::from(slave.try_clone().unwrap()))
-        .stderr(Stdio::from(slave.try_clone().unwrap()));
-    let mut child = cmd.spawn().unwrap();
-    term.start_reader();
+    let mut child = term.spawn_shell(&env, &["--backend", "host"]);
 
     term.type_text("echo result=$((6*7))\r");
     term.wait_for("result=42");
@@ -571,14 +581,7 @@ fn killing_the_cli_hard_takes_the_command_with_it() {
 fn interactive_shell_under_the_native_backend_is_confined() {
     let env = Env::new();
     let mut term = TestTerminal::new(24, 80);
-    let mut cmd = env.cmd();
-    cmd.args(["shell", "--shell", "/bin/sh"])
-        .env("TERM", "dumb")
-        .stdin(Stdio::from(term.slave.try_clone().unwrap()))
-        .stdout(Stdio::from(term.slave.try_clone().unwrap()))
-        .stderr(Stdio::from(term.slave.try_clone().unwrap()));
-    let mut child = cmd.spawn().unwrap();
-    term.start_reader();
+    let mut child = term.spawn_shell(&env, &[]);
     let outside = env.path().join("outside-from-shell");
     term.type_text("echo backend=$SANDBOX_BACKEND\r");
     term.wait_for("backend=native");

@@ -138,25 +138,38 @@ fn path_candidates(arg: &OsStr) -> Vec<&Path> {
     out
 }
 
-/// Resolves `path` against the real filesystem the way the kernel would when opening it:
-/// symlinks are followed (at most 40, as `MAXSYMLINKS`), `..` moves to the parent of the
-/// *resolved* directory, and components that do not exist yet are appended as written.
-pub fn resolve_beneath_fs(base: &Path, path: &Path) -> std::io::Result<PathBuf> {
+/// The result of resolving a path on the real filesystem.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolution {
+    /// The resolved path (components that do not exist are appended as written).
+    pub path: PathBuf,
+    /// Every symlink followed on the way, by its own (resolved) location.
+    pub links: Vec<PathBuf>,
+    /// Some component did not exist.
+    pub missing: bool,
+}
+
+/// Resolves `path` (relative to `base`) the way the kernel would when opening it: symlinks
+/// are followed (at most 40, as `MAXSYMLINKS`), `..` moves to the parent of the *resolved*
+/// directory, and components that do not exist yet are appended as written.
+pub fn resolve_path(base: &Path, path: &Path) -> std::io::Result<Resolution> {
+    fn push_rev(pending: &mut Vec<std::ffi::OsString>, p: &Path) {
+        for c in p.components().rev() {
+            match c {
+                Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
+                other => pending.push(other.as_os_str().to_os_string()),
+            }
+        }
+    }
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
         base.join(path)
     };
-    let mut pending: Vec<std::ffi::OsString> = Vec::new();
-    for c in joined.components().rev() {
-        match c {
-            Component::RootDir | Component::Prefix(_) => {}
-            Component::CurDir => {}
-            other => pending.push(other.as_os_str().to_os_string()),
-        }
-    }
+    let mut pending = Vec::new();
+    push_rev(&mut pending, &joined);
     let mut resolved = PathBuf::from("/");
-    let mut links_followed = 0;
+    let mut links = Vec::new();
     let mut missing = false;
     while let Some(part) = pending.pop() {
         if part == ".." {
@@ -170,20 +183,15 @@ pub fn resolve_beneath_fs(base: &Path, path: &Path) -> std::io::Result<PathBuf> 
         }
         match std::fs::symlink_metadata(&next) {
             Ok(meta) if meta.file_type().is_symlink() => {
-                links_followed += 1;
-                if links_followed > 40 {
+                if links.len() >= 40 {
                     return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
                 }
                 let target = std::fs::read_link(&next)?;
+                links.push(next);
                 if target.is_absolute() {
                     resolved = PathBuf::from("/");
                 }
-                for c in target.components().rev() {
-                    match c {
-                        Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-                        other => pending.push(other.as_os_str().to_os_string()),
-                    }
-                }
+                push_rev(&mut pending, &target);
             }
             Ok(_) => resolved = next,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -193,7 +201,16 @@ pub fn resolve_beneath_fs(base: &Path, path: &Path) -> std::io::Result<PathBuf> 
             Err(e) => return Err(e),
         }
     }
-    Ok(resolved)
+    Ok(Resolution {
+        path: resolved,
+        links,
+        missing,
+    })
+}
+
+/// [`resolve_path`], keeping only the resolved path.
+pub fn resolve_beneath_fs(base: &Path, path: &Path) -> std::io::Result<PathBuf> {
+    resolve_path(base, path).map(|r| r.path)
 }
 
 #[cfg(test)]

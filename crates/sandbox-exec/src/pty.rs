@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 use crate::error::ExecError;
 use crate::process_group;
 use crate::resolve::resolve_program;
-use crate::spawn::{check_cwd, classify_spawn_error, ChildSetup, SetupReport};
+use crate::spawn::{base_command, check_cwd, classify_spawn_error, ChildSetup, SetupReport};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
 
@@ -121,13 +121,8 @@ pub async fn run_interactive(
         fd.try_clone()
             .map_err(|e| ExecError::io("duplicating the pty", e))
     };
-    let mut cmd = std::process::Command::new(&resolved);
-    cmd.arg0(&spec.program)
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(dup(&slave)?)
+    let mut cmd = base_command(spec, &resolved);
+    cmd.stdin(dup(&slave)?)
         .stdout(dup(&slave)?)
         .stderr(dup(&slave)?);
     let setup = options.setup.clone();

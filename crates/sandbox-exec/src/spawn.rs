@@ -135,13 +135,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     let resolved = resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
     let program = spec.display_program();
 
-    let mut cmd = std::process::Command::new(&resolved);
-    // argv[0] stays what the caller wrote; the kernel gets the resolved path.
-    cmd.arg0(&spec.program)
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
-        .env_clear()
-        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    let mut cmd = base_command(spec, &resolved);
 
     cmd.stdin(match options.stdin {
         StdinMode::Inherit => std::process::Stdio::inherit(),
@@ -278,6 +272,22 @@ impl<T: std::os::fd::AsFd> AsFdOwned for T {
     fn as_fd_owned(&self) -> std::io::Result<OwnedFd> {
         self.as_fd().try_clone_to_owned()
     }
+}
+
+/// The command for `spec` with its program already resolved: argv kept as given (argv[0] is
+/// what the caller wrote, the kernel gets the resolved path), the exact environment, the
+/// working directory. Stdio and the pre-exec steps are the caller's.
+pub(crate) fn base_command(
+    spec: &CommandSpec,
+    resolved: &std::path::Path,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(resolved);
+    cmd.arg0(&spec.program)
+        .args(&spec.args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    cmd
 }
 
 pub(crate) fn check_cwd(cwd: &std::path::Path) -> Result<(), ExecError> {

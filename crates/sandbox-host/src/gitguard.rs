@@ -25,6 +25,31 @@ pub struct Tampering {
     pub error: Option<String>,
 }
 
+impl std::fmt::Display for Tampering {
+    /// "the sandboxed command changed git pointer P (found "…"); restored it[; …]" — the one
+    /// wording `sandbox run` and the daemon both report.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the sandboxed command changed git pointer {} (found {:?}); {}",
+            self.path.display(),
+            self.found.trim(),
+            if self.restored {
+                "restored it"
+            } else {
+                "could NOT restore it"
+            }
+        )?;
+        if let Some(q) = &self.quarantined {
+            write!(f, "; the directory it left is at {}", q.display())?;
+        }
+        if let Some(e) = &self.error {
+            write!(f, ": {e}")?;
+        }
+        Ok(())
+    }
+}
+
 fn describe(path: &Path) -> Option<String> {
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,

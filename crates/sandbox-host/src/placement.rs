@@ -7,7 +7,6 @@
 //! each symlink that was followed, the final file) must be outside the task worktree, the
 //! spawn directory and every path the policy makes writable.
 
-use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 
 use sandbox_policy::Policy;
@@ -38,42 +37,13 @@ pub fn resolve_chain(path: &Path) -> std::io::Result<Chain> {
             "not an absolute path",
         ));
     }
-    let mut pending: Vec<OsString> = Vec::new();
-    let push_rev = |pending: &mut Vec<OsString>, p: &Path| {
-        for c in p.components().rev() {
-            match c {
-                Component::RootDir | Component::Prefix(_) | Component::CurDir => {}
-                other => pending.push(other.as_os_str().to_os_string()),
-            }
-        }
-    };
-    push_rev(&mut pending, path);
-    let mut resolved = PathBuf::from("/");
-    let mut links = Vec::new();
-    while let Some(part) = pending.pop() {
-        if part == ".." {
-            resolved.pop();
-            continue;
-        }
-        let next = resolved.join(&part);
-        let meta = std::fs::symlink_metadata(&next)?;
-        if meta.file_type().is_symlink() {
-            if links.len() >= 40 {
-                return Err(std::io::Error::from_raw_os_error(libc::ELOOP));
-            }
-            let target = std::fs::read_link(&next)?;
-            links.push(next);
-            if target.is_absolute() {
-                resolved = PathBuf::from("/");
-            }
-            push_rev(&mut pending, &target);
-        } else {
-            resolved = next;
-        }
+    let resolution = sandbox_exec::policy::resolve_path(Path::new("/"), path)?;
+    if resolution.missing {
+        return Err(std::io::Error::from(std::io::ErrorKind::NotFound));
     }
     Ok(Chain {
-        target: resolved,
-        links,
+        target: resolution.path,
+        links: resolution.links,
     })
 }
 

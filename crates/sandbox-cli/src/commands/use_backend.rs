@@ -5,7 +5,7 @@ use sandbox_host::BackendKind;
 use crate::cli::UseArgs;
 use crate::context::Context;
 use crate::exit::Failure;
-use crate::session::{task_root, workdir};
+use crate::session::{choose_backend, task_root, workdir};
 use crate::state;
 
 pub fn run(args: UseArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -36,12 +36,8 @@ pub fn run(args: UseArgs, ctx: &Context) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    let current = state::backend_for(&ctx.dirs.state, &root)?;
-    let (effective, source) = match (&current, &ctx.config().backend) {
-        (Some(b), _) => (b.clone(), "sandbox use"),
-        (None, Some(b)) => (b.clone(), "configuration"),
-        (None, None) => ("native".to_string(), "default"),
-    };
+    let (kind, choice) = choose_backend(None, ctx, &root)?;
+    let (effective, source) = (kind.as_str(), choice.as_str());
     if args.json {
         println!(
             "{}",
