@@ -49,6 +49,7 @@ fn main() {
         defaults: BoxDefaults::default(),
         kill_grace: Duration::from_secs(2),
         backend: Default::default(),
+        box_tmp_root: Some(dir.path().to_path_buf()),
     };
     std::thread::spawn(move || server::run(opts).unwrap());
     let mut client = loop {

@@ -67,6 +67,10 @@ pub struct DaemonOptions {
     /// Trusted backend settings (nono's path, the custom launcher) from the configuration;
     /// `allow_degraded` is taken from each box instead.
     pub backend: BackendOptions,
+    /// Where boxes' private TMPDIRs are created (the system temp dir when `None`). The
+    /// supervisor passes a directory it removes after the daemon is gone, so a killed daemon
+    /// leaks nothing.
+    pub box_tmp_root: Option<PathBuf>,
 }
 
 /// Why the daemon could not start.
@@ -296,6 +300,9 @@ struct Conn {
     authed: AtomicBool,
     /// Execs this connection started that have not reported their exit yet.
     execs: watch::Sender<usize>,
+    /// Task tokens issued on this connection: they are revoked when it closes, so a
+    /// `sandbox run` that ends (or is killed) takes its token with it.
+    leased_tokens: Mutex<Vec<String>>,
 }
 
 impl Conn {
@@ -332,6 +339,7 @@ async fn connection(state: Arc<State>, stream: UnixStream) {
         out: tx,
         authed: AtomicBool::new(false),
         execs: watch::channel(0).0,
+        leased_tokens: Mutex::new(Vec::new()),
     });
     let mut reader = FrameReader::new(rd, MAX_FRAME_BYTES);
     let mut inflight = JoinSet::new();
@@ -381,6 +389,9 @@ async fn connection(state: Arc<State>, stream: UnixStream) {
         }
     }
     state.conns.lock().expect("conns lock").remove(&conn_id);
+    for token in conn.leased_tokens.lock().expect("lease lock").drain(..) {
+        state.tokens.revoke_token(&token);
+    }
     drop(conn);
     drop(reader);
     let _ = (&mut writer).await;
@@ -551,6 +562,7 @@ fn describe(state: &State, conn: &Conn) -> Value {
         ],
         "limits": { "maxRequestBytes": MAX_REQUEST_BYTES, "maxFrameBytes": MAX_FRAME_BYTES },
         "hookUrl": state.hook_url(),
+        "hookPort": state.hook_port,
     })
 }
 
@@ -653,6 +665,10 @@ async fn handle(
                 .tokens
                 .issue(Scope::Task(p.task.clone()))
                 .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+            conn.leased_tokens
+                .lock()
+                .expect("lease lock")
+                .push(token.clone());
             Ok(json!({ "token": token, "url": state.hook_url(), "port": state.hook_port }))
         }
         Request::Shutdown(_) => {
@@ -723,12 +739,17 @@ async fn box_create(
     }
 
     let defaults = &state.opts.defaults;
-    let tmpdir = tempfile::Builder::new()
-        .prefix(&format!("sandbox-box-{}-", p.name))
+    let mut builder = tempfile::Builder::new();
+    let prefix = format!("sandbox-box-{}-", p.name);
+    builder
+        .prefix(&prefix)
         // Private: other local users must not read what the agent leaves in TMPDIR.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir()
-        .map_err(|e| RpcError::new(ErrorCode::Internal, format!("creating TMPDIR: {e}")))?;
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let tmpdir = match &state.opts.box_tmp_root {
+        Some(root) => builder.tempdir_in(root),
+        None => builder.tempdir(),
+    }
+    .map_err(|e| RpcError::new(ErrorCode::Internal, format!("creating TMPDIR: {e}")))?;
     let mut env = defaults.env.clone();
     for (name, value) in &p.env {
         env.add_arg(&format!("{name}={value}"))

@@ -88,6 +88,14 @@ impl TokenStore {
             .retain(|(_, s)| s != scope);
     }
 
+    /// Forgets one token (a task whose lease ended).
+    pub fn revoke_token(&self, token: &str) {
+        self.scoped
+            .lock()
+            .expect("token lock")
+            .retain(|(t, _)| !same(t, token));
+    }
+
     /// The scope of `token`, if it is one of ours. Every stored token is compared, so the
     /// time taken does not depend on which one matched.
     pub fn scope_of(&self, token: &str) -> Option<Scope> {
@@ -125,6 +133,12 @@ mod tests {
         store.revoke(&Scope::Box("a".into()));
         assert_eq!(store.scope_of(&a), None);
         assert_eq!(store.scope_of(&b), Some(Scope::Box("b".into())));
+        // Two runs of one task hold separate leases: ending one keeps the other.
+        let t1 = store.issue(Scope::Task("t".into())).unwrap();
+        let t2 = store.issue(Scope::Task("t".into())).unwrap();
+        store.revoke_token(&t1);
+        assert_eq!(store.scope_of(&t1), None);
+        assert_eq!(store.scope_of(&t2), Some(Scope::Task("t".into())));
     }
 
     #[test]

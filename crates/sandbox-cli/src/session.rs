@@ -118,8 +118,9 @@ pub fn choose_backend(
 }
 
 impl Session {
-    /// Builds the policy for these arguments. Creates the private TMPDIR when `with_tmpdir`.
-    pub fn open(args: &SandboxArgs, ctx: &Context, with_tmpdir: bool) -> anyhow::Result<Self> {
+    /// Builds the policy for these arguments. `runs_command` is for sessions that run something:
+    /// they get the private TMPDIR and, while a daemon runs, a status-hook token lease.
+    pub fn open(args: &SandboxArgs, ctx: &Context, runs_command: bool) -> anyhow::Result<Self> {
         let config = ctx.config();
         let dir = workdir(args.workdir.as_deref())?;
 
@@ -150,7 +151,7 @@ impl Session {
             (None, None) => None,
         };
 
-        let tmpdir = if with_tmpdir {
+        let tmpdir = if runs_command {
             Some(
                 tempfile::Builder::new()
                     .prefix("sandbox-run-")
@@ -226,10 +227,19 @@ impl Session {
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "/".into());
         let options = backend_options(ctx, Some(kind));
-        // While a daemon runs, the command gets a status-hook token scoped to this task.
-        let hook = crate::commands::hook::lease(ctx, &task);
-        if let Some(lease) = &hook {
-            policy.hook_port = Some(lease.port);
+        // While a daemon runs, the command gets a status-hook token scoped to this task. Only
+        // a session that runs something leases one; showing a policy just needs the port.
+        let hook = if runs_command {
+            crate::commands::hook::lease(ctx, &task)
+        } else {
+            None
+        };
+        if let Some(port) = match &hook {
+            Some(lease) => Some(lease.port),
+            None if !runs_command => crate::commands::hook::daemon_hook_port(ctx),
+            None => None,
+        } {
+            policy.hook_port = Some(port);
         }
         Ok(Session {
             policy,

@@ -386,19 +386,27 @@ impl TestTerminal {
     }
 
     fn wait_for(&mut self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        if !self.shows_within(needle, Duration::from_secs(20)) {
+            panic!(
+                "timed out waiting for {needle:?}; terminal shows:\n{}",
+                String::from_utf8_lossy(&self.seen)
+            );
+        }
+        String::from_utf8_lossy(&self.seen).into_owned()
+    }
+
+    /// Whether `needle` appears on the terminal within `within`.
+    fn shows_within(&mut self, needle: &str, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
         let rx = self.rx.as_ref().unwrap();
         while !String::from_utf8_lossy(&self.seen).contains(needle) {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left) {
                 Ok(bytes) => self.seen.extend_from_slice(&bytes),
-                Err(_) => panic!(
-                    "timed out waiting for {needle:?}; terminal shows:\n{}",
-                    String::from_utf8_lossy(&self.seen)
-                ),
+                Err(_) => return false,
             }
         }
-        String::from_utf8_lossy(&self.seen).into_owned()
+        true
     }
 }
 
@@ -440,9 +448,20 @@ fn interactive_shell_round_trip_through_a_fresh_pty() {
     // SAFETY: TIOCSWINSZ reads one winsize from the stack; the fd is our pty slave.
     unsafe { libc::ioctl(term.slave.as_raw_fd(), libc::TIOCSWINSZ, &size) };
     unsafe { libc::kill(child.id() as i32, libc::SIGWINCH) };
-    std::thread::sleep(Duration::from_millis(200));
-    term.type_text("stty size\r");
-    term.wait_for("40 120");
+    // The relay applies the size asynchronously; ask again until it shows (bounded), so a
+    // slow machine does not turn into a failure.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        term.type_text("stty size\r");
+        if term.shows_within("40 120", Duration::from_millis(500)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the window change never reached the shell; terminal shows:\n{}",
+            String::from_utf8_lossy(&term.seen)
+        );
+    }
 
     term.type_text("exit 5\r");
     let status = child.wait().unwrap();

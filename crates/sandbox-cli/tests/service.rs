@@ -9,7 +9,7 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{alive, text, wait_dead, Env};
 use sandbox_box::hooks::client::{post_status, request as http};
@@ -611,13 +611,17 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
         json!({"name": "shared", "command": "sh", "args": ["-c", "cat; echo bye"]}),
     );
     let exec_id = started.result.unwrap()["execId"].as_u64().unwrap();
-    b.call(
+    // `cat` may echo the input before the write's reply goes out: the events that arrive
+    // while waiting for the reply are part of the output too.
+    let (wrote, early) = b.call(
         "exec.stdin",
         json!({"execId": exec_id, "data": "hi\n", "close": true}),
     );
+    assert!(wrote.error.is_none(), "{wrote:?}");
     let mut out = Vec::new();
+    let mut early = early.into_iter();
     loop {
-        let f = b.frame();
+        let f = early.next().unwrap_or_else(|| b.frame());
         if f.exec_id != Some(exec_id) {
             continue;
         }
@@ -692,6 +696,17 @@ fn daemon_killed_with_sigkill_mid_exec_leaves_no_process() {
     let mut d = Daemon::start();
     let mut c = d.client();
     let (_, pids) = start_tree(&mut c, &d, "victim");
+    let id = exec(
+        &mut c,
+        "victim",
+        &["sh", "-c", "echo $TMPDIR; echo left > $TMPDIR/f"],
+    );
+    let tmpdir = PathBuf::from(
+        String::from_utf8(collect(&mut c, id).stdout)
+            .unwrap()
+            .trim(),
+    );
+    assert!(tmpdir.join("f").exists(), "{}", tmpdir.display());
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.pid),
         nix::sys::signal::Signal::SIGKILL,
@@ -703,9 +718,14 @@ fn daemon_killed_with_sigkill_mid_exec_leaves_no_process() {
             "pid {pid} survived the daemon's SIGKILL"
         );
     }
-    // The supervisor reaped everything, then exited.
+    // The supervisor reaped everything, removed the boxes' TMPDIRs, then exited.
     let status = d.supervisor.wait().unwrap();
     assert_ne!(status.code(), Some(0));
+    assert!(
+        !tmpdir.exists(),
+        "the killed daemon's box TMPDIR {} was left behind",
+        tmpdir.display()
+    );
 }
 
 #[test]
@@ -733,9 +753,24 @@ fn a_closed_connection_stops_its_commands_but_not_the_boxes() {
     for pid in pids {
         assert!(wait_dead(pid, GONE), "pid {pid} outlived its connection");
     }
-    let list = d.client().call(&req("box.list", json!({}))).unwrap();
-    assert_eq!(list[0]["name"], "keep");
-    assert_eq!(list[0]["runningExecs"], 0);
+    // The processes die before the daemon has reaped them and updated its books, so the count
+    // reaches zero a moment later; poll it rather than race it.
+    let deadline = Instant::now() + GONE;
+    loop {
+        let list = d.client().call(&req("box.list", json!({}))).unwrap();
+        assert_eq!(
+            list[0]["name"], "keep",
+            "the box must survive its connection"
+        );
+        if list[0]["runningExecs"] == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the closed connection's exec is still counted: {list}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]
@@ -1010,13 +1045,58 @@ fn sandbox_run_gets_a_task_token_only_while_a_daemon_runs() {
     let status = http(&hook_url(&d), "GET", "/api/v1/status", Some(&host), None).unwrap();
     let status: Value = serde_json::from_str(&status.body).unwrap();
     assert_eq!(status["tasks"]["work"]["event"], "done", "{status}");
-    // That token is for its task only.
+    // The token was a lease for that run: it ended with the run.
+    let late = post_status(&hook_url(&d), &token, "working", None).unwrap();
+    assert_eq!(late.status, 401, "a finished run's token still works");
+
+    // While a run lasts, its token is for its task only.
+    let mut long = d
+        .env
+        .cmd()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $SANDBOX_API_TOKEN; read line",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(long.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let live = line.trim().to_string();
+    assert!(live.starts_with("sbx-sandbox-"), "{live}");
     assert_eq!(
-        http(&hook_url(&d), "GET", "/api/v1/status", Some(&token), None)
+        http(&hook_url(&d), "GET", "/api/v1/status", Some(&live), None)
             .unwrap()
             .status,
         403
     );
+    assert_eq!(
+        post_status(&hook_url(&d), &live, "working", None)
+            .unwrap()
+            .status,
+        200
+    );
+    // Killing the run outright (no cleanup code runs) still ends the lease.
+    long.kill().unwrap();
+    long.wait().unwrap();
+    let deadline = Instant::now() + GONE;
+    while post_status(&hook_url(&d), &live, "working", None)
+        .unwrap()
+        .status
+        != 401
+    {
+        assert!(
+            Instant::now() < deadline,
+            "a killed run's token still works"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 #[test]

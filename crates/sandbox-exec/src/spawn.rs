@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::ExecError;
-use crate::output::{self, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
+use crate::output::{self, OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 use crate::policy::CommandPolicy;
 use crate::process_group;
 use crate::resolve::resolve_program;
@@ -505,10 +505,7 @@ impl Running {
         while exited.is_none() || output_open {
             tokio::select! {
                 chunk = rx.recv(), if output_open => match chunk {
-                    Some(c) => match c.stream {
-                        StreamKind::Stdout => stdout.extend_from_slice(&c.data),
-                        StreamKind::Stderr => stderr.extend_from_slice(&c.data),
-                    },
+                    Some(c) => keep(c, &mut stdout, &mut stderr),
                     None => output_open = false,
                 },
                 status = self.child.wait(), if exited.is_none() => {
@@ -523,6 +520,10 @@ impl Running {
                 }
                 _ = tokio::time::sleep_until(drain_deadline), if exited.is_some() => {
                     drain_cut_short = true;
+                    // Keep what the pumps already forwarded; only the still-open pipe is cut.
+                    while let Ok(c) = rx.try_recv() {
+                        keep(c, &mut stdout, &mut stderr);
+                    }
                     break;
                 }
             }
@@ -538,6 +539,14 @@ impl Running {
             stderr,
             drain_cut_short,
         })
+    }
+}
+
+/// Appends a captured chunk to the buffer of its stream.
+fn keep(chunk: OutputChunk, stdout: &mut Vec<u8>, stderr: &mut Vec<u8>) {
+    match chunk.stream {
+        StreamKind::Stdout => stdout.extend_from_slice(&chunk.data),
+        StreamKind::Stderr => stderr.extend_from_slice(&chunk.data),
     }
 }
 

@@ -6,6 +6,7 @@
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -29,6 +30,12 @@ pub struct ServeArgs {
     /// started (which kills everything the daemon leaves behind).
     #[arg(long, hide = true)]
     pub supervised: bool,
+
+    /// Internal: where the daemon creates the boxes' private TMPDIRs. The supervisor owns
+    /// this directory and removes it once the daemon and everything it started are gone,
+    /// however the daemon ended.
+    #[arg(long, hide = true, requires = "supervised")]
+    pub tmp_root: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -37,16 +44,27 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
         return bridge(&paths);
     }
     if args.supervised {
-        sandbox_box::server::run(options(ctx, paths))?;
+        sandbox_box::server::run(options(ctx, paths, args.tmp_root))?;
         return Ok(0);
     }
     let exe = std::env::current_exe().context("locating the sandbox binary")?;
+    let tmp_root = tempfile::Builder::new()
+        .prefix("sandbox-serve-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir()
+        .context("creating the daemon's temporary directory")?;
     let mut daemon = std::process::Command::new(exe);
-    daemon.args(["serve", "--supervised"]);
-    sandbox_box::reaper::supervise(daemon).context("supervising the daemon")
+    daemon
+        .args(["serve", "--supervised", "--tmp-root"])
+        .arg(tmp_root.path());
+    let code = sandbox_box::reaper::supervise(daemon).context("supervising the daemon")?;
+    // Every process is reaped by now, so nothing writes here any more: a daemon that was
+    // SIGKILLed leaves no box TMPDIR behind.
+    drop(tmp_root);
+    Ok(code)
 }
 
-fn options(ctx: &Context, runtime: RuntimePaths) -> DaemonOptions {
+fn options(ctx: &Context, runtime: RuntimePaths, box_tmp_root: Option<PathBuf>) -> DaemonOptions {
     let config = ctx.config();
     let mut env = EnvPolicy::default();
     for name in &config.env.pass {
@@ -71,6 +89,7 @@ fn options(ctx: &Context, runtime: RuntimePaths) -> DaemonOptions {
         },
         kill_grace: sandbox_exec::process_group::DEFAULT_KILL_GRACE,
         backend: crate::session::backend_options(ctx, None),
+        box_tmp_root,
     }
 }
 
