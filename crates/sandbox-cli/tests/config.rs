@@ -134,3 +134,31 @@ fn never_writes_into_a_worktree() {
     );
     assert!(!repo.join("cfg").exists());
 }
+
+#[test]
+fn rewriting_a_commented_file_keeps_the_original_beside_it() {
+    let env = Env::new();
+    let file = env.config_file();
+    let original =
+        "# my notes: keep the network open for the package mirror\nnetwork:\n  block: false\n";
+    env.write_config(original);
+    let out = config(&env, &["set", "timeout", "30m"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let backup = file.with_file_name("config.yaml~");
+    assert_eq!(std::fs::read_to_string(&backup).unwrap(), original);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("config.yaml~"),
+        "the note names the backup: {}",
+        text(&out)
+    );
+    let now = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        now.contains("timeout: 30m") && now.contains("block: false"),
+        "{now}"
+    );
+    // A file with nothing but our own header is rewritten without a backup.
+    std::fs::remove_file(&backup).unwrap();
+    let out = config(&env, &["set", "timeout", "1h"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!backup.exists(), "no comments, no backup");
+}

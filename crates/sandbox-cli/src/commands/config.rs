@@ -248,12 +248,29 @@ fn write_document(path: &Path, doc: &Value, had_comments: bool) -> anyhow::Resul
         tmp.as_file()
             .set_permissions(std::fs::Permissions::from_mode(0o644))?;
     }
+    // The file is rewritten from its keys, so its comments would be gone: keep the previous
+    // file next to it first, so nothing the user wrote is lost.
+    let backup = had_comments.then(|| {
+        let mut name = path.as_os_str().to_owned();
+        name.push("~");
+        PathBuf::from(name)
+    });
+    if let Some(backup) = &backup {
+        std::fs::copy(path, backup).with_context(|| {
+            format!(
+                "keeping the commented {} as {} before rewriting it",
+                path.display(),
+                backup.display()
+            )
+        })?;
+    }
     tmp.persist(path)
         .with_context(|| format!("replacing {}", path.display()))?;
-    if had_comments {
+    if let Some(backup) = backup {
         eprintln!(
-            "sandbox: note: comments in {} were not kept (the file is rewritten from its keys)",
-            path.display()
+            "sandbox: note: {} is rewritten from its keys, so its comments are not in it any              more; the previous file, comments and all, is {}",
+            path.display(),
+            backup.display()
         );
     }
     Ok(())
