@@ -384,7 +384,8 @@ fn check_trusted_locations(policy: &Policy, dirs: &crate::paths::Dirs) -> anyhow
             .find(|g| place.starts_with(&g.path))
         {
             return Err(Failure::setup(format!(
-                "the grant {} covers {}, where the daemon keeps its host token: a sandboxed                  agent could read it and control every sandbox. Grant a narrower path.",
+                "the grant {} covers {}, where the daemon keeps its host token: a sandboxed \
+                 agent could read it and control every sandbox. Grant a narrower path.",
                 grant.path.display(),
                 dirs.runtime.display()
             )));

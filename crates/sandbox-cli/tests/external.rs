@@ -332,6 +332,33 @@ fn a_launcher_inside_the_worktree_is_refused() {
 }
 
 #[test]
+fn an_interpreter_running_a_script_from_the_worktree_is_refused() {
+    let f = Fixture::new();
+    // The program (/bin/sh) is fine; the script it would run is the agent's to edit.
+    recording_launcher(&f.task.join("launch.sh"), &f.env.path().join("log"));
+    assert_refused(
+        &f,
+        "/bin/sh launch.sh",
+        &[],
+        None,
+        &format!("which is inside the task worktree {}", f.task.display()),
+    );
+    let absolute = format!("/bin/sh {}", f.task.join("launch.sh").display());
+    assert_refused(&f, &absolute, &[], None, "refusing the launcher argument");
+    // The same script from a reviewed place outside runs, with the worktree named as a
+    // directory argument (as bwrap's binds do).
+    let reviewed = safe_dir(&f).join("launch.sh");
+    recording_launcher(&reviewed, &f.env.path().join("log"));
+    set_launcher(
+        &f,
+        &format!("/bin/sh {} {}", reviewed.display(), f.task.display()),
+    );
+    let out = run_custom(&f, &[], "echo ran > ran-marker");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(f.task.join("ran-marker").exists());
+}
+
+#[test]
 fn a_launcher_inside_the_spawn_directory_is_refused() {
     let f = Fixture::new();
     let launcher = f.task.join("sub/launcher");

@@ -12,7 +12,7 @@
 //!   never a relative path, and never anywhere the sandbox could write — the worktree, the
 //!   spawn directory, any writable grant — checked after resolving every symlink
 //!   ([`crate::placement`]). The configuration file that names it must not be writable by the
-//!   sandbox either.
+//!   sandbox either, and neither may any file its arguments name (an interpreter's script).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -173,11 +173,48 @@ pub fn locate(
     }
     let mut args = argv;
     let configured = args.remove(0);
+    check_arguments(&args, policy, spawn_dir)?;
     Ok(Launcher {
         path,
         args,
         configured,
     })
+}
+
+/// Refuses launcher arguments that name a *file* the sandbox can write: the script an
+/// interpreter launcher runs (`/bin/sh launch.sh`), a profile the launcher reads
+/// (`--profile=./strict.toml`). Such a file gives the agent the same control as the launcher
+/// program itself. Directories pass, so `bwrap --bind <worktree> <worktree>` still works.
+/// A relative argument is judged from the spawn directory, where the launcher starts.
+fn check_arguments(args: &[String], policy: &Policy, spawn_dir: &Path) -> Result<(), HostError> {
+    for arg in args {
+        // `--opt=VALUE` names VALUE.
+        let value = arg
+            .strip_prefix('-')
+            .and_then(|rest| rest.split_once('='))
+            .map(|(_, v)| v);
+        for named in std::iter::once(arg.as_str()).chain(value) {
+            if named.is_empty() {
+                continue;
+            }
+            let path = spawn_dir.join(named);
+            if !std::fs::metadata(&path).is_ok_and(|m| m.is_file()) {
+                continue;
+            }
+            if let Err(PlacementError::Refused(r)) = placement::check(&path, policy, spawn_dir) {
+                return Err(refuse(format!(
+                    "refusing the launcher argument {arg:?}: it names the file {}, which is {}; a \
+                     launcher that runs or reads a file the sandboxed agent can edit is one the \
+                     agent controls. Keep the scripts and profiles it uses outside the worktree \
+                     and every writable grant, and configure them by absolute path: `sandbox \
+                     config set backends.custom.command '/bin/sh /opt/team/launch.sh'`",
+                    path.display(),
+                    r.why
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the custom backend enforces: whatever the launcher does.
@@ -256,6 +293,53 @@ mod tests {
             find("/abs/launch", Some(OsStr::new("."))).unwrap(),
             PathBuf::from("/abs/launch")
         );
+    }
+
+    #[test]
+    fn arguments_naming_writable_files_are_refused_directories_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let task = base.join("task");
+        let safe = base.join("opt");
+        std::fs::create_dir_all(task.join("scripts")).unwrap();
+        std::fs::create_dir_all(&safe).unwrap();
+        for f in [
+            task.join("launch.sh"),
+            task.join("scripts/p.toml"),
+            safe.join("ok.sh"),
+        ] {
+            std::fs::write(f, "#!/bin/sh\n").unwrap();
+        }
+        std::os::unix::fs::symlink(task.join("launch.sh"), safe.join("alias.sh")).unwrap();
+        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+            workdir: task.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let check = |args: &[&str]| {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            check_arguments(&args, &policy, &task)
+        };
+        // A script in the worktree, by relative name, relative path or absolute path; a
+        // profile behind --opt=; a symlink outside that points in.
+        for bad in [
+            vec!["launch.sh"],
+            vec!["./launch.sh"],
+            vec![task.join("launch.sh").to_str().unwrap()],
+            vec!["--profile=scripts/p.toml"],
+            vec![safe.join("alias.sh").to_str().unwrap()],
+        ] {
+            let err = check(&bad).unwrap_err().to_string();
+            assert!(
+                err.contains("refusing the launcher argument"),
+                "{bad:?}: {err}"
+            );
+        }
+        // Directories (bind mounts), files outside, words that are not files.
+        let t = task.to_str().unwrap();
+        let ok = safe.join("ok.sh");
+        check(&["--bind", t, t, "--ro-bind", "/usr", "/usr"]).unwrap();
+        check(&[ok.to_str().unwrap(), "--profile", "strict", "--x=", "-"]).unwrap();
     }
 
     #[test]

@@ -268,7 +268,8 @@ fn write_document(path: &Path, doc: &Value, had_comments: bool) -> anyhow::Resul
         .with_context(|| format!("replacing {}", path.display()))?;
     if let Some(backup) = backup {
         eprintln!(
-            "sandbox: note: {} is rewritten from its keys, so its comments are not in it any              more; the previous file, comments and all, is {}",
+            "sandbox: note: {} is rewritten from its keys, so its comments are not in it any \
+             more; the previous file, comments and all, is {}",
             path.display(),
             backup.display()
         );
