@@ -420,26 +420,33 @@ pub fn attacks() -> Vec<Attack> {
                     &[],
                     &format!("echo {MARK}; kill -9 {pid} && echo signal-sent"),
                 );
-                // The shell's word is only a hint for how long to wait: a delivered SIGKILL can
-                // take a moment to show on a loaded machine. The verdict is the victim's state.
-                let patience = if String::from_utf8_lossy(&out.stdout).contains("signal-sent") {
-                    Duration::from_secs(5)
-                } else {
-                    Duration::from_millis(100)
-                };
-                let deadline = std::time::Instant::now() + patience;
-                let dead = loop {
-                    if victim.try_wait().unwrap().is_some() {
-                        break true;
-                    }
-                    if std::time::Instant::now() >= deadline {
-                        break false;
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                };
-                let _ = victim.kill();
-                let _ = victim.wait();
+                let dead = victim_died(&mut victim, &out, "signal-sent");
                 judge(&out, dead, "victim killed")
+            },
+        },
+        Attack {
+            name: "ptrace a process outside and kill it through the tracer",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                if let Some(why) = ptrace_unavailable() {
+                    return Verdict::Skipped(why);
+                }
+                let mut victim = f.spawn_outside(&["sleep", "30"], &[]);
+                let pid = victim.id();
+                // PTRACE_ATTACH, wait for the stop, then PTRACE_CONT delivering SIGKILL: a kill
+                // that goes through ptrace access, not through kill(2).
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c \"import ctypes,os\n\
+                     c=ctypes.CDLL(None,use_errno=True)\n\
+                     c.ptrace.argtypes=[ctypes.c_long,ctypes.c_long,ctypes.c_void_p,ctypes.c_void_p]\n\
+                     if c.ptrace(16,{pid},None,None)!=0: raise SystemExit('attach: '+os.strerror(ctypes.get_errno()))\n\
+                     os.waitpid({pid},0)\n\
+                     c.ptrace(7,{pid},None,9)\n\
+                     print('traced-and-killed')\""
+                );
+                let out = f.run(b, &[], &script);
+                let dead = victim_died(&mut victim, &out, "traced-and-killed");
+                judge(&out, dead, "victim killed through ptrace")
             },
         },
         Attack {
@@ -757,4 +764,42 @@ int main(int argc, char **argv) {
         .unwrap();
     assert!(out.status.success(), "gcc: {}", super::text(&out));
     Some(program)
+}
+
+/// Whether `victim` died, then reaps it either way. The attacker's own word (`sign` on its
+/// stdout) only decides how long to wait: a delivered SIGKILL can take a moment to show on a
+/// loaded machine. The verdict is the victim's state.
+fn victim_died(victim: &mut Child, out: &Output, sign: &str) -> bool {
+    let patience = if String::from_utf8_lossy(&out.stdout).contains(sign) {
+        Duration::from_secs(5)
+    } else {
+        Duration::from_millis(100)
+    };
+    let deadline = std::time::Instant::now() + patience;
+    let dead = loop {
+        if victim.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if std::time::Instant::now() >= deadline {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = victim.kill();
+    let _ = victim.wait();
+    dead
+}
+
+/// Why the host control could not ptrace a sibling here (Yama), if so: then the attack
+/// proves nothing on this machine.
+fn ptrace_unavailable() -> Option<String> {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?;
+    match scope.trim() {
+        "0" => None,
+        "3" => Some("Yama ptrace_scope is 3: no process may ptrace here".into()),
+        s if !nix::unistd::geteuid().is_root() => Some(format!(
+            "Yama ptrace_scope is {s}: an unprivileged test cannot ptrace a non-descendant"
+        )),
+        _ => None,
+    }
 }
