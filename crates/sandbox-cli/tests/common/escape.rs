@@ -554,6 +554,37 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "re-point another worktree's HEAD in <common>/worktrees",
+            needs: None,
+            run: |f, b| {
+                // Only worktrees/<this one> is writable: a second task's gitdir is not.
+                let other = f.env.path().join("other-task");
+                git(
+                    &f.main,
+                    &[
+                        "worktree",
+                        "add",
+                        "-q",
+                        other.to_str().unwrap(),
+                        "-b",
+                        "other",
+                    ],
+                );
+                let head = f.common.join("worktrees/other-task/HEAD");
+                let before = std::fs::read_to_string(&head).unwrap();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; echo 'ref: refs/heads/trunk' > '{}'",
+                        head.display()
+                    ),
+                );
+                let after = std::fs::read_to_string(&head).unwrap();
+                judge(&out, after != before, "the other worktree's HEAD changed")
+            },
+        },
+        Attack {
             name: "rewrite the worktree's .git pointer",
             needs: None,
             run: |f, b| {
