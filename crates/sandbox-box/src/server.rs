@@ -164,11 +164,17 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(io_err("starting the async runtime"))?;
+    let box_tmp_root = opts.box_tmp_root.clone();
     let result = rt.block_on(serve(opts, tokens, executor));
     let _ = std::fs::remove_file(paths.socket());
     let _ = std::fs::remove_file(paths.host_token());
     // Do not wait for stray blocking tasks (a hook connection mid-read).
     rt.shutdown_timeout(Duration::from_millis(200));
+    // Every command is stopped by now. The supervisor removes this directory too, but it may
+    // be the one that was killed (that is why this daemon is stopping), so do it here as well.
+    if let Some(root) = box_tmp_root {
+        let _ = std::fs::remove_dir_all(root);
+    }
     result
 }
 

@@ -733,6 +733,12 @@ fn supervisor_killed_with_sigkill_mid_exec_leaves_no_process() {
     let mut d = Daemon::start();
     let mut c = d.client();
     let (_, pids) = start_tree(&mut c, &d, "victim");
+    let id = exec(&mut c, "victim", &["sh", "-c", "echo $TMPDIR"]);
+    let tmpdir = PathBuf::from(
+        String::from_utf8(collect(&mut c, id).stdout)
+            .unwrap()
+            .trim(),
+    );
     d.supervisor.kill().unwrap();
     d.supervisor.wait().unwrap();
     assert!(wait_dead(d.pid, GONE), "the daemon follows its supervisor");
@@ -742,6 +748,9 @@ fn supervisor_killed_with_sigkill_mid_exec_leaves_no_process() {
             "pid {pid} survived the supervisor's SIGKILL"
         );
     }
+    // The daemon stopped in order and removed the directory its dead supervisor owned.
+    let root = tmpdir.parent().unwrap();
+    assert!(!root.exists(), "{} was left behind", root.display());
 }
 
 #[test]
