@@ -229,18 +229,15 @@ impl Session {
         let options = backend_options(ctx, Some(kind));
         // While a daemon runs, the command gets a status-hook token scoped to this task. Only
         // a session that runs something leases one; showing a policy just needs the port.
-        let hook = if runs_command {
-            crate::commands::hook::lease(ctx, &task)
-        } else {
-            None
-        };
-        if let Some(port) = match &hook {
+        let hook = runs_command
+            .then(|| crate::commands::hook::lease(ctx, &task))
+            .flatten();
+        let daemon_port = match &hook {
             Some(lease) => Some(lease.port),
-            None if !runs_command => crate::commands::hook::daemon_hook_port(ctx),
-            None => None,
-        } {
-            policy.hook_port = Some(port);
-        }
+            None if runs_command => None,
+            None => crate::commands::hook::daemon_hook_port(ctx),
+        };
+        policy.hook_port = daemon_port.or(policy.hook_port);
         Ok(Session {
             policy,
             kind,

@@ -691,21 +691,19 @@ fn start_tree(c: &mut Client, d: &Daemon, name: &str) -> (u64, Vec<i32>) {
     (id, pids)
 }
 
+/// What `sh -c SCRIPT` prints in box `name`, once it has finished.
+fn box_stdout(c: &mut Client, name: &str, script: &str) -> String {
+    let id = exec(c, name, &["sh", "-c", script]);
+    String::from_utf8(collect(c, id).stdout).unwrap()
+}
+
 #[test]
 fn daemon_killed_with_sigkill_mid_exec_leaves_no_process() {
     let mut d = Daemon::start();
     let mut c = d.client();
     let (_, pids) = start_tree(&mut c, &d, "victim");
-    let id = exec(
-        &mut c,
-        "victim",
-        &["sh", "-c", "echo $TMPDIR; echo left > $TMPDIR/f"],
-    );
-    let tmpdir = PathBuf::from(
-        String::from_utf8(collect(&mut c, id).stdout)
-            .unwrap()
-            .trim(),
-    );
+    let tmpdir =
+        PathBuf::from(box_stdout(&mut c, "victim", "echo $TMPDIR; echo left > $TMPDIR/f").trim());
     assert!(tmpdir.join("f").exists(), "{}", tmpdir.display());
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(d.pid),
@@ -733,12 +731,7 @@ fn supervisor_killed_with_sigkill_mid_exec_leaves_no_process() {
     let mut d = Daemon::start();
     let mut c = d.client();
     let (_, pids) = start_tree(&mut c, &d, "victim");
-    let id = exec(&mut c, "victim", &["sh", "-c", "echo $TMPDIR"]);
-    let tmpdir = PathBuf::from(
-        String::from_utf8(collect(&mut c, id).stdout)
-            .unwrap()
-            .trim(),
-    );
+    let tmpdir = PathBuf::from(box_stdout(&mut c, "victim", "echo $TMPDIR").trim());
     d.supervisor.kill().unwrap();
     d.supervisor.wait().unwrap();
     assert!(wait_dead(d.pid, GONE), "the daemon follows its supervisor");
@@ -815,13 +808,7 @@ fn hook_url(d: &Daemon) -> String {
 }
 
 fn box_env(c: &mut Client, name: &str) -> (String, String) {
-    let id = exec(
-        c,
-        name,
-        &["sh", "-c", "echo $SANDBOX_API_URL; echo $SANDBOX_API_TOKEN"],
-    );
-    let run = collect(c, id);
-    let text = String::from_utf8(run.stdout).unwrap();
+    let text = box_stdout(c, name, "echo $SANDBOX_API_URL; echo $SANDBOX_API_TOKEN");
     let mut lines = text.lines();
     (
         lines.next().unwrap().to_string(),

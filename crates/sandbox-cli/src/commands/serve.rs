@@ -35,7 +35,7 @@ pub struct ServeArgs {
     /// this directory and removes it once the daemon and everything it started are gone,
     /// however the daemon ended.
     #[arg(long, hide = true, requires = "supervised")]
-    pub tmp_root: Option<std::path::PathBuf>,
+    pub tmp_root: Option<PathBuf>,
 }
 
 pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
