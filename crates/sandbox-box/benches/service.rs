@@ -18,8 +18,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandbox_box::protocol::{decode_frame, Decoded, Frame, Request};
-use sandbox_box::server::{self, BoxDefaults, DaemonOptions};
+use sandbox_box::server::{self, DaemonOptions};
 use sandbox_box::{Client, RuntimePaths};
+use sandbox_host::assembly::Defaults;
 use serde_json::{json, Value};
 
 fn req(method: &str, params: Value) -> Request {
@@ -46,7 +47,7 @@ fn main() {
     let opts = DaemonOptions {
         runtime: paths.clone(),
         hook_port: None,
-        defaults: BoxDefaults::default(),
+        defaults: Defaults::default(),
         kill_grace: Duration::from_secs(2),
         backend: Default::default(),
         box_tmp_root: Some(dir.path().to_path_buf()),

@@ -9,7 +9,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use sandbox_host::BackendKind;
+use std::sync::Arc;
+
+use sandbox_host::{BackendKind, BackendSession};
 use sandbox_policy::Policy;
 
 use crate::protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
@@ -33,6 +35,8 @@ pub struct BoxEntry {
     /// The parameters it was created with, normalised (for reuse by name).
     pub params: BoxCreateParams,
     pub policy: Policy,
+    /// The backend, prepared once at `box.create`; every `box.exec` runs in it.
+    pub session: Arc<dyn BackendSession>,
     pub allow_degraded: bool,
     pub state: BoxState,
     /// Its sandbox-scoped hook token.

@@ -12,7 +12,7 @@
 //! command run here, which also makes "no command is running" a plain counter that nothing
 //! else can race (see [`sweep_orphans_if_idle`]).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -25,6 +25,8 @@ use tokio::time::Instant;
 
 use sandbox_exec::process_group::{self, signal_group};
 use sandbox_exec::{ExecError, ExitOutcome, Running, StreamKind};
+use sandbox_host::{Finished, PreparedCommand};
+use sandbox_policy::GitLayout;
 
 use crate::protocol::{ErrorCode, ExitEvent, RpcError};
 
@@ -81,6 +83,8 @@ pub struct Executor {
 thread_local! {
     /// Commands running on this (the spawner) thread.
     static RUNNING: Cell<usize> = const { Cell::new(0) };
+    /// Git layouts of commands that ended while others ran, to check again when idle.
+    static RECHECK: RefCell<Vec<GitLayout>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Executor {
@@ -140,16 +144,23 @@ pub fn note_started() {
 
 /// Marks a command as finished and, if it was the last one, kills every orphan this daemon
 /// inherited as a child subreaper (descendants that left their process group with `setsid`
-/// and whose parents died). Runs on the spawner thread, where spawns also happen, so it can
-/// never mistake a command that is just being started for an orphan.
-fn sweep_orphans_if_idle() {
+/// and whose parents died), then checks the git pointers of commands that ended while
+/// others ran. Runs on the spawner thread, where spawns also happen, so it can never
+/// mistake a command that is just being started for an orphan. Returns whether it swept.
+fn sweep_orphans_if_idle() -> bool {
     let idle = RUNNING.with(|r| {
         r.set(r.get().saturating_sub(1));
         r.get() == 0
     });
     if idle {
         process_group::kill_orphans(&[]);
+        for git in RECHECK.with(|r| std::mem::take(&mut *r.borrow_mut())) {
+            for t in sandbox_host::gitguard::check_and_restore(&git) {
+                tracing::warn!("after an orphan was killed: {t}");
+            }
+        }
     }
+    idle
 }
 
 /// Everything an exec task needs besides the process.
@@ -163,9 +174,6 @@ pub struct ExecCtx {
     pub drain: Duration,
     /// Called once the exit event is queued: forget the exec.
     pub done: Box<dyn FnOnce() + Send>,
-    /// The box's git layout: its pointer files are checked (and restored) after the command,
-    /// as after every `sandbox run`.
-    pub git: Option<sandbox_policy::GitLayout>,
 }
 
 /// Owns one command until its group is gone and its `exit` event is queued. Runs on the
@@ -173,7 +181,7 @@ pub struct ExecCtx {
 ///
 /// Order is the point: every `output` event is queued before the `exit` event, on the same
 /// queue, by this one task.
-pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
+pub async fn run_exec(mut running: Running, prepared: PreparedCommand, mut ctx: ExecCtx) {
     let pgid = running.pgid();
     let mut output = running.take_output();
     if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
@@ -241,27 +249,24 @@ pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
         }
     }
     drop(output);
-    let mut exit = exit_event(
-        ctx.exec_id,
-        outcome.expect("loop ends after exit"),
-        cut_short,
-    );
-    if let Some(git) = &ctx.git {
-        let repaired: Vec<String> = sandbox_host::gitguard::check_and_restore(git)
-            .iter()
-            .map(ToString::to_string)
-            .collect();
-        if !repaired.is_empty() {
-            let note = repaired.join("; ");
-            tracing::warn!(exec_id = ctx.exec_id, "{note}");
-            exit.error_message = Some(match exit.error_message.take() {
-                Some(m) => format!("{m}; {note}"),
-                None => note,
-            });
+    let outcome = outcome.expect("loop ends after exit");
+    // The group is gone (`wait` saw to it); orphans that left it are killed before the seam
+    // finishes the command, so none can rewrite a git pointer after the check.
+    drop(running);
+    let git = prepared.git().cloned();
+    let idle = sweep_orphans_if_idle();
+    let finished = prepared.finish(outcome.as_ref().ok().copied());
+    if !idle {
+        // Other commands still run, and an orphan of this one cannot be told from theirs:
+        // check this layout again once the daemon is idle and every orphan is gone.
+        if let Some(git) = git {
+            RECHECK.with(|r| r.borrow_mut().push(git));
         }
     }
-    drop(running);
-    sweep_orphans_if_idle();
+    let exit = exit_event(ctx.exec_id, outcome, cut_short, &finished);
+    if let Some(message) = &exit.error_message {
+        tracing::info!(exec_id = ctx.exec_id, "{message}");
+    }
     let _ = ctx.phase.send(Phase::Ended);
     if !st.conn_gone {
         let _ = out.send(Outbound::Exit(exit)).await;
@@ -374,45 +379,74 @@ fn stdin_closed(why: &str) -> RpcError {
     RpcError::new(ErrorCode::StdinClosed, format!("stdin: {why}"))
 }
 
-fn exit_event(exec_id: u64, outcome: Result<ExitOutcome, ExecError>, cut_short: bool) -> ExitEvent {
-    let note = cut_short.then(|| {
-        "output was cut short: a descendant that left the command's process group kept the \
-         pipe open"
-            .to_string()
-    });
-    match outcome {
+/// The `exit` event: the command's outcome as the seam judged it (125 when the backend failed
+/// before the command started), with every note a `sandbox run` would print on stderr.
+fn exit_event(
+    exec_id: u64,
+    outcome: Result<ExitOutcome, ExecError>,
+    cut_short: bool,
+    finished: &Finished,
+) -> ExitEvent {
+    let judged = outcome.as_ref().ok().map(|o| finished.exit_code(*o));
+    let mut notes: Vec<String> = Vec::new();
+    if let Some(e) = finished.setup_error() {
+        notes.push(e.to_string());
+    }
+    let mut event = match outcome {
         Ok(ExitOutcome::Exited(code)) => ExitEvent {
             exec_id,
             exit_code: code,
             signal: None,
             timed_out: false,
-            error_message: note,
+            error_message: None,
         },
         Ok(ExitOutcome::Signaled(sig)) => ExitEvent {
             exec_id,
             exit_code: 128 + sig,
             signal: Some(sig),
             timed_out: false,
-            error_message: note,
+            error_message: None,
         },
-        Ok(ExitOutcome::TimedOut(after)) => ExitEvent {
-            exec_id,
-            exit_code: 124,
-            signal: None,
-            timed_out: true,
-            error_message: Some(format!(
+        Ok(ExitOutcome::TimedOut(after)) => {
+            notes.push(format!(
                 "timed out after {} ms; its process group was killed",
                 after.as_millis()
-            )),
-        },
-        Err(e) => ExitEvent {
-            exec_id,
-            exit_code: e.exit_code(),
-            signal: None,
-            timed_out: false,
-            error_message: Some(e.to_string()),
-        },
+            ));
+            ExitEvent {
+                exec_id,
+                exit_code: 124,
+                signal: None,
+                timed_out: true,
+                error_message: None,
+            }
+        }
+        Err(e) => {
+            notes.push(e.to_string());
+            ExitEvent {
+                exec_id,
+                exit_code: e.exit_code(),
+                signal: None,
+                timed_out: false,
+                error_message: None,
+            }
+        }
+    };
+    if let Some(code) = judged {
+        event.exit_code = code;
     }
+    if finished.setup_error().is_some() {
+        event.signal = None;
+    }
+    if cut_short {
+        notes.push(
+            "output was cut short: a descendant that left the command's process group kept \
+             the pipe open"
+                .into(),
+        );
+    }
+    notes.extend(finished.warnings());
+    event.error_message = (!notes.is_empty()).then(|| notes.join("; "));
+    event
 }
 
 /// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).

@@ -24,4 +24,4 @@ pub mod token;
 pub use client::{Client, ClientError};
 pub use protocol::PROTOCOL;
 pub use runtime::RuntimePaths;
-pub use server::{BoxDefaults, DaemonError, DaemonOptions};
+pub use server::{DaemonError, DaemonOptions};

@@ -24,8 +24,11 @@ use sandbox_exec::{
     CommandPolicy, CommandRequest, CommandSpec, OutputLimits, OutputMode, SpawnOptions, StdinMode,
     WorkspaceGuard,
 };
-use sandbox_host::backend::{self, BackendKind, BackendOptions};
-use sandbox_policy::{EnvPolicy, GrantReason, PolicyRequest};
+use sandbox_host::assembly::{
+    self, CommandIdentity, Defaults, Request as PolicyAsk, TmpdirRequest,
+};
+use sandbox_host::backend::{self, BackendKind, BackendOptions, LogProgress};
+use sandbox_host::HostError;
 
 use crate::boxes::{self, AgentStatus, BoxEntry, Registry};
 use crate::exec::{self, Control, ExecCtx, Executor, Outbound, Phase, StdinMsg};
@@ -45,27 +48,19 @@ const STDIN_QUEUE: usize = 16;
 /// pipe; it is killed with the group, but one that left the group could keep it open).
 const DRAIN: Duration = Duration::from_millis(500);
 
-/// Grants and settings every box starts from (the user's trusted configuration).
-#[derive(Debug, Clone, Default)]
-pub struct BoxDefaults {
-    pub allow_read: Vec<PathBuf>,
-    pub allow_write: Vec<PathBuf>,
-    pub env: EnvPolicy,
-    pub block_net: bool,
-    pub allow_ports: Vec<u16>,
-}
-
 /// How to run the daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
     pub runtime: RuntimePaths,
     /// Loopback port of the hook endpoint; `None` or 0 picks a free one.
     pub hook_port: Option<u16>,
-    pub defaults: BoxDefaults,
+    /// Grants and settings every box starts from (the user's trusted configuration): the
+    /// same [`Defaults`] `sandbox run` assembles its policy from.
+    pub defaults: Defaults,
     /// SIGTERM → SIGKILL grace when a command is stopped.
     pub kill_grace: Duration,
-    /// Trusted backend settings (nono's path, the custom launcher) from the configuration;
-    /// `allow_degraded` is taken from each box instead.
+    /// Trusted backend settings (nono's path, the custom launcher, the trusted places) from
+    /// the configuration; `allow_degraded` is taken from each box instead.
     pub backend: BackendOptions,
     /// Where boxes' private TMPDIRs are created (the system temp dir when `None`). The
     /// supervisor passes a directory it removes after the daemon is gone, so a killed daemon
@@ -524,33 +519,30 @@ async fn on_frame(
 }
 
 fn describe(state: &State, conn: &Conn) -> Value {
-    let backends: Vec<Value> = BackendKind::ALL
-        .iter()
-        .map(|&kind| {
-            let probe = sandbox_policy::Policy {
-                workspace: sandbox_policy::Workspace {
-                    root: std::env::temp_dir(),
-                    cwd: std::env::temp_dir(),
-                    git: None,
-                },
-                fs: Default::default(),
-                net: sandbox_policy::NetPolicy::Allow,
-                env: EnvPolicy::default(),
-                limits: Default::default(),
-                hook_port: None,
-                allow_domains: Vec::new(),
-                unprotected_git: true,
-            };
-            match backend::enforcement(kind, &probe) {
-                Ok(e) => {
-                    json!({ "name": kind.as_str(), "available": true, "mechanism": e.mechanism })
-                }
-                Err(e) => {
-                    json!({ "name": kind.as_str(), "available": false, "reason": e.to_string() })
-                }
-            }
+    // The same sample policy and judgement as `sandbox doctor`, with this daemon's trusted
+    // backend settings, so the two never disagree about what is available.
+    let backends: Vec<Value> = match tempfile::tempdir()
+        .map_err(|source| HostError::Tmpdir {
+            root: std::env::temp_dir(),
+            source,
         })
-        .collect();
+        .and_then(|scratch| backend::sample_policy(scratch.path(), Some(state.hook_port)))
+    {
+        Ok(sample) => BackendKind::ALL
+            .iter()
+            .map(|&kind| {
+                let a = backend::availability(kind, &sample, &state.opts.backend);
+                json!({
+                    "name": a.name,
+                    "available": a.available,
+                    "degraded": a.degraded,
+                    "mechanism": a.enforcement.as_ref().map(|e| e.mechanism.clone()),
+                    "reason": a.reason,
+                })
+            })
+            .collect(),
+        Err(e) => vec![json!({ "error": e.to_string() })],
+    };
     json!({
         "protocol": PROTOCOL,
         "version": env!("CARGO_PKG_VERSION"),
@@ -728,7 +720,7 @@ async fn box_create(
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
     boxes::validate_name("box name", &p.name)?;
-    let kind = BackendKind::parse(p.backend.as_deref().unwrap_or("native"))
+    let kind = BackendKind::parse_usable(p.backend.as_deref().unwrap_or("native"))
         .map_err(|e| unavailable(e.to_string()))?;
     p.backend = Some(kind.as_str().to_string());
     let Some(workdir) = &p.workdir else {
@@ -740,66 +732,58 @@ async fn box_create(
         .map_err(|e| invalid(format!("workdir {}: {e}", workdir.display())))?;
     p.workdir = Some(workdir.clone());
 
+    refuse_host_token(state, &p.env)?;
     if let Some(reused) = reuse(state, &p)? {
         return Ok(reused);
     }
 
-    let defaults = &state.opts.defaults;
-    let mut builder = tempfile::Builder::new();
-    let prefix = format!("sandbox-box-{}-", p.name);
-    builder
-        .prefix(&prefix)
-        // Private: other local users must not read what the agent leaves in TMPDIR.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
-    let tmpdir = match &state.opts.box_tmp_root {
-        Some(root) => builder.tempdir_in(root),
-        None => builder.tempdir(),
-    }
-    .map_err(|e| RpcError::new(ErrorCode::Internal, format!("creating TMPDIR: {e}")))?;
-    let mut env = defaults.env.clone();
-    for (name, value) in &p.env {
-        env.add_arg(&format!("{name}={value}"))
-            .map_err(|e| invalid(format!("env {name}: {e}")))?;
-    }
-    let mut allow_ports: Vec<u32> = defaults.allow_ports.iter().map(|&p| p as u32).collect();
-    allow_ports.extend(&p.allow_ports);
-    let grant = |paths: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
-        paths
-            .iter()
-            .map(|p| (p.clone(), GrantReason::Config))
-            .chain(extra.iter().map(|p| (p.clone(), GrantReason::User)))
-            .collect()
-    };
-    let policy = sandbox_policy::build(PolicyRequest {
-        workdir: workdir.clone(),
-        allow_read: grant(&defaults.allow_read, &p.allow_read),
-        allow_write: grant(&defaults.allow_write, &p.allow_write),
-        block_net: p.block_net || defaults.block_net,
-        allow_ports,
-        // The hook endpoint stays reachable under a network block.
+    // The one policy assembly `sandbox run` uses: the trusted defaults, this box's grants,
+    // and the hook endpoint kept reachable under a network block.
+    let defaults = Defaults {
         hook_port: Some(state.hook_port),
-        allow_domains: p.allow_domains.clone(),
-        env,
-        timeout: p.timeout_ms.map(Duration::from_millis),
-        unprotected_git: p.unprotected_git,
-        tmpdir: Some(tmpdir.path().to_path_buf()),
-        ..PolicyRequest::default()
-    })
-    .map_err(|e| invalid(format!("box {}: {e}", p.name)))?;
-    // Prepare once now so that a box whose boundary cannot be set up is refused at creation,
-    // loudly, instead of at its first command.
-    let probe = CommandSpec::argv(["true"], &policy.workspace.cwd)
-        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
-    let prepared = backend::prepare(
+        ..state.opts.defaults.clone()
+    };
+    let assembled = assembly::assemble(
+        &defaults,
+        PolicyAsk {
+            workdir,
+            cwd: None,
+            allow_read: p.allow_read.clone(),
+            allow_write: p.allow_write.clone(),
+            env: p.env.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+            block_net: p.block_net,
+            allow_ports: p.allow_ports.clone(),
+            allow_domains: p.allow_domains.clone(),
+            timeout: p.timeout_ms.map(Duration::from_millis),
+            unprotected_git: p.unprotected_git,
+            tmpdir: Some(TmpdirRequest {
+                prefix: format!("sandbox-box-{}-", p.name),
+                root: state.opts.box_tmp_root.clone(),
+            }),
+        },
+    )
+    .map_err(|e| match e {
+        HostError::Tmpdir { .. } => RpcError::new(ErrorCode::Internal, e.to_string()),
+        other => invalid(format!("box {}: {other}", p.name)),
+    })?;
+    let policy = assembled.policy;
+    // Prepared now, through the seam, so that a box whose boundary cannot be set up (or
+    // whose grants reach the daemon's own state) is refused at creation, loudly; every
+    // `box.exec` then runs in this session.
+    let session = backend::prepare(
         kind,
         &policy,
-        probe,
         &BackendOptions {
             allow_degraded: p.allow_degraded,
             ..state.opts.backend.clone()
         },
+        &LogProgress,
     )
-    .map_err(|e| unavailable(format!("box {}: {e}", p.name)))?;
+    .map_err(|e| match e {
+        HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
+        other => unavailable(format!("box {}: {other}", p.name)),
+    })?;
+    let enforcement = session.enforcement().clone();
 
     let id = crate::token::generate("")
         .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
@@ -808,8 +792,18 @@ async fn box_create(
         let mut boxes = state.boxes.lock().expect("boxes lock");
         if boxes.contains(&p.name) {
             drop(boxes);
-            // Created concurrently under the same name: the same rules as above.
-            return reuse(state, &p)?.ok_or_else(|| RpcError::new(ErrorCode::Internal, "race"));
+            // Created concurrently under the same name: the same rules as above, and the
+            // other creation has registered it by now (under this same lock).
+            return reuse(state, &p)?.ok_or_else(|| {
+                RpcError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "box {:?} was created and removed by other requests while this one \
+                         prepared it; send box.create again",
+                        p.name
+                    ),
+                )
+            });
         }
         let token = state
             .tokens
@@ -822,12 +816,13 @@ async fn box_create(
             allow_degraded: p.allow_degraded,
             params: p.clone(),
             policy,
+            session,
             state: BoxState::Created,
             token,
             created_at_ms: boxes::now_ms(),
             execs: Default::default(),
             last_status: None,
-            tmpdir: Some(tmpdir),
+            tmpdir: assembled.tmpdir,
         });
     }
     let elapsed = started.elapsed();
@@ -847,7 +842,7 @@ async fn box_create(
         "created": true,
         "state": BoxState::Created,
         "elapsedMs": elapsed.as_millis() as u64,
-        "enforcement": prepared.enforcement,
+        "enforcement": enforcement,
     }))
 }
 
@@ -926,7 +921,7 @@ async fn box_exec(
              shell` for an interactive shell",
         ));
     }
-    let (kind, policy, token, allow_degraded) = {
+    let (kind, policy, token, session) = {
         let boxes = state.boxes.lock().expect("boxes lock");
         let entry = boxes.get(&p.name)?;
         if entry.state != BoxState::Running {
@@ -943,7 +938,7 @@ async fn box_exec(
             entry.kind,
             entry.policy.clone(),
             entry.token.clone(),
-            entry.allow_degraded,
+            entry.session.clone(),
         )
     };
 
@@ -969,40 +964,27 @@ async fn box_exec(
         .collect();
     let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &cwd)
         .map_err(|e| invalid(format!("box.exec: {e}")))?;
-    let mut env = policy.env.clone();
-    env.set_var("SANDBOX_BACKEND", kind.as_str());
-    env.set_var("SANDBOX_BOX", p.name.clone());
-    env.set_var("SANDBOX_TASK", p.name.clone());
-    env.set_var("SANDBOX_API_URL", state.hook_url());
-    env.set_var("SANDBOX_API_TOKEN", token);
-    if policy.workspace.git.is_some() && kind != BackendKind::Host {
-        // ~/.gitconfig is out of a confined process's reach; tell git instead of letting it
-        // warn on every command.
-        env.set_var("GIT_CONFIG_GLOBAL", "/dev/null");
-    }
-    for (name, value) in &p.env {
-        if crate::token::same(value, state.tokens.host()) {
-            return Err(denied("box.exec: the host token never enters a sandbox"));
-        }
-        env.add_arg(&format!("{name}={value}"))
-            .map_err(|e| invalid(format!("env {name}: {e}")))?;
-    }
-    spec.env = env.resolve(std::env::vars_os());
+    refuse_host_token(state, &p.env)?;
+    let extra: Vec<(String, String)> = p.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    // The one environment assembly `sandbox run` uses too.
+    spec.env = assembly::command_env(
+        &policy,
+        kind,
+        &CommandIdentity {
+            task: p.name.clone(),
+            box_name: Some(p.name.clone()),
+            hook: Some((state.hook_url(), token)),
+        },
+        &extra,
+        std::env::vars_os(),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
     spec.timeout = p
         .timeout_ms
         .map(Duration::from_millis)
         .or(policy.limits.timeout);
-    let prepared = backend::prepare(
-        kind,
-        &policy,
-        spec,
-        &BackendOptions {
-            allow_degraded,
-            ..state.opts.backend.clone()
-        },
-    )
-    .map_err(|e| match e {
-        sandbox_host::HostError::Command(e) => spawn_failed(&e),
+    let prepared = session.command(spec).map_err(|e| match e {
+        HostError::Command(e) => spawn_failed(&e),
         other => unavailable(other.to_string()),
     })?;
     guard
@@ -1049,14 +1031,14 @@ async fn box_exec(
             StdinMode::Null
         },
         output: OutputMode::Capture(OutputLimits::default()),
-        setup: prepared.setup.clone(),
+        // The backend's own child setup is attached by `PreparedCommand::spawn`.
+        setup: None,
         policy: Some(Arc::new(guard) as Arc<dyn CommandPolicy>),
         kill_grace: state.opts.kill_grace,
         drain_timeout: DRAIN,
         // Safe here: the spawner thread lives as long as the daemon.
         die_with_parent: true,
     };
-    let spec = prepared.spec;
     let ctx = ExecCtx {
         exec_id,
         out: conn.out.clone(),
@@ -1065,26 +1047,26 @@ async fn box_exec(
         phase: phase_tx,
         drain: DRAIN,
         done,
-        // The host backend confines nothing, so there is nothing to repair after it.
-        git: (kind != BackendKind::Host)
-            .then(|| policy.workspace.git.clone())
-            .flatten(),
     };
     let spawned = state
         .executor
-        .run(move || match sandbox_exec::spawn(&spec, options) {
+        .run(move || match prepared.spawn(options) {
             Ok(running) => {
                 let pid = running.pid().as_raw();
                 exec::note_started();
                 tokio::spawn(async move {
                     // The reply carrying the execId goes out before any of its events.
                     let _ = go_rx.await;
-                    exec::run_exec(running, ctx).await;
+                    // The prepared command (nono's manifest and start marker) lives until
+                    // the seam finishes it, after every process of the command is gone.
+                    exec::run_exec(running, prepared, ctx).await;
                 });
                 Ok(pid)
             }
             Err(e) => {
                 (ctx.done)();
+                // Nothing started; the seam still cleans up what it prepared.
+                drop(prepared.finish(None));
                 Err(e)
             }
         })
@@ -1120,6 +1102,20 @@ fn forget_exec(state: &State, conn: &Conn, box_name: &str, exec_id: u64) {
     if let Ok(entry) = state.boxes.lock().expect("boxes lock").get_mut(box_name) {
         entry.execs.remove(&exec_id);
     }
+}
+
+/// The host token never enters a sandbox, whichever way a client tries to pass it.
+fn refuse_host_token(
+    state: &State,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), RpcError> {
+    if env
+        .values()
+        .any(|value| crate::token::same(value, state.tokens.host()))
+    {
+        return Err(denied("the host token never enters a sandbox"));
+    }
+    Ok(())
 }
 
 fn denied(message: impl Into<String>) -> RpcError {

@@ -1,16 +1,21 @@
-//! Turning `SandboxArgs` plus trusted configuration into a policy, a backend and a command
-//! ready to spawn — and cleaning up after the run (pointer checks, the private TMPDIR).
+//! Turning `SandboxArgs` plus trusted configuration into a policy (through the one assembly
+//! the daemon uses too), a backend session and a command ready to spawn — and finishing the
+//! run through the backend seam (judging, pointer checks, the private TMPDIR).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context as _;
-use sandbox_exec::{CommandPolicy, CommandRequest, CommandSpec, WorkspaceGuard};
-use sandbox_host::backend::{self, BackendKind, BackendOptions};
+use sandbox_exec::{CommandPolicy, CommandRequest, CommandSpec, ExitOutcome, WorkspaceGuard};
+use sandbox_host::assembly::{
+    self, Assembled, CommandIdentity, Defaults, Request, TmpdirRequest, TrustedPlace, TrustedPlaces,
+};
+use sandbox_host::backend::{self, BackendKind, BackendOptions, LogProgress};
 use sandbox_host::custom::LauncherConfig;
 use sandbox_host::nono::NonoLocation;
-use sandbox_host::{gitguard, HostError, Prepared};
-use sandbox_policy::{EnvPolicy, GrantReason, Policy, PolicyRequest};
+use sandbox_host::{BackendSession, Finished, HostError, PreparedCommand, RunEnd};
+use sandbox_policy::{EnvPolicy, Policy};
 
 use crate::cli::SandboxArgs;
 use crate::config::expand_home;
@@ -44,11 +49,64 @@ pub struct Session {
     pub kind: BackendKind,
     pub choice: ChoiceSource,
     pub task: String,
-    /// Trusted backend settings (nono's path, the launcher) from the configuration.
+    /// Trusted backend settings (nono's path, the launcher, the trusted places) from the
+    /// configuration.
     pub options: BackendOptions,
     /// The daemon's hook endpoint and this task's sandbox-scoped token, if a daemon runs.
     pub hook: Option<crate::commands::hook::HookLease>,
     tmpdir: Option<tempfile::TempDir>,
+}
+
+/// The places that decide the boundary — configuration, remembered backend choices, the
+/// daemon's socket and host token — which no grant may put within the sandbox's reach.
+pub fn trusted_places(dirs: &crate::paths::Dirs) -> TrustedPlaces {
+    let place = |path: &Path, what: &str, secret: bool| TrustedPlace {
+        path: path.to_path_buf(),
+        what: what.to_string(),
+        secret,
+    };
+    TrustedPlaces(vec![
+        place(&dirs.user_config, "your sandbox configuration", false),
+        place(
+            &dirs.system_config,
+            "the system sandbox configuration",
+            false,
+        ),
+        place(&dirs.state, "the remembered backend choices", false),
+        place(&dirs.runtime, "the daemon's socket and host token", true),
+    ])
+}
+
+/// The settings every policy starts from, from the trusted configuration: the same for
+/// `sandbox run` and the daemon's boxes.
+pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
+    let config = ctx.config();
+    let mut env = EnvPolicy::default();
+    for name in &config.env.pass {
+        env.add_arg(name)
+            .map_err(|e| Failure::setup(format!("env.pass {name}: {e}")))?;
+    }
+    for (name, value) in &config.env.set {
+        env.set_var(name, value.clone());
+    }
+    let timeout = match &config.timeout {
+        Some(text) => Some(crate::cli::parse_duration(text).map_err(Failure::setup)?),
+        None => None,
+    };
+    Ok(Defaults {
+        allow_read: config.read_folders.iter().map(|p| expand_home(p)).collect(),
+        allow_write: config
+            .additional_folders
+            .iter()
+            .map(|p| expand_home(p))
+            .collect(),
+        env,
+        block_net: config.network.block,
+        allow_ports: config.network.allow_ports.clone(),
+        allow_domains: config.network.allow_domains.clone(),
+        timeout,
+        hook_port: config.service.hook_port,
+    })
 }
 
 /// The backend settings that come from trusted places only: the user and system
@@ -76,7 +134,17 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
                 source: ctx.loaded.custom_command_source.clone(),
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
+        trusted: trusted_places(&ctx.dirs),
         ..BackendOptions::default()
+    }
+}
+
+/// A backend error as the CLI reports it: the command's own 126/127 when it cannot run at
+/// all, otherwise a setup failure (125).
+pub fn setup_error(e: HostError) -> anyhow::Error {
+    match e {
+        HostError::Command(exec) => anyhow::Error::from(exec),
+        other => Failure::setup(other.to_string()),
     }
 }
 
@@ -113,7 +181,7 @@ pub fn choose_backend(
     } else {
         ("native".to_string(), ChoiceSource::Default)
     };
-    let kind = BackendKind::parse(&name).map_err(|e| Failure::setup(e.to_string()))?;
+    let kind = BackendKind::parse_usable(&name).map_err(|e| Failure::setup(e.to_string()))?;
     Ok((kind, source))
 }
 
@@ -121,9 +189,7 @@ impl Session {
     /// Builds the policy for these arguments. `runs_command` is for sessions that run something:
     /// they get the private TMPDIR and, while a daemon runs, a status-hook token lease.
     pub fn open(args: &SandboxArgs, ctx: &Context, runs_command: bool) -> anyhow::Result<Self> {
-        let config = ctx.config();
         let dir = workdir(args.workdir.as_deref())?;
-
         let cwd = match &args.cd {
             Some(cd) => Some(
                 WorkspaceGuard::new(&dir)?
@@ -132,101 +198,38 @@ impl Session {
             ),
             None => None,
         };
-
-        let mut env = EnvPolicy::default();
-        for name in &config.env.pass {
-            env.add_arg(name).map_err(Failure::setup)?;
-        }
-        for (name, value) in &config.env.set {
-            env.set_var(name, value.clone());
-        }
-        for arg in &args.env {
-            env.add_arg(arg)
-                .map_err(|e| Failure::setup(format!("--env {arg}: {e}")))?;
-        }
-
-        let timeout = match (args.timeout, &config.timeout) {
-            (Some(t), _) => Some(t),
-            (None, Some(text)) => Some(crate::cli::parse_duration(text).map_err(Failure::setup)?),
-            (None, None) => None,
-        };
-
-        let tmpdir = if runs_command {
-            Some(
-                tempfile::Builder::new()
-                    .prefix("sandbox-run-")
-                    // Private: other local users must not read what the agent leaves here.
-                    .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-                    .tempdir()
-                    .map_err(|e| Failure::setup(format!("creating the private TMPDIR: {e}")))?,
-            )
-        } else {
-            None
-        };
-
-        let mut allow_read: Vec<(PathBuf, GrantReason)> = config
-            .read_folders
-            .iter()
-            .map(|p| (expand_home(p), GrantReason::Config))
-            .collect();
-        allow_read.extend(
-            args.allow_read
-                .iter()
-                .map(|p| (absolute(p), GrantReason::User)),
-        );
-        let mut allow_write: Vec<(PathBuf, GrantReason)> = config
-            .additional_folders
-            .iter()
-            .map(|p| (expand_home(p), GrantReason::Config))
-            .collect();
-        allow_write.extend(
-            args.allow_write
-                .iter()
-                .map(|p| (absolute(p), GrantReason::User)),
-        );
-        let mut allow_ports = config
-            .network
-            .allow_ports
-            .iter()
-            .map(|&p| p as u32)
-            .collect::<Vec<_>>();
-        allow_ports.extend(&args.allow_port);
-
-        let mut policy = sandbox_policy::build(PolicyRequest {
+        let defaults = defaults(ctx)?;
+        let request = Request {
             workdir: dir,
             cwd,
-            allow_read,
-            allow_write,
-            block_net: args.block_net || config.network.block,
-            allow_ports,
-            hook_port: config.service.hook_port,
-            allow_domains: {
-                let mut domains = config.network.allow_domains.clone();
-                for d in &args.allow_domain {
-                    if !domains.contains(d) {
-                        domains.push(d.clone());
-                    }
-                }
-                domains
-            },
-            env,
-            timeout,
+            allow_read: args.allow_read.iter().map(|p| absolute(p)).collect(),
+            allow_write: args.allow_write.iter().map(|p| absolute(p)).collect(),
+            env: args.env.clone(),
+            block_net: args.block_net,
+            allow_ports: args.allow_port.clone(),
+            allow_domains: args.allow_domain.clone(),
+            timeout: args.timeout,
             unprotected_git: args.unprotected_git,
-            tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),
-            ..PolicyRequest::default()
-        })
-        .map_err(|e| Failure::setup(e.to_string()))?;
+            tmpdir: runs_command.then(|| TmpdirRequest {
+                prefix: "sandbox-run-".into(),
+                root: None,
+            }),
+        };
+        let Assembled { mut policy, tmpdir } =
+            assembly::assemble(&defaults, request).map_err(|e| match e {
+                HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
+                other => Failure::setup(other.to_string()),
+            })?;
         let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
-        if kind != BackendKind::Host {
-            check_trusted_locations(&policy, &ctx.dirs)?;
-        }
+        let options = backend_options(ctx, Some(kind));
+        backend::check_trusted_places(kind, &policy, &options)
+            .map_err(|e| Failure::setup(e.to_string()))?;
         let task = policy
             .workspace
             .root
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| "/".into());
-        let options = backend_options(ctx, Some(kind));
         // While a daemon runs, the command gets a status-hook token scoped to this task. Only
         // a session that runs something leases one; showing a policy just needs the port.
         let hook = runs_command
@@ -249,52 +252,60 @@ impl Session {
         })
     }
 
-    /// The child's environment: the policy's pass/set lists applied to ours, plus what every
-    /// sandboxed process sees (`SANDBOX_BACKEND`, `SANDBOX_TASK`, `TMPDIR`) and, in a git
-    /// worktree, the user's commit identity (the sandbox cannot read `~/.gitconfig`).
-    pub fn child_env(&self) -> Vec<(OsString, OsString)> {
-        let mut env = self.policy.env.clone();
-        env.set_var("SANDBOX_BACKEND", self.kind.as_str());
-        env.set_var("SANDBOX_TASK", self.task.clone());
-        if let Some(lease) = &self.hook {
-            env.set_var("SANDBOX_API_URL", lease.url.clone());
-            env.set_var("SANDBOX_API_TOKEN", lease.token.clone());
+    /// Who the command runs as, for its environment.
+    fn identity(&self) -> CommandIdentity {
+        CommandIdentity {
+            task: self.task.clone(),
+            box_name: None,
+            hook: self
+                .hook
+                .as_ref()
+                .map(|lease| (lease.url.clone(), lease.token.clone())),
         }
-        if self.policy.workspace.git.is_some() {
-            // The global config is out of reach of a confined process; say so to git rather
-            // than let it warn on every command.
-            if self.kind != BackendKind::Host
-                && !env.set.iter().any(|(n, _)| n == "GIT_CONFIG_GLOBAL")
-            {
-                env.set_var("GIT_CONFIG_GLOBAL", "/dev/null");
-            }
-        }
-        env.resolve(std::env::vars_os())
     }
 
-    /// The command, resolved and prepared for the chosen backend.
-    pub fn prepare(&self, argv: Vec<OsString>, allow_degraded: bool) -> anyhow::Result<Prepared> {
-        let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &self.policy.workspace.cwd)?;
-        spec.env = self.child_env();
-        spec.timeout = self.policy.limits.timeout;
+    /// The child's environment (the one assembly the daemon uses too).
+    pub fn child_env(&self) -> anyhow::Result<Vec<(OsString, OsString)>> {
+        assembly::command_env(
+            &self.policy,
+            self.kind,
+            &self.identity(),
+            &[],
+            std::env::vars_os(),
+        )
+        .map_err(|e| Failure::setup(e.to_string()))
+    }
+
+    /// Prepares the chosen backend for this policy through the seam (exit 125 when the
+    /// boundary cannot be set up), warning when it runs degraded.
+    pub fn start(&self, allow_degraded: bool) -> anyhow::Result<Arc<dyn BackendSession>> {
         let options = BackendOptions {
             allow_degraded,
             ..self.options.clone()
         };
-        let prepared =
-            backend::prepare(self.kind, &self.policy, spec, &options).map_err(|e| match e {
-                // The command itself cannot run (127, 126): its own exit status.
-                HostError::Command(exec) => anyhow::Error::from(exec),
-                other => Failure::setup(other.to_string()),
-            })?;
-        if allow_degraded && !prepared.enforcement.gaps.is_empty() {
+        let session = backend::prepare(self.kind, &self.policy, &options, &LogProgress)
+            .map_err(setup_error)?;
+        let gaps = &session.enforcement().gaps;
+        if allow_degraded && !gaps.is_empty() {
             eprintln!(
                 "sandbox: warning: {} is running degraded; not enforced: {}",
                 self.kind,
-                prepared.enforcement.gaps.join("; ")
+                gaps.join("; ")
             );
         }
-        Ok(prepared)
+        Ok(session)
+    }
+
+    /// `argv` armed to run in `backend`: resolved, with the child's environment and timeout.
+    pub fn command(
+        &self,
+        backend: &dyn BackendSession,
+        argv: Vec<OsString>,
+    ) -> anyhow::Result<PreparedCommand> {
+        let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &self.policy.workspace.cwd)?;
+        spec.env = self.child_env()?;
+        spec.timeout = self.policy.limits.timeout;
+        backend.command(spec).map_err(setup_error)
     }
 
     /// Applies `--guard-args` to the prepared command.
@@ -313,22 +324,24 @@ impl Session {
         Ok(())
     }
 
-    /// After the run: restore tampered git pointers and warn on stderr. The exit status is
-    /// the command's; this only reports.
-    pub fn finish(&mut self) {
-        if self.kind != BackendKind::Host {
-            if let Some(git) = &self.policy.workspace.git {
-                for t in gitguard::check_and_restore(git) {
-                    eprintln!("sandbox: warning: {t}");
-                }
-                if gitguard::worktree_config_enabled_since(git) {
-                    eprintln!(
-                        "sandbox: warning: extensions.worktreeConfig was enabled in {} during the run; \
-                         check {}/config.worktree before using git here",
-                        git.common_dir.join("config").display(),
-                        git.worktree_gitdir.display()
-                    );
-                }
+    /// After the run, once every process is gone: finishes the command through the seam
+    /// (judging a backend failure, restoring tampered git pointers), reports on stderr, and
+    /// removes the private TMPDIR.
+    pub fn finish(&mut self, command: PreparedCommand, outcome: Option<ExitOutcome>) -> Finished {
+        let finished = command.finish(outcome);
+        if let Some(e) = finished.setup_error() {
+            eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
+        }
+        let launcher_failed = matches!(finished.end, RunEnd::Launcher { .. });
+        for (i, line) in finished.warnings().into_iter().enumerate() {
+            // The launcher's failure comes first and is red on a terminal, like an error.
+            if launcher_failed && i == 0 {
+                eprintln!(
+                    "{}",
+                    crate::exit::red_on_terminal(&format!("sandbox: {line}"))
+                );
+            } else {
+                eprintln!("sandbox: warning: {line}");
             }
         }
         if let Some(tmp) = self.tmpdir.take() {
@@ -337,58 +350,8 @@ impl Session {
                 tracing::debug!(path = %path.display(), error = %e, "could not remove TMPDIR");
             }
         }
+        finished
     }
-}
-
-/// The nearest existing ancestor of `path`, canonicalised (what a grant would have to cover
-/// for `path` to become reachable once it is created).
-fn existing_ancestor(path: &Path) -> Option<PathBuf> {
-    path.ancestors().find_map(|p| std::fs::canonicalize(p).ok())
-}
-
-/// The places that decide the boundary — configuration, remembered backend choices, the
-/// daemon's socket and host token — must stay out of the sandbox's reach, or an agent could
-/// loosen its own next run. A grant that covers one of them is refused (exit 125).
-fn check_trusted_locations(policy: &Policy, dirs: &crate::paths::Dirs) -> anyhow::Result<()> {
-    let writable_checks = [
-        (&dirs.user_config, "your sandbox configuration"),
-        (&dirs.system_config, "the system sandbox configuration"),
-        (&dirs.state, "the remembered backend choices"),
-        (&dirs.runtime, "the daemon's socket and host token"),
-    ];
-    for (dir, what) in writable_checks {
-        let Some(place) = existing_ancestor(dir) else {
-            continue;
-        };
-        // A grant of an ancestor of the place (or of the place itself) covers it; the root
-        // dir as nearest ancestor only matters if someone granted `/`.
-        if let Some(grant) = policy.fs.write.iter().find(|g| place.starts_with(&g.path)) {
-            return Err(Failure::setup(format!(
-                "the writable grant {} covers {} ({}): a sandboxed agent could change its own \
-                 boundary for the next run. Grant a narrower path.",
-                grant.path.display(),
-                dir.display(),
-                what
-            )));
-        }
-    }
-    if let Some(place) = existing_ancestor(&dirs.runtime) {
-        if let Some(grant) = policy
-            .fs
-            .read
-            .iter()
-            .chain(policy.fs.write.iter())
-            .find(|g| place.starts_with(&g.path))
-        {
-            return Err(Failure::setup(format!(
-                "the grant {} covers {}, where the daemon keeps its host token: a sandboxed \
-                 agent could read it and control every sandbox. Grant a narrower path.",
-                grant.path.display(),
-                dirs.runtime.display()
-            )));
-        }
-    }
-    Ok(())
 }
 
 fn absolute(path: &Path) -> PathBuf {

@@ -19,6 +19,7 @@ use common::escape::{self, Verdict};
 const KNOWN_GAPS: &[(&str, &str, &str)] = &[];
 
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
+    let backend = backend.trim_end_matches(escape::DAEMON);
     KNOWN_GAPS
         .iter()
         .find(|(b, a, _)| *b == backend && *a == attack)
@@ -27,9 +28,11 @@ fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
 
 #[test]
 fn backends_hold_against_the_escape_suite() {
-    let mut backends = vec!["host", "native"];
+    // Each enforcing backend twice: through `sandbox run`, and through the daemon's
+    // `box.exec` (the same backend seam, reached over the protocol).
+    let mut backends = vec!["host", "native", "native@daemon"];
     if common::nono_path().is_some() {
-        backends.push("nono");
+        backends.extend(["nono", "nono@daemon"]);
     } else {
         common::skip(common::NONO_MISSING);
     }
@@ -101,4 +104,18 @@ fn normal_work_succeeds_under_the_nono_backend() {
         return;
     }
     normal_work_under("nono");
+}
+
+#[test]
+fn normal_work_succeeds_under_the_native_backend_through_the_daemon() {
+    normal_work_under("native@daemon");
+}
+
+#[test]
+fn normal_work_succeeds_under_the_nono_backend_through_the_daemon() {
+    if common::nono_path().is_none() {
+        common::skip(common::NONO_MISSING);
+        return;
+    }
+    normal_work_under("nono@daemon");
 }

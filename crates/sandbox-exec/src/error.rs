@@ -37,8 +37,17 @@ pub enum ExecError {
     Permission { path: PathBuf, cause: String },
 
     /// The child's pre-exec setup (Landlock, seccomp, session) failed: the command never ran.
-    #[error("sandbox setup failed in the child before exec of {program}: {cause}")]
-    Setup { program: String, cause: String },
+    #[error(
+        "sandbox setup failed in the child before exec of {program}: {setup}: {step}: {}",
+        std::io::Error::from_raw_os_error(*.errno)
+    )]
+    Setup {
+        program: String,
+        /// The [`crate::ChildSetup`] that ran ("landlock+seccomp").
+        setup: String,
+        step: crate::spawn::SetupStep,
+        errno: i32,
+    },
 
     /// `fork`/`exec` failed for another reason.
     #[error("failed to spawn {program}: {cause}")]

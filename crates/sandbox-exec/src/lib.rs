@@ -25,6 +25,9 @@ pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, Stre
 pub use policy::{AllowAll, CommandPolicy, WorkspaceGuard};
 pub use pty::{run_interactive, PtyOptions};
 pub use signals::SignalRelay;
-pub use spawn::{spawn, ChildSetup, Output, OutputMode, Running, SpawnOptions, StdinMode};
+pub use spawn::{
+    spawn, ChildSetup, Output, OutputMode, Running, SetupFailure, SetupStep, SpawnOptions,
+    StdinMode,
+};
 pub use spec::{CommandRequest, CommandSpec};
 pub use status::ExitOutcome;

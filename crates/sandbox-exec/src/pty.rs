@@ -21,7 +21,9 @@ use nix::unistd::Pid;
 use crate::error::ExecError;
 use crate::process_group;
 use crate::resolve::resolve_program;
-use crate::spawn::{base_command, check_cwd, classify_spawn_error, ChildSetup, SetupReport};
+use crate::spawn::{
+    base_command, check_cwd, classify_spawn_error, ChildSetup, SetupFailure, SetupReport, SetupStep,
+};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
 
@@ -133,27 +135,32 @@ pub async fn run_interactive(
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
+                return Err(SetupReport::fail(
+                    report_fd,
+                    SetupFailure::last(SetupStep::NewSession),
+                ));
             }
             // stdin is the pty slave now; make it our controlling terminal.
             if libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
+                return Err(SetupReport::fail(
+                    report_fd,
+                    SetupFailure::last(SetupStep::ControllingTerminal),
+                ));
             }
             if let Some(setup) = &setup {
-                if let Err(errno) = setup.apply_in_child() {
-                    SetupReport::send(report_fd, errno as i32);
-                    return Err(std::io::Error::from_raw_os_error(errno as i32));
+                if let Err(failure) = setup.apply_in_child() {
+                    return Err(SetupReport::fail(report_fd, failure));
                 }
             }
             Ok(())
         });
     }
     let spawned = tokio::process::Command::from(cmd).spawn();
-    let setup_errno = report.finish();
+    let setup_failure = report.finish();
     let mut child = spawned.map_err(|e| {
         classify_spawn_error(
             e,
-            setup_errno,
+            setup_failure,
             &program,
             &resolved,
             options.setup.as_deref(),

@@ -29,12 +29,98 @@ use crate::status::ExitOutcome;
 /// possibly multi-threaded parent, where only async-signal-safe calls are sound: no allocation,
 /// no locks, no `tracing`.
 pub trait ChildSetup: Send + Sync {
-    /// Applies the setup to the calling (child) process. Returns the errno on failure; the
-    /// command is then not executed and the spawn fails with [`ExecError::Setup`].
-    fn apply_in_child(&self) -> Result<(), Errno>;
+    /// Applies the setup to the calling (child) process. Returns the step that failed and
+    /// its errno; the command is then not executed and the spawn fails with
+    /// [`ExecError::Setup`], naming that step.
+    fn apply_in_child(&self) -> Result<(), SetupFailure>;
 
     /// A short name for messages ("landlock+seccomp").
     fn name(&self) -> &str;
+}
+
+/// A step of the work done between fork and exec, named so that a failure says which one
+/// failed. Sent from the child to the parent as a number (the child cannot allocate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SetupStep {
+    /// `setsid(2)`: the child's own session and process group.
+    NewSession = 1,
+    /// `PR_SET_PDEATHSIG`, and the check that the parent still lives.
+    ParentDeathSignal = 2,
+    /// `TIOCSCTTY`: the pseudo-terminal as controlling terminal.
+    ControllingTerminal = 3,
+    /// Dropping every capability (as root).
+    DropCapabilities = 4,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs = 5,
+    /// `landlock_restrict_self(2)`.
+    LandlockRestrictSelf = 6,
+    /// Loading a seccomp program.
+    SeccompLoad = 7,
+    /// Putting a backend's start-marker descriptor in place (nono).
+    StartMarker = 8,
+    /// A setup step of a caller's own.
+    Other = 9,
+}
+
+impl SetupStep {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SetupStep::NewSession => "setsid (a new session)",
+            SetupStep::ParentDeathSignal => "PR_SET_PDEATHSIG",
+            SetupStep::ControllingTerminal => "TIOCSCTTY (the pty as controlling terminal)",
+            SetupStep::DropCapabilities => "dropping capabilities",
+            SetupStep::NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
+            SetupStep::LandlockRestrictSelf => "landlock_restrict_self",
+            SetupStep::SeccompLoad => "loading the seccomp filter",
+            SetupStep::StartMarker => "the start-marker descriptor",
+            SetupStep::Other => "child setup",
+        }
+    }
+
+    fn from_u32(n: u32) -> SetupStep {
+        [
+            SetupStep::NewSession,
+            SetupStep::ParentDeathSignal,
+            SetupStep::ControllingTerminal,
+            SetupStep::DropCapabilities,
+            SetupStep::NoNewPrivs,
+            SetupStep::LandlockRestrictSelf,
+            SetupStep::SeccompLoad,
+            SetupStep::StartMarker,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == n)
+        .unwrap_or(SetupStep::Other)
+    }
+}
+
+impl std::fmt::Display for SetupStep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Which step of a [`ChildSetup`] failed, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetupFailure {
+    pub step: SetupStep,
+    pub errno: Errno,
+}
+
+impl SetupFailure {
+    /// Async-signal safe: reads `errno` only.
+    pub fn last(step: SetupStep) -> Self {
+        SetupFailure {
+            step,
+            errno: Errno::last(),
+        }
+    }
+
+    /// For `map_err`: tags an errno with its step.
+    pub fn at(step: SetupStep) -> impl Fn(Errno) -> SetupFailure {
+        move |errno| SetupFailure { step, errno }
+    }
 }
 
 /// Where the child's stdin comes from.
@@ -165,7 +251,10 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
             // A new session: no controlling terminal, own process group (pgid == pid), so
             // TIOCSTI on the user's terminal is refused and killpg reaches every descendant.
             if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
+                return Err(SetupReport::fail(
+                    report_fd,
+                    SetupFailure::last(SetupStep::NewSession),
+                ));
             }
             #[cfg(target_os = "linux")]
             if die_with_parent {
@@ -177,17 +266,25 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
                     0,
                 ) < 0
                 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(SetupReport::fail(
+                        report_fd,
+                        SetupFailure::last(SetupStep::ParentDeathSignal),
+                    ));
                 }
                 // The parent may have died between fork and prctl.
                 if libc::getppid() != parent_pid {
-                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                    return Err(SetupReport::fail(
+                        report_fd,
+                        SetupFailure {
+                            step: SetupStep::ParentDeathSignal,
+                            errno: Errno::ESRCH,
+                        },
+                    ));
                 }
             }
             if let Some(setup) = &setup {
-                if let Err(errno) = setup.apply_in_child() {
-                    SetupReport::send(report_fd, errno as i32);
-                    return Err(std::io::Error::from_raw_os_error(errno as i32));
+                if let Err(failure) = setup.apply_in_child() {
+                    return Err(SetupReport::fail(report_fd, failure));
                 }
             }
             Ok(())
@@ -197,13 +294,13 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     let mut tokio_cmd = tokio::process::Command::from(cmd);
     tokio_cmd.kill_on_drop(false);
     let spawned = tokio_cmd.spawn();
-    let setup_errno = report.finish();
+    let setup_failure = report.finish();
     let mut child = match spawned {
         Ok(child) => child,
         Err(e) => {
             return Err(classify_spawn_error(
                 e,
-                setup_errno,
+                setup_failure,
                 &program,
                 &resolved,
                 options.setup.as_deref(),
@@ -306,16 +403,20 @@ pub(crate) fn check_cwd(cwd: &std::path::Path) -> Result<(), ExecError> {
 
 pub(crate) fn classify_spawn_error(
     e: std::io::Error,
-    setup_errno: Option<i32>,
+    setup_failure: Option<SetupFailure>,
     program: &str,
     resolved: &std::path::Path,
     setup: Option<&dyn ChildSetup>,
 ) -> ExecError {
-    if let Some(errno) = setup_errno {
-        let name = setup.map(|s| s.name()).unwrap_or("child setup");
+    if let Some(failure) = setup_failure {
         return ExecError::Setup {
             program: program.to_string(),
-            cause: format!("{name}: {}", std::io::Error::from_raw_os_error(errno)),
+            setup: setup
+                .map(|s| s.name())
+                .unwrap_or("the exec layer")
+                .to_string(),
+            step: failure.step,
+            errno: failure.errno as i32,
         };
     }
     match e.raw_os_error() {
@@ -366,24 +467,32 @@ impl SetupReport {
         self.write.as_ref().expect("write end").as_raw_fd()
     }
 
-    /// Child side: async-signal safe.
-    pub(crate) fn send(fd: RawFd, errno: i32) {
-        let bytes = errno.to_ne_bytes();
-        // SAFETY: write(2) of a 4-byte stack buffer to an fd that is open in the child (it
-        // was inherited across fork and is closed by exec only).
+    /// Child side: reports `failure` to the parent and returns the error that makes the
+    /// spawn fail. Async-signal safe.
+    pub(crate) fn fail(fd: RawFd, failure: SetupFailure) -> std::io::Error {
+        let mut bytes = [0u8; 8];
+        bytes[..4].copy_from_slice(&(failure.step as u32).to_ne_bytes());
+        bytes[4..].copy_from_slice(&(failure.errno as i32).to_ne_bytes());
+        // SAFETY: write(2) of an 8-byte stack buffer to an fd that is open in the child (it
+        // was inherited across fork and is closed by exec only). 8 bytes are below PIPE_BUF,
+        // so the write is atomic.
         unsafe {
             libc::write(fd, bytes.as_ptr().cast(), bytes.len());
         }
+        std::io::Error::from_raw_os_error(failure.errno as i32)
     }
 
     /// Parent side, after spawn returned: closes our write end, reads what the child sent.
-    pub(crate) fn finish(mut self) -> Option<i32> {
+    pub(crate) fn finish(mut self) -> Option<SetupFailure> {
         drop(self.write.take());
-        let mut bytes = [0u8; 4];
+        let mut bytes = [0u8; 8];
         // The write end is closed in the parent and closed by exec (or exit) in the child, so
-        // this read returns 0 or 4 bytes without blocking once spawn has returned.
+        // this read returns 0 or 8 bytes without blocking once spawn has returned.
         let n = nix::unistd::read(self.read.as_raw_fd(), &mut bytes).unwrap_or(0);
-        (n == 4).then(|| i32::from_ne_bytes(bytes))
+        (n == 8).then(|| SetupFailure {
+            step: SetupStep::from_u32(u32::from_ne_bytes(bytes[..4].try_into().expect("4"))),
+            errno: Errno::from_raw(i32::from_ne_bytes(bytes[4..].try_into().expect("4"))),
+        })
     }
 }
 

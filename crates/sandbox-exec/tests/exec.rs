@@ -306,8 +306,11 @@ async fn typed_errors_for_missing_and_non_executable() {
 async fn failing_child_setup_is_a_setup_error_and_nothing_runs() {
     struct Refuse;
     impl sandbox_exec::ChildSetup for Refuse {
-        fn apply_in_child(&self) -> Result<(), nix::errno::Errno> {
-            Err(nix::errno::Errno::ENOENT)
+        fn apply_in_child(&self) -> Result<(), sandbox_exec::SetupFailure> {
+            Err(sandbox_exec::SetupFailure {
+                step: sandbox_exec::SetupStep::SeccompLoad,
+                errno: nix::errno::Errno::ENOENT,
+            })
         }
         fn name(&self) -> &str {
             "test-setup"
@@ -326,7 +329,11 @@ async fn failing_child_setup_is_a_setup_error_and_nothing_runs() {
     .unwrap();
     // ENOENT from setup must not be mistaken for "command not found".
     assert_eq!(err.exit_code(), 125, "{err}");
-    assert!(err.to_string().contains("test-setup"), "{err}");
+    // The message names the setup, the step that failed and its errno.
+    let text = err.to_string();
+    assert!(text.contains("test-setup"), "{err}");
+    assert!(text.contains("loading the seccomp filter"), "{err}");
+    assert!(text.contains("No such file or directory"), "{err}");
     assert!(!marker.exists(), "the command ran although setup failed");
 }
 

@@ -1,7 +1,12 @@
 //! Why a backend could not set up its boundary. Every one of these ends the run with exit 125
-//! before the command starts.
+//! before the command starts (except [`HostError::Command`], the command's own 126/127). Each
+//! names the step that failed, with its path or errno, and what to do.
+
+use std::path::PathBuf;
 
 use thiserror::Error;
+
+use crate::backend::BackendKind;
 
 #[derive(Debug, Error)]
 pub enum HostError {
@@ -13,6 +18,46 @@ pub enum HostError {
     #[error(transparent)]
     Command(#[from] sandbox_exec::ExecError),
 
+    #[error(
+        "unknown backend {name:?}; known: native ({native}), host, nono, custom, lima, boxlite"
+    )]
+    UnknownBackend { name: String, native: &'static str },
+
+    #[error("native: {name} is not this platform's mechanism; use `native` (here: {here})")]
+    WrongPlatform { name: String, here: &'static str },
+
+    #[error(
+        "{backend}: this build does not include the {backend} backend yet; `sandbox doctor` \
+         lists the backends it has{}",
+        if *.backend == BackendKind::Lima {
+            " (`sandbox view create` prepares the sandbox view a VM would use)"
+        } else {
+            ""
+        }
+    )]
+    NotInBuild { backend: BackendKind },
+
+    #[error(
+        "{backend}: cannot enforce a domain allow-list ({}); only the nono backend filters by \
+         domain (--backend nono)",
+        .domains.join(", ")
+    )]
+    DomainsNeedNono {
+        backend: BackendKind,
+        domains: Vec<String>,
+    },
+
+    #[error(
+        "host: the host backend enforces nothing, so it cannot block the network; use \
+         --backend native"
+    )]
+    HostCannotBlockNetwork,
+
+    #[error("native: no native sandbox on this operating system; use --backend nono or custom")]
+    NoNativeSandbox,
+
+    /// A backend's external program or configuration is missing or refused (nono not found or
+    /// too old, a launcher in a writable place); the message says which and what to do.
     #[error("{backend}: {message}")]
     Unavailable {
         backend: &'static str,
@@ -30,14 +75,94 @@ pub enum HostError {
         gaps: Vec<String>,
     },
 
-    #[error("{backend}: {context}: {source}")]
-    Io {
+    /// Building the Landlock ruleset failed (creating it, adding a path rule).
+    #[error("native: building the Landlock ruleset: {step}: {cause}")]
+    LandlockRuleset { step: String, cause: String },
+
+    /// Compiling the seccomp program failed.
+    #[error("native: compiling the seccomp filter: {0}")]
+    SeccompCompile(String),
+
+    /// The private directory for backend files could not be made or is not private.
+    #[error(
+        "{backend}: the private directory {}: {cause}; remove it or set XDG_RUNTIME_DIR to a \
+         directory only you can write",
+        path.display()
+    )]
+    PrivateDir {
         backend: &'static str,
-        context: String,
+        path: PathBuf,
+        cause: String,
+    },
+
+    #[error(
+        "nono: the private directory {} is writable by the sandbox; the manifest must live \
+         where the sandboxed command cannot change it (set XDG_RUNTIME_DIR elsewhere, or \
+         narrow the grant)",
+        path.display()
+    )]
+    PrivateDirWritable { path: PathBuf },
+
+    #[error("nono: writing the manifest {}: {source}", path.display())]
+    ManifestWrite {
+        path: PathBuf,
         #[source]
         source: std::io::Error,
     },
 
-    #[error("{backend}: {0}", backend = "native")]
-    Seccomp(String),
+    #[error("nono: creating the start-marker pipe: {0}")]
+    StartMarkerPipe(#[source] std::io::Error),
+
+    #[error(
+        "nono: a domain allow-list under nono needs the run's private TMPDIR (to tell nono's \
+         own failures from the command's exit status); this caller built the policy without \
+         one"
+    )]
+    NonoNeedsTmpdir,
+
+    /// nono exited before the trampoline ran: it could not set the sandbox up.
+    #[error(
+        "nono: nono could not set up the sandbox (`nono {subcommand}` exited {status} before \
+         starting the command; its message is above). Nothing ran. `sandbox policy show \
+         --backend nono` prints the manifest it was given"
+    )]
+    NonoSetupFailed {
+        subcommand: &'static str,
+        status: i32,
+    },
+
+    /// An environment rule (`--env`, `env.pass`, a `box.exec` variable) is malformed.
+    #[error("env {arg}: {cause}")]
+    Env {
+        arg: String,
+        #[source]
+        cause: sandbox_policy::EnvNameError,
+    },
+
+    /// The private TMPDIR of a run or a box could not be created.
+    #[error(
+        "creating the private TMPDIR in {}: {source}; check that the directory exists and \
+         is writable (TMPDIR)",
+        root.display()
+    )]
+    Tmpdir {
+        root: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A grant would put the boundary's own state within the sandbox's reach.
+    #[error("{0}")]
+    TrustedPlace(String),
+}
+
+impl HostError {
+    /// The exit status a run that failed this way ends with: the command's own 126/127 when
+    /// it cannot run at all, 125 for everything that kept the boundary from being set up.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            HostError::Command(e) => e.exit_code(),
+            _ => 125,
+        }
+    }
 }

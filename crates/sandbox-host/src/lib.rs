@@ -7,9 +7,13 @@
 //! * [`nono`]: the nono backend — the policy as a nono manifest, run by the pinned nono CLI.
 //! * [`custom`]: the custom backend — a user's launcher owns the boundary; [`placement`]
 //!   keeps such programs out of everything the sandbox can write.
-//! * [`backend`]: choosing and preparing a backend for a command.
+//! * [`backend`]: the seam every runner starts commands through — choose, prepare, spawn,
+//!   finish.
+//! * [`assembly`]: one policy assembly (defaults, grants, environment, trusted places) for the
+//!   CLI and the daemon.
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`.
 
+pub mod assembly;
 pub mod backend;
 pub mod custom;
 pub mod error;
@@ -21,6 +25,8 @@ pub mod placement;
 pub mod report;
 pub mod seatbelt;
 
-pub use backend::{BackendKind, Prepared, RunEnd};
+pub use backend::{
+    Backend, BackendKind, BackendOptions, BackendSession, Finished, PreparedCommand, RunEnd,
+};
 pub use error::HostError;
 pub use report::Enforcement;

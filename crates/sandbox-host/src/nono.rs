@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
-use sandbox_exec::{ChildSetup, CommandSpec};
+use sandbox_exec::{ChildSetup, CommandSpec, SetupFailure, SetupStep};
 use sandbox_policy::compile::nono::{self as compile_nono, NetworkMode, NonoInvocation, NonoPlan};
 use sandbox_policy::Policy;
 
@@ -233,36 +233,24 @@ fn private_dir_ok(dir: &Path) -> bool {
 /// Creates `dir` (mode 0700) if needed and checks it is private; returns it canonical.
 pub fn ensure_private_dir(dir: &Path) -> Result<PathBuf, HostError> {
     use std::os::unix::fs::DirBuilderExt;
-    let io = |context: String, e: std::io::Error| HostError::Io {
+    let fail = |cause: String| HostError::PrivateDir {
         backend: "nono",
-        context,
-        source: e,
+        path: dir.to_path_buf(),
+        cause,
     };
     if !dir.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(dir)
-            .map_err(|e| {
-                io(
-                    format!("creating the private directory {}", dir.display()),
-                    e,
-                )
-            })?;
+            .map_err(|e| fail(format!("creating it: {e}")))?;
     }
     if !private_dir_ok(dir) {
-        return Err(unavailable(format!(
-            "{} is not a private directory (it must be a directory owned by you that no one \
-             else can write); remove it or set XDG_RUNTIME_DIR",
-            dir.display()
-        )));
+        return Err(fail(
+            "it is not a directory owned by you that no one else can write".into(),
+        ));
     }
-    std::fs::canonicalize(dir).map_err(|e| {
-        io(
-            format!("resolving the private directory {}", dir.display()),
-            e,
-        )
-    })
+    std::fs::canonicalize(dir).map_err(|e| fail(format!("resolving it: {e}")))
 }
 
 fn is_dir(path: &Path) -> bool {
@@ -381,11 +369,7 @@ impl std::fmt::Debug for StartMarker {
 impl StartMarker {
     /// A pipe, close-on-exec on our side, non-blocking for reading.
     pub fn pipe() -> Result<Self, HostError> {
-        let io = |e: Errno| HostError::Io {
-            backend: "nono",
-            context: "creating the start-marker pipe".into(),
-            source: std::io::Error::from(e),
-        };
+        let io = |e: Errno| HostError::StartMarkerPipe(std::io::Error::from(e));
         #[cfg(any(target_os = "linux", target_os = "android"))]
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io)?;
         #[cfg(not(any(target_os = "linux", target_os = "android")))]
@@ -444,19 +428,21 @@ impl StartMarker {
     /// (`/bin/sh` redirects only descriptors 0-9. Fd 3 cannot be one of the spawn's own
     /// close-on-exec reporting pipes: it was taken in the parent when this pipe was made —
     /// `pipe2` hands out the lowest free numbers — and the pipe lives until the run ends.)
-    fn apply_in_child(&self) -> Result<(), Errno> {
+    fn apply_in_child(&self) -> Result<(), SetupFailure> {
         let StartMarker::Pipe { write, .. } = self else {
             return Ok(());
         };
         let write = write.as_raw_fd();
+        let failed = SetupFailure::at(SetupStep::StartMarker);
         if write == MARKER_FD {
             // dup2 onto itself would keep FD_CLOEXEC; clear it instead.
             nix::fcntl::fcntl(
                 write,
                 nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-            )?;
+            )
+            .map_err(&failed)?;
         } else {
-            nix::unistd::dup2(write, MARKER_FD)?;
+            nix::unistd::dup2(write, MARKER_FD).map_err(&failed)?;
         }
         Ok(())
     }
@@ -470,7 +456,7 @@ pub struct NonoChildSetup {
 }
 
 impl ChildSetup for NonoChildSetup {
-    fn apply_in_child(&self) -> Result<(), Errno> {
+    fn apply_in_child(&self) -> Result<(), SetupFailure> {
         if let Some(before) = &self.before {
             before.apply_in_child()?;
         }
@@ -482,12 +468,13 @@ impl ChildSetup for NonoChildSetup {
     }
 }
 
-/// Everything a nono run needs: the rewritten command, the marker, the private manifest.
-pub struct NonoRun {
-    pub spec: CommandSpec,
-    pub marker: Arc<StartMarker>,
-    pub files: tempfile::TempDir,
+/// The manifest of one session, written where the sandbox cannot change it; removed on drop.
+#[derive(Debug)]
+pub struct WrittenManifest {
     pub plan: NonoPlan,
+    pub path: PathBuf,
+    /// The private directory holding it.
+    _files: tempfile::TempDir,
 }
 
 /// Variables nono reads itself (`NONO_ALLOW`, `NONO_PROFILE`, `NONO_BLOCK_NET`, …): none may
@@ -496,66 +483,73 @@ fn is_nono_variable(name: &OsStr) -> bool {
     name.as_encoded_bytes().starts_with(b"NONO_")
 }
 
-/// Writes the manifest and rewrites `spec` to run through nono.
-pub fn prepare(
-    policy: &Policy,
-    spec: &CommandSpec,
-    nono: &Nono,
-    private_dir: &Path,
-) -> Result<NonoRun, HostError> {
+/// Compiles `policy` and writes its manifest into a fresh directory inside `private_dir`,
+/// which must be private to us and out of the sandbox's reach.
+pub fn write_manifest(policy: &Policy, private_dir: &Path) -> Result<WrittenManifest, HostError> {
     let plan = plan(policy)?;
-    let marker = match plan.invocation {
-        NonoInvocation::Wrap => StartMarker::pipe()?,
-        NonoInvocation::Run => {
-            let Some(tmpdir) = policy.fs.tmpdir.as_deref() else {
-                return Err(unavailable(
-                    "a domain allow-list under nono needs the run's private TMPDIR (to tell \
-                     nono's own failures from the command's exit status); this caller built \
-                     the policy without one"
-                        .into(),
-                ));
-            };
-            StartMarker::file(tmpdir)
-        }
-    };
-    // The command is resolved here, on the child's PATH, so "not found" is 127 before
-    // anything starts, and nono runs exactly the file that was found.
-    let program =
-        sandbox_exec::resolve::resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
-
+    if plan.invocation == NonoInvocation::Run && policy.fs.tmpdir.is_none() {
+        return Err(HostError::NonoNeedsTmpdir);
+    }
     let private = ensure_private_dir(private_dir)?;
     if policy.is_writable(&private) {
-        return Err(unavailable(format!(
-            "the private directory {} is writable by the sandbox; the manifest must live \
-             where the sandboxed command cannot change it (set XDG_RUNTIME_DIR elsewhere, or \
-             narrow the grant)",
-            private.display()
-        )));
+        return Err(HostError::PrivateDirWritable { path: private });
     }
     let files = tempfile::Builder::new()
         .prefix("nono-")
         .tempdir_in(&private)
-        .map_err(|e| HostError::Io {
-            backend: "nono",
-            context: format!("creating a private directory in {}", private.display()),
-            source: e,
+        .map_err(|source| HostError::ManifestWrite {
+            path: private.clone(),
+            source,
         })?;
-    let manifest = files.path().join("manifest.json");
-    std::fs::write(&manifest, plan.manifest_json()).map_err(|e| HostError::Io {
-        backend: "nono",
-        context: format!("writing {}", manifest.display()),
-        source: e,
+    let path = files.path().join("manifest.json");
+    std::fs::write(&path, plan.manifest_json()).map_err(|source| HostError::ManifestWrite {
+        path: path.clone(),
+        source,
     })?;
+    Ok(WrittenManifest {
+        plan,
+        path,
+        _files: files,
+    })
+}
 
-    let mut args: Vec<OsString> = plan.invocation.flags().iter().map(OsString::from).collect();
+/// A fresh start marker for one command of `policy` under `manifest`.
+pub fn start_marker(policy: &Policy, manifest: &WrittenManifest) -> Result<StartMarker, HostError> {
+    match manifest.plan.invocation {
+        NonoInvocation::Wrap => StartMarker::pipe(),
+        NonoInvocation::Run => match policy.fs.tmpdir.as_deref() {
+            Some(tmpdir) => Ok(StartMarker::file(tmpdir)),
+            None => Err(HostError::NonoNeedsTmpdir),
+        },
+    }
+}
+
+/// Rewrites `spec` to run through nono with `manifest`, behind the trampoline that leaves
+/// `marker`. The command is resolved here, on the child's PATH, so "not found" is 127 before
+/// anything starts, and nono runs exactly the file that was found.
+pub fn wrap(
+    spec: &CommandSpec,
+    nono: &Nono,
+    manifest: &WrittenManifest,
+    marker: &StartMarker,
+) -> Result<CommandSpec, HostError> {
+    let program =
+        sandbox_exec::resolve::resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
+    let mut args: Vec<OsString> = manifest
+        .plan
+        .invocation
+        .flags()
+        .iter()
+        .map(OsString::from)
+        .collect();
     args.extend([
         "-c".into(),
-        manifest.into_os_string(),
+        manifest.path.clone().into_os_string(),
         "--".into(),
         SHELL.into(),
         "-c".into(),
     ]);
-    match &marker {
+    match marker {
         StartMarker::Pipe { .. } => {
             args.extend([TRAMPOLINE_FD.into(), TRAMPOLINE_NAME.into()]);
         }
@@ -574,12 +568,7 @@ pub fn prepare(
     wrapped.program = nono.path.clone().into_os_string();
     wrapped.args = args;
     wrapped.env.retain(|(name, _)| !is_nono_variable(name));
-    Ok(NonoRun {
-        spec: wrapped,
-        marker: Arc::new(marker),
-        files,
-        plan,
-    })
+    Ok(wrapped)
 }
 
 /// The message for a nono run whose command never started.
@@ -588,11 +577,7 @@ pub fn setup_failed(status: i32, marker: &StartMarker) -> HostError {
         StartMarker::Pipe { .. } => "wrap",
         StartMarker::File { .. } => "run",
     };
-    unavailable(format!(
-        "nono could not set up the sandbox (`nono {subcommand}` exited {status} before \
-         starting the command; its message is above). Nothing ran. `sandbox policy show \
-         --backend nono` prints the manifest it was given"
-    ))
+    HostError::NonoSetupFailed { subcommand, status }
 }
 
 #[cfg(test)]

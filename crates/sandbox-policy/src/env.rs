@@ -60,7 +60,7 @@ fn matches(pattern: &str, name: &OsStr) -> bool {
 
 impl EnvPolicy {
     /// Adds a `--env NAME` (pass) or `--env NAME=VALUE` (set) argument.
-    pub fn add_arg(&mut self, arg: &str) -> Result<(), String> {
+    pub fn add_arg(&mut self, arg: &str) -> Result<(), EnvNameError> {
         match arg.split_once('=') {
             Some((name, value)) => {
                 check_name(name)?;
@@ -107,7 +107,17 @@ impl EnvPolicy {
     }
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+/// A name that cannot be an environment variable (or a pass pattern).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{name:?} is not an environment variable name (letters, digits, _; a trailing * passes \
+     every name with that prefix)"
+)]
+pub struct EnvNameError {
+    pub name: String,
+}
+
+fn check_name(name: &str) -> Result<(), EnvNameError> {
     let valid = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name.chars().enumerate().all(|(i, c)| {
@@ -116,10 +126,9 @@ fn check_name(name: &str) -> Result<(), String> {
     if valid {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not an environment variable name (letters, digits, _; a trailing * \
-             passes every name with that prefix)"
-        ))
+        Err(EnvNameError {
+            name: name.to_string(),
+        })
     }
 }
 

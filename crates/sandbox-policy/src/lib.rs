@@ -12,7 +12,7 @@ pub mod model;
 pub(crate) mod testutil;
 
 pub use build::{build, PolicyRequest};
-pub use env::EnvPolicy;
+pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
     FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,

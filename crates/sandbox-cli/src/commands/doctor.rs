@@ -1,7 +1,6 @@
 //! `sandbox doctor`: what each backend can do on this machine, and why not where not.
 
 use sandbox_host::backend::{self, BackendKind};
-use sandbox_policy::PolicyRequest;
 use serde_json::json;
 
 use crate::cli::DoctorArgs;
@@ -11,32 +10,15 @@ use crate::tools;
 pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     // A representative policy: a scratch workspace with the network blocked, so the report
     // covers filesystem, TCP and scoping rules.
+    // The daemon's `host.describe` judges availability with the same sample and function.
     let scratch = tempfile::tempdir()?;
-    let sample = sandbox_policy::build(PolicyRequest {
-        workdir: scratch.path().to_path_buf(),
-        block_net: true,
-        hook_port: ctx.config().service.hook_port,
-        ..PolicyRequest::default()
-    })?;
+    let sample = backend::sample_policy(scratch.path(), ctx.config().service.hook_port)?;
 
     let options = crate::session::backend_options(ctx, None);
-    let mut backends = Vec::new();
-    for &kind in BackendKind::ALL {
-        let entry = match backend::enforcement_with(kind, &sample, &options) {
-            Ok(e) => json!({
-                "name": kind.as_str(),
-                "available": e.gaps.is_empty() || kind == BackendKind::Host,
-                "degraded": !e.gaps.is_empty(),
-                "enforcement": e,
-            }),
-            Err(e) => json!({
-                "name": kind.as_str(),
-                "available": false,
-                "reason": e.to_string(),
-            }),
-        };
-        backends.push(entry);
-    }
+    let backends: Vec<serde_json::Value> = BackendKind::ALL
+        .iter()
+        .map(|&kind| serde_json::to_value(backend::availability(kind, &sample, &options)))
+        .collect::<Result<_, _>>()?;
 
     let nono_cfg = ctx.config().backends.nono.path.clone();
     let tools: Vec<tools::ToolPath> = tools::ALL

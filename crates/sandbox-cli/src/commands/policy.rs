@@ -15,12 +15,15 @@ use crate::session::Session;
 pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let session = Session::open(&args.sandbox, ctx, false)?;
     let policy = &session.policy;
-    let enforcement = backend::enforcement_with(session.kind, policy, &session.options);
+    // The same checks and report a run would get from the seam, without preparing anything.
+    let enforcement = backend::check_policy(session.kind, policy, &session.options)
+        .and_then(|()| backend::open(session.kind, &session.options))
+        .and_then(|b| b.enforcement(policy));
     let landlock = compile::landlock::compile(policy);
     let seccomp = compile::seccomp::compile(policy);
     let seatbelt = compile::seatbelt::compile(policy);
     let env_names: Vec<String> = session
-        .child_env()
+        .child_env()?
         .into_iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();

@@ -1,10 +1,11 @@
-//! `sandbox run` and `sandbox shell`.
+//! `sandbox run` and `sandbox shell`: one command through the backend seam — prepare, spawn,
+//! wait, kill what is left of it, finish.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sandbox_exec::{process_group, ExitOutcome, PtyOptions, SignalRelay, SpawnOptions};
-use sandbox_host::{Prepared, RunEnd};
+use sandbox_exec::{process_group, ExitOutcome, SignalRelay, SpawnOptions};
+use sandbox_host::Finished;
 
 use crate::cli::{RunArgs, ShellArgs};
 use crate::context::Context;
@@ -17,58 +18,27 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-fn report_outcome(outcome: ExitOutcome, program: &str) -> i32 {
-    if let ExitOutcome::TimedOut(after) = outcome {
+/// The exit status of a finished run: 125 when the backend failed before the command started
+/// (its message is already on stderr), else the command's own.
+fn conclude(finished: &Finished, outcome: ExitOutcome, program: &str) -> i32 {
+    if let (None, ExitOutcome::TimedOut(after)) = (finished.setup_error(), outcome) {
         eprintln!(
             "sandbox: {program}: timed out after {}; its process group was killed",
             humantime::format_duration(after)
         );
     }
-    outcome.code()
-}
-
-/// Asks the backend whether the command started (before `Session::finish` removes the
-/// private TMPDIR, where the nono backend's start marker lives).
-fn judge<E>(prepared: &Prepared, outcome: &Result<ExitOutcome, E>) -> Option<RunEnd> {
-    outcome.as_ref().ok().map(|o| prepared.judge(*o))
-}
-
-/// The exit status of a finished run: a backend that failed before the command started
-/// (nono) ends the run with 125; a custom launcher's unsuccessful exit is reported (red on a
-/// terminal) with its status.
-fn conclude(end: Option<RunEnd>, outcome: ExitOutcome, program: &str) -> i32 {
-    match end.unwrap_or(RunEnd::Command) {
-        RunEnd::Command => report_outcome(outcome, program),
-        RunEnd::SetupFailed(e) => {
-            eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
-            125
-        }
-        RunEnd::Launcher { launcher, outcome } => {
-            let how = match outcome {
-                ExitOutcome::Signaled(sig) => format!("was killed by signal {sig}"),
-                other => format!("exited with status {}", other.code()),
-            };
-            eprintln!(
-                "{}",
-                crate::exit::red_on_terminal(&format!(
-                    "sandbox: custom: the launcher {} {how} (a launcher exits non-zero to \
-                     refuse; either way nothing ran outside it)",
-                    launcher.display()
-                ))
-            );
-            report_outcome(outcome, program)
-        }
-    }
+    finished.exit_code(outcome)
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     let mut session = Session::open(&args.sandbox, ctx, true)?;
-    let prepared = session.prepare(args.command, args.sandbox.allow_degraded)?;
+    let backend = session.start(args.sandbox.allow_degraded)?;
+    let command = session.command(&*backend, args.command)?;
     if args.sandbox.guard_args {
-        session.guard_args(&prepared.spec)?;
+        session.guard_args(&command.spec)?;
     }
-    let program = prepared.spec.display_program();
-    tracing::debug!(backend = %prepared.kind, spec = ?prepared.spec, "run");
+    let program = command.display_program();
+    tracing::debug!(backend = %command.kind, spec = ?command.spec, "run");
     // Orphaned descendants (double fork + setsid) re-parent to us, so they can be killed.
     if let Err(e) = process_group::become_subreaper() {
         tracing::debug!(error = %e, "could not become a child subreaper");
@@ -76,17 +46,16 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     let outcome = runtime()?.block_on(async {
         let mut relay = SignalRelay::install()?;
         let options = SpawnOptions {
-            setup: prepared.setup.clone(),
             die_with_parent: true,
             ..SpawnOptions::default()
         };
-        let mut running = sandbox_exec::spawn(&prepared.spec, options)?;
+        let mut running = command.spawn(options)?;
         running.wait_relaying(&mut relay).await
     });
-    let end = judge(&prepared, &outcome);
+    // Every process of the run is gone before the seam judges it and checks the pointers.
     process_group::kill_orphans(&[]);
-    session.finish();
-    Ok(conclude(end, outcome?, &program))
+    let finished = session.finish(command, outcome.as_ref().ok().copied());
+    Ok(conclude(&finished, outcome?, &program))
 }
 
 pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -97,23 +66,14 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
         .filter(|s| !s.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("/bin/sh"));
     let mut session = Session::open(&args.sandbox, ctx, true)?;
-    let prepared = session.prepare(
-        vec![shell.into_os_string(), "-l".into()],
-        args.sandbox.allow_degraded,
-    )?;
-    let program = prepared.spec.display_program();
+    let backend = session.start(args.sandbox.allow_degraded)?;
+    let command = session.command(&*backend, vec![shell.into_os_string(), "-l".into()])?;
+    let program = command.display_program();
     if let Err(e) = process_group::become_subreaper() {
         tracing::debug!(error = %e, "could not become a child subreaper");
     }
-    let outcome = runtime()?.block_on(sandbox_exec::run_interactive(
-        &prepared.spec,
-        PtyOptions {
-            setup: prepared.setup.clone(),
-            kill_grace: None,
-        },
-    ));
-    let end = judge(&prepared, &outcome);
+    let outcome = runtime()?.block_on(command.run_interactive(None));
     process_group::kill_orphans(&[]);
-    session.finish();
-    Ok(conclude(end, outcome?, &program))
+    let finished = session.finish(command, outcome.as_ref().ok().copied());
+    Ok(conclude(&finished, outcome?, &program))
 }

@@ -10,14 +10,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::context::Context;
 use anyhow::{bail, Context as _};
 use clap::Args;
 use sandbox_box::protocol::{Incoming, PROTOCOL};
-use sandbox_box::{BoxDefaults, DaemonOptions, RuntimePaths};
-use sandbox_policy::EnvPolicy;
-
-use crate::config::expand_home;
-use crate::context::Context;
+use sandbox_box::{DaemonOptions, RuntimePaths};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -44,7 +41,7 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
         return bridge(&paths);
     }
     if args.supervised {
-        sandbox_box::server::run(options(ctx, paths, args.tmp_root))?;
+        sandbox_box::server::run(options(ctx, paths, args.tmp_root)?)?;
         return Ok(0);
     }
     let exe = std::env::current_exe().context("locating the sandbox binary")?;
@@ -64,33 +61,20 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
     Ok(code)
 }
 
-fn options(ctx: &Context, runtime: RuntimePaths, box_tmp_root: Option<PathBuf>) -> DaemonOptions {
-    let config = ctx.config();
-    let mut env = EnvPolicy::default();
-    for name in &config.env.pass {
-        let _ = env.add_arg(name);
-    }
-    for (name, value) in &config.env.set {
-        env.set_var(name, value.clone());
-    }
-    DaemonOptions {
+fn options(
+    ctx: &Context,
+    runtime: RuntimePaths,
+    box_tmp_root: Option<PathBuf>,
+) -> anyhow::Result<DaemonOptions> {
+    Ok(DaemonOptions {
         runtime,
-        hook_port: config.service.hook_port,
-        defaults: BoxDefaults {
-            allow_read: config.read_folders.iter().map(|p| expand_home(p)).collect(),
-            allow_write: config
-                .additional_folders
-                .iter()
-                .map(|p| expand_home(p))
-                .collect(),
-            env,
-            block_net: config.network.block,
-            allow_ports: config.network.allow_ports.clone(),
-        },
+        hook_port: ctx.config().service.hook_port,
+        // The same defaults, environment rules and trusted places as `sandbox run`.
+        defaults: crate::session::defaults(ctx)?,
         kill_grace: sandbox_exec::process_group::DEFAULT_KILL_GRACE,
         backend: crate::session::backend_options(ctx, None),
         box_tmp_root,
-    }
+    })
 }
 
 /// Authenticates a connection for the client on stdin/stdout, then copies bytes both ways

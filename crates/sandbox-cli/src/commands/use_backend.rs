@@ -20,7 +20,8 @@ pub fn run(args: UseArgs, ctx: &Context) -> anyhow::Result<i32> {
         return Ok(0);
     }
     if let Some(name) = &args.backend {
-        let kind = BackendKind::parse(name).map_err(|e| Failure {
+        // A backend this build does not carry is refused, not remembered for later runs.
+        let kind = BackendKind::parse_usable(name).map_err(|e| Failure {
             code: 2,
             message: e.to_string(),
         })?;

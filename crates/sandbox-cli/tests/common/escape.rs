@@ -28,6 +28,19 @@ pub struct Fixture {
     pub task: PathBuf,
     pub common: PathBuf,
     pub outside: PathBuf,
+    /// This fixture's daemon, for the `<backend>@daemon` columns.
+    daemon: std::sync::OnceLock<super::daemon::Daemon>,
+}
+
+/// Appended to a backend's name, runs each attack through the daemon (`box.exec`) instead of
+/// `sandbox run`: `native@daemon`.
+pub const DAEMON: &str = "@daemon";
+
+/// A number unique in this process (box names, file names).
+pub fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 pub fn git(dir: &Path, args: &[&str]) {
@@ -100,6 +113,7 @@ impl Fixture {
             task,
             common,
             outside,
+            daemon: std::sync::OnceLock::new(),
         }
     }
 
@@ -112,6 +126,9 @@ impl Fixture {
         // The host backend is the control: it enforces nothing, so it takes no policy flags
         // (it refuses --block-net rather than pretend).
         let flags: &[String] = if backend == "host" { &[] } else { flags };
+        if let Some(backend) = backend.strip_suffix(DAEMON) {
+            return self.run_in_box(backend, flags, script);
+        }
         let mut cmd = self.env.cmd();
         cmd.current_dir(&self.task)
             .arg("run")
@@ -121,6 +138,27 @@ impl Fixture {
             .args(["--", "sh", "-c", script])
             .stdin(stdin);
         cmd.output().unwrap()
+    }
+
+    /// The same run as a `box.exec` in a box of this fixture's daemon (started on first use):
+    /// the daemon's path through the backend seam. Commands there get no terminal.
+    fn run_in_box(&self, backend: &str, flags: &[String], script: &str) -> Output {
+        let daemon = self
+            .daemon
+            .get_or_init(|| super::daemon::Daemon::start(&self.env));
+        let mut params = serde_json::json!({ "backend": backend });
+        let mut flags = flags.iter();
+        while let Some(flag) = flags.next() {
+            match flag.as_str() {
+                "--block-net" => params["blockNet"] = true.into(),
+                "--allow-port" => {
+                    let port: u32 = flags.next().unwrap().parse().unwrap();
+                    params["allowPorts"] = serde_json::json!([port]);
+                }
+                other => panic!("no box.create parameter for {other} yet"),
+            }
+        }
+        daemon.run_once(&self.task, params, &["sh", "-c", script])
     }
 
     pub fn spawn_outside(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
@@ -543,6 +581,13 @@ pub fn attacks() -> Vec<Attack> {
             name: "push keystrokes into the terminal (TIOCSTI)",
             needs: Some("/usr/bin/python3"),
             run: |f, b| {
+                if b.ends_with(DAEMON) {
+                    return Verdict::Skipped(
+                        "box.exec gives a command no terminal, so there is none to push \
+                         keystrokes into"
+                            .into(),
+                    );
+                }
                 let pty = nix::pty::openpty(None, None).unwrap();
                 let script = format!(
                     "echo {MARK}; /usr/bin/python3 -c \"import fcntl,termios\nfor c in b'id\\n': fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))\""

@@ -3,6 +3,7 @@
 //! machine's real configuration.
 #![allow(dead_code)]
 
+pub mod daemon;
 pub mod escape;
 
 use std::path::{Path, PathBuf};

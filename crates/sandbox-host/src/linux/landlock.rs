@@ -16,11 +16,10 @@ use crate::report::Enforcement;
 /// crate's best-effort mode; [`gaps`] reports the ones that matter.
 const TARGET: ABI = ABI::V10;
 
-fn err(context: impl Into<String>, e: impl std::fmt::Display) -> HostError {
-    HostError::Io {
-        backend: "native",
-        context: context.into(),
-        source: std::io::Error::other(e.to_string()),
+fn err(step: impl Into<String>, e: impl std::fmt::Display) -> HostError {
+    HostError::LandlockRuleset {
+        step: step.into(),
+        cause: e.to_string(),
     }
 }
 

@@ -4,7 +4,7 @@
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
-use sandbox_exec::ChildSetup;
+use sandbox_exec::{ChildSetup, SetupFailure, SetupStep};
 use sandbox_policy::compile;
 use sandbox_policy::Policy;
 use seccompiler::BpfProgram;
@@ -208,8 +208,8 @@ impl DropCapabilities {
 }
 
 impl ChildSetup for DropCapabilities {
-    fn apply_in_child(&self) -> Result<(), Errno> {
-        drop_capabilities(self.last)
+    fn apply_in_child(&self) -> Result<(), SetupFailure> {
+        drop_capabilities(self.last).map_err(SetupFailure::at(SetupStep::DropCapabilities))
     }
 
     fn name(&self) -> &str {
@@ -221,9 +221,9 @@ impl ChildSetup for DropCapabilities {
 const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
 
 impl ChildSetup for NativeSandbox {
-    fn apply_in_child(&self) -> Result<(), Errno> {
+    fn apply_in_child(&self) -> Result<(), SetupFailure> {
         if let Some(last) = self.drop_caps_up_to {
-            drop_capabilities(last)?;
+            drop_capabilities(last).map_err(SetupFailure::at(SetupStep::DropCapabilities))?;
         }
         // The child of fork() has exactly one thread, so restricting "self" covers every
         // thread the command will ever have: they all descend from this one.
@@ -231,7 +231,7 @@ impl ChildSetup for NativeSandbox {
         // and seccomp for an unprivileged caller, and it keeps setuid binaries from
         // regaining privileges inside the sandbox.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(Errno::last());
+            return Err(SetupFailure::last(SetupStep::NoNewPrivs));
         }
         if let Some(fd) = &self.ruleset {
             // SAFETY: landlock_restrict_self(fd, flags) reads no memory of ours; the fd was
@@ -245,7 +245,7 @@ impl ChildSetup for NativeSandbox {
                 )
             };
             if rc != 0 {
-                return Err(Errno::last());
+                return Err(SetupFailure::last(SetupStep::LandlockRestrictSelf));
             }
         }
         for filter in &self.filters {
@@ -253,10 +253,13 @@ impl ChildSetup for NativeSandbox {
             // not allocate on success, and on failure only wraps the errno.
             if seccompiler::apply_filter(filter).is_err() {
                 let errno = Errno::last();
-                return Err(if errno == Errno::UnknownErrno {
-                    Errno::EINVAL
-                } else {
-                    errno
+                return Err(SetupFailure {
+                    step: SetupStep::SeccompLoad,
+                    errno: if errno == Errno::UnknownErrno {
+                        Errno::EINVAL
+                    } else {
+                        errno
+                    },
                 });
             }
         }

@@ -45,7 +45,7 @@ pub fn syscall_number(name: &str) -> Option<i64> {
 
 fn target_arch() -> Result<TargetArch, HostError> {
     std::env::consts::ARCH.try_into().map_err(|_| {
-        HostError::Seccomp(format!("no seccomp support for {}", std::env::consts::ARCH))
+        HostError::SeccompCompile(format!("no seccomp support for {}", std::env::consts::ARCH))
     })
 }
 
@@ -65,7 +65,7 @@ fn condition(check: &ArgCheck) -> Result<SeccompCondition, HostError> {
     } else {
         SeccompCmpArgLen::Qword
     };
-    SeccompCondition::new(arg, len, op, value).map_err(|e| HostError::Seccomp(e.to_string()))
+    SeccompCondition::new(arg, len, op, value).map_err(|e| HostError::SeccompCompile(e.to_string()))
 }
 
 /// Compiles the plan to one BPF program per errno (a seccomp filter has one match action;
@@ -76,7 +76,7 @@ pub fn compile(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, HostError> {
     let mut unconditional: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     for rule in &plan.rules {
         let nr = syscall_number(rule.syscall).ok_or_else(|| {
-            HostError::Seccomp(format!("unknown syscall {} in the plan", rule.syscall))
+            HostError::SeccompCompile(format!("unknown syscall {} in the plan", rule.syscall))
         })?;
         if rule.when.is_empty() {
             unconditional.entry(rule.errno).or_default().push(nr);
@@ -88,7 +88,7 @@ pub fn compile(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, HostError> {
             .map(condition)
             .collect::<Result<Vec<_>, _>>()?;
         let seccomp_rule =
-            SeccompRule::new(conditions).map_err(|e| HostError::Seccomp(e.to_string()))?;
+            SeccompRule::new(conditions).map_err(|e| HostError::SeccompCompile(e.to_string()))?;
         by_errno
             .entry(rule.errno)
             .or_default()
@@ -112,10 +112,10 @@ pub fn compile(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, HostError> {
             SeccompAction::Errno(errno as u32),
             arch,
         )
-        .map_err(|e| HostError::Seccomp(e.to_string()))?;
+        .map_err(|e| HostError::SeccompCompile(e.to_string()))?;
         let program: BpfProgram = filter
             .try_into()
-            .map_err(|e: seccompiler::BackendError| HostError::Seccomp(e.to_string()))?;
+            .map_err(|e: seccompiler::BackendError| HostError::SeccompCompile(e.to_string()))?;
         programs.push(program);
     }
     #[cfg(target_arch = "x86_64")]

@@ -1,0 +1,351 @@
+//! One policy assembly for every runner: `sandbox run`, `sandbox shell`, `policy show` and the
+//! daemon's `box.create` all turn trusted defaults plus a request into a [`Policy`] here, check
+//! it against the places that decide the boundary, and give commands the same environment.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandbox_policy::{EnvPolicy, GrantReason, Policy, PolicyRequest};
+
+use crate::backend::BackendKind;
+use crate::error::HostError;
+
+/// Settings from the trusted configuration (`/etc/sandbox`, `$XDG_CONFIG_HOME/sandbox`) that
+/// every policy starts from.
+#[derive(Debug, Clone, Default)]
+pub struct Defaults {
+    pub allow_read: Vec<PathBuf>,
+    pub allow_write: Vec<PathBuf>,
+    pub env: EnvPolicy,
+    pub block_net: bool,
+    pub allow_ports: Vec<u16>,
+    pub allow_domains: Vec<String>,
+    pub timeout: Option<Duration>,
+    /// The hook endpoint's port: it stays reachable under a network block.
+    pub hook_port: Option<u16>,
+}
+
+/// What one caller asks for on top of the defaults (flags, `box.create` parameters).
+#[derive(Debug, Clone, Default)]
+pub struct Request {
+    pub workdir: PathBuf,
+    /// Where commands start, already checked to lie inside the workspace.
+    pub cwd: Option<PathBuf>,
+    pub allow_read: Vec<PathBuf>,
+    pub allow_write: Vec<PathBuf>,
+    /// `NAME` (pass from the caller's environment) or `NAME=VALUE`.
+    pub env: Vec<String>,
+    pub block_net: bool,
+    pub allow_ports: Vec<u32>,
+    pub allow_domains: Vec<String>,
+    /// Overrides the default timeout.
+    pub timeout: Option<Duration>,
+    pub unprotected_git: bool,
+    /// Create a private TMPDIR for the commands (only callers that run something do).
+    pub tmpdir: Option<TmpdirRequest>,
+}
+
+/// Where the private TMPDIR goes.
+#[derive(Debug, Clone)]
+pub struct TmpdirRequest {
+    /// `sandbox-run-`, `sandbox-box-<name>-`.
+    pub prefix: String,
+    /// The directory to create it in; the system temp dir when `None`.
+    pub root: Option<PathBuf>,
+}
+
+/// An assembled policy and the private TMPDIR it names (removed when dropped).
+#[derive(Debug)]
+pub struct Assembled {
+    pub policy: Policy,
+    pub tmpdir: Option<tempfile::TempDir>,
+}
+
+/// A place whose content decides the boundary (configuration, remembered choices, the
+/// daemon's token), which no grant may put within the sandbox's reach.
+#[derive(Debug, Clone)]
+pub struct TrustedPlace {
+    pub path: PathBuf,
+    /// "your sandbox configuration", for messages.
+    pub what: String,
+    /// Reading it is as bad as writing it (the daemon's host token): read grants count too.
+    pub secret: bool,
+}
+
+/// The trusted places of this user.
+#[derive(Debug, Clone, Default)]
+pub struct TrustedPlaces(pub Vec<TrustedPlace>);
+
+/// `path` as it will resolve once it exists: its nearest existing ancestor, canonicalised,
+/// joined with the rest (a grant can only name existing, canonical paths).
+fn projected(path: &Path) -> Option<PathBuf> {
+    let mut rest = Vec::new();
+    for ancestor in path.ancestors() {
+        if let Ok(canonical) = std::fs::canonicalize(ancestor) {
+            return Some(rest.iter().rev().fold(canonical, |p: PathBuf, c| p.join(c)));
+        }
+        rest.push(ancestor.file_name()?.to_os_string());
+    }
+    None
+}
+
+impl TrustedPlaces {
+    /// Refuses a grant that covers a trusted place (a grant of an ancestor, or of the place
+    /// itself) or lies inside one (a write grant on the configuration file, a read grant on
+    /// the token file): an agent could loosen its own next run, or take over the daemon.
+    pub fn check(&self, policy: &Policy) -> Result<(), HostError> {
+        for place in &self.0 {
+            let Some(at) = projected(&place.path) else {
+                continue;
+            };
+            let grants = policy
+                .fs
+                .write
+                .iter()
+                .map(|g| (g, true))
+                .chain(policy.fs.read.iter().map(|g| (g, false)));
+            for (grant, writable) in grants {
+                if !writable && !place.secret {
+                    continue;
+                }
+                let relation = if at.starts_with(&grant.path) {
+                    "covers"
+                } else if grant.path.starts_with(&at) {
+                    "lies inside"
+                } else {
+                    continue;
+                };
+                let (kind, harm) = if place.secret {
+                    (
+                        if writable { "writable grant" } else { "grant" },
+                        "a sandboxed agent could read it and control every sandbox",
+                    )
+                } else {
+                    (
+                        "writable grant",
+                        "a sandboxed agent could change its own boundary for the next run",
+                    )
+                };
+                return Err(HostError::TrustedPlace(format!(
+                    "the {kind} {} {relation} {} ({}): {harm}. Grant a narrower path.",
+                    grant.path.display(),
+                    place.path.display(),
+                    place.what
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Builds the policy for `request`: the defaults first, the request on top, and the private
+/// TMPDIR created. The backend seam checks the result against the trusted places
+/// ([`crate::backend::check_policy`]) before anything is prepared.
+pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, HostError> {
+    let mut env = defaults.env.clone();
+    for arg in &request.env {
+        env.add_arg(arg).map_err(|cause| HostError::Env {
+            arg: arg.clone(),
+            cause,
+        })?;
+    }
+    let tmpdir = match &request.tmpdir {
+        Some(t) => Some(create_tmpdir(t)?),
+        None => None,
+    };
+    let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
+        defaults
+            .iter()
+            .map(|p| (p.clone(), GrantReason::Config))
+            .chain(extra.iter().map(|p| (p.clone(), GrantReason::User)))
+            .collect()
+    };
+    let mut allow_ports: Vec<u32> = defaults.allow_ports.iter().map(|&p| p.into()).collect();
+    allow_ports.extend(&request.allow_ports);
+    let mut allow_domains = defaults.allow_domains.clone();
+    for d in &request.allow_domains {
+        if !allow_domains.contains(d) {
+            allow_domains.push(d.clone());
+        }
+    }
+    let policy = sandbox_policy::build(PolicyRequest {
+        workdir: request.workdir,
+        cwd: request.cwd,
+        allow_read: grants(&defaults.allow_read, &request.allow_read),
+        allow_write: grants(&defaults.allow_write, &request.allow_write),
+        block_net: request.block_net || defaults.block_net,
+        allow_ports,
+        hook_port: defaults.hook_port,
+        allow_domains,
+        env,
+        timeout: request.timeout.or(defaults.timeout),
+        unprotected_git: request.unprotected_git,
+        tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),
+        ..PolicyRequest::default()
+    })?;
+    Ok(Assembled { policy, tmpdir })
+}
+
+fn create_tmpdir(request: &TmpdirRequest) -> Result<tempfile::TempDir, HostError> {
+    let mut builder = tempfile::Builder::new();
+    builder
+        .prefix(&request.prefix)
+        // Private: other local users must not read what the agent leaves here.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let root = request.root.clone().unwrap_or_else(std::env::temp_dir);
+    builder
+        .tempdir_in(&root)
+        .map_err(|source| HostError::Tmpdir { root, source })
+}
+
+/// Who a command runs as, for the variables every sandboxed process sees.
+#[derive(Debug, Clone, Default)]
+pub struct CommandIdentity {
+    /// `SANDBOX_TASK`.
+    pub task: String,
+    /// `SANDBOX_BOX`, for commands in a daemon's box.
+    pub box_name: Option<String>,
+    /// `SANDBOX_API_URL` and the sandbox-scoped `SANDBOX_API_TOKEN`, while a daemon runs.
+    pub hook: Option<(String, String)>,
+}
+
+/// The child's environment: the policy's pass/set lists applied to `from`, then `extra`
+/// (`NAME=VALUE`, a `box.exec`'s own variables), then what every sandboxed process sees
+/// (`SANDBOX_BACKEND`, `SANDBOX_TASK`, the hook endpoint) and, in a git worktree, a global
+/// git config it can read (the real `~/.gitconfig` is out of a confined process's reach, so
+/// git is told instead of warning on every command).
+pub fn command_env(
+    policy: &Policy,
+    kind: BackendKind,
+    who: &CommandIdentity,
+    extra: &[(String, String)],
+    from: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Result<Vec<(OsString, OsString)>, HostError> {
+    let mut env = policy.env.clone();
+    for (name, value) in extra {
+        env.add_arg(&format!("{name}={value}"))
+            .map_err(|cause| HostError::Env {
+                arg: name.clone(),
+                cause,
+            })?;
+    }
+    env.set_var("SANDBOX_BACKEND", kind.as_str());
+    env.set_var("SANDBOX_TASK", who.task.clone());
+    if let Some(name) = &who.box_name {
+        env.set_var("SANDBOX_BOX", name.clone());
+    }
+    if let Some((url, token)) = &who.hook {
+        env.set_var("SANDBOX_API_URL", url.clone());
+        env.set_var("SANDBOX_API_TOKEN", token.clone());
+    }
+    if policy.workspace.git.is_some()
+        && kind != BackendKind::Host
+        && !env.set.iter().any(|(n, _)| n == "GIT_CONFIG_GLOBAL")
+    {
+        env.set_var("GIT_CONFIG_GLOBAL", "/dev/null");
+    }
+    Ok(env.resolve(from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy_with(write: &[&Path], read: &[&Path], root: &Path) -> Policy {
+        sandbox_policy::build(PolicyRequest {
+            workdir: root.to_path_buf(),
+            allow_write: write
+                .iter()
+                .map(|p| (p.to_path_buf(), GrantReason::User))
+                .collect(),
+            allow_read: read
+                .iter()
+                .map(|p| (p.to_path_buf(), GrantReason::User))
+                .collect(),
+            ..PolicyRequest::default()
+        })
+        .unwrap()
+    }
+
+    fn places(config: &Path, runtime: &Path) -> TrustedPlaces {
+        TrustedPlaces(vec![
+            TrustedPlace {
+                path: config.to_path_buf(),
+                what: "your sandbox configuration".into(),
+                secret: false,
+            },
+            TrustedPlace {
+                path: runtime.to_path_buf(),
+                what: "the daemon's socket and host token".into(),
+                secret: true,
+            },
+        ])
+    }
+
+    #[test]
+    fn grants_covering_or_inside_a_trusted_place_are_refused() {
+        let home = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(home.path()).unwrap();
+        let work = home.join("work");
+        let config = home.join("config/sandbox");
+        let runtime = home.join("run/sandbox");
+        for d in [&work, &config, &runtime] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(config.join("config.yaml"), "").unwrap();
+        std::fs::write(runtime.join("host-token"), "secret").unwrap();
+        let trusted = places(&config, &runtime);
+
+        // Covering: a write grant of an ancestor.
+        let err = trusted
+            .check(&policy_with(&[&home.join("config")], &[], &work))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("covers"), "{err}");
+        // Inside: a write grant on the configuration file itself.
+        let err = trusted
+            .check(&policy_with(&[&config.join("config.yaml")], &[], &work))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("lies inside"), "{err}");
+        // Inside a secret place: even a read grant of the token file.
+        let err = trusted
+            .check(&policy_with(&[], &[&runtime.join("host-token")], &work))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("lies inside") && err.contains("control every sandbox"),
+            "{err}"
+        );
+        // Reading the configuration is fine; so are unrelated grants.
+        trusted
+            .check(&policy_with(&[], &[&config.join("config.yaml")], &work))
+            .unwrap();
+        std::fs::create_dir_all(home.join("config/other")).unwrap();
+        trusted
+            .check(&policy_with(&[&home.join("config/other")], &[], &work))
+            .unwrap();
+    }
+
+    #[test]
+    fn a_place_that_does_not_exist_yet_is_judged_where_it_will_be() {
+        let home = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(home.path()).unwrap();
+        let work = home.join("work");
+        let sibling = home.join("config/other");
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::create_dir_all(&sibling).unwrap();
+        // `config/sandbox` does not exist: a sibling grant is not "inside" it...
+        let trusted = places(&home.join("config/sandbox"), &home.join("run/sandbox"));
+        trusted
+            .check(&policy_with(&[&sibling], &[], &work))
+            .unwrap();
+        // ...but a grant of its parent covers where it will be created.
+        let err = trusted
+            .check(&policy_with(&[&home.join("config")], &[], &work))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("covers"), "{err}");
+    }
+}

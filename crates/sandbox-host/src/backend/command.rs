@@ -1,0 +1,233 @@
+//! One command armed for a backend: spawned with pipes or on a pseudo-terminal, then finished
+//! once every process of it is gone.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sandbox_exec::{
+    ChildSetup, CommandSpec, ExecError, ExitOutcome, PtyOptions, Running, SpawnOptions,
+};
+use sandbox_policy::GitLayout;
+use serde::Serialize;
+
+use super::BackendKind;
+use crate::error::HostError;
+use crate::gitguard::{self, Tampering};
+use crate::nono::{self, StartMarker};
+
+/// How a backend tells its own failure from the command's exit status.
+#[derive(Debug)]
+pub enum CommandJudge {
+    /// The command's status is its own.
+    Plain,
+    /// nono's trampoline leaves this mark once the sandbox is in place: no mark after the
+    /// run means nono failed before the command started.
+    StartMarker(Arc<StartMarker>),
+    /// A custom launcher: an unsuccessful exit is reported as the launcher's (a launcher is
+    /// opaque: it may have refused, or run the command which failed).
+    Launcher(PathBuf),
+}
+
+/// A command ready to run under a backend.
+pub struct PreparedCommand {
+    pub kind: BackendKind,
+    /// What actually runs (the backend may have wrapped it: nono, a launcher, sandbox-exec).
+    pub spec: CommandSpec,
+    pub setup: Option<Arc<dyn ChildSetup>>,
+    judge: CommandJudge,
+    /// The git pointers to check after the run (none for the host backend, which confines
+    /// nothing).
+    git: Option<GitLayout>,
+    /// Files that must exist until the command is gone (kept alive, removed on finish).
+    keep: Vec<Arc<dyn Send + Sync>>,
+}
+
+impl std::fmt::Debug for PreparedCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedCommand")
+            .field("kind", &self.kind)
+            .field("spec", &self.spec)
+            .field("setup", &self.setup.as_ref().map(|s| s.name().to_string()))
+            .field("judge", &self.judge)
+            .finish()
+    }
+}
+
+/// How a run ended, as far as the backend can tell.
+#[derive(Debug)]
+pub enum RunEnd {
+    /// The command ran; the outcome is its own.
+    Command,
+    /// The backend failed before the command started: nothing ran (exit 125).
+    SetupFailed(HostError),
+    /// The custom launcher (or the command it ran — a launcher is opaque) ended unsuccessfully.
+    Launcher {
+        launcher: PathBuf,
+        outcome: ExitOutcome,
+    },
+}
+
+/// What [`PreparedCommand::finish`] found.
+#[derive(Debug)]
+pub struct Finished {
+    pub end: RunEnd,
+    /// Git pointers the command changed, each restored (or reported as not restorable).
+    pub tampering: Vec<Tampering>,
+    /// `extensions.worktreeConfig` was switched on in the common config during the run.
+    pub worktree_config_enabled: Option<WorktreeConfigEnabled>,
+}
+
+/// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
+/// file the sandbox could write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorktreeConfigEnabled {
+    pub config: PathBuf,
+    pub worktree_config: PathBuf,
+}
+
+impl std::fmt::Display for WorktreeConfigEnabled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "extensions.worktreeConfig was enabled in {} during the run; check {} before using \
+             git here",
+            self.config.display(),
+            self.worktree_config.display()
+        )
+    }
+}
+
+impl Finished {
+    /// The run's exit status: 125 when the backend failed before the command started, else
+    /// the command's own (see DESIGN §7).
+    pub fn exit_code(&self, outcome: ExitOutcome) -> i32 {
+        match &self.end {
+            RunEnd::SetupFailed(_) => 125,
+            RunEnd::Command | RunEnd::Launcher { .. } => outcome.code(),
+        }
+    }
+
+    /// The error that ended the run before the command started, if any.
+    pub fn setup_error(&self) -> Option<&HostError> {
+        match &self.end {
+            RunEnd::SetupFailed(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// Lines for the user, in one wording for every runner: the launcher's failure, each
+    /// pointer repair, the worktreeConfig warning.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let RunEnd::Launcher { launcher, outcome } = &self.end {
+            let how = match outcome {
+                ExitOutcome::Signaled(sig) => format!("was killed by signal {sig}"),
+                other => format!("exited with status {}", other.code()),
+            };
+            lines.push(format!(
+                "custom: the launcher {} {how} (a launcher exits non-zero to refuse; either way \
+                 nothing ran outside it)",
+                launcher.display()
+            ));
+        }
+        lines.extend(self.tampering.iter().map(ToString::to_string));
+        lines.extend(self.worktree_config_enabled.iter().map(ToString::to_string));
+        lines
+    }
+}
+
+impl PreparedCommand {
+    pub(crate) fn new(
+        kind: BackendKind,
+        spec: CommandSpec,
+        setup: Option<Arc<dyn ChildSetup>>,
+        judge: CommandJudge,
+        git: Option<GitLayout>,
+    ) -> Self {
+        PreparedCommand {
+            kind,
+            spec,
+            setup,
+            judge,
+            git,
+            keep: Vec::new(),
+        }
+    }
+
+    /// Keeps `value` (a private file, a session's manifest) alive until [`Self::finish`].
+    pub(crate) fn keeping(mut self, value: Arc<dyn Send + Sync>) -> Self {
+        self.keep.push(value);
+        self
+    }
+
+    /// The git layout whose pointers [`Self::finish`] checks (none for `host`).
+    pub fn git(&self) -> Option<&GitLayout> {
+        self.git.as_ref()
+    }
+
+    /// A short name of what runs, for messages.
+    pub fn display_program(&self) -> String {
+        self.spec.display_program()
+    }
+
+    /// Spawns the command with pipes (or inherited stdio) as `options` say; the backend's
+    /// child setup replaces any in `options`. Must be called inside a tokio runtime.
+    pub fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
+        options.setup = self.setup.clone();
+        sandbox_exec::spawn(&self.spec, options)
+    }
+
+    /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits.
+    pub async fn run_interactive(
+        &self,
+        kill_grace: Option<std::time::Duration>,
+    ) -> Result<ExitOutcome, ExecError> {
+        sandbox_exec::run_interactive(
+            &self.spec,
+            PtyOptions {
+                setup: self.setup.clone(),
+                kill_grace,
+            },
+        )
+        .await
+    }
+
+    /// Judges the run and cleans up. Call only once every process of the command is gone (its
+    /// process group and any orphan that left it): a descendant still running could rewrite
+    /// a pointer after the check.
+    pub fn finish(self, outcome: Option<ExitOutcome>) -> Finished {
+        let end = match (&self.judge, outcome) {
+            (CommandJudge::StartMarker(marker), Some(ExitOutcome::Exited(status)))
+                if !marker.fired() =>
+            {
+                RunEnd::SetupFailed(nono::setup_failed(status, marker))
+            }
+            (CommandJudge::Launcher(launcher), Some(outcome))
+                if matches!(outcome, ExitOutcome::Exited(c) if c != 0)
+                    || matches!(outcome, ExitOutcome::Signaled(_)) =>
+            {
+                RunEnd::Launcher {
+                    launcher: launcher.clone(),
+                    outcome,
+                }
+            }
+            _ => RunEnd::Command,
+        };
+        let (tampering, worktree_config_enabled) = match &self.git {
+            Some(git) => (
+                gitguard::check_and_restore(git),
+                gitguard::worktree_config_enabled_since(git).then(|| WorktreeConfigEnabled {
+                    config: git.common_dir.join("config"),
+                    worktree_config: git.worktree_gitdir.join("config.worktree"),
+                }),
+            ),
+            None => (Vec::new(), None),
+        };
+        drop(self.keep);
+        Finished {
+            end,
+            tampering,
+            worktree_config_enabled,
+        }
+    }
+}

@@ -1,0 +1,374 @@
+//! The backend seam: every way the product starts a command goes through it.
+//!
+//! A backend is chosen by name ([`BackendKind`]) and opened with the trusted options of this
+//! machine ([`open`]). Then, in this order:
+//!
+//! 1. [`Backend::enforcement`]: what it would enforce for a policy here (no side effects) —
+//!    for `doctor`, `policy show` and the daemon's `host.describe`;
+//! 2. [`Backend::prepare`]: a [`BackendSession`] owning everything that must outlive a single
+//!    command (the compiled Landlock ruleset, nono's manifest, the checked launcher; later a
+//!    VM or a box), reporting named steps to a [`Progress`];
+//! 3. [`BackendSession::command`]: one command armed for this backend ([`PreparedCommand`]),
+//!    spawned with pipes or on a pseudo-terminal;
+//! 4. [`PreparedCommand::finish`], once every process of the command is gone: judges whether
+//!    the backend failed before the command started (exit 125), checks and restores the git
+//!    pointers, and removes the command's private files.
+//!
+//! `sandbox run`, `sandbox shell`, `policy show`, `doctor` and the daemon's `box.create` /
+//! `box.exec` all use this seam, so a fix lands once for every path.
+
+mod command;
+mod custom;
+mod host;
+mod native;
+mod nono;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use sandbox_exec::CommandSpec;
+use sandbox_policy::Policy;
+
+use crate::assembly::TrustedPlaces;
+use crate::custom::LauncherConfig;
+use crate::error::HostError;
+use crate::nono::NonoLocation;
+use crate::report::Enforcement;
+
+pub use command::{CommandJudge, Finished, PreparedCommand, RunEnd};
+
+/// Every backend name the product knows. Not all are in every build or available on every
+/// machine ([`BackendKind::in_build`], [`availability`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackendKind {
+    /// No boundary: an explicit, labelled opt-out.
+    Host,
+    /// In-process kernel limits: Landlock + seccomp (Linux), Seatbelt (macOS).
+    Native,
+    /// The pinned `nono` CLI.
+    Nono,
+    /// A user-provided launcher.
+    Custom,
+    /// A Lima VM on a sandbox view.
+    Lima,
+    /// A BoxLite microVM.
+    Boxlite,
+}
+
+impl BackendKind {
+    pub const ALL: &'static [BackendKind] = &[
+        BackendKind::Native,
+        BackendKind::Host,
+        BackendKind::Nono,
+        BackendKind::Custom,
+        BackendKind::Lima,
+        BackendKind::Boxlite,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Host => "host",
+            BackendKind::Native => "native",
+            BackendKind::Nono => "nono",
+            BackendKind::Custom => "custom",
+            BackendKind::Lima => "lima",
+            BackendKind::Boxlite => "boxlite",
+        }
+    }
+
+    /// The platform name of the native backend here.
+    pub fn native_platform_name() -> &'static str {
+        if cfg!(target_os = "macos") {
+            "seatbelt"
+        } else {
+            "landlock"
+        }
+    }
+
+    /// Whether this build carries the backend at all. Lima and BoxLite are not built yet:
+    /// they are known names (so `doctor` can say what they need) but cannot be chosen.
+    pub fn in_build(self) -> bool {
+        !matches!(self, BackendKind::Lima | BackendKind::Boxlite)
+    }
+
+    /// Parses a name, accepting this platform's name for the native backend.
+    pub fn parse(name: &str) -> Result<BackendKind, HostError> {
+        let kind = match name {
+            "host" => BackendKind::Host,
+            "native" => BackendKind::Native,
+            "landlock" if cfg!(target_os = "linux") => BackendKind::Native,
+            "seatbelt" if cfg!(target_os = "macos") => BackendKind::Native,
+            "landlock" | "seatbelt" => {
+                return Err(HostError::WrongPlatform {
+                    name: name.to_string(),
+                    here: Self::native_platform_name(),
+                })
+            }
+            "nono" => BackendKind::Nono,
+            "custom" => BackendKind::Custom,
+            "lima" => BackendKind::Lima,
+            "boxlite" => BackendKind::Boxlite,
+            other => {
+                return Err(HostError::UnknownBackend {
+                    name: other.to_string(),
+                    native: Self::native_platform_name(),
+                })
+            }
+        };
+        Ok(kind)
+    }
+
+    /// Parses a name that must also be usable in this build (`sandbox use`, `--backend`,
+    /// `box.create`): a backend that is not built is refused here, not remembered.
+    pub fn parse_usable(name: &str) -> Result<BackendKind, HostError> {
+        let kind = Self::parse(name)?;
+        if !kind.in_build() {
+            return Err(HostError::NotInBuild { backend: kind });
+        }
+        Ok(kind)
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Options that are not part of the policy: how to react to this machine, and the trusted
+/// settings of the backends that hand the boundary to another program.
+#[derive(Debug, Clone, Default)]
+pub struct BackendOptions {
+    /// Run even if the kernel cannot enforce part of the policy (reported as a warning).
+    pub allow_degraded: bool,
+    /// Where the CLI found the `nono` binary (nono backend).
+    pub nono: Option<NonoLocation>,
+    /// The configured launcher (custom backend), from the user or system configuration only.
+    pub custom: Option<LauncherConfig>,
+    /// Where the command is spawned when that is not the policy's working directory; the
+    /// launcher and nono must not live there.
+    pub spawn_dir: Option<PathBuf>,
+    /// A private directory outside everything the sandbox can write, for files a backend
+    /// needs during the run (the nono manifest) and small caches; created with mode 0700 and
+    /// refused if anyone else could write it. Default: `$TMPDIR/sandbox-<uid>`.
+    pub private_dir: Option<PathBuf>,
+    /// The places no grant may reach (configuration, remembered choices, the daemon's
+    /// token); checked by [`check_policy`] for every backend but `host`.
+    pub trusted: TrustedPlaces,
+}
+
+impl BackendOptions {
+    pub(crate) fn spawn_dir<'a>(&'a self, policy: &'a Policy) -> &'a Path {
+        self.spawn_dir
+            .as_deref()
+            .unwrap_or(policy.workspace.cwd.as_path())
+    }
+
+    pub(crate) fn private_dir(&self) -> PathBuf {
+        self.private_dir.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("sandbox-{}", nix::unistd::geteuid()))
+        })
+    }
+}
+
+/// One named step of preparing a backend, as reported to a [`Progress`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state")]
+pub enum Step {
+    Started { step: &'static str },
+    Done { step: &'static str, elapsed_ms: u64 },
+    Failed { step: &'static str, error: String },
+}
+
+/// Receives the named steps of [`Backend::prepare`] (a VM's create/boot/provision, a host
+/// backend's compile and checks), for a progress line, `--json` events or `boxState`.
+pub trait Progress: Send + Sync {
+    fn step(&self, step: Step);
+}
+
+/// A [`Progress`] that only logs (at debug level).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LogProgress;
+
+impl Progress for LogProgress {
+    fn step(&self, step: Step) {
+        tracing::debug!(?step, "prepare");
+    }
+}
+
+/// Runs `f` as the named step `name`, reporting its start and end.
+pub fn step<T>(
+    progress: &dyn Progress,
+    name: &'static str,
+    f: impl FnOnce() -> Result<T, HostError>,
+) -> Result<T, HostError> {
+    progress.step(Step::Started { step: name });
+    let started = Instant::now();
+    let result = f();
+    progress.step(match &result {
+        Ok(_) => Step::Done {
+            step: name,
+            elapsed_ms: millis(started.elapsed()),
+        },
+        Err(e) => Step::Failed {
+            step: name,
+            error: e.to_string(),
+        },
+    });
+    result
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A backend, opened with this machine's trusted options.
+pub trait Backend: Send + Sync {
+    fn kind(&self) -> BackendKind;
+
+    /// What this backend would enforce for `policy` here. Looks things up (nono's version, the
+    /// launcher's placement, the kernel's Landlock ABI) but changes nothing.
+    fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError>;
+
+    /// Sets up what must outlive a command, failing closed when the boundary cannot be built
+    /// (a kernel gap is refused unless degraded runs were allowed).
+    fn prepare(
+        &self,
+        policy: &Policy,
+        progress: &dyn Progress,
+    ) -> Result<Arc<dyn BackendSession>, HostError>;
+}
+
+/// A prepared backend: any number of commands run in it, one [`PreparedCommand`] each.
+pub trait BackendSession: Send + Sync {
+    fn kind(&self) -> BackendKind;
+
+    /// What this session enforces (gaps only when degraded runs were allowed).
+    fn enforcement(&self) -> &Enforcement;
+
+    /// Arms `spec` (resolved, with the child's environment) to run in this session.
+    fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError>;
+}
+
+/// Opens `kind` with `options`. Fails for a backend this build does not carry.
+pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Box<dyn Backend>, HostError> {
+    let backend: Box<dyn Backend> = match kind {
+        BackendKind::Host => Box::new(host::HostBackend),
+        BackendKind::Native => Box::new(native::NativeBackend {
+            allow_degraded: options.allow_degraded,
+        }),
+        BackendKind::Nono => Box::new(nono::NonoBackend {
+            options: options.clone(),
+        }),
+        BackendKind::Custom => Box::new(custom::CustomBackend {
+            options: options.clone(),
+        }),
+        BackendKind::Lima | BackendKind::Boxlite => {
+            return Err(HostError::NotInBuild { backend: kind })
+        }
+    };
+    Ok(backend)
+}
+
+/// Refuses a grant that puts the boundary's own state within reach (not for `host`, which
+/// grants nothing: its command can reach everything anyway, by the user's explicit choice).
+pub fn check_trusted_places(
+    kind: BackendKind,
+    policy: &Policy,
+    options: &BackendOptions,
+) -> Result<(), HostError> {
+    if kind == BackendKind::Host {
+        return Ok(());
+    }
+    options.trusted.check(policy)
+}
+
+/// What every backend checks before preparing: the trusted places, and that no backend but
+/// nono is asked for a domain allow-list it cannot enforce.
+pub fn check_policy(
+    kind: BackendKind,
+    policy: &Policy,
+    options: &BackendOptions,
+) -> Result<(), HostError> {
+    check_trusted_places(kind, policy, options)?;
+    if kind != BackendKind::Nono && !policy.allow_domains.is_empty() {
+        return Err(HostError::DomainsNeedNono {
+            backend: kind,
+            domains: policy.allow_domains.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks `policy` ([`check_policy`]), opens `kind` and prepares a session for it: the one
+/// call every runner makes.
+pub fn prepare(
+    kind: BackendKind,
+    policy: &Policy,
+    options: &BackendOptions,
+    progress: &dyn Progress,
+) -> Result<Arc<dyn BackendSession>, HostError> {
+    check_policy(kind, policy, options)?;
+    open(kind, options)?.prepare(policy, progress)
+}
+
+/// Whether a backend can run commands here, as `doctor` and `host.describe` both report it.
+#[derive(Debug, Clone, Serialize)]
+pub struct Availability {
+    pub name: &'static str,
+    /// True when a run would start: no kernel gaps, or degraded runs are allowed, or the
+    /// backend is `host` (which enforces nothing by design).
+    pub available: bool,
+    /// The kernel cannot enforce part of the policy.
+    pub degraded: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub enforcement: Option<Enforcement>,
+}
+
+/// The one judgement of availability `doctor` and `host.describe` share, for `sample`
+/// (see [`sample_policy`]) under `options`.
+pub fn availability(kind: BackendKind, sample: &Policy, options: &BackendOptions) -> Availability {
+    let result = open(kind, options).and_then(|b| b.enforcement(sample));
+    match result {
+        Ok(e) => {
+            let degraded = !e.gaps.is_empty() && kind != BackendKind::Host;
+            Availability {
+                name: kind.as_str(),
+                available: !degraded || options.allow_degraded,
+                degraded,
+                reason: degraded.then(|| {
+                    format!(
+                        "this kernel cannot enforce: {}; runs fail closed unless degraded runs \
+                         are allowed (--allow-degraded)",
+                        e.gaps.join("; ")
+                    )
+                }),
+                enforcement: Some(e),
+            }
+        }
+        Err(e) => Availability {
+            name: kind.as_str(),
+            available: false,
+            degraded: false,
+            reason: Some(e.to_string()),
+            enforcement: None,
+        },
+    }
+}
+
+/// The representative policy availability is judged on: a scratch workspace with the network
+/// blocked (so the report covers filesystem, TCP and scoping rules) and the hook port open.
+pub fn sample_policy(scratch: &Path, hook_port: Option<u16>) -> Result<Policy, HostError> {
+    Ok(sandbox_policy::build(sandbox_policy::PolicyRequest {
+        workdir: scratch.to_path_buf(),
+        block_net: true,
+        hook_port,
+        ..sandbox_policy::PolicyRequest::default()
+    })?)
+}

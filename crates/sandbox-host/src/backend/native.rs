@@ -1,0 +1,169 @@
+//! The native backend: Landlock + seccomp on Linux (compiled once per session, applied in
+//! each child between fork and exec), Seatbelt through `sandbox-exec` on macOS.
+
+use std::sync::Arc;
+
+use sandbox_exec::CommandSpec;
+use sandbox_policy::Policy;
+
+use super::{step, Backend, BackendKind, BackendSession, CommandJudge, PreparedCommand, Progress};
+use crate::error::HostError;
+use crate::report::Enforcement;
+
+pub(super) struct NativeBackend {
+    pub(super) allow_degraded: bool,
+}
+
+impl Backend for NativeBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Native
+    }
+
+    fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
+        platform::enforcement(policy)
+    }
+
+    fn prepare(
+        &self,
+        policy: &Policy,
+        progress: &dyn Progress,
+    ) -> Result<Arc<dyn BackendSession>, HostError> {
+        let session = step(progress, "compile the native sandbox", || {
+            platform::prepare(policy, self.allow_degraded)
+        })?;
+        Ok(Arc::new(session))
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod platform {
+    use super::*;
+    use crate::linux::native::NativeSandbox;
+
+    pub(super) fn enforcement(policy: &Policy) -> Result<Enforcement, HostError> {
+        crate::linux::native::enforcement(policy)
+    }
+
+    pub(super) struct NativeSession {
+        sandbox: Arc<NativeSandbox>,
+        git: Option<sandbox_policy::GitLayout>,
+    }
+
+    pub(super) fn prepare(
+        policy: &Policy,
+        allow_degraded: bool,
+    ) -> Result<NativeSession, HostError> {
+        Ok(NativeSession {
+            sandbox: Arc::new(NativeSandbox::prepare(policy, allow_degraded)?),
+            git: policy.workspace.git.clone(),
+        })
+    }
+
+    impl BackendSession for NativeSession {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Native
+        }
+
+        fn enforcement(&self) -> &Enforcement {
+            self.sandbox.enforcement()
+        }
+
+        fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError> {
+            // The ruleset fd and the BPF programs are shared: each child applies them anew.
+            Ok(PreparedCommand::new(
+                BackendKind::Native,
+                spec,
+                Some(self.sandbox.clone() as Arc<dyn sandbox_exec::ChildSetup>),
+                CommandJudge::Plain,
+                self.git.clone(),
+            ))
+        }
+    }
+}
+
+#[cfg(target_os = "macos")]
+mod platform {
+    use super::*;
+
+    pub(super) fn enforcement(_policy: &Policy) -> Result<Enforcement, HostError> {
+        Ok(Enforcement {
+            mechanism: "seatbelt".into(),
+            enforced: vec![
+                "filesystem: only the listed paths; git hooks, config, info and packed-refs \
+                 read-only even inside writable trees (SBPL last-match-wins)"
+                    .into(),
+                "signals only to processes of the same sandbox".into(),
+                "network: blocked except localhost TCP ports when --block-net".into(),
+            ],
+            ..Enforcement::default()
+        })
+    }
+
+    pub(super) struct NativeSession {
+        policy: Policy,
+        enforcement: Enforcement,
+    }
+
+    pub(super) fn prepare(
+        policy: &Policy,
+        _allow_degraded: bool,
+    ) -> Result<NativeSession, HostError> {
+        Ok(NativeSession {
+            policy: policy.clone(),
+            enforcement: enforcement(policy)?,
+        })
+    }
+
+    impl BackendSession for NativeSession {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Native
+        }
+
+        fn enforcement(&self) -> &Enforcement {
+            &self.enforcement
+        }
+
+        fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError> {
+            let program = sandbox_exec::resolve::resolve_program(
+                &spec.program,
+                spec.env_var("PATH"),
+                &spec.cwd,
+            )?;
+            let wrapped = crate::seatbelt::wrap(&self.policy, &spec, &program);
+            Ok(PreparedCommand::new(
+                BackendKind::Native,
+                wrapped,
+                None,
+                CommandJudge::Plain,
+                self.policy.workspace.git.clone(),
+            ))
+        }
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "macos")))]
+mod platform {
+    use super::*;
+
+    pub(super) enum NativeSession {}
+
+    pub(super) fn enforcement(_policy: &Policy) -> Result<Enforcement, HostError> {
+        Err(HostError::NoNativeSandbox)
+    }
+
+    pub(super) fn prepare(_: &Policy, _: bool) -> Result<NativeSession, HostError> {
+        Err(HostError::NoNativeSandbox)
+    }
+
+    impl BackendSession for NativeSession {
+        fn kind(&self) -> BackendKind {
+            BackendKind::Native
+        }
+        fn enforcement(&self) -> &Enforcement {
+            match *self {}
+        }
+        fn command(&self, _: CommandSpec) -> Result<PreparedCommand, HostError> {
+            match *self {}
+        }
+    }
+}
