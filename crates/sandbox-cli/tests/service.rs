@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::{alive, text, wait_dead, Env};
-use sandbox_box::hooks::client::{post_status, request as http};
-use sandbox_box::protocol::{
+use sandbox_protocol::{
     decode_frame, BlockingFrameReader, Decoded, ErrorCode, Frame, Incoming, Request,
 };
-use sandbox_box::{Client, ClientError, RuntimePaths};
+use sandbox_service::hooks::client::{post_status, request as http};
+use sandbox_service::{Client, ClientError, RuntimePaths};
 use serde_json::{json, Value};
 
 /// Generous bound for "this process must be gone": the daemon's kill grace is 2 s.
@@ -167,7 +167,7 @@ fn collect(client: &mut Client, exec_id: u64) -> Run {
         }
         match event.kind.as_deref() {
             Some("output") => {
-                if event.encoding == Some(sandbox_box::protocol::Encoding::Base64) {
+                if event.encoding == Some(sandbox_protocol::Encoding::Base64) {
                     run.base64_events += 1;
                 }
                 let bytes = event.output_bytes().unwrap();
@@ -573,7 +573,7 @@ impl Stdio_ {
         loop {
             let f = self.frame();
             if f.is_reply() {
-                assert_eq!(f.id, Some(Some(sandbox_box::protocol::Id::Num(id))));
+                assert_eq!(f.id, Some(Some(sandbox_protocol::Id::Num(id))));
                 return (f, events);
             }
             events.push(f);
@@ -598,10 +598,7 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
         json!({"name": "shared", "workdir": env.work()}),
     );
     assert!(created.error.is_none(), "{created:?}");
-    assert_eq!(
-        events[0].state,
-        Some(sandbox_box::protocol::BoxState::Created)
-    );
+    assert_eq!(events[0].state, Some(sandbox_protocol::BoxState::Created));
     a.call("box.start", json!({"name": "shared"}));
     // B sees A's box and runs in it; the output goes to B, who started it.
     let (list, _) = b.call("box.list", json!({}));

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use sandbox_host::BackendKind;
 use sandbox_policy::Policy;
 
-use crate::protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
+use sandbox_protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
 
 /// The last status an agent posted through the hook endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

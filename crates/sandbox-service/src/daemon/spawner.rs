@@ -15,7 +15,6 @@
 use std::cell::Cell;
 use std::time::Duration;
 
-use bytes::Bytes;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
@@ -24,24 +23,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use sandbox_exec::process_group::{self, signal_group};
-use sandbox_exec::{ExecError, ExitOutcome, Running, StreamKind};
+use sandbox_exec::{ExecError, ExitOutcome, Running};
 
-use crate::protocol::{ErrorCode, ExitEvent, RpcError};
+use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
 
-/// What a connection's writer sends, in order. Output stays raw bytes until the writer
-/// encodes it, so the exec thread only moves buffers.
-#[derive(Debug)]
-pub enum Outbound {
-    /// A finished JSON frame (a reply or an event without bytes), no newline.
-    Frame(Vec<u8>),
-    Output {
-        exec_id: u64,
-        stream: StreamKind,
-        data: Bytes,
-    },
-    /// The end of an exec: the writer flushes any held partial UTF-8 first.
-    Exit(ExitEvent),
-}
+use super::connection::Outbound;
 
 /// How far an exec has got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -412,28 +398,5 @@ fn exit_event(exec_id: u64, outcome: Result<ExitOutcome, ExecError>, cut_short: 
             timed_out: false,
             error_message: Some(e.to_string()),
         },
-    }
-}
-
-/// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).
-pub fn parse_signal(arg: &crate::protocol::SignalArg) -> Result<Signal, RpcError> {
-    use crate::protocol::SignalArg;
-    let bad = |what: String| {
-        RpcError::new(
-            ErrorCode::InvalidParams,
-            format!("signal {what} is not a signal"),
-        )
-    };
-    match arg {
-        SignalArg::Num(n) => Signal::try_from(*n).map_err(|_| bad(n.to_string())),
-        SignalArg::Name(name) => {
-            let upper = name.to_ascii_uppercase();
-            let full = if upper.starts_with("SIG") {
-                upper
-            } else {
-                format!("SIG{upper}")
-            };
-            full.parse::<Signal>().map_err(|_| bad(format!("{name:?}")))
-        }
     }
 }

@@ -1,0 +1,358 @@
+//! The box methods: a box is created with a fixed policy, started, stopped (its commands
+//! killed, their ends reported) and removed. The registry itself is `crate::registry`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_exec::CommandSpec;
+use sandbox_host::backend::{self, BackendKind, BackendOptions};
+use sandbox_policy::{GrantReason, PolicyRequest};
+use sandbox_protocol::{
+    encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,
+};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::connection::{Conn, Outbound};
+use super::spawner::{Control, Phase};
+use super::{invalid, unavailable, State};
+use crate::registry::{self, BoxEntry};
+use crate::token::Scope;
+
+pub(super) async fn box_create(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    mut p: BoxCreateParams,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    registry::validate_name("box name", &p.name)?;
+    let kind = BackendKind::parse(p.backend.as_deref().unwrap_or("native"))
+        .map_err(|e| unavailable(e.to_string()))?;
+    p.backend = Some(kind.as_str().to_string());
+    let Some(workdir) = &p.workdir else {
+        return Err(invalid(format!(
+            "box.create: workdir is required for the {kind} backend (the task's worktree)"
+        )));
+    };
+    let workdir = std::fs::canonicalize(workdir)
+        .map_err(|e| invalid(format!("workdir {}: {e}", workdir.display())))?;
+    p.workdir = Some(workdir.clone());
+
+    if let Some(reused) = reuse(state, &p)? {
+        return Ok(reused);
+    }
+
+    let defaults = &state.opts.defaults;
+    let mut builder = tempfile::Builder::new();
+    let prefix = format!("sandbox-box-{}-", p.name);
+    builder
+        .prefix(&prefix)
+        // Private: other local users must not read what the agent leaves in TMPDIR.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let tmpdir = match &state.opts.box_tmp_root {
+        Some(root) => builder.tempdir_in(root),
+        None => builder.tempdir(),
+    }
+    .map_err(|e| RpcError::new(ErrorCode::Internal, format!("creating TMPDIR: {e}")))?;
+    let mut env = defaults.env.clone();
+    for (name, value) in &p.env {
+        env.add_arg(&format!("{name}={value}"))
+            .map_err(|e| invalid(format!("env {name}: {e}")))?;
+    }
+    let mut allow_ports: Vec<u32> = defaults.allow_ports.iter().map(|&p| p as u32).collect();
+    allow_ports.extend(&p.allow_ports);
+    let grant = |paths: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
+        paths
+            .iter()
+            .map(|p| (p.clone(), GrantReason::Config))
+            .chain(extra.iter().map(|p| (p.clone(), GrantReason::User)))
+            .collect()
+    };
+    let policy = sandbox_policy::build(PolicyRequest {
+        workdir: workdir.clone(),
+        allow_read: grant(&defaults.allow_read, &p.allow_read),
+        allow_write: grant(&defaults.allow_write, &p.allow_write),
+        block_net: p.block_net || defaults.block_net,
+        allow_ports,
+        // The hook endpoint stays reachable under a network block.
+        hook_port: Some(state.hook_port),
+        allow_domains: p.allow_domains.clone(),
+        env,
+        timeout: p.timeout_ms.map(Duration::from_millis),
+        unprotected_git: p.unprotected_git,
+        tmpdir: Some(tmpdir.path().to_path_buf()),
+        ..PolicyRequest::default()
+    })
+    .map_err(|e| invalid(format!("box {}: {e}", p.name)))?;
+    // Prepare once now so that a box whose boundary cannot be set up is refused at creation,
+    // loudly, instead of at its first command.
+    let probe = CommandSpec::argv(["true"], &policy.workspace.cwd)
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+    let prepared = backend::prepare(
+        kind,
+        &policy,
+        probe,
+        &BackendOptions {
+            allow_degraded: p.allow_degraded,
+            ..state.opts.backend.clone()
+        },
+    )
+    .map_err(|e| unavailable(format!("box {}: {e}", p.name)))?;
+
+    let id = crate::token::generate("")
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
+        .to_string();
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        if boxes.contains(&p.name) {
+            drop(boxes);
+            // Created concurrently under the same name: the same rules as above.
+            return reuse(state, &p)?.ok_or_else(|| RpcError::new(ErrorCode::Internal, "race"));
+        }
+        let token = state
+            .tokens
+            .issue(Scope::Box(p.name.clone()))
+            .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+        boxes.insert(BoxEntry {
+            id: id.clone(),
+            name: p.name.clone(),
+            kind,
+            allow_degraded: p.allow_degraded,
+            params: p.clone(),
+            policy,
+            state: BoxState::Created,
+            token,
+            created_at_ms: registry::now_ms(),
+            execs: Default::default(),
+            last_status: None,
+            tmpdir: Some(tmpdir),
+        });
+    }
+    let elapsed = started.elapsed();
+    announce(
+        state,
+        Some(conn),
+        &id,
+        &p.name,
+        BoxState::Created,
+        Some(elapsed),
+    )
+    .await;
+    Ok(json!({
+        "boxId": id,
+        "name": p.name,
+        "backend": kind.as_str(),
+        "created": true,
+        "state": BoxState::Created,
+        "elapsedMs": elapsed.as_millis() as u64,
+        "enforcement": prepared.enforcement,
+    }))
+}
+
+/// A box of this name exists: reuse it if it was created with the same parameters, refuse
+/// otherwise (silently handing out a box with another policy would be a surprise).
+fn reuse(state: &State, p: &BoxCreateParams) -> Result<Option<Value>, RpcError> {
+    let boxes = state.boxes.lock().expect("boxes lock");
+    let Ok(existing) = boxes.get(&p.name) else {
+        return Ok(None);
+    };
+    if existing.params != *p {
+        return Err(RpcError::new(
+            ErrorCode::BoxExists,
+            format!(
+                "a box named {:?} exists with other settings; box.remove it first or use \
+                 another name",
+                p.name
+            ),
+        )
+        .with_data(json!({ "existing": existing.params })));
+    }
+    Ok(Some(json!({
+        "boxId": existing.id,
+        "name": existing.name,
+        "backend": existing.kind.as_str(),
+        "created": false,
+        "state": existing.state,
+        "elapsedMs": 0,
+    })))
+}
+
+pub(super) async fn box_start(state: &State, conn: &Conn, name: &str) -> Result<Value, RpcError> {
+    let (id, changed) = {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get_mut(name)?;
+        let changed = match entry.state {
+            BoxState::Created | BoxState::Stopped => {
+                entry.state = BoxState::Running;
+                true
+            }
+            BoxState::Running => false,
+            other => {
+                return Err(RpcError::new(
+                    ErrorCode::BoxState,
+                    format!("box {name:?} is {}; wait for it to settle", other.as_str()),
+                ))
+            }
+        };
+        (entry.id.clone(), changed)
+    };
+    if changed {
+        // Native boxes have nothing to boot: the boundary is applied per command.
+        announce(
+            state,
+            Some(conn),
+            &id,
+            name,
+            BoxState::Running,
+            Some(Duration::ZERO),
+        )
+        .await;
+    }
+    Ok(json!({ "boxId": id, "bootMs": 0, "state": BoxState::Running }))
+}
+
+/// `box.stop`; see [`stop_box`] for what it waits for.
+pub(super) async fn box_stop(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+    force: bool,
+) -> Result<Value, RpcError> {
+    stop_box(state, name, force, Some(conn)).await?;
+    Ok(json!({ "ok": true }))
+}
+
+/// Stops every command of a box and waits: for the requesting connection's own commands
+/// until their `exit` events are queued (so they precede the reply), for the others until
+/// their process groups are gone.
+pub(super) async fn stop_box(
+    state: &Arc<State>,
+    name: &str,
+    force: bool,
+    conn: Option<&Arc<Conn>>,
+) -> Result<(), RpcError> {
+    let id = {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get_mut(name)?;
+        if entry.state == BoxState::Stopped {
+            return Ok(());
+        }
+        entry.state = BoxState::Stopping;
+        entry.id.clone()
+    };
+    announce(
+        state,
+        conn.map(|c| &**c),
+        &id,
+        name,
+        BoxState::Stopping,
+        None,
+    )
+    .await;
+    let waits: Vec<(mpsc::Sender<Control>, watch::Receiver<Phase>, bool)> = {
+        let execs = state.execs.lock().expect("execs lock");
+        execs
+            .values()
+            .filter(|h| h.box_name == name)
+            .map(|h| {
+                let own = conn.is_some_and(|c| c.id == h.conn);
+                (h.control.clone(), h.phase.clone(), own)
+            })
+            .collect()
+    };
+    let control = if force {
+        Control::Signal(nix::sys::signal::Signal::SIGKILL)
+    } else {
+        Control::Terminate {
+            grace: state.opts.kill_grace,
+        }
+    };
+    for (tx, _, _) in &waits {
+        let _ = tx.send(control).await;
+    }
+    for (_, mut phase, own) in waits {
+        let want = if own { Phase::Reported } else { Phase::Ended };
+        let _ = phase.wait_for(|p| *p >= want).await;
+    }
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        if let Ok(entry) = boxes.get_mut(name) {
+            entry.state = BoxState::Stopped;
+        }
+    }
+    announce(
+        state,
+        conn.map(|c| &**c),
+        &id,
+        name,
+        BoxState::Stopped,
+        None,
+    )
+    .await;
+    Ok(())
+}
+
+pub(super) async fn box_remove(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+    force: bool,
+) -> Result<Value, RpcError> {
+    let busy = state
+        .boxes
+        .lock()
+        .expect("boxes lock")
+        .get(name)?
+        .execs
+        .len();
+    if busy > 0 && !force {
+        return Err(RpcError::new(
+            ErrorCode::BoxBusy,
+            format!("box {name:?} still runs {busy} command(s); box.stop it or pass force: true"),
+        ));
+    }
+    stop_box(state, name, false, Some(conn)).await?;
+    let entry = state.boxes.lock().expect("boxes lock").remove(name);
+    let Some(entry) = entry else {
+        return Err(RpcError::new(
+            ErrorCode::NoSuchBox,
+            format!("box {name:?} was removed meanwhile"),
+        ));
+    };
+    state.tokens.revoke(&Scope::Box(name.to_string()));
+    announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
+    drop(entry); // removes its TMPDIR
+    Ok(json!({ "ok": true }))
+}
+
+/// `box.list`: every box, whoever created it.
+pub(super) fn box_list(state: &State) -> Value {
+    let list = state.boxes.lock().expect("boxes lock").list();
+    serde_json::to_value(list).expect("box info serialises")
+}
+
+/// Emits a `boxState` event: first to the requesting connection (waiting for room, so it
+/// precedes the reply), then to every other connection without waiting.
+pub(super) async fn announce(
+    state: &State,
+    conn: Option<&Conn>,
+    entry_id: &str,
+    name: &str,
+    st: BoxState,
+    elapsed: Option<Duration>,
+) {
+    let frame = encode_event(
+        "boxState",
+        &BoxStateEvent {
+            box_id: entry_id.to_string(),
+            name: name.to_string(),
+            state: st,
+            elapsed_ms: elapsed.map(|d| d.as_millis() as u64),
+        },
+    );
+    if let Some(conn) = conn {
+        let _ = conn.out.send(Outbound::Frame(frame.clone())).await;
+    }
+    state.broadcast(&frame, conn.map(|c| c.id));
+}

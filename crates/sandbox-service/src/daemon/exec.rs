@@ -1,0 +1,341 @@
+//! The exec methods: `box.exec` checks and starts a command in a box, `exec.stdin` and
+//! `exec.kill` reach a running one, and an exec that ends is forgotten here.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use sandbox_exec::{
+    CommandPolicy, CommandRequest, CommandSpec, OutputLimits, OutputMode, SpawnOptions, StdinMode,
+    WorkspaceGuard,
+};
+use sandbox_host::backend::{self, BackendKind, BackendOptions};
+use sandbox_protocol::{
+    self as protocol, BoxExecParams, BoxState, ErrorCode, ExecKillParams, RpcError, SignalArg,
+};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::connection::Conn;
+use super::dispatch::After;
+use super::spawner::{self, Control, ExecCtx, Phase, StdinMsg};
+use super::{invalid, unavailable, State};
+
+/// `exec.stdin` writes one exec may have queued before further ones get `stdinBusy`.
+const STDIN_QUEUE: usize = 16;
+/// After the command exits, output is still forwarded this long (a descendant may hold the
+/// pipe; it is killed with the group, but one that left the group could keep it open).
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// A running exec as the dispatcher sees it.
+pub(super) struct ExecHandle {
+    pub(super) box_name: String,
+    pub(super) conn: u64,
+    pub(super) control: mpsc::Sender<Control>,
+    pub(super) stdin: Option<mpsc::Sender<StdinMsg>>,
+    pub(super) phase: watch::Receiver<Phase>,
+}
+
+pub(super) async fn box_exec(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    p: BoxExecParams,
+    after: &mut After,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    if p.interactive {
+        return Err(invalid(
+            "box.exec: interactive (pty) execs are not offered by this daemon; use `sandbox \
+             shell` for an interactive shell",
+        ));
+    }
+    let (kind, policy, token, allow_degraded) = {
+        let boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get(&p.name)?;
+        if entry.state != BoxState::Running {
+            return Err(RpcError::new(
+                ErrorCode::BoxState,
+                format!(
+                    "box {:?} is {}; box.start it first",
+                    p.name,
+                    entry.state.as_str()
+                ),
+            ));
+        }
+        (
+            entry.kind,
+            entry.policy.clone(),
+            entry.token.clone(),
+            entry.allow_degraded,
+        )
+    };
+
+    // The working directory must resolve (symlinks and `..` on the real filesystem) inside
+    // the workspace or a granted path.
+    let mut guard = WorkspaceGuard::new(&policy.workspace.root)
+        .map_err(|e| denied(e.to_string()))?
+        .check_args(false);
+    for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
+        guard = guard
+            .allow_root(&grant.path)
+            .map_err(|e| denied(e.to_string()))?;
+    }
+    let cwd = match &p.working_dir {
+        Some(dir) => guard
+            .check_path(&policy.workspace.cwd, dir)
+            .map_err(|e| denied(e.to_string()))?,
+        None => policy.workspace.cwd.clone(),
+    };
+    let argv = std::iter::once(p.command.clone())
+        .chain(p.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &cwd)
+        .map_err(|e| invalid(format!("box.exec: {e}")))?;
+    let mut env = policy.env.clone();
+    env.set_var("SANDBOX_BACKEND", kind.as_str());
+    env.set_var("SANDBOX_BOX", p.name.clone());
+    env.set_var("SANDBOX_TASK", p.name.clone());
+    env.set_var("SANDBOX_API_URL", state.hook_url());
+    env.set_var("SANDBOX_API_TOKEN", token);
+    if policy.workspace.git.is_some() && kind != BackendKind::Host {
+        // ~/.gitconfig is out of a confined process's reach; tell git instead of letting it
+        // warn on every command.
+        env.set_var("GIT_CONFIG_GLOBAL", "/dev/null");
+    }
+    for (name, value) in &p.env {
+        if crate::token::same(value, state.tokens.host()) {
+            return Err(denied("box.exec: the host token never enters a sandbox"));
+        }
+        env.add_arg(&format!("{name}={value}"))
+            .map_err(|e| invalid(format!("env {name}: {e}")))?;
+    }
+    spec.env = env.resolve(std::env::vars_os());
+    spec.timeout = p
+        .timeout_ms
+        .map(Duration::from_millis)
+        .or(policy.limits.timeout);
+    let prepared = backend::prepare(
+        kind,
+        &policy,
+        spec,
+        &BackendOptions {
+            allow_degraded,
+            ..state.opts.backend.clone()
+        },
+    )
+    .map_err(|e| match e {
+        sandbox_host::HostError::Command(e) => spawn_failed(&e),
+        other => unavailable(other.to_string()),
+    })?;
+    guard
+        .admit(&prepared.spec)
+        .map_err(|e| denied(e.to_string()))?;
+
+    let exec_id = state.next_id();
+    let (control_tx, control_rx) = mpsc::channel(8);
+    let (stdin_tx, stdin_rx) = if p.stdin {
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let (go_tx, go_rx) = oneshot::channel::<()>();
+    // Registered before the command starts, so that its end (which unregisters it) can never
+    // come first.
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        boxes.get_mut(&p.name)?.execs.insert(exec_id);
+    }
+    state.execs.lock().expect("execs lock").insert(
+        exec_id,
+        ExecHandle {
+            box_name: p.name.clone(),
+            conn: conn.id,
+            control: control_tx,
+            stdin: stdin_tx,
+            phase: phase_rx,
+        },
+    );
+    conn.execs.send_modify(|n| *n += 1);
+    let done: Box<dyn FnOnce() + Send> = {
+        let state = state.clone();
+        let conn = conn.clone();
+        let box_name = p.name.clone();
+        Box::new(move || forget_exec(&state, &conn, &box_name, exec_id))
+    };
+    let options = SpawnOptions {
+        stdin: if p.stdin {
+            StdinMode::Piped
+        } else {
+            StdinMode::Null
+        },
+        output: OutputMode::Capture(OutputLimits::default()),
+        setup: prepared.setup.clone(),
+        policy: Some(Arc::new(guard) as Arc<dyn CommandPolicy>),
+        kill_grace: state.opts.kill_grace,
+        drain_timeout: DRAIN,
+        // Safe here: the spawner thread lives as long as the daemon.
+        die_with_parent: true,
+    };
+    let spec = prepared.spec;
+    let ctx = ExecCtx {
+        exec_id,
+        out: conn.out.clone(),
+        control: control_rx,
+        stdin: stdin_rx,
+        phase: phase_tx,
+        drain: DRAIN,
+        done,
+        // The host backend confines nothing, so there is nothing to repair after it.
+        git: (kind != BackendKind::Host)
+            .then(|| policy.workspace.git.clone())
+            .flatten(),
+    };
+    let spawned = state
+        .executor
+        .run(move || match sandbox_exec::spawn(&spec, options) {
+            Ok(running) => {
+                let pid = running.pid().as_raw();
+                spawner::note_started();
+                tokio::spawn(async move {
+                    // The reply carrying the execId goes out before any of its events.
+                    let _ = go_rx.await;
+                    spawner::run_exec(running, ctx).await;
+                });
+                Ok(pid)
+            }
+            Err(e) => {
+                (ctx.done)();
+                Err(e)
+            }
+        })
+        .await;
+    let pid = match spawned {
+        Ok(Ok(pid)) => pid,
+        Ok(Err(e)) => return Err(spawn_failed(&e)),
+        Err(e) => {
+            forget_exec(state, conn, &p.name, exec_id);
+            return Err(e);
+        }
+    };
+    *after = Some(Box::new(move || {
+        let _ = go_tx.send(());
+    }));
+    Ok(json!({
+        "execId": exec_id,
+        "pid": pid,
+        "launchMs": started.elapsed().as_millis() as u64,
+    }))
+}
+
+fn forget_exec(state: &State, conn: &Conn, box_name: &str, exec_id: u64) {
+    if state
+        .execs
+        .lock()
+        .expect("execs lock")
+        .remove(&exec_id)
+        .is_some()
+    {
+        conn.execs.send_modify(|n| *n = n.saturating_sub(1));
+    }
+    if let Ok(entry) = state.boxes.lock().expect("boxes lock").get_mut(box_name) {
+        entry.execs.remove(&exec_id);
+    }
+}
+
+pub(super) async fn exec_kill(state: &State, p: ExecKillParams) -> Result<Value, RpcError> {
+    let control = match &p.signal {
+        Some(sig) => Control::Signal(parse_signal(sig)?),
+        None => Control::Terminate {
+            grace: state.opts.kill_grace,
+        },
+    };
+    let tx = {
+        let execs = state.execs.lock().expect("execs lock");
+        execs
+            .get(&p.exec_id)
+            .ok_or_else(|| no_such_exec(p.exec_id))?
+            .control
+            .clone()
+    };
+    // An exec that already ended has closed its control channel: that is fine.
+    let _ = tx.send(control).await;
+    Ok(json!({ "ok": true }))
+}
+
+pub(super) fn queue_stdin(
+    state: &State,
+    p: protocol::ExecStdinParams,
+) -> Result<oneshot::Receiver<Result<(), RpcError>>, RpcError> {
+    let data = protocol::decode_data(&p.data, p.encoding)?;
+    let execs = state.execs.lock().expect("execs lock");
+    let handle = execs
+        .get(&p.exec_id)
+        .ok_or_else(|| no_such_exec(p.exec_id))?;
+    let Some(tx) = &handle.stdin else {
+        return Err(RpcError::new(
+            ErrorCode::StdinClosed,
+            format!("exec {} was started with stdin: false", p.exec_id),
+        ));
+    };
+    let (reply, rx) = oneshot::channel();
+    match tx.try_send(StdinMsg {
+        data,
+        close: p.close,
+        reply,
+    }) {
+        Ok(()) => Ok(rx),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(RpcError::new(
+            ErrorCode::StdinBusy,
+            format!(
+                "exec {}: {STDIN_QUEUE} earlier exec.stdin writes are still queued (the command \
+                 is not reading); wait for their replies before sending more",
+                p.exec_id
+            ),
+        )),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(RpcError::new(
+            ErrorCode::StdinClosed,
+            format!("exec {}: stdin is closed", p.exec_id),
+        )),
+    }
+}
+
+fn no_such_exec(id: u64) -> RpcError {
+    RpcError::new(
+        ErrorCode::NoSuchExec,
+        format!("no running exec {id} (it may have finished: see its exit event)"),
+    )
+}
+
+fn denied(message: impl Into<String>) -> RpcError {
+    RpcError::new(ErrorCode::Denied, message)
+}
+
+fn spawn_failed(e: &sandbox_exec::ExecError) -> RpcError {
+    RpcError::new(ErrorCode::SpawnFailed, e.to_string())
+        .with_data(json!({ "exitCode": e.exit_code() }))
+}
+
+/// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).
+fn parse_signal(arg: &SignalArg) -> Result<Signal, RpcError> {
+    let bad = |what: String| {
+        RpcError::new(
+            ErrorCode::InvalidParams,
+            format!("signal {what} is not a signal"),
+        )
+    };
+    match arg {
+        SignalArg::Num(n) => Signal::try_from(*n).map_err(|_| bad(n.to_string())),
+        SignalArg::Name(name) => {
+            let upper = name.to_ascii_uppercase();
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            full.parse::<Signal>().map_err(|_| bad(format!("{name:?}")))
+        }
+    }
+}
