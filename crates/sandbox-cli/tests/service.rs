@@ -294,6 +294,10 @@ fn socket_session_covers_the_whole_lifecycle() {
     assert_eq!(list[0]["name"], "lifecycle");
     assert_eq!(list[0]["backend"], "native");
     assert_eq!(list[0]["state"], "running");
+    // An exec whose `exit` was queued is gone for every later request, on any connection.
+    assert_eq!(list[0]["runningExecs"], 0, "{list}");
+    let elsewhere = d.client().call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(elsewhere[0]["runningExecs"], 0, "{elsewhere}");
 
     // Exec in a stopped box is refused; start brings it back.
     c.call(&req("box.stop", json!({"name": "lifecycle"})))
@@ -752,8 +756,10 @@ fn a_closed_connection_stops_its_commands_but_not_the_boxes() {
     for pid in pids {
         assert!(wait_dead(pid, GONE), "pid {pid} outlived its connection");
     }
-    // The processes die before the daemon has reaped them and updated its books, so the count
-    // reaches zero a moment later; poll it rather than race it.
+    // Polled, because no ordering covers it: nobody gets an `exit` for a closed connection's
+    // commands, and a process looks dead from outside (even as a zombie) before the daemon
+    // has reaped it and can strike it off its books. Striking it off first would report "no
+    // commands" while one still runs, so the count follows the deaths, a moment later.
     let deadline = Instant::now() + GONE;
     loop {
         let list = d.client().call(&req("box.list", json!({}))).unwrap();
@@ -792,6 +798,46 @@ fn box_stop_reports_exits_before_its_reply() {
     assert!(saw_exit, "box.stop replied before the exit event");
     for pid in pids {
         assert!(!alive(pid), "pid {pid} still runs after box.stop replied");
+    }
+    let list = d.client().call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(list[0]["runningExecs"], 0, "stopped, yet counted: {list}");
+    c.call(&req("box.remove", json!({"name": "stopme"})))
+        .unwrap();
+}
+
+/// The race CI once hit (`boxBusy` from a `box.remove` sent after the `exit` was read), made
+/// likely: several clients at once, each reading an exit and asking another connection about
+/// the box right away. Before the daemon queued `exit` and forgot the exec in one step, this
+/// found the exec still counted within a few dozen rounds.
+#[test]
+fn an_exec_whose_exit_was_read_is_gone_for_every_connection() {
+    let d = Daemon::start();
+    let clients: Vec<_> = (0..4)
+        .map(|t| {
+            let (work, paths) = (d.work(), d.paths());
+            std::thread::spawn(move || {
+                let mut c = Client::connect_authenticated(&paths, "runner").unwrap();
+                let mut other = Client::connect_authenticated(&paths, "watcher").unwrap();
+                let name = format!("race-{t}");
+                create(&mut c, &name, &work, json!({}));
+                for round in 0..150 {
+                    let id = exec(&mut c, &name, &["true"]);
+                    collect(&mut c, id);
+                    let list = other.call(&req("box.list", json!({}))).unwrap();
+                    let mine = list
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|b| b["name"] == name.as_str())
+                        .unwrap();
+                    assert_eq!(mine["runningExecs"], 0, "round {round}: {mine}");
+                }
+                c.call(&req("box.remove", json!({"name": name}))).unwrap();
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
     }
 }
 

@@ -1,5 +1,6 @@
 //! The exec methods: `box.exec` checks and starts a command in a box, `exec.stdin` and
-//! `exec.kill` reach a running one, and an exec that ends is forgotten here.
+//! `exec.kill` reach a running one, and an exec that ends is reported and forgotten here, in
+//! one step ([`forget_exec`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,9 +17,9 @@ use sandbox_protocol::{
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::connection::Conn;
+use super::connection::{Conn, Outbound};
 use super::dispatch::After;
-use super::spawner::{self, Control, ExecCtx, Phase, StdinMsg};
+use super::spawner::{self, Control, ExecCtx, Finished, Phase, StdinMsg};
 use super::{invalid, unavailable, State};
 
 /// `exec.stdin` writes one exec may have queued before further ones get `stdinBusy`.
@@ -143,27 +144,28 @@ pub(super) async fn box_exec(
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
     let (go_tx, go_rx) = oneshot::channel::<()>();
     // Registered before the command starts, so that its end (which unregisters it) can never
-    // come first.
+    // come first; in the box and in the exec table in one step, as `forget_exec` undoes it.
     {
         let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut execs = state.execs.lock().expect("execs lock");
         boxes.get_mut(&p.name)?.execs.insert(exec_id);
+        execs.insert(
+            exec_id,
+            ExecHandle {
+                box_name: p.name.clone(),
+                conn: conn.id,
+                control: control_tx,
+                stdin: stdin_tx,
+                phase: phase_rx,
+            },
+        );
+        conn.execs.send_modify(|n| *n += 1);
     }
-    state.execs.lock().expect("execs lock").insert(
-        exec_id,
-        ExecHandle {
-            box_name: p.name.clone(),
-            conn: conn.id,
-            control: control_tx,
-            stdin: stdin_tx,
-            phase: phase_rx,
-        },
-    );
-    conn.execs.send_modify(|n| *n += 1);
-    let done: Box<dyn FnOnce() + Send> = {
+    let done: Box<dyn FnOnce(Option<Finished>) + Send> = {
         let state = state.clone();
         let conn = conn.clone();
         let box_name = p.name.clone();
-        Box::new(move || forget_exec(&state, &conn, &box_name, exec_id))
+        Box::new(move |finished| forget_exec(&state, &conn, &box_name, exec_id, finished))
     };
     let options = SpawnOptions {
         stdin: if p.stdin {
@@ -207,7 +209,7 @@ pub(super) async fn box_exec(
                 Ok(pid)
             }
             Err(e) => {
-                (ctx.done)();
+                (ctx.done)(None);
                 Err(e)
             }
         })
@@ -216,7 +218,7 @@ pub(super) async fn box_exec(
         Ok(Ok(pid)) => pid,
         Ok(Err(e)) => return Err(spawn_failed(&e)),
         Err(e) => {
-            forget_exec(state, conn, &p.name, exec_id);
+            forget_exec(state, conn, &p.name, exec_id, None);
             return Err(e);
         }
     };
@@ -230,18 +232,43 @@ pub(super) async fn box_exec(
     }))
 }
 
-fn forget_exec(state: &State, conn: &Conn, box_name: &str, exec_id: u64) {
-    if state
-        .execs
-        .lock()
-        .expect("execs lock")
-        .remove(&exec_id)
-        .is_some()
-    {
+/// Forgets an exec: takes it out of its box and the exec table and off its connection's
+/// count. For an exec that ran, `finished` also queues its `exit` event (into room reserved
+/// beforehand, so nothing waits here) and marks it [`Phase::Reported`].
+///
+/// All of it happens under the registry and exec-table locks, which is the ordering guarantee
+/// of `docs/protocol.md`: once an exec's `exit` is queued, every request served afterwards, on
+/// any connection, finds the exec gone — `box.list`'s `runningExecs`, `box.remove`'s busy
+/// check, `box.stop`, `exec.kill` and `exec.stdin` all read these two tables under their locks.
+fn forget_exec(
+    state: &State,
+    conn: &Conn,
+    box_name: &str,
+    exec_id: u64,
+    finished: Option<Finished>,
+) {
+    let mut boxes = state.boxes.lock().expect("boxes lock");
+    let mut execs = state.execs.lock().expect("execs lock");
+    let phase = finished.map(
+        |Finished {
+             exit,
+             permit,
+             phase,
+         }| {
+            if let Some(permit) = permit {
+                permit.send(Outbound::Exit(exit));
+            }
+            phase
+        },
+    );
+    if let Ok(entry) = boxes.get_mut(box_name) {
+        entry.execs.remove(&exec_id);
+    }
+    if execs.remove(&exec_id).is_some() {
         conn.execs.send_modify(|n| *n = n.saturating_sub(1));
     }
-    if let Ok(entry) = state.boxes.lock().expect("boxes lock").get_mut(box_name) {
-        entry.execs.remove(&exec_id);
+    if let Some(phase) = phase {
+        let _ = phase.send(Phase::Reported);
     }
 }
 

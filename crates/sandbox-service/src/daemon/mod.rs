@@ -15,7 +15,8 @@
 //! writer drains a single bounded queue that carries replies and events alike. Because a
 //! command's `output` and `exit` events are queued by the one task that owns the command,
 //! and replies that report its end are queued only after that, the client always sees a
-//! command's output before its exit and its exit before such a reply.
+//! command's output before its exit and its exit before such a reply. Queuing the `exit` and
+//! forgetting the exec are one step ([`exec`]), so no request sees one without the other.
 
 mod boxes;
 mod connection;
@@ -98,6 +99,11 @@ pub(crate) fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> 
 }
 
 /// The daemon's shared state.
+///
+/// Lock order: `boxes`, then `execs`. Both are held together to register and to forget an exec
+/// (`exec::forget_exec`), so that a box's `execs` and the exec table never disagree; no code
+/// takes `boxes` while holding `execs`. The other locks (`tasks`, `conns`, the token store's)
+/// are never held while taking `boxes` or `execs`.
 pub(crate) struct State {
     pub(crate) tokens: TokenStore,
     pub(crate) boxes: Mutex<Registry>,

@@ -19,6 +19,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
+use tokio::sync::mpsc::OwnedPermit;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
@@ -35,8 +36,19 @@ pub enum Phase {
     Running,
     /// The command and its process group are gone.
     Ended,
-    /// Its `exit` event is in the connection's queue (or the connection is gone).
+    /// Its `exit` event is in the connection's queue (or the connection is gone), and the
+    /// daemon has forgotten it: both happen in one step (see [`Finished`]).
     Reported,
+}
+
+/// The end of an exec, handed back to the daemon to publish.
+pub struct Finished {
+    pub exit: ExitEvent,
+    /// Room for `exit` in the connection's queue, reserved before any lock is taken; `None`
+    /// when the connection is gone (nobody to tell).
+    pub permit: Option<OwnedPermit<Outbound>>,
+    /// To be set to [`Phase::Reported`] in the same step that queues `exit`.
+    pub phase: watch::Sender<Phase>,
 }
 
 /// Requests from `exec.kill` / `box.stop`.
@@ -147,8 +159,9 @@ pub struct ExecCtx {
     pub phase: watch::Sender<Phase>,
     /// How long output is still forwarded after the command exited.
     pub drain: Duration,
-    /// Called once the exit event is queued: forget the exec.
-    pub done: Box<dyn FnOnce() + Send>,
+    /// Publishes the exec's end: queues its `exit` and forgets it, in one step. `None` when
+    /// the command could not be started (its error is the `box.exec` reply instead).
+    pub done: Box<dyn FnOnce(Option<Finished>) + Send>,
     /// The box's git layout: its pointer files are checked (and restored) after the command,
     /// as after every `sandbox run`.
     pub git: Option<sandbox_policy::GitLayout>,
@@ -249,11 +262,19 @@ pub async fn run_exec(mut running: Running, mut ctx: ExecCtx) {
     drop(running);
     sweep_orphans_if_idle();
     let _ = ctx.phase.send(Phase::Ended);
-    if !st.conn_gone {
-        let _ = out.send(Outbound::Exit(exit)).await;
-    }
-    let _ = ctx.phase.send(Phase::Reported);
-    (ctx.done)();
+    // Wait for room for the `exit` event here, holding no lock; the daemon then queues it and
+    // forgets the exec in one step: a request served after the `exit` is queued never finds
+    // the exec, and on this connection a reply that shows it gone always follows its `exit`.
+    let permit = if st.conn_gone {
+        None
+    } else {
+        out.reserve_owned().await.ok()
+    };
+    (ctx.done)(Some(Finished {
+        exit,
+        permit,
+        phase: ctx.phase,
+    }));
 }
 
 struct LoopState {
