@@ -2,6 +2,7 @@
 //! writer that is the single consumer of the connection's bounded queue. Replies and events
 //! share that queue, which is what orders them.
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -24,6 +25,7 @@ use super::exec::queue_stdin;
 use super::frames::FrameReader;
 use super::lifecycle::until_true;
 use super::State;
+use crate::token::Lease;
 
 /// Frames a connection's queue holds before producers wait (replies and events alike).
 const QUEUE: usize = 64;
@@ -53,6 +55,19 @@ pub(super) struct Conn {
     /// Task tokens issued on this connection: they are revoked when it closes, so a
     /// `sandbox run` that ends (or is killed) takes its token with it.
     pub(super) leased_tokens: Mutex<Vec<String>>,
+    /// The socket (a duplicate of its descriptor), to ask the kernel whether the peer is gone.
+    pub(super) socket: Arc<OwnedFd>,
+}
+
+/// A task token's lease: it lasts while the peer of the connection it was issued on has not
+/// closed its end. Asked each time the token is used, so a killed `sandbox run`'s token stops
+/// working the moment the kernel closes the run's socket, not when the daemon notices.
+pub(super) struct PeerLease(pub(super) Arc<OwnedFd>);
+
+impl Lease for PeerLease {
+    fn ended(&self) -> bool {
+        peer_hung_up(self.0.as_fd())
+    }
 }
 
 impl Conn {
@@ -80,6 +95,13 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
             return;
         }
     }
+    let socket = match stream.as_fd().try_clone_to_owned() {
+        Ok(fd) => Arc::new(fd),
+        Err(e) => {
+            tracing::warn!(error = %e, "refused a connection: cannot duplicate its socket");
+            return;
+        }
+    };
     let conn_id = state.next_id();
     let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel(QUEUE);
@@ -90,6 +112,7 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
         authed: AtomicBool::new(false),
         execs: watch::channel(0).0,
         leased_tokens: Mutex::new(Vec::new()),
+        socket,
     });
     let mut reader = FrameReader::new(rd, MAX_FRAME_BYTES);
     let mut inflight = JoinSet::new();
@@ -115,10 +138,6 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
     // No more requests. Finish the ones in flight and this connection's commands (a client
     // may send its requests and close its writing side), unless the peer is gone entirely:
     // then there is no one to report to and its commands are killed.
-    let fd = {
-        use std::os::fd::AsRawFd;
-        reader.get_ref().as_ref().as_raw_fd()
-    };
     let mut execs = conn.execs.subscribe();
     let finished = async {
         while inflight.join_next().await.is_some() {}
@@ -130,7 +149,7 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
         tokio::select! {
             _ = &mut finished => break,
             _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                if peer_hung_up(fd) {
+                if peer_hung_up(conn.socket.as_fd()) {
                     // Dropping the queue's receiver tells every exec task of this
                     // connection that its client is gone.
                     writer.abort();
@@ -148,13 +167,9 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
 }
 
 /// True when the peer closed its end completely (not just its writing side).
-fn peer_hung_up(fd: std::os::fd::RawFd) -> bool {
+fn peer_hung_up(fd: BorrowedFd<'_>) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::BorrowedFd;
-    // SAFETY: `fd` belongs to the connection's read half, which the caller keeps alive for
-    // the duration of this call.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-    let mut fds = [PollFd::new(borrowed, PollFlags::POLLOUT)];
+    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
     match poll(&mut fds, PollTimeout::ZERO) {
         Ok(_) => fds[0]
             .revents()

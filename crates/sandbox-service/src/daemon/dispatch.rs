@@ -11,7 +11,7 @@ use sandbox_protocol::{
 use serde_json::{json, Value};
 
 use super::boxes::{box_create, box_list, box_remove, box_start, box_stop};
-use super::connection::Conn;
+use super::connection::{Conn, PeerLease};
 use super::exec::{box_exec, exec_kill};
 use super::lifecycle::stop_everything;
 use super::State;
@@ -62,9 +62,10 @@ pub(super) async fn handle(
 /// `token.issue`: a task token leased to this connection.
 fn token_issue(state: &State, conn: &Conn, task: &str) -> Result<Value, RpcError> {
     registry::validate_name("task", task)?;
+    let lease = Box::new(PeerLease(conn.socket.clone()));
     let token = state
         .tokens
-        .issue(Scope::Task(task.to_string()))
+        .issue_leased(Scope::Task(task.to_string()), lease)
         .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
     conn.leased_tokens
         .lock()

@@ -26,10 +26,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    pub(super) fn get_ref(&self) -> &R {
-        &self.inner
-    }
-
     /// The next frame; `None` at the end of the stream. Cancel-safe: bytes already read stay
     /// buffered for the next call.
     pub(super) async fn next(&mut self) -> std::io::Result<Option<Frame>> {
