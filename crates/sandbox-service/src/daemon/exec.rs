@@ -21,6 +21,7 @@ use super::connection::{Conn, Outbound};
 use super::dispatch::After;
 use super::spawner::{self, Control, ExecCtx, Finished, Phase, StdinMsg};
 use super::{invalid, unavailable, State};
+use crate::registry::BoxEntry;
 
 /// `exec.stdin` writes one exec may have queued before further ones get `stdinBusy`.
 const STDIN_QUEUE: usize = 16;
@@ -50,20 +51,12 @@ pub(super) async fn box_exec(
              shell` for an interactive shell",
         ));
     }
-    let (kind, policy, token, allow_degraded) = {
+    let (box_id, kind, policy, token, allow_degraded) = {
         let boxes = state.boxes.lock().expect("boxes lock");
         let entry = boxes.get(&p.name)?;
-        if entry.state != BoxState::Running {
-            return Err(RpcError::new(
-                ErrorCode::BoxState,
-                format!(
-                    "box {:?} is {}; box.start it first",
-                    p.name,
-                    entry.state.as_str()
-                ),
-            ));
-        }
+        running(entry)?;
         (
+            entry.id.clone(),
             entry.kind,
             entry.policy.clone(),
             entry.token.clone(),
@@ -145,10 +138,21 @@ pub(super) async fn box_exec(
     let (go_tx, go_rx) = oneshot::channel::<()>();
     // Registered before the command starts, so that its end (which unregisters it) can never
     // come first; in the box and in the exec table in one step, as `forget_exec` undoes it.
+    // The box is checked again under the lock: a `box.stop` that set it stopping while this
+    // command was being prepared has already listed the commands it waits for, and a box
+    // removed and created anew under the name has another policy.
     {
         let mut boxes = state.boxes.lock().expect("boxes lock");
         let mut execs = state.execs.lock().expect("execs lock");
-        boxes.get_mut(&p.name)?.execs.insert(exec_id);
+        let entry = boxes.get_mut(&p.name)?;
+        if entry.id != box_id {
+            return Err(RpcError::new(
+                ErrorCode::NoSuchBox,
+                format!("box {:?} was removed meanwhile", p.name),
+            ));
+        }
+        running(entry)?;
+        entry.execs.insert(exec_id);
         execs.insert(
             exec_id,
             ExecHandle {
@@ -230,6 +234,21 @@ pub(super) async fn box_exec(
         "pid": pid,
         "launchMs": started.elapsed().as_millis() as u64,
     }))
+}
+
+/// Only a running box takes commands.
+fn running(entry: &BoxEntry) -> Result<(), RpcError> {
+    if entry.state == BoxState::Running {
+        return Ok(());
+    }
+    Err(RpcError::new(
+        ErrorCode::BoxState,
+        format!(
+            "box {:?} is {}; box.start it first",
+            entry.name,
+            entry.state.as_str()
+        ),
+    ))
 }
 
 /// Forgets an exec: takes it out of its box and the exec table and off its connection's
