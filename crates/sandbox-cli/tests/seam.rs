@@ -135,9 +135,11 @@ fn the_nono_manifest_lives_as_long_as_the_box() {
             .unwrap()
             .flatten()
             .map(|e| e.path())
+            // The manifest directories (`nono-XXXXXX/`), not nono's version cache file.
             .filter(|p| {
-                p.file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("nono-"))
+                p.is_dir()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with("nono-"))
             })
             .collect()
     };

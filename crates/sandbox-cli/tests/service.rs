@@ -4,40 +4,40 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::daemon::req;
 use common::{alive, text, wait_dead, Env};
-use sandbox_box::hooks::client::{post_status, request as http};
-use sandbox_box::protocol::{
-    decode_frame, BlockingFrameReader, Decoded, ErrorCode, Frame, Incoming, Request,
-};
-use sandbox_box::{Client, ClientError, RuntimePaths};
+use sandbox_protocol::{BlockingFrameReader, ErrorCode, Frame, Incoming};
+use sandbox_service::hooks::client::{post_status, request as http};
+use sandbox_service::{Client, ClientError};
 use serde_json::{json, Value};
 
 /// Generous bound for "this process must be gone": the daemon's kill grace is 2 s.
 const GONE: Duration = Duration::from_secs(20);
 
-/// A request from JSON (parsed by the protocol's own decoder, so tests write what a client
-/// writes).
-fn req(method: &str, params: Value) -> Request {
-    let line = serde_json::to_vec(&json!({"id": 0, "method": method, "params": params})).unwrap();
-    match decode_frame(&Frame::Line(line)) {
-        Decoded::Request(_, r) => r,
-        other => panic!("{method}: {other:?}"),
+/// The test's daemon: the shared one of `common::daemon`, plus the private environment it
+/// runs in (dropped after it).
+struct Daemon {
+    inner: common::daemon::Daemon,
+    env: Env,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = common::daemon::Daemon;
+    fn deref(&self) -> &Self::Target {
+        &self.inner
     }
 }
 
-struct Daemon {
-    env: Env,
-    supervisor: Child,
-    log: Arc<Mutex<String>>,
-    /// The daemon process (the supervisor's child).
-    pid: i32,
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.inner
+    }
 }
 
 impl Daemon {
@@ -46,58 +46,13 @@ impl Daemon {
     }
 
     fn start_in(env: Env) -> Daemon {
-        let mut supervisor = env
-            .cmd()
-            .arg("serve")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(supervisor.stderr.take().unwrap());
-        let log = Arc::new(Mutex::new(String::new()));
-        // Ready when it says so: the line is printed after both listeners are bound.
-        loop {
-            let mut line = String::new();
-            if stderr.read_line(&mut line).unwrap() == 0 {
-                panic!(
-                    "the daemon exited before listening: {}",
-                    log.lock().unwrap()
-                );
-            }
-            log.lock().unwrap().push_str(&line);
-            if line.contains("listening on") {
-                break;
-            }
-        }
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            let mut rest = String::new();
-            let _ = stderr.read_to_string(&mut rest);
-            sink.lock().unwrap().push_str(&rest);
-        });
-        let mut d = Daemon {
-            env,
-            supervisor,
-            log,
-            pid: 0,
-        };
-        let describe = d.client().call(&req("host.describe", json!({}))).unwrap();
-        d.pid = describe["pid"].as_i64().unwrap() as i32;
+        let inner = common::daemon::Daemon::start(&env);
         assert_ne!(
-            d.pid as u32,
-            d.supervisor.id(),
+            inner.pid as u32,
+            inner.supervisor.id(),
             "the daemon runs under a supervisor"
         );
-        d
-    }
-
-    fn paths(&self) -> RuntimePaths {
-        RuntimePaths::new(self.env.path().join("run/sandbox"))
-    }
-
-    fn client(&self) -> Client {
-        Client::connect_authenticated(&self.paths(), "test").unwrap()
+        Daemon { inner, env }
     }
 
     fn work(&self) -> PathBuf {
@@ -112,18 +67,6 @@ impl Daemon {
         assert_eq!(status.code(), Some(0), "{}", self.log.lock().unwrap());
         assert!(!self.paths().socket().exists(), "socket removed");
         assert!(!self.paths().host_token().exists(), "token removed");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.supervisor.try_wait() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(self.supervisor.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = self.supervisor.wait();
-        }
     }
 }
 
@@ -167,7 +110,7 @@ fn collect(client: &mut Client, exec_id: u64) -> Run {
         }
         match event.kind.as_deref() {
             Some("output") => {
-                if event.encoding == Some(sandbox_box::protocol::Encoding::Base64) {
+                if event.encoding == Some(sandbox_protocol::Encoding::Base64) {
                     run.base64_events += 1;
                 }
                 let bytes = event.output_bytes().unwrap();
@@ -294,6 +237,10 @@ fn socket_session_covers_the_whole_lifecycle() {
     assert_eq!(list[0]["name"], "lifecycle");
     assert_eq!(list[0]["backend"], "native");
     assert_eq!(list[0]["state"], "running");
+    // An exec whose `exit` was queued is gone for every later request, on any connection.
+    assert_eq!(list[0]["runningExecs"], 0, "{list}");
+    let elsewhere = d.client().call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(elsewhere[0]["runningExecs"], 0, "{elsewhere}");
 
     // Exec in a stopped box is refused; start brings it back.
     c.call(&req("box.stop", json!({"name": "lifecycle"})))
@@ -573,7 +520,7 @@ impl Stdio_ {
         loop {
             let f = self.frame();
             if f.is_reply() {
-                assert_eq!(f.id, Some(Some(sandbox_box::protocol::Id::Num(id))));
+                assert_eq!(f.id, Some(Some(sandbox_protocol::Id::Num(id))));
                 return (f, events);
             }
             events.push(f);
@@ -598,10 +545,7 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
         json!({"name": "shared", "workdir": env.work()}),
     );
     assert!(created.error.is_none(), "{created:?}");
-    assert_eq!(
-        events[0].state,
-        Some(sandbox_box::protocol::BoxState::Created)
-    );
+    assert_eq!(events[0].state, Some(sandbox_protocol::BoxState::Created));
     a.call("box.start", json!({"name": "shared"}));
     // B sees A's box and runs in it; the output goes to B, who started it.
     let (list, _) = b.call("box.list", json!({}));
@@ -755,8 +699,10 @@ fn a_closed_connection_stops_its_commands_but_not_the_boxes() {
     for pid in pids {
         assert!(wait_dead(pid, GONE), "pid {pid} outlived its connection");
     }
-    // The processes die before the daemon has reaped them and updated its books, so the count
-    // reaches zero a moment later; poll it rather than race it.
+    // Polled, because no ordering covers it: nobody gets an `exit` for a closed connection's
+    // commands, and a process looks dead from outside (even as a zombie) before the daemon
+    // has reaped it and can strike it off its books. Striking it off first would report "no
+    // commands" while one still runs, so the count follows the deaths, a moment later.
     let deadline = Instant::now() + GONE;
     loop {
         let list = d.client().call(&req("box.list", json!({}))).unwrap();
@@ -795,6 +741,46 @@ fn box_stop_reports_exits_before_its_reply() {
     assert!(saw_exit, "box.stop replied before the exit event");
     for pid in pids {
         assert!(!alive(pid), "pid {pid} still runs after box.stop replied");
+    }
+    let list = d.client().call(&req("box.list", json!({}))).unwrap();
+    assert_eq!(list[0]["runningExecs"], 0, "stopped, yet counted: {list}");
+    c.call(&req("box.remove", json!({"name": "stopme"})))
+        .unwrap();
+}
+
+/// The race CI once hit (`boxBusy` from a `box.remove` sent after the `exit` was read), made
+/// likely: several clients at once, each reading an exit and asking another connection about
+/// the box right away. Before the daemon queued `exit` and forgot the exec in one step, this
+/// found the exec still counted within a few dozen rounds.
+#[test]
+fn an_exec_whose_exit_was_read_is_gone_for_every_connection() {
+    let d = Daemon::start();
+    let clients: Vec<_> = (0..4)
+        .map(|t| {
+            let (work, paths) = (d.work(), d.paths());
+            std::thread::spawn(move || {
+                let mut c = Client::connect_authenticated(&paths, "runner").unwrap();
+                let mut other = Client::connect_authenticated(&paths, "watcher").unwrap();
+                let name = format!("race-{t}");
+                create(&mut c, &name, &work, json!({}));
+                for round in 0..150 {
+                    let id = exec(&mut c, &name, &["true"]);
+                    collect(&mut c, id);
+                    let list = other.call(&req("box.list", json!({}))).unwrap();
+                    let mine = list
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .find(|b| b["name"] == name.as_str())
+                        .unwrap();
+                    assert_eq!(mine["runningExecs"], 0, "round {round}: {mine}");
+                }
+                c.call(&req("box.remove", json!({"name": name}))).unwrap();
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
     }
 }
 
@@ -1078,21 +1064,17 @@ fn sandbox_run_gets_a_task_token_only_while_a_daemon_runs() {
             .status,
         200
     );
-    // Killing the run outright (no cleanup code runs) still ends the lease.
+    // Killing the run outright (no cleanup code runs) still ends the lease, at once: the
+    // kernel has closed the run's end of its connection by the time the run is reaped.
     long.kill().unwrap();
     long.wait().unwrap();
-    let deadline = Instant::now() + GONE;
-    while post_status(&hook_url(&d), &live, "working", None)
-        .unwrap()
-        .status
-        != 401
-    {
-        assert!(
-            Instant::now() < deadline,
-            "a killed run's token still works"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    assert_eq!(
+        post_status(&hook_url(&d), &live, "working", None)
+            .unwrap()
+            .status,
+        401,
+        "a killed run's token still works"
+    );
 }
 
 #[test]

@@ -23,7 +23,7 @@ pub fn run(args: HookArgs) -> anyhow::Result<i32> {
         );
     };
     let url = url.to_string_lossy();
-    let response = sandbox_box::hooks::client::post_status(
+    let response = sandbox_service::hooks::client::post_status(
         &url,
         &token.to_string_lossy(),
         &args.event,
@@ -48,7 +48,7 @@ pub struct HookLease {
     pub url: String,
     pub port: u16,
     pub token: String,
-    _connection: sandbox_box::Client,
+    _connection: sandbox_service::Client,
 }
 
 impl std::fmt::Debug for HookLease {
@@ -62,20 +62,20 @@ impl std::fmt::Debug for HookLease {
 }
 
 /// The running daemon's socket, if one is listening.
-fn daemon_paths(ctx: &crate::context::Context) -> Option<sandbox_box::RuntimePaths> {
-    let paths = sandbox_box::RuntimePaths::new(&ctx.dirs.runtime);
+fn daemon_paths(ctx: &crate::context::Context) -> Option<sandbox_service::RuntimePaths> {
+    let paths = sandbox_service::RuntimePaths::new(&ctx.dirs.runtime);
     paths.socket().exists().then_some(paths)
 }
 
 /// Asks the running daemon (if any) for a token that may post status for `task` only. No
 /// daemon, or any failure, means no hook: the run goes on without one.
 pub fn lease(ctx: &crate::context::Context, task: &str) -> Option<HookLease> {
-    use sandbox_box::protocol::{Request, TokenIssueParams};
+    use sandbox_protocol::{Request, TokenIssueParams};
     let paths = daemon_paths(ctx)?;
     let request = Request::TokenIssue(TokenIssueParams {
         task: wire_task_name(task),
     });
-    let result = sandbox_box::Client::connect_authenticated(&paths, "sandbox run")
+    let result = sandbox_service::Client::connect_authenticated(&paths, "sandbox run")
         .and_then(|mut client| client.call(&request).map(|reply| (client, reply)));
     match result {
         Ok((client, v)) => Some(HookLease {
@@ -93,9 +93,9 @@ pub fn lease(ctx: &crate::context::Context, task: &str) -> Option<HookLease> {
 
 /// The running daemon's hook port, without asking for a token (for showing a policy).
 pub fn daemon_hook_port(ctx: &crate::context::Context) -> Option<u16> {
-    use sandbox_box::protocol::{DescribeParams, Request};
+    use sandbox_protocol::{DescribeParams, Request};
     let paths = daemon_paths(ctx)?;
-    let mut client = sandbox_box::Client::connect(&paths.socket()).ok()?;
+    let mut client = sandbox_service::Client::connect(&paths.socket()).ok()?;
     let reply = client
         .call(&Request::Describe(DescribeParams::default()))
         .ok()?;

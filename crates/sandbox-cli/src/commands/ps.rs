@@ -1,9 +1,9 @@
 //! `sandbox ps`: the daemon's boxes.
 
 use clap::Args;
-use sandbox_box::boxes::BoxInfo;
-use sandbox_box::protocol::{NoParams, Request};
-use sandbox_box::{Client, ClientError, RuntimePaths};
+use sandbox_protocol::{NoParams, Request};
+use sandbox_service::registry::BoxInfo;
+use sandbox_service::{Client, ClientError, RuntimePaths};
 
 use crate::context::Context;
 

@@ -1,6 +1,6 @@
 //! `sandbox serve`: the daemon (under its supervisor), and `--stdio`, the single-client bridge.
 //!
-//! The mechanism is in `sandbox_box`; this file only turns the configuration into
+//! The mechanism is in `sandbox_service`; this file only turns the configuration into
 //! `DaemonOptions` and moves bytes for `--stdio`.
 
 use std::io::{Read, Write};
@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use crate::context::Context;
 use anyhow::{bail, Context as _};
 use clap::Args;
-use sandbox_box::protocol::{Incoming, PROTOCOL};
-use sandbox_box::{DaemonOptions, RuntimePaths};
+use sandbox_protocol::{Incoming, PROTOCOL};
+use sandbox_service::{DaemonOptions, RuntimePaths};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -41,7 +41,7 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
         return bridge(&paths);
     }
     if args.supervised {
-        sandbox_box::server::run(options(ctx, paths, args.tmp_root)?)?;
+        sandbox_service::daemon::run(options(ctx, paths, args.tmp_root)?)?;
         return Ok(0);
     }
     let exe = std::env::current_exe().context("locating the sandbox binary")?;
@@ -54,7 +54,7 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
     daemon
         .args(["serve", "--supervised", "--tmp-root"])
         .arg(tmp_root.path());
-    let code = sandbox_box::reaper::supervise(daemon).context("supervising the daemon")?;
+    let code = sandbox_service::reaper::supervise(daemon).context("supervising the daemon")?;
     // Every process is reaped by now, so nothing writes here any more: a daemon that was
     // SIGKILLed leaves no box TMPDIR behind.
     drop(tmp_root);

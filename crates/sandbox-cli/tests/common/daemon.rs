@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
-use sandbox_box::protocol::{decode_frame, Decoded, Frame, Incoming, Request};
-use sandbox_box::{Client, ClientError, RuntimePaths};
+use sandbox_protocol::{decode_frame, Decoded, Frame, Incoming, Request};
+use sandbox_service::{Client, ClientError, RuntimePaths};
 use serde_json::{json, Value};
 
 use super::Env;

@@ -15,35 +15,22 @@
 use std::cell::{Cell, RefCell};
 use std::time::Duration;
 
-use bytes::Bytes;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::io::AsyncWriteExt;
 use tokio::process::ChildStdin;
+use tokio::sync::mpsc::OwnedPermit;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use sandbox_exec::process_group::{self, signal_group};
-use sandbox_exec::{ExecError, ExitOutcome, Running, StreamKind};
-use sandbox_host::{Finished, PreparedCommand};
+use sandbox_exec::{ExecError, ExitOutcome, Running};
+use sandbox_host::PreparedCommand;
 use sandbox_policy::GitLayout;
 
-use crate::protocol::{ErrorCode, ExitEvent, RpcError};
+use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
 
-/// What a connection's writer sends, in order. Output stays raw bytes until the writer
-/// encodes it, so the exec thread only moves buffers.
-#[derive(Debug)]
-pub enum Outbound {
-    /// A finished JSON frame (a reply or an event without bytes), no newline.
-    Frame(Vec<u8>),
-    Output {
-        exec_id: u64,
-        stream: StreamKind,
-        data: Bytes,
-    },
-    /// The end of an exec: the writer flushes any held partial UTF-8 first.
-    Exit(ExitEvent),
-}
+use super::connection::Outbound;
 
 /// How far an exec has got.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -51,8 +38,19 @@ pub enum Phase {
     Running,
     /// The command and its process group are gone.
     Ended,
-    /// Its `exit` event is in the connection's queue (or the connection is gone).
+    /// Its `exit` event is in the connection's queue (or the connection is gone), and the
+    /// daemon has forgotten it: both happen in one step (see [`ExecEnd`]).
     Reported,
+}
+
+/// The end of an exec, handed back to the daemon to publish.
+pub struct ExecEnd {
+    pub exit: ExitEvent,
+    /// Room for `exit` in the connection's queue, reserved before any lock is taken; `None`
+    /// when the connection is gone (nobody to tell).
+    pub permit: Option<OwnedPermit<Outbound>>,
+    /// To be set to [`Phase::Reported`] in the same step that queues `exit`.
+    pub phase: watch::Sender<Phase>,
 }
 
 /// Requests from `exec.kill` / `box.stop`.
@@ -172,8 +170,9 @@ pub struct ExecCtx {
     pub phase: watch::Sender<Phase>,
     /// How long output is still forwarded after the command exited.
     pub drain: Duration,
-    /// Called once the exit event is queued: forget the exec.
-    pub done: Box<dyn FnOnce() + Send>,
+    /// Publishes the exec's end: queues its `exit` and forgets it, in one step. `None` when
+    /// the command could not be started (its error is the `box.exec` reply instead).
+    pub done: Box<dyn FnOnce(Option<ExecEnd>) + Send>,
 }
 
 /// Owns one command until its group is gone and its `exit` event is queued. Runs on the
@@ -268,11 +267,19 @@ pub async fn run_exec(mut running: Running, prepared: PreparedCommand, mut ctx: 
         tracing::info!(exec_id = ctx.exec_id, "{message}");
     }
     let _ = ctx.phase.send(Phase::Ended);
-    if !st.conn_gone {
-        let _ = out.send(Outbound::Exit(exit)).await;
-    }
-    let _ = ctx.phase.send(Phase::Reported);
-    (ctx.done)();
+    // Wait for room for the `exit` event here, holding no lock; the daemon then queues it and
+    // forgets the exec in one step: a request served after the `exit` is queued never finds
+    // the exec, and on this connection a reply that shows it gone always follows its `exit`.
+    let permit = if st.conn_gone {
+        None
+    } else {
+        out.reserve_owned().await.ok()
+    };
+    (ctx.done)(Some(ExecEnd {
+        exit,
+        permit,
+        phase: ctx.phase,
+    }));
 }
 
 struct LoopState {
@@ -385,7 +392,7 @@ fn exit_event(
     exec_id: u64,
     outcome: Result<ExitOutcome, ExecError>,
     cut_short: bool,
-    finished: &Finished,
+    finished: &sandbox_host::Finished,
 ) -> ExitEvent {
     let judged = outcome.as_ref().ok().map(|o| finished.exit_code(*o));
     let mut notes: Vec<String> = Vec::new();
@@ -447,27 +454,4 @@ fn exit_event(
     notes.extend(finished.warnings());
     event.error_message = (!notes.is_empty()).then(|| notes.join("; "));
     event
-}
-
-/// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).
-pub fn parse_signal(arg: &crate::protocol::SignalArg) -> Result<Signal, RpcError> {
-    use crate::protocol::SignalArg;
-    let bad = |what: String| {
-        RpcError::new(
-            ErrorCode::InvalidParams,
-            format!("signal {what} is not a signal"),
-        )
-    };
-    match arg {
-        SignalArg::Num(n) => Signal::try_from(*n).map_err(|_| bad(n.to_string())),
-        SignalArg::Name(name) => {
-            let upper = name.to_ascii_uppercase();
-            let full = if upper.starts_with("SIG") {
-                upper
-            } else {
-                format!("SIG{upper}")
-            };
-            full.parse::<Signal>().map_err(|_| bad(format!("{name:?}")))
-        }
-    }
 }

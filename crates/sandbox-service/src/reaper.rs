@@ -5,7 +5,7 @@
 //! 1. **Process groups.** Every command leads its own session and group; a finished, killed or
 //!    abandoned command takes its whole group with it ([`sandbox_exec::process_group`]).
 //! 2. **`PR_SET_PDEATHSIG`.** Commands are spawned from one thread that lives as long as the
-//!    daemon ([`crate::exec`]), so the kernel SIGKILLs each command's leader the moment the
+//!    daemon (`daemon/spawner.rs`), so the kernel SIGKILLs each command's leader the moment the
 //!    daemon dies, whatever killed it.
 //! 3. **The supervisor.** `sandbox serve` itself is a small parent process that runs the
 //!    daemon as its child and is a *child subreaper*. When the daemon dies, its orphaned

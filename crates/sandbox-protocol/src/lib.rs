@@ -1,5 +1,10 @@
-//! The JSONL control protocol: the envelope, every method's parameters, replies, events and
-//! errors, and the frame codec. `docs/protocol.md` is the reader's version of this module.
+//! The JSONL control protocol of the sandbox service: the envelope, every method's parameters,
+//! replies, events and errors, and the frame codec. `docs/protocol.md` is the reader's version
+//! of this crate.
+//!
+//! A crate of its own, without an async runtime or an HTTP stack, so that any client — a GUI,
+//! a script, the fuzz target — speaks the protocol without linking the daemon
+//! (`sandbox-service`). The codec is sans-IO ([`FrameDecoder`]); the daemon wraps it for Tokio.
 //!
 //! Parsing is strict on purpose: unknown methods and unknown fields are errors, never ignored,
 //! so a client that misspells `blockNet` learns it instead of getting an open network.
@@ -13,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-pub use frame::{BlockingFrameReader, Frame, FrameDecoder, FrameReader};
+pub use frame::{BlockingFrameReader, Frame, FrameDecoder};
 
 /// The wire version. A client may send it (`host.hello`, `host.describe`); any other value is
 /// refused with [`ErrorCode::UnsupportedProtocol`].

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use sandbox_host::{BackendKind, BackendSession};
 use sandbox_policy::Policy;
 
-use crate::protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
+use sandbox_protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
 
 /// The last status an agent posted through the hook endpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

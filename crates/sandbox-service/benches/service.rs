@@ -1,9 +1,9 @@
 //! Service protocol benchmark: request round trip and output-event throughput, each against a
 //! baseline measured in the same run.
 //!
-//! `cargo bench -p sandbox-box --bench service`
+//! `cargo bench -p sandbox-service --bench service`
 //!
-//! The daemon runs in this process (on its own threads, exactly `server::run`), and the
+//! The daemon runs in this process (on its own threads, exactly `daemon::run`), and the
 //! benchmark talks to it through its real Unix socket with the blocking [`Client`].
 //!
 //! * round trip: `box.list` on an empty registry, sequentially; baseline: one JSON line
@@ -17,10 +17,10 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_box::protocol::{decode_frame, Decoded, Frame, Request};
-use sandbox_box::server::{self, DaemonOptions};
-use sandbox_box::{Client, RuntimePaths};
 use sandbox_host::assembly::Defaults;
+use sandbox_protocol::{decode_frame, Decoded, Frame, Request};
+use sandbox_service::daemon::{self, DaemonOptions};
+use sandbox_service::{Client, RuntimePaths};
 use serde_json::{json, Value};
 
 fn req(method: &str, params: Value) -> Request {
@@ -52,7 +52,7 @@ fn main() {
         backend: Default::default(),
         box_tmp_root: Some(dir.path().to_path_buf()),
     };
-    std::thread::spawn(move || server::run(opts).unwrap());
+    std::thread::spawn(move || daemon::run(opts).unwrap());
     let mut client = loop {
         match Client::connect_authenticated(&paths, "bench") {
             Ok(c) => break c,

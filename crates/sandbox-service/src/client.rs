@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::protocol::{
+use crate::runtime::{RuntimeError, RuntimePaths};
+use sandbox_protocol::{
     BlockingFrameReader, Frame, HelloParams, Id, Incoming, Request, RpcError, MAX_FRAME_BYTES,
     PROTOCOL,
 };
-use crate::runtime::{RuntimeError, RuntimePaths};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

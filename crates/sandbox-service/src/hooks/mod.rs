@@ -24,8 +24,8 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::boxes::{self, AgentStatus};
-use crate::server::State;
+use crate::daemon::State;
+use crate::registry::{self, AgentStatus};
 use crate::token::Scope;
 
 /// Largest accepted hook body.
@@ -145,7 +145,7 @@ async fn route(state: &State, req: Request<Body>) -> Response<Full<Bytes>> {
             return reply(
                 StatusCode::OK,
                 json!({
-                    "protocol": crate::protocol::PROTOCOL,
+                    "protocol": sandbox_protocol::PROTOCOL,
                     "pid": std::process::id(),
                     "boxes": boxes,
                     "tasks": tasks,
@@ -232,7 +232,7 @@ async fn post_hook(state: &State, scope: Scope, req: Request<Body>) -> Response<
     let status = AgentStatus {
         event: body.event,
         message: body.message,
-        at_ms: boxes::now_ms(),
+        at_ms: registry::now_ms(),
     };
     match &target {
         Scope::Box(name) => {

@@ -1,13 +1,11 @@
 //! Newline-delimited frames with a hard size bound.
 //!
 //! [`FrameDecoder`] is a sans-IO state machine: it is fed bytes and yields frames, so the
-//! fuzz target and the property tests drive exactly the code the daemon runs. A frame longer
-//! than the limit is *discarded while it streams past* — its bytes are counted, never kept —
-//! and reported as [`Frame::TooLarge`] once its newline arrives, so a peer sending an endless
-//! line costs the daemon at most `max_frame` bytes of memory and still gets an answer.
-
-use bytes::{Buf, BytesMut};
-use tokio::io::{AsyncRead, AsyncReadExt};
+//! fuzz target and the property tests drive exactly the code the daemon runs (the daemon's
+//! async reader, in `sandbox-service`, only feeds it). A frame longer than the limit is
+//! *discarded while it streams past* — its bytes are counted, never kept — and reported as
+//! [`Frame::TooLarge`] once its newline arrives, so a peer sending an endless line costs the
+//! daemon at most `max_frame` bytes of memory and still gets an answer.
 
 /// One decoded unit of input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,53 +98,11 @@ impl FrameDecoder {
     }
 }
 
-/// Reads frames from an async byte stream with a [`FrameDecoder`].
-pub struct FrameReader<R> {
-    inner: R,
-    decoder: FrameDecoder,
-    buf: BytesMut,
-    eof: bool,
-}
-
+/// How much the reader asks its source for at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
-impl<R: AsyncRead + Unpin> FrameReader<R> {
-    pub fn new(inner: R, max_frame: usize) -> Self {
-        FrameReader {
-            inner,
-            decoder: FrameDecoder::new(max_frame),
-            buf: BytesMut::with_capacity(READ_CHUNK),
-            eof: false,
-        }
-    }
-
-    pub fn get_ref(&self) -> &R {
-        &self.inner
-    }
-
-    /// The next frame; `None` at the end of the stream. Cancel-safe: bytes already read stay
-    /// buffered for the next call.
-    pub async fn next(&mut self) -> std::io::Result<Option<Frame>> {
-        loop {
-            if !self.buf.is_empty() {
-                let (used, frame) = self.decoder.decode(&self.buf);
-                self.buf.advance(used);
-                if frame.is_some() {
-                    return Ok(frame);
-                }
-            }
-            if self.eof {
-                return Ok(self.decoder.finish());
-            }
-            self.buf.reserve(READ_CHUNK);
-            if self.inner.read_buf(&mut self.buf).await? == 0 {
-                self.eof = true;
-            }
-        }
-    }
-}
-
-/// The same over a blocking reader (the client and the `--stdio` bridge).
+/// Reads frames from a blocking reader with a [`FrameDecoder`] (the client and the `--stdio`
+/// bridge).
 pub struct BlockingFrameReader<R> {
     inner: R,
     decoder: FrameDecoder,

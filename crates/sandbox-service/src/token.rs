@@ -51,10 +51,22 @@ pub fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && bool::from(a.as_bytes().ct_eq(b.as_bytes()))
 }
 
+/// What a leased token holds on to: the token is valid only while the lease lasts.
+pub trait Lease: Send + Sync {
+    /// True once the lease is over (checked every time the token is used).
+    fn ended(&self) -> bool;
+}
+
+struct Scoped {
+    token: String,
+    scope: Scope,
+    lease: Option<Box<dyn Lease>>,
+}
+
 /// The daemon's tokens.
 pub struct TokenStore {
     host: String,
-    scoped: Mutex<Vec<(String, Scope)>>,
+    scoped: Mutex<Vec<Scoped>>,
 }
 
 impl TokenStore {
@@ -71,12 +83,31 @@ impl TokenStore {
 
     /// Issues a token for `scope` (never `Host`).
     pub fn issue(&self, scope: Scope) -> Result<String, std::io::Error> {
+        self.issue_with(scope, None)
+    }
+
+    /// Issues a token for `scope` that stops working when `lease` ends, even before it is
+    /// revoked.
+    pub fn issue_leased(
+        &self,
+        scope: Scope,
+        lease: Box<dyn Lease>,
+    ) -> Result<String, std::io::Error> {
+        self.issue_with(scope, Some(lease))
+    }
+
+    fn issue_with(
+        &self,
+        scope: Scope,
+        lease: Option<Box<dyn Lease>>,
+    ) -> Result<String, std::io::Error> {
         debug_assert!(scope != Scope::Host);
         let token = generate("sbx-sandbox-")?;
-        self.scoped
-            .lock()
-            .expect("token lock")
-            .push((token.clone(), scope));
+        self.scoped.lock().expect("token lock").push(Scoped {
+            token: token.clone(),
+            scope,
+            lease,
+        });
         Ok(token)
     }
 
@@ -85,7 +116,7 @@ impl TokenStore {
         self.scoped
             .lock()
             .expect("token lock")
-            .retain(|(_, s)| s != scope);
+            .retain(|t| t.scope != *scope);
     }
 
     /// Forgets one token (a task whose lease ended).
@@ -93,22 +124,28 @@ impl TokenStore {
         self.scoped
             .lock()
             .expect("token lock")
-            .retain(|(t, _)| !same(t, token));
+            .retain(|t| !same(&t.token, token));
     }
 
-    /// The scope of `token`, if it is one of ours. Every stored token is compared, so the
-    /// time taken does not depend on which one matched.
+    /// The scope of `token`, if it is one of ours and its lease (if any) lasts. Every stored
+    /// token is compared, so the time taken does not depend on which one matched.
     pub fn scope_of(&self, token: &str) -> Option<Scope> {
         let mut found = None;
         if same(token, &self.host) {
             found = Some(Scope::Host);
         }
-        for (t, s) in self.scoped.lock().expect("token lock").iter() {
-            if same(token, t) && found.is_none() {
-                found = Some(s.clone());
+        let mut matched = None;
+        let scoped = self.scoped.lock().expect("token lock");
+        for t in scoped.iter() {
+            if same(token, &t.token) && found.is_none() && matched.is_none() {
+                matched = Some(t);
             }
         }
-        found
+        match matched {
+            Some(t) if t.lease.as_ref().is_some_and(|l| l.ended()) => None,
+            Some(t) => Some(t.scope.clone()),
+            None => found,
+        }
     }
 }
 
@@ -139,6 +176,28 @@ mod tests {
         store.revoke_token(&t1);
         assert_eq!(store.scope_of(&t1), None);
         assert_eq!(store.scope_of(&t2), Some(Scope::Task("t".into())));
+    }
+
+    #[test]
+    fn a_leased_token_ends_with_its_lease() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        struct Flag(Arc<AtomicBool>);
+        impl Lease for Flag {
+            fn ended(&self) -> bool {
+                self.0.load(Ordering::SeqCst)
+            }
+        }
+        let store = TokenStore::new().unwrap();
+        let over = Arc::new(AtomicBool::new(false));
+        let t = store
+            .issue_leased(Scope::Task("t".into()), Box::new(Flag(over.clone())))
+            .unwrap();
+        assert_eq!(store.scope_of(&t), Some(Scope::Task("t".into())));
+        over.store(true, Ordering::SeqCst);
+        assert_eq!(store.scope_of(&t), None, "the lease ended, not yet revoked");
+        store.revoke_token(&t);
+        assert_eq!(store.scope_of(&t), None);
     }
 
     #[test]

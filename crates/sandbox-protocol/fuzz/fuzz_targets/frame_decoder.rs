@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sandbox_box::protocol::{decode_frame, Decoded, FrameDecoder};
+use sandbox_protocol::{decode_frame, Decoded, FrameDecoder};
 
 fuzz_target!(|data: &[u8]| {
     // The first byte picks a small limit so over-long frames are common; the second, how the

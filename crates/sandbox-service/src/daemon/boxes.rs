@@ -1,0 +1,361 @@
+//! The box methods: a box is created with a fixed policy, started, stopped (its commands
+//! killed, their ends reported) and removed. The registry itself is `crate::registry`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_host::assembly::{self, Defaults, Request as PolicyAsk, TmpdirRequest};
+use sandbox_host::backend::{self, BackendKind, BackendOptions, LogProgress};
+use sandbox_host::HostError;
+use sandbox_protocol::{
+    encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,
+};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, watch};
+
+use super::connection::{Conn, Outbound};
+use super::exec::{denied, refuse_host_token};
+use super::spawner::{Control, Phase};
+use super::{invalid, unavailable, State};
+use crate::registry::{self, BoxEntry};
+use crate::token::Scope;
+
+pub(super) async fn box_create(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    mut p: BoxCreateParams,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    registry::validate_name("box name", &p.name)?;
+    let kind = BackendKind::parse_usable(p.backend.as_deref().unwrap_or("native"))
+        .map_err(|e| unavailable(e.to_string()))?;
+    p.backend = Some(kind.as_str().to_string());
+    let Some(workdir) = &p.workdir else {
+        return Err(invalid(format!(
+            "box.create: workdir is required for the {kind} backend (the task's worktree)"
+        )));
+    };
+    let workdir = std::fs::canonicalize(workdir)
+        .map_err(|e| invalid(format!("workdir {}: {e}", workdir.display())))?;
+    p.workdir = Some(workdir.clone());
+
+    refuse_host_token(state, &p.env)?;
+    if let Some(reused) = reuse(state, &p)? {
+        return Ok(reused);
+    }
+
+    // The one policy assembly `sandbox run` uses: the trusted defaults, this box's grants,
+    // and the hook endpoint kept reachable under a network block.
+    let defaults = Defaults {
+        hook_port: Some(state.hook_port),
+        ..state.opts.defaults.clone()
+    };
+    let assembled = assembly::assemble(
+        &defaults,
+        PolicyAsk {
+            workdir,
+            cwd: None,
+            allow_read: p.allow_read.clone(),
+            allow_write: p.allow_write.clone(),
+            env: p.env.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+            block_net: p.block_net,
+            allow_ports: p.allow_ports.clone(),
+            allow_domains: p.allow_domains.clone(),
+            timeout: p.timeout_ms.map(Duration::from_millis),
+            unprotected_git: p.unprotected_git,
+            tmpdir: Some(TmpdirRequest {
+                prefix: format!("sandbox-box-{}-", p.name),
+                root: state.opts.box_tmp_root.clone(),
+            }),
+        },
+    )
+    .map_err(|e| match e {
+        HostError::Tmpdir { .. } => RpcError::new(ErrorCode::Internal, e.to_string()),
+        other => invalid(format!("box {}: {other}", p.name)),
+    })?;
+    let policy = assembled.policy;
+    // Prepared now, through the seam, so that a box whose boundary cannot be set up (or
+    // whose grants reach the daemon's own state) is refused at creation, loudly; every
+    // `box.exec` then runs in this session.
+    let session = backend::prepare(
+        kind,
+        &policy,
+        &BackendOptions {
+            allow_degraded: p.allow_degraded,
+            ..state.opts.backend.clone()
+        },
+        &LogProgress,
+    )
+    .map_err(|e| match e {
+        HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
+        other => unavailable(format!("box {}: {other}", p.name)),
+    })?;
+    let enforcement = session.enforcement().clone();
+
+    let id = crate::token::generate("")
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
+        .to_string();
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        if boxes.contains(&p.name) {
+            drop(boxes);
+            // Created concurrently under the same name: the same rules as above, and the
+            // other creation has registered it by now (under this same lock).
+            return reuse(state, &p)?.ok_or_else(|| {
+                RpcError::new(
+                    ErrorCode::Internal,
+                    format!(
+                        "box {:?} was created and removed by other requests while this one \
+                         prepared it; send box.create again",
+                        p.name
+                    ),
+                )
+            });
+        }
+        let token = state
+            .tokens
+            .issue(Scope::Box(p.name.clone()))
+            .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+        boxes.insert(BoxEntry {
+            id: id.clone(),
+            name: p.name.clone(),
+            kind,
+            allow_degraded: p.allow_degraded,
+            params: p.clone(),
+            policy,
+            session,
+            state: BoxState::Created,
+            token,
+            created_at_ms: registry::now_ms(),
+            execs: Default::default(),
+            last_status: None,
+            tmpdir: assembled.tmpdir,
+        });
+    }
+    let elapsed = started.elapsed();
+    announce(
+        state,
+        Some(conn),
+        &id,
+        &p.name,
+        BoxState::Created,
+        Some(elapsed),
+    )
+    .await;
+    Ok(json!({
+        "boxId": id,
+        "name": p.name,
+        "backend": kind.as_str(),
+        "created": true,
+        "state": BoxState::Created,
+        "elapsedMs": elapsed.as_millis() as u64,
+        "enforcement": enforcement,
+    }))
+}
+
+/// A box of this name exists: reuse it if it was created with the same parameters, refuse
+/// otherwise (silently handing out a box with another policy would be a surprise).
+fn reuse(state: &State, p: &BoxCreateParams) -> Result<Option<Value>, RpcError> {
+    let boxes = state.boxes.lock().expect("boxes lock");
+    let Ok(existing) = boxes.get(&p.name) else {
+        return Ok(None);
+    };
+    if existing.params != *p {
+        return Err(RpcError::new(
+            ErrorCode::BoxExists,
+            format!(
+                "a box named {:?} exists with other settings; box.remove it first or use \
+                 another name",
+                p.name
+            ),
+        )
+        .with_data(json!({ "existing": existing.params })));
+    }
+    Ok(Some(json!({
+        "boxId": existing.id,
+        "name": existing.name,
+        "backend": existing.kind.as_str(),
+        "created": false,
+        "state": existing.state,
+        "elapsedMs": 0,
+    })))
+}
+
+pub(super) async fn box_start(state: &State, conn: &Conn, name: &str) -> Result<Value, RpcError> {
+    let (id, changed) = {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get_mut(name)?;
+        let changed = match entry.state {
+            BoxState::Created | BoxState::Stopped => {
+                entry.state = BoxState::Running;
+                true
+            }
+            BoxState::Running => false,
+            other => {
+                return Err(RpcError::new(
+                    ErrorCode::BoxState,
+                    format!("box {name:?} is {}; wait for it to settle", other.as_str()),
+                ))
+            }
+        };
+        (entry.id.clone(), changed)
+    };
+    if changed {
+        // Native boxes have nothing to boot: the boundary is applied per command.
+        announce(
+            state,
+            Some(conn),
+            &id,
+            name,
+            BoxState::Running,
+            Some(Duration::ZERO),
+        )
+        .await;
+    }
+    Ok(json!({ "boxId": id, "bootMs": 0, "state": BoxState::Running }))
+}
+
+/// `box.stop`; see [`stop_box`] for what it waits for.
+pub(super) async fn box_stop(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+    force: bool,
+) -> Result<Value, RpcError> {
+    stop_box(state, name, force, Some(conn)).await?;
+    Ok(json!({ "ok": true }))
+}
+
+/// Stops every command of a box and waits: for the requesting connection's own commands
+/// until their `exit` events are queued (so they precede the reply), for the others until
+/// their process groups are gone.
+pub(super) async fn stop_box(
+    state: &Arc<State>,
+    name: &str,
+    force: bool,
+    conn: Option<&Arc<Conn>>,
+) -> Result<(), RpcError> {
+    let id = {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get_mut(name)?;
+        if entry.state == BoxState::Stopped {
+            return Ok(());
+        }
+        entry.state = BoxState::Stopping;
+        entry.id.clone()
+    };
+    announce(
+        state,
+        conn.map(|c| &**c),
+        &id,
+        name,
+        BoxState::Stopping,
+        None,
+    )
+    .await;
+    let waits: Vec<(mpsc::Sender<Control>, watch::Receiver<Phase>, bool)> = {
+        let execs = state.execs.lock().expect("execs lock");
+        execs
+            .values()
+            .filter(|h| h.box_name == name)
+            .map(|h| {
+                let own = conn.is_some_and(|c| c.id == h.conn);
+                (h.control.clone(), h.phase.clone(), own)
+            })
+            .collect()
+    };
+    let control = if force {
+        Control::Signal(nix::sys::signal::Signal::SIGKILL)
+    } else {
+        Control::Terminate {
+            grace: state.opts.kill_grace,
+        }
+    };
+    for (tx, _, _) in &waits {
+        let _ = tx.send(control).await;
+    }
+    for (_, mut phase, own) in waits {
+        let want = if own { Phase::Reported } else { Phase::Ended };
+        let _ = phase.wait_for(|p| *p >= want).await;
+    }
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        if let Ok(entry) = boxes.get_mut(name) {
+            entry.state = BoxState::Stopped;
+        }
+    }
+    announce(
+        state,
+        conn.map(|c| &**c),
+        &id,
+        name,
+        BoxState::Stopped,
+        None,
+    )
+    .await;
+    Ok(())
+}
+
+pub(super) async fn box_remove(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+    force: bool,
+) -> Result<Value, RpcError> {
+    let busy = state
+        .boxes
+        .lock()
+        .expect("boxes lock")
+        .get(name)?
+        .execs
+        .len();
+    if busy > 0 && !force {
+        return Err(RpcError::new(
+            ErrorCode::BoxBusy,
+            format!("box {name:?} still runs {busy} command(s); box.stop it or pass force: true"),
+        ));
+    }
+    stop_box(state, name, false, Some(conn)).await?;
+    let entry = state.boxes.lock().expect("boxes lock").remove(name);
+    let Some(entry) = entry else {
+        return Err(RpcError::new(
+            ErrorCode::NoSuchBox,
+            format!("box {name:?} was removed meanwhile"),
+        ));
+    };
+    state.tokens.revoke(&Scope::Box(name.to_string()));
+    announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
+    drop(entry); // removes its TMPDIR
+    Ok(json!({ "ok": true }))
+}
+
+/// `box.list`: every box, whoever created it.
+pub(super) fn box_list(state: &State) -> Value {
+    let list = state.boxes.lock().expect("boxes lock").list();
+    serde_json::to_value(list).expect("box info serialises")
+}
+
+/// Emits a `boxState` event: first to the requesting connection (waiting for room, so it
+/// precedes the reply), then to every other connection without waiting.
+pub(super) async fn announce(
+    state: &State,
+    conn: Option<&Conn>,
+    entry_id: &str,
+    name: &str,
+    st: BoxState,
+    elapsed: Option<Duration>,
+) {
+    let frame = encode_event(
+        "boxState",
+        &BoxStateEvent {
+            box_id: entry_id.to_string(),
+            name: name.to_string(),
+            state: st,
+            elapsed_ms: elapsed.map(|d| d.as_millis() as u64),
+        },
+    );
+    if let Some(conn) = conn {
+        let _ = conn.out.send(Outbound::Frame(frame.clone())).await;
+    }
+    state.broadcast(&frame, conn.map(|c| c.id));
+}

@@ -1,0 +1,390 @@
+//! The exec methods: `box.exec` checks and starts a command in a box, `exec.stdin` and
+//! `exec.kill` reach a running one, and an exec that ends is reported and forgotten here, in
+//! one step ([`forget_exec`]).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use sandbox_exec::{
+    CommandPolicy, CommandRequest, CommandSpec, OutputLimits, OutputMode, SpawnOptions, StdinMode,
+    WorkspaceGuard,
+};
+use sandbox_host::assembly::{self, CommandIdentity};
+use sandbox_host::HostError;
+use sandbox_protocol::{
+    self as protocol, BoxExecParams, BoxState, ErrorCode, ExecKillParams, RpcError, SignalArg,
+};
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::connection::{Conn, Outbound};
+use super::dispatch::After;
+use super::spawner::{self, Control, ExecCtx, ExecEnd, Phase, StdinMsg};
+use super::{invalid, unavailable, State};
+use crate::registry::BoxEntry;
+
+/// `exec.stdin` writes one exec may have queued before further ones get `stdinBusy`.
+const STDIN_QUEUE: usize = 16;
+/// After the command exits, output is still forwarded this long (a descendant may hold the
+/// pipe; it is killed with the group, but one that left the group could keep it open).
+const DRAIN: Duration = Duration::from_millis(500);
+
+/// A running exec as the dispatcher sees it.
+pub(super) struct ExecHandle {
+    pub(super) box_name: String,
+    pub(super) conn: u64,
+    pub(super) control: mpsc::Sender<Control>,
+    pub(super) stdin: Option<mpsc::Sender<StdinMsg>>,
+    pub(super) phase: watch::Receiver<Phase>,
+}
+
+pub(super) async fn box_exec(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    p: BoxExecParams,
+    after: &mut After,
+) -> Result<Value, RpcError> {
+    let started = Instant::now();
+    if p.interactive {
+        return Err(invalid(
+            "box.exec: interactive (pty) execs are not offered by this daemon; use `sandbox \
+             shell` for an interactive shell",
+        ));
+    }
+    let (box_id, kind, policy, token, session) = {
+        let boxes = state.boxes.lock().expect("boxes lock");
+        let entry = boxes.get(&p.name)?;
+        running(entry)?;
+        (
+            entry.id.clone(),
+            entry.kind,
+            entry.policy.clone(),
+            entry.token.clone(),
+            entry.session.clone(),
+        )
+    };
+
+    // The working directory must resolve (symlinks and `..` on the real filesystem) inside
+    // the workspace or a granted path.
+    let mut guard = WorkspaceGuard::new(&policy.workspace.root)
+        .map_err(|e| denied(e.to_string()))?
+        .check_args(false);
+    for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
+        guard = guard
+            .allow_root(&grant.path)
+            .map_err(|e| denied(e.to_string()))?;
+    }
+    let cwd = match &p.working_dir {
+        Some(dir) => guard
+            .check_path(&policy.workspace.cwd, dir)
+            .map_err(|e| denied(e.to_string()))?,
+        None => policy.workspace.cwd.clone(),
+    };
+    let argv = std::iter::once(p.command.clone())
+        .chain(p.args.iter().cloned())
+        .map(Into::into)
+        .collect();
+    let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &cwd)
+        .map_err(|e| invalid(format!("box.exec: {e}")))?;
+    refuse_host_token(state, &p.env)?;
+    let extra: Vec<(String, String)> = p.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+    // The one environment assembly `sandbox run` uses too.
+    spec.env = assembly::command_env(
+        &policy,
+        kind,
+        &CommandIdentity {
+            task: p.name.clone(),
+            box_name: Some(p.name.clone()),
+            hook: Some((state.hook_url(), token)),
+        },
+        &extra,
+        std::env::vars_os(),
+    )
+    .map_err(|e| invalid(e.to_string()))?;
+    spec.timeout = p
+        .timeout_ms
+        .map(Duration::from_millis)
+        .or(policy.limits.timeout);
+    // Armed in the box's backend session, prepared once at box.create.
+    let prepared = session.command(spec).map_err(|e| match e {
+        HostError::Command(e) => spawn_failed(&e),
+        other => unavailable(other.to_string()),
+    })?;
+    guard
+        .admit(&prepared.spec)
+        .map_err(|e| denied(e.to_string()))?;
+
+    let exec_id = state.next_id();
+    let (control_tx, control_rx) = mpsc::channel(8);
+    let (stdin_tx, stdin_rx) = if p.stdin {
+        let (tx, rx) = mpsc::channel(STDIN_QUEUE);
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let (phase_tx, phase_rx) = watch::channel(Phase::Running);
+    let (go_tx, go_rx) = oneshot::channel::<()>();
+    // Registered before the command starts, so that its end (which unregisters it) can never
+    // come first; in the box and in the exec table in one step, as `forget_exec` undoes it.
+    // The box is checked again under the lock: a `box.stop` that set it stopping while this
+    // command was being prepared has already listed the commands it waits for, and a box
+    // removed and created anew under the name has another policy.
+    {
+        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut execs = state.execs.lock().expect("execs lock");
+        let entry = boxes.get_mut(&p.name)?;
+        if entry.id != box_id {
+            return Err(RpcError::new(
+                ErrorCode::NoSuchBox,
+                format!("box {:?} was removed meanwhile", p.name),
+            ));
+        }
+        running(entry)?;
+        entry.execs.insert(exec_id);
+        execs.insert(
+            exec_id,
+            ExecHandle {
+                box_name: p.name.clone(),
+                conn: conn.id,
+                control: control_tx,
+                stdin: stdin_tx,
+                phase: phase_rx,
+            },
+        );
+        conn.execs.send_modify(|n| *n += 1);
+    }
+    let done: Box<dyn FnOnce(Option<ExecEnd>) + Send> = {
+        let state = state.clone();
+        let conn = conn.clone();
+        let box_name = p.name.clone();
+        Box::new(move |finished| forget_exec(&state, &conn, &box_name, exec_id, finished))
+    };
+    let options = SpawnOptions {
+        stdin: if p.stdin {
+            StdinMode::Piped
+        } else {
+            StdinMode::Null
+        },
+        output: OutputMode::Capture(OutputLimits::default()),
+        // The backend's own child setup is attached by `PreparedCommand::spawn`.
+        setup: None,
+        policy: Some(Arc::new(guard) as Arc<dyn CommandPolicy>),
+        kill_grace: state.opts.kill_grace,
+        drain_timeout: DRAIN,
+        // Safe here: the spawner thread lives as long as the daemon.
+        die_with_parent: true,
+    };
+    let ctx = ExecCtx {
+        exec_id,
+        out: conn.out.clone(),
+        control: control_rx,
+        stdin: stdin_rx,
+        phase: phase_tx,
+        drain: DRAIN,
+        done,
+    };
+    let spawned = state
+        .executor
+        .run(move || match prepared.spawn(options) {
+            Ok(running) => {
+                let pid = running.pid().as_raw();
+                spawner::note_started();
+                tokio::spawn(async move {
+                    // The reply carrying the execId goes out before any of its events.
+                    let _ = go_rx.await;
+                    // The prepared command (nono's manifest and start marker) lives until
+                    // the seam finishes it, after every process of the command is gone.
+                    spawner::run_exec(running, prepared, ctx).await;
+                });
+                Ok(pid)
+            }
+            Err(e) => {
+                (ctx.done)(None);
+                // Nothing started; the seam still releases what it prepared.
+                drop(prepared.finish(None));
+                Err(e)
+            }
+        })
+        .await;
+    let pid = match spawned {
+        Ok(Ok(pid)) => pid,
+        Ok(Err(e)) => return Err(spawn_failed(&e)),
+        Err(e) => {
+            forget_exec(state, conn, &p.name, exec_id, None);
+            return Err(e);
+        }
+    };
+    *after = Some(Box::new(move || {
+        let _ = go_tx.send(());
+    }));
+    Ok(json!({
+        "execId": exec_id,
+        "pid": pid,
+        "launchMs": started.elapsed().as_millis() as u64,
+    }))
+}
+
+/// Only a running box takes commands.
+fn running(entry: &BoxEntry) -> Result<(), RpcError> {
+    if entry.state == BoxState::Running {
+        return Ok(());
+    }
+    Err(RpcError::new(
+        ErrorCode::BoxState,
+        format!(
+            "box {:?} is {}; box.start it first",
+            entry.name,
+            entry.state.as_str()
+        ),
+    ))
+}
+
+/// Forgets an exec: takes it out of its box and the exec table and off its connection's
+/// count. For an exec that ran, `finished` also queues its `exit` event (into room reserved
+/// beforehand, so nothing waits here) and marks it [`Phase::Reported`].
+///
+/// All of it happens under the registry and exec-table locks, which is the ordering guarantee
+/// of `docs/protocol.md`: once an exec's `exit` is queued, every request served afterwards, on
+/// any connection, finds the exec gone — `box.list`'s `runningExecs`, `box.remove`'s busy
+/// check, `box.stop`, `exec.kill` and `exec.stdin` all read these two tables under their locks.
+fn forget_exec(
+    state: &State,
+    conn: &Conn,
+    box_name: &str,
+    exec_id: u64,
+    finished: Option<ExecEnd>,
+) {
+    let mut boxes = state.boxes.lock().expect("boxes lock");
+    let mut execs = state.execs.lock().expect("execs lock");
+    let phase = finished.map(
+        |ExecEnd {
+             exit,
+             permit,
+             phase,
+         }| {
+            if let Some(permit) = permit {
+                permit.send(Outbound::Exit(exit));
+            }
+            phase
+        },
+    );
+    if let Ok(entry) = boxes.get_mut(box_name) {
+        entry.execs.remove(&exec_id);
+    }
+    if execs.remove(&exec_id).is_some() {
+        conn.execs.send_modify(|n| *n = n.saturating_sub(1));
+    }
+    if let Some(phase) = phase {
+        let _ = phase.send(Phase::Reported);
+    }
+}
+
+pub(super) async fn exec_kill(state: &State, p: ExecKillParams) -> Result<Value, RpcError> {
+    let control = match &p.signal {
+        Some(sig) => Control::Signal(parse_signal(sig)?),
+        None => Control::Terminate {
+            grace: state.opts.kill_grace,
+        },
+    };
+    let tx = {
+        let execs = state.execs.lock().expect("execs lock");
+        execs
+            .get(&p.exec_id)
+            .ok_or_else(|| no_such_exec(p.exec_id))?
+            .control
+            .clone()
+    };
+    // An exec that already ended has closed its control channel: that is fine.
+    let _ = tx.send(control).await;
+    Ok(json!({ "ok": true }))
+}
+
+pub(super) fn queue_stdin(
+    state: &State,
+    p: protocol::ExecStdinParams,
+) -> Result<oneshot::Receiver<Result<(), RpcError>>, RpcError> {
+    let data = protocol::decode_data(&p.data, p.encoding)?;
+    let execs = state.execs.lock().expect("execs lock");
+    let handle = execs
+        .get(&p.exec_id)
+        .ok_or_else(|| no_such_exec(p.exec_id))?;
+    let Some(tx) = &handle.stdin else {
+        return Err(RpcError::new(
+            ErrorCode::StdinClosed,
+            format!("exec {} was started with stdin: false", p.exec_id),
+        ));
+    };
+    let (reply, rx) = oneshot::channel();
+    match tx.try_send(StdinMsg {
+        data,
+        close: p.close,
+        reply,
+    }) {
+        Ok(()) => Ok(rx),
+        Err(mpsc::error::TrySendError::Full(_)) => Err(RpcError::new(
+            ErrorCode::StdinBusy,
+            format!(
+                "exec {}: {STDIN_QUEUE} earlier exec.stdin writes are still queued (the command \
+                 is not reading); wait for their replies before sending more",
+                p.exec_id
+            ),
+        )),
+        Err(mpsc::error::TrySendError::Closed(_)) => Err(RpcError::new(
+            ErrorCode::StdinClosed,
+            format!("exec {}: stdin is closed", p.exec_id),
+        )),
+    }
+}
+
+fn no_such_exec(id: u64) -> RpcError {
+    RpcError::new(
+        ErrorCode::NoSuchExec,
+        format!("no running exec {id} (it may have finished: see its exit event)"),
+    )
+}
+
+/// The host token never enters a sandbox, whichever way a client tries to pass it.
+pub(super) fn refuse_host_token(
+    state: &State,
+    env: &std::collections::BTreeMap<String, String>,
+) -> Result<(), RpcError> {
+    if env
+        .values()
+        .any(|value| crate::token::same(value, state.tokens.host()))
+    {
+        return Err(denied("the host token never enters a sandbox"));
+    }
+    Ok(())
+}
+
+pub(super) fn denied(message: impl Into<String>) -> RpcError {
+    RpcError::new(ErrorCode::Denied, message)
+}
+
+fn spawn_failed(e: &sandbox_exec::ExecError) -> RpcError {
+    RpcError::new(ErrorCode::SpawnFailed, e.to_string())
+        .with_data(json!({ "exitCode": e.exit_code() }))
+}
+
+/// Parses a signal given by number or name (`9`, `"KILL"`, `"SIGKILL"`).
+fn parse_signal(arg: &SignalArg) -> Result<Signal, RpcError> {
+    let bad = |what: String| {
+        RpcError::new(
+            ErrorCode::InvalidParams,
+            format!("signal {what} is not a signal"),
+        )
+    };
+    match arg {
+        SignalArg::Num(n) => Signal::try_from(*n).map_err(|_| bad(n.to_string())),
+        SignalArg::Name(name) => {
+            let upper = name.to_ascii_uppercase();
+            let full = if upper.starts_with("SIG") {
+                upper
+            } else {
+                format!("SIG{upper}")
+            };
+            full.parse::<Signal>().map_err(|_| bad(format!("{name:?}")))
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! Starting and stopping the daemon: one per user (a lock file decides), both listeners bound
+//! before it says it is listening, and an orderly stop that ends every command first.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sandbox_protocol::PROTOCOL;
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::boxes::stop_box;
+use super::connection::connection;
+use super::spawner::Executor;
+use super::{io_err, DaemonError, DaemonOptions, State};
+use crate::registry::Registry;
+use crate::runtime::RuntimePaths;
+use crate::token::TokenStore;
+
+/// Runs the daemon until `shutdown`, SIGTERM, SIGINT or SIGHUP. Blocking.
+pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
+    let paths = opts.runtime.clone();
+    paths.ensure_dir()?;
+    let _lock = take_lock(&paths)?;
+
+    // Descendants that leave their group and lose their parent come back to us, so the
+    // daemon can kill them; see `spawner::sweep_orphans_if_idle`.
+    if let Err(e) = sandbox_exec::process_group::become_subreaper() {
+        tracing::warn!(error = %e, "could not become a child subreaper");
+    }
+    let tokens = TokenStore::new().map_err(io_err("generating the host token"))?;
+    paths.write_host_token(tokens.host())?;
+    let executor = Executor::start().map_err(io_err("starting the spawner thread"))?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sandbox-daemon")
+        .enable_all()
+        .build()
+        .map_err(io_err("starting the async runtime"))?;
+    let box_tmp_root = opts.box_tmp_root.clone();
+    let result = rt.block_on(serve(opts, tokens, executor));
+    let _ = std::fs::remove_file(paths.socket());
+    let _ = std::fs::remove_file(paths.host_token());
+    // Do not wait for stray blocking tasks (a hook connection mid-read).
+    rt.shutdown_timeout(Duration::from_millis(200));
+    // Every command is stopped by now. The supervisor removes this directory too, but it may
+    // be the one that was killed (that is why this daemon is stopping), so do it here as well.
+    if let Some(root) = box_tmp_root {
+        let _ = std::fs::remove_dir_all(root);
+    }
+    result
+}
+
+fn take_lock(paths: &RuntimePaths) -> Result<nix::fcntl::Flock<std::fs::File>, DaemonError> {
+    use std::io::{Read, Seek, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = paths.lock();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io_err(format!("opening {}", path.display())))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            let _ = lock.set_len(0);
+            let _ = lock.rewind();
+            let _ = writeln!(lock, "{}", std::process::id());
+            Ok(lock)
+        }
+        Err((mut file, _)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            Err(DaemonError::AlreadyRunning {
+                pid: pid.trim().to_string(),
+                socket: paths.socket(),
+            })
+        }
+    }
+}
+
+async fn serve(
+    opts: DaemonOptions,
+    tokens: TokenStore,
+    executor: Executor,
+) -> Result<(), DaemonError> {
+    let socket = opts.runtime.socket();
+    // We hold the lock, so a socket file here is a dead daemon's.
+    let _ = std::fs::remove_file(&socket);
+    let listener =
+        UnixListener::bind(&socket).map_err(io_err(format!("binding {}", socket.display())))?;
+    crate::runtime::set_mode(&socket, 0o600)?;
+    let hook_listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.hook_port.unwrap_or(0)))
+        .await
+        .map_err(io_err(format!(
+            "binding the hook endpoint on 127.0.0.1:{} (service.hook_port)",
+            opts.hook_port.unwrap_or(0)
+        )))?;
+    let hook_port = hook_listener
+        .local_addr()
+        .map_err(io_err("reading the hook port"))?
+        .port();
+
+    let (shutdown, mut shutdown_rx) = watch::channel(false);
+    let state = Arc::new(State {
+        tokens,
+        boxes: Mutex::new(Registry::default()),
+        execs: Mutex::new(HashMap::new()),
+        tasks: Mutex::new(HashMap::new()),
+        conns: Mutex::new(HashMap::new()),
+        next_id: AtomicU64::new(1),
+        executor,
+        shutdown,
+        shutting_down: AtomicBool::new(false),
+        hook_port,
+        opts,
+    });
+    tokio::spawn(crate::hooks::serve(hook_listener, state.clone()));
+    eprintln!(
+        "sandbox: daemon {} listening on {} (protocol {PROTOCOL}); status hooks on {}",
+        std::process::id(),
+        socket.display(),
+        state.hook_url()
+    );
+
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(io_err("installing SIGTERM"))?;
+    let mut int = signal(SignalKind::interrupt()).map_err(io_err("installing SIGINT"))?;
+    let mut hup = signal(SignalKind::hangup()).map_err(io_err("installing SIGHUP"))?;
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    connections.spawn(connection(state.clone(), stream));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            _ = until_true(&mut shutdown_rx) => break,
+            _ = term.recv() => { stop_everything(&state).await; break }
+            _ = int.recv() => { stop_everything(&state).await; break }
+            _ = hup.recv() => { stop_everything(&state).await; break }
+        }
+    }
+    drop(listener);
+    let _ = std::fs::remove_file(&socket);
+    let _ = state.shutdown.send(true);
+    // Let connections flush what is queued (the shutdown reply, last events); bounded so a
+    // client that stopped reading cannot keep the daemon alive.
+    let _ = tokio::time::timeout(Duration::from_secs(5), async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    Ok(())
+}
+
+pub(super) async fn until_true(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+/// Stops every command of every box and waits until their groups are gone.
+pub(super) async fn stop_everything(state: &Arc<State>) {
+    state.shutting_down.store(true, Ordering::SeqCst);
+    let names = state.boxes.lock().expect("boxes lock").names();
+    for name in names {
+        let _ = stop_box(state, &name, false, None).await;
+    }
+}
