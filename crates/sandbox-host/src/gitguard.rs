@@ -4,9 +4,31 @@
 //! directory of its own whose config or hooks run code the next time *the host* uses git in
 //! that worktree; `commondir` and `gitdir` in the worktree's private git dir are writable for
 //! the same reason. Each is compared with the bytes recorded before the run and restored.
+//!
+//! The repair runs with the user's rights in directories the agent could write, so it trusts
+//! no name there. Every step works relative to the pointer's directory, opened with
+//! `O_NOFOLLOW`, and never follows a symlink or reuses a name the agent could have prepared:
+//!
+//! * what is at the pointer is inspected with `fstatat(AT_SYMLINK_NOFOLLOW)`, and read only
+//!   when it is a regular file (`O_NOFOLLOW | O_NONBLOCK`: a FIFO cannot stall the host);
+//! * a directory there is renamed aside to `<name>.sandbox-quarantine-<random>`, never deleted;
+//! * the recorded bytes go into a new `.<name>.sandbox-restore-<random>`, created with
+//!   `O_CREAT | O_EXCL | O_NOFOLLOW` (never an existing file or link), renamed over the
+//!   pointer: rename(2) replaces a symlink there as a link, never what it points to.
+//!
+//! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
+use nix::errno::Errno;
+use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
+use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
+use nix::unistd::{unlinkat, UnlinkatFlags};
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
@@ -14,7 +36,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Tampering {
     pub path: PathBuf,
-    /// What was there after the run ("(missing)", "(directory)", "(symlink)" or the text).
+    /// What was there after the run: the text, or "(missing)", "(directory)", "(symlink to
+    /// …)", "(not a regular file)", "(unreadable: …)".
     pub found: String,
     /// Whether the original was put back.
     pub restored: bool,
@@ -50,53 +73,125 @@ impl std::fmt::Display for Tampering {
     }
 }
 
-fn describe(path: &Path) -> Option<String> {
-    let meta = match std::fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(_) => return Some("(missing)".into()),
-    };
-    if meta.file_type().is_symlink() {
-        return Some(format!(
-            "(symlink to {})",
-            std::fs::read_link(path)
-                .map(|t| t.display().to_string())
-                .unwrap_or_default()
+/// More than any pointer holds; a larger file is described by its first bytes.
+const READ_LIMIT: u64 = 64 * 1024;
+
+/// The directory holding `path` (a symlink as its last component is refused, not followed)
+/// and the pointer's name in it.
+fn open_parent(path: &Path) -> io::Result<(File, &OsStr)> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a file path",
         ));
-    }
-    if meta.is_dir() {
-        return Some("(directory)".into());
-    }
-    match std::fs::read(path) {
-        Ok(bytes) => Some(String::from_utf8_lossy(&bytes).into_owned()),
-        Err(e) => Some(format!("(unreadable: {e})")),
+    };
+    let dir = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(parent)?;
+    Ok((dir, name))
+}
+
+fn open_at(dir: &File, name: &OsStr, flags: OFlag, mode: Mode) -> io::Result<File> {
+    let fd = openat(Some(dir.as_raw_fd()), name, flags | OFlag::O_CLOEXEC, mode)?;
+    // SAFETY: openat just returned this descriptor, and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// What is at `name` itself (a symlink is not followed); `None` if nothing is.
+fn lstat_at(dir: &File, name: &OsStr) -> io::Result<Option<FileStat>> {
+    match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::ENOENT) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
-fn restore(path: &Path, content: &str, t: &mut Tampering) {
-    let result = (|| -> std::io::Result<()> {
-        let meta = std::fs::symlink_metadata(path).ok();
-        if let Some(meta) = meta {
-            if meta.is_dir() && !meta.file_type().is_symlink() {
-                let stamp = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                let aside = path.with_file_name(format!(
-                    "{}.sandbox-quarantine-{stamp}",
-                    path.file_name().unwrap_or_default().to_string_lossy()
-                ));
-                std::fs::rename(path, &aside)?;
-                t.quarantined = Some(aside);
-            } else {
-                std::fs::remove_file(path)?;
-            }
+fn file_type(st: &FileStat) -> SFlag {
+    SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
+}
+
+/// What is at the pointer now: its text, or "(missing)", "(directory)", "(symlink to …)".
+fn describe(dir: &File, name: &OsStr) -> String {
+    let st = match lstat_at(dir, name) {
+        Ok(Some(st)) => st,
+        Ok(None) => return "(missing)".into(),
+        Err(e) => return format!("(unreadable: {e})"),
+    };
+    match file_type(&st) {
+        SFlag::S_IFLNK => format!(
+            "(symlink to {})",
+            readlinkat(Some(dir.as_raw_fd()), name)
+                .map(|t| PathBuf::from(t).display().to_string())
+                .unwrap_or_default()
+        ),
+        SFlag::S_IFDIR => "(directory)".into(),
+        SFlag::S_IFREG => {
+            let read = || -> io::Result<String> {
+                let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+                let file = open_at(dir, name, flags, Mode::empty())?;
+                if !file.metadata()?.is_file() {
+                    return Err(io::Error::other("no longer a regular file"));
+                }
+                let mut bytes = Vec::new();
+                file.take(READ_LIMIT).read_to_end(&mut bytes)?;
+                Ok(String::from_utf8_lossy(&bytes).into_owned())
+            };
+            read().unwrap_or_else(|e| format!("(unreadable: {e})"))
         }
-        let tmp = path.with_file_name(format!(
-            ".{}.sandbox-restore",
-            path.file_name().unwrap_or_default().to_string_lossy()
-        ));
-        std::fs::write(&tmp, content)?;
-        std::fs::rename(&tmp, path)
+        _ => "(not a regular file)".into(),
+    }
+}
+
+/// `<prefix><name>.<what>-<32 random hex digits>`.
+fn fresh_name(prefix: &str, name: &OsStr, what: &str) -> io::Result<OsString> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|e| io::Error::other(format!("no randomness for a fresh name: {e}")))?;
+    let mut fresh = OsString::from(prefix);
+    fresh.push(name);
+    fresh.push(format!(".{what}-"));
+    for b in bytes {
+        fresh.push(format!("{b:02x}"));
+    }
+    Ok(fresh)
+}
+
+/// `result`, its error prefixed with the step it failed at.
+fn context<T, E: Into<io::Error>>(what: &str, result: Result<T, E>) -> io::Result<T> {
+    result.map_err(|e| {
+        let e = e.into();
+        io::Error::new(e.kind(), format!("{what}: {e}"))
+    })
+}
+
+/// Puts `content` back at `name` in `dir` (see the module comment for why each step is so).
+fn restore(dir: &File, path: &Path, name: &OsStr, content: &str, t: &mut Tampering) {
+    let at = Some(dir.as_raw_fd());
+    let result = (|| -> io::Result<()> {
+        let st = context("inspecting it", lstat_at(dir, name))?;
+        if st.is_some_and(|st| file_type(&st) == SFlag::S_IFDIR) {
+            let aside = fresh_name("", name, "sandbox-quarantine")?;
+            let moved = renameat(at, name, at, aside.as_os_str());
+            context("moving the directory aside", moved)?;
+            t.quarantined = Some(path.with_file_name(aside));
+        }
+        let tmp = fresh_name(".", name, "sandbox-restore")?;
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW;
+        let created = open_at(dir, &tmp, flags, Mode::from_bits_truncate(0o666));
+        let mut file = context("creating the new pointer", created)?;
+        let written = context(
+            "writing the new pointer",
+            file.write_all(content.as_bytes()),
+        )
+        .and_then(|()| {
+            let renamed = renameat(at, tmp.as_os_str(), at, name);
+            context("renaming it over the pointer", renamed)
+        });
+        if written.is_err() {
+            let _ = unlinkat(at, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+        }
+        written
     })();
     match result {
         Ok(()) => t.restored = true,
@@ -108,18 +203,25 @@ fn restore(path: &Path, content: &str, t: &mut Tampering) {
 pub fn check_and_restore(layout: &GitLayout) -> Vec<Tampering> {
     let mut found = Vec::new();
     for pointer in &layout.pointers {
-        let now = describe(&pointer.path);
-        if now.as_deref() == Some(pointer.content.as_str()) {
+        let parent = open_parent(&pointer.path);
+        let now = match &parent {
+            Ok((dir, name)) => describe(dir, name),
+            Err(e) => format!("(its directory cannot be opened: {e})"),
+        };
+        if now == pointer.content {
             continue;
         }
         let mut t = Tampering {
             path: pointer.path.clone(),
-            found: now.unwrap_or_default(),
+            found: now,
             restored: false,
             quarantined: None,
             error: None,
         };
-        restore(&pointer.path, &pointer.content, &mut t);
+        match parent {
+            Ok((dir, name)) => restore(&dir, &pointer.path, name, &pointer.content, &mut t),
+            Err(e) => t.error = Some(format!("opening its directory: {e}")),
+        }
         found.push(t);
     }
     found
@@ -176,7 +278,7 @@ mod tests {
 
     fn layout(dir: &Path) -> GitLayout {
         let pointer = dir.join(".git");
-        std::fs::write(&pointer, "gitdir: /repo/.git/worktrees/t\n").unwrap();
+        std::fs::write(&pointer, ORIGINAL).unwrap();
         GitLayout {
             is_linked: true,
             common_dir: dir.join("common"),
@@ -184,9 +286,25 @@ mod tests {
             worktree_config: false,
             pointers: vec![PointerFile {
                 path: pointer,
-                content: "gitdir: /repo/.git/worktrees/t\n".into(),
+                content: ORIGINAL.into(),
             }],
         }
+    }
+
+    const ORIGINAL: &str = "gitdir: /repo/.git/worktrees/t\n";
+
+    fn read(path: &Path) -> String {
+        std::fs::read_to_string(path).unwrap()
+    }
+
+    /// The pointer is a regular file (not a link to one) holding the recorded bytes again.
+    fn assert_restored(dir: &Path, t: &[Tampering]) {
+        assert_eq!(t.len(), 1, "{t:?}");
+        assert!(t[0].restored, "{}", t[0]);
+        assert!(t[0].to_string().contains("restored it"));
+        let pointer = dir.join(".git");
+        assert!(std::fs::symlink_metadata(&pointer).unwrap().is_file());
+        assert_eq!(read(&pointer), ORIGINAL);
     }
 
     #[test]
@@ -201,13 +319,11 @@ mod tests {
         let l = layout(dir.path());
         std::fs::write(dir.path().join(".git"), "gitdir: /tmp/evil\n").unwrap();
         let t = check_and_restore(&l);
-        assert_eq!(t.len(), 1);
         assert_eq!(t[0].found, "gitdir: /tmp/evil\n");
-        assert!(t[0].restored);
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join(".git")).unwrap(),
-            "gitdir: /repo/.git/worktrees/t\n"
-        );
+        assert_restored(dir.path(), &t);
+        // Nothing is left beside it.
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "{names:?}");
     }
 
     #[test]
@@ -217,11 +333,100 @@ mod tests {
         std::fs::remove_file(dir.path().join(".git")).unwrap();
         std::fs::create_dir_all(dir.path().join(".git/hooks")).unwrap();
         std::fs::write(dir.path().join(".git/config"), "[core]\nhooksPath=x\n").unwrap();
+        // The names the old repair moved it to, taken in advance: they must not matter.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for s in now - 1..now + 5 {
+            std::fs::create_dir_all(dir.path().join(format!(".git.sandbox-quarantine-{s}/x")))
+                .unwrap();
+        }
         let t = check_and_restore(&l);
         assert_eq!(t[0].found, "(directory)");
         let aside = t[0].quarantined.clone().unwrap();
         assert!(aside.join("config").exists());
-        assert!(dir.path().join(".git").is_file());
+        assert!(t[0].to_string().contains(&aside.display().to_string()));
+        assert_restored(dir.path(), &t);
+    }
+
+    #[test]
+    fn symlinks_at_the_old_repair_names_are_not_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "untouched\n").unwrap();
+        let l = layout(dir.path());
+        for planted in ["..git.sandbox-restore", ".git.sandbox-restore"] {
+            std::os::unix::fs::symlink(&victim, dir.path().join(planted)).unwrap();
+        }
+        std::fs::write(dir.path().join(".git"), "gitdir: /tmp/evil\n").unwrap();
+        let t = check_and_restore(&l);
+        assert_restored(dir.path(), &t);
+        assert_eq!(read(&victim), "untouched\n");
+        // The planted links are left alone (not followed, not reused).
+        assert_eq!(
+            read(&dir.path().join("..git.sandbox-restore")),
+            "untouched\n"
+        );
+    }
+
+    #[test]
+    fn a_symlinked_pointer_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "untouched\n").unwrap();
+        let l = layout(dir.path());
+        std::fs::remove_file(dir.path().join(".git")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.path().join(".git")).unwrap();
+        let t = check_and_restore(&l);
+        assert_eq!(t[0].found, format!("(symlink to {})", victim.display()));
+        assert_restored(dir.path(), &t);
+        assert_eq!(read(&victim), "untouched\n");
+    }
+
+    #[test]
+    fn a_symlink_to_a_file_with_the_right_bytes_is_still_tampering() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let copy = outside.path().join("copy");
+        std::fs::write(&copy, ORIGINAL).unwrap();
+        let l = layout(dir.path());
+        std::fs::remove_file(dir.path().join(".git")).unwrap();
+        std::os::unix::fs::symlink(&copy, dir.path().join(".git")).unwrap();
+        assert_restored(dir.path(), &check_and_restore(&l));
+    }
+
+    #[test]
+    fn a_fifo_at_the_pointer_does_not_stall_the_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let l = layout(dir.path());
+        std::fs::remove_file(dir.path().join(".git")).unwrap();
+        nix::unistd::mkfifo(&dir.path().join(".git"), Mode::from_bits_truncate(0o600)).unwrap();
+        let t = check_and_restore(&l);
+        assert_eq!(t[0].found, "(not a regular file)");
+        assert_restored(dir.path(), &t);
+    }
+
+    #[test]
+    fn a_symlinked_parent_directory_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir(&real).unwrap();
+        std::fs::write(real.join(".git"), "something else\n").unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let mut l = layout(dir.path());
+        l.pointers[0].path = dir.path().join("link/.git");
+        let t = check_and_restore(&l);
+        assert_eq!(t.len(), 1);
+        assert!(!t[0].restored);
+        assert!(
+            t[0].to_string().contains("could NOT restore it"),
+            "{}",
+            t[0]
+        );
+        assert_eq!(read(&real.join(".git")), "something else\n");
     }
 
     #[test]
