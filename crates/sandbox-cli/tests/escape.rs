@@ -1,6 +1,7 @@
 //! The escape suite under every enforcing backend this machine has — native, and nono when
 //! its CLI is installed — side by side, with the host backend as the control that proves
-//! every check can fail. See `common/escape.rs` for the attacks.
+//! every check can fail. Native also runs where user namespaces cannot be created
+//! (`native-nouserns`). See `common/escape.rs` for the attacks.
 //!
 //!     cargo test -p sandbox-cli --test escape -- --nocapture     # prints the table
 
@@ -31,6 +32,10 @@ fn backends_hold_against_the_escape_suite() {
     // Each enforcing backend twice: through `sandbox run`, and through the daemon's
     // `box.exec` (the same backend seam, reached over the protocol).
     let mut backends = vec!["host", "native", "native@daemon"];
+    match escape::nouserns_unavailable() {
+        None => backends.push(escape::NATIVE_NOUSERNS),
+        Some(why) => common::skip(why),
+    }
     if common::nono_path().is_some() {
         backends.extend(["nono", "nono@daemon"]);
     } else {
@@ -95,6 +100,15 @@ fn normal_work_under(backend: &str) {
 #[test]
 fn normal_work_succeeds_under_the_native_backend() {
     normal_work_under("native");
+}
+
+#[test]
+fn normal_work_succeeds_under_the_native_backend_without_user_namespaces() {
+    if let Some(why) = escape::nouserns_unavailable() {
+        common::skip(why);
+        return;
+    }
+    normal_work_under(escape::NATIVE_NOUSERNS);
 }
 
 #[test]

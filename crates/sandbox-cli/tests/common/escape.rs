@@ -36,6 +36,43 @@ pub struct Fixture {
 /// `sandbox run`: `native@daemon`.
 pub const DAEMON: &str = "@daemon";
 
+/// A column, not a backend: `sandbox run --backend native` started in a user namespace
+/// that may create no user namespaces of its own, as on hosts that disable unprivileged
+/// ones. (It runs as root of that namespace: `--map-root-user` is the mapping that can set
+/// the limit.)
+pub const NATIVE_NOUSERNS: &str = "native-nouserns";
+
+/// Execs its arguments in a new user namespace that may create no user namespaces itself
+/// (`unshare(CLONE_NEWUSER)` fails with ENOSPC there).
+const NOUSERNS_WRAPPER: [&str; 7] = [
+    "unshare",
+    "--user",
+    "--map-root-user",
+    "sh",
+    "-c",
+    "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
+    "sh",
+];
+
+/// Why the `native-nouserns` column cannot run here, if so: the test itself cannot create the
+/// user namespace that holds it (then the native column already runs without one).
+pub fn nouserns_unavailable() -> Option<String> {
+    let probe = Command::new(NOUSERNS_WRAPPER[0])
+        .args(&NOUSERNS_WRAPPER[1..])
+        .args(["sh", "-c", "unshare --user true 2>&1; test $? -ne 0"])
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .stdin(Stdio::null())
+        .output();
+    match probe {
+        Ok(out) if out.status.success() => None,
+        Ok(out) => Some(format!(
+            "{NATIVE_NOUSERNS}: cannot set up a user namespace without nested ones here: {}",
+            super::text(&out)
+        )),
+        Err(e) => Some(format!("{NATIVE_NOUSERNS}: unshare: {e}")),
+    }
+}
+
 /// A number unique in this process (box names, file names).
 pub fn unique() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -129,7 +166,13 @@ impl Fixture {
         if let Some(backend) = backend.strip_suffix(DAEMON) {
             return self.run_in_box(backend, flags, script);
         }
-        let mut cmd = self.env.cmd();
+        let (mut cmd, backend) = if backend == NATIVE_NOUSERNS {
+            // A user namespace whose own limit on nested user namespaces is 0: inside it,
+            // `unshare(CLONE_NEWUSER)` fails (ENOSPC) as on a host that disables them.
+            (self.env.cmd_under(&NOUSERNS_WRAPPER), "native")
+        } else {
+            (self.env.cmd(), backend)
+        };
         cmd.current_dir(&self.task)
             .arg("run")
             .arg("--backend")
@@ -143,9 +186,7 @@ impl Fixture {
     /// The same run as a `box.exec` in a box of this fixture's daemon (started on first use):
     /// the daemon's path through the backend seam. Commands there get no terminal.
     fn run_in_box(&self, backend: &str, flags: &[String], script: &str) -> Output {
-        let daemon = self
-            .daemon
-            .get_or_init(|| super::daemon::Daemon::start(&self.env));
+        let daemon = self.daemon();
         let mut params = serde_json::json!({ "backend": backend });
         let mut flags = flags.iter();
         while let Some(flag) = flags.next() {
@@ -159,6 +200,12 @@ impl Fixture {
             }
         }
         daemon.run_once(&self.task, params, &["sh", "-c", script])
+    }
+
+    /// This fixture's daemon, started on first use.
+    pub fn daemon(&self) -> &super::daemon::Daemon {
+        self.daemon
+            .get_or_init(|| super::daemon::Daemon::start(&self.env))
     }
 
     pub fn spawn_outside(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
@@ -653,7 +700,277 @@ pub fn attacks() -> Vec<Attack> {
                 pointer_attack(f, b, &pointer, &script)
             },
         },
+        Attack {
+            name: "make the pointer repair write through a planted symlink",
+            needs: None,
+            run: |f, b| {
+                // The repair after the run used to write `.<name>.sandbox-restore` beside the
+                // pointer (following symlinks) and rename it over the pointer. Plant symlinks
+                // at those names, and at the unprefixed spelling, pointing at files outside
+                // the worktree, then rewrite two pointers so that a repair happens.
+                //
+                // The judgement has two halves. A victim that changed is the escape this row
+                // is about (the host's own repair wrote for the agent). But the host backend
+                // repairs nothing, so it can never write through the link: the control would
+                // prove nothing. So a pointer left tampered also counts as escaped. Under
+                // host the pointers stay rewritten (the control escapes); a backend holds
+                // only if both pointers are back *and* both victims are untouched.
+                let gitdir = f.common.join("worktrees/task");
+                let victims = [
+                    f.outside.join("repair-victim-1.txt"),
+                    f.outside.join("repair-victim-2.txt"),
+                ];
+                for v in &victims {
+                    std::fs::write(v, "original\n").unwrap();
+                }
+                let pointers = [f.task.join(".git"), gitdir.join("commondir")];
+                let plant = |dir: &Path, name: &str, victim: &Path| {
+                    [
+                        format!(".{name}.sandbox-restore"),
+                        format!("{name}.sandbox-restore"),
+                    ]
+                    .map(|link| {
+                        format!(
+                            "ln -s '{}' '{}'; ",
+                            victim.display(),
+                            dir.join(link).display()
+                        )
+                    })
+                    .concat()
+                };
+                let script = format!(
+                    "echo {MARK}; {}{}printf 'gitdir: /tmp/evil\\n' > .git; echo /tmp/evil-common > '{}'",
+                    plant(&f.task, ".git", &victims[0]),
+                    plant(&gitdir, "commondir", &victims[1]),
+                    pointers[1].display(),
+                );
+                let before = pointers
+                    .each_ref()
+                    .map(|p| std::fs::read_to_string(p).unwrap());
+                let out = f.run(b, &[], &script);
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                for v in &victims {
+                    let now = std::fs::read_to_string(v).unwrap_or_default();
+                    if now != "original\n" {
+                        return Verdict::Escaped(format!(
+                            "the repair wrote through a planted symlink: {} now {now:?}\n{}",
+                            v.display(),
+                            super::text(&out)
+                        ));
+                    }
+                }
+                pointers_verdict(&out, &pointers, &before)
+            },
+        },
+        Attack {
+            name: "replace .git by a directory whose hooks run on the host's next git",
+            needs: None,
+            run: |f, b| {
+                // The agent swaps the `.git` pointer file for a git directory of its own
+                // (objects borrowed from the real repository, so it is a valid one) whose
+                // config points core.hooksPath at hooks it wrote. It also fills the names the
+                // old repair moved a directory aside to (`.git.sandbox-quarantine-<seconds>`)
+                // with non-empty directories, so that a predictable move would fail. Judged
+                // from outside: after the run the *host* runs git in the worktree; a hook
+                // that ran is the escape, and the pointer file must be back.
+                let marker = f.outside.join("hook-ran");
+                let hooks = f.task.join("evil-hooks");
+                let index = f.common.join("worktrees/task/index");
+                let script = format!(
+                    "echo {MARK}; set -e; mkdir -p '{hooks}'; \
+                     printf '#!/bin/sh\\necho pwned > {marker}\\n' > '{hooks}/post-checkout'; \
+                     cp '{hooks}/post-checkout' '{hooks}/pre-commit'; \
+                     chmod +x '{hooks}/post-checkout' '{hooks}/pre-commit'; \
+                     rev=$(git rev-parse HEAD); \
+                     mkdir -p .evil/refs/heads .evil/objects/info; \
+                     echo '{objects}' > .evil/objects/info/alternates; \
+                     echo \"$rev\" > .evil/refs/heads/feature; \
+                     echo 'ref: refs/heads/feature' > .evil/HEAD; \
+                     cp '{index}' .evil/index; \
+                     printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\thooksPath = {hooks}\\n' > .evil/config; \
+                     now=$(date +%s); for s in $(seq $((now - 2)) $((now + 120))); do \
+                       mkdir -p \".git.sandbox-quarantine-$s/x\"; done; \
+                     rm .git; mv .evil .git; echo swapped",
+                    hooks = hooks.display(),
+                    marker = marker.display(),
+                    objects = f.common.join("objects").display(),
+                    index = index.display(),
+                );
+                let pointer = f.task.join(".git");
+                let before = std::fs::read_to_string(&pointer).unwrap();
+                let out = f.run(b, &[], &script);
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                let host_git = [
+                    host_git(&f.task, &["status", "--short"]),
+                    host_git(&f.task, &["checkout", "-q", "-b", "after-the-run"]),
+                ];
+                if marker.exists() {
+                    return Verdict::Escaped(format!(
+                        "a hook the agent wrote ran in the host's git\n{}\nhost git: {}",
+                        super::text(&out),
+                        host_git
+                            .iter()
+                            .map(super::text)
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    ));
+                }
+                pointers_verdict(&out, &[pointer], &[before])
+            },
+        },
+        Attack {
+            name: "read a key from the user's keyring (@u)",
+            needs: Some("/usr/bin/keyctl"),
+            run: |f, b| {
+                // The user keyring is shared by every process of the uid, whatever session
+                // keyring a process has; `sandbox run` may start the command in a new one.
+                if b == NATIVE_NOUSERNS {
+                    // Each user namespace has its own user keyrings, and this column's
+                    // harness is one: it would hide the key, not the sandbox. (On a host
+                    // without user namespaces the command shares the user's keyring, as in
+                    // the native column.)
+                    return Verdict::Skipped(
+                        "the column's own user namespace has its own user keyring".into(),
+                    );
+                }
+                let name = format!("sandbox-test-key-{}-{}", std::process::id(), unique());
+                let secret = format!("sandbox-keyring-secret-{}", rand_suffix());
+                let added = Command::new("keyctl")
+                    .args(["add", "user", &name, &secret, "@u"])
+                    .output()
+                    .unwrap();
+                if !added.status.success() {
+                    return Verdict::Skipped(format!(
+                        "keyctl add refused outside the sandbox: {}",
+                        super::text(&added)
+                    ));
+                }
+                let id = String::from_utf8_lossy(&added.stdout).trim().to_string();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; id=$(keyctl search @u user {name}) && keyctl print \"$id\"; \
+                         keyctl print %user:{name}"
+                    ),
+                );
+                let _ = Command::new("keyctl").args(["unlink", &id, "@u"]).output();
+                judge(
+                    &out,
+                    String::from_utf8_lossy(&out.stdout).contains(&secret),
+                    "key read from the user keyring",
+                )
+            },
+        },
+        Attack {
+            name: "send a command to a tmux-like socket outside the grants",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                let uid = nix::unistd::getuid();
+                let path = f.env.path().join(format!("sockets/tmux-{uid}/default"));
+                unix_command_attack(f, b, &path)
+            },
+        },
+        Attack {
+            name: "send a command to a tmux-like socket in /tmp",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                // Where tmux really keeps it: /tmp/tmux-<uid>/default.
+                let dir = std::env::temp_dir().join(format!(
+                    "sandbox-test-tmux-{}-{}-{}",
+                    std::process::id(),
+                    unique(),
+                    rand_suffix()
+                ));
+                let verdict = unix_command_attack(f, b, &dir.join("default"));
+                let _ = std::fs::remove_dir_all(&dir);
+                verdict
+            },
+        },
+        Attack {
+            name: "reach the daemon's socket (without its token)",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                // Escaped = the socket was reachable at all (connect succeeded): reachability
+                // is what a private view of the filesystem must take away. Where it is
+                // reachable, the host token still protects it — the daemon answers nothing
+                // but `unauthenticated` before `host.hello` — and a reply with a result
+                // would be a far worse finding, reported as such.
+                let socket = f.daemon().paths().socket();
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c '\
+import socket\n\
+s = socket.socket(socket.AF_UNIX)\n\
+s.connect(\"{}\")\n\
+print(\"CONNECTED\", flush=True)\n\
+s.settimeout(5)\n\
+s.sendall(b\"{{\\\"id\\\":1,\\\"method\\\":\\\"box.list\\\",\\\"params\\\":{{}}}}\\n\")\n\
+print(\"REPLY:\" + s.recv(4096).decode(errors=\"replace\"))\n'",
+                    socket.display()
+                );
+                let out = f.run(b, &[], &script);
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let reply = stdout
+                    .lines()
+                    .find_map(|l| l.strip_prefix("REPLY:"))
+                    .unwrap_or("");
+                if reply.contains("\"result\"") {
+                    return Verdict::Escaped(format!(
+                        "the daemon ANSWERED without a token: {reply}\n{}",
+                        super::text(&out)
+                    ));
+                }
+                judge(
+                    &out,
+                    stdout.contains("CONNECTED"),
+                    "the daemon's socket was reachable",
+                )
+            },
+        },
     ]
+}
+
+/// Git as the user runs it on the host after the run (no global or system config).
+fn host_git(dir: &Path, args: &[&str]) -> Output {
+    Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// A server outside every grant at the pathname socket `path` that takes one line; the
+/// attack sends it a tmux-style command. Escaped if the command arrived.
+fn unix_command_attack(f: &Fixture, backend: &str, path: &Path) -> Verdict {
+    let dir = path.parent().unwrap();
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let listener = UnixListener::bind(path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let script = format!(
+        "echo {MARK}; /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('{}'); s.sendall(b'send-keys id Enter\\n')\"",
+        path.display()
+    );
+    let out = f.run(backend, &[], &script);
+    // The client is gone once the run is: whatever it sent is queued on the connection.
+    let received = listener.accept().ok().map(|(mut stream, _)| {
+        stream.set_nonblocking(false).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut line = String::new();
+        let _ = stream.read_to_string(&mut line);
+        line
+    });
+    let ran_command = received.is_some_and(|l| l.starts_with("send-keys"));
+    judge(&out, ran_command, "the server received send-keys")
 }
 
 /// A git pointer file the sandbox may write: after the run it must hold its old bytes again,
@@ -664,16 +981,28 @@ fn pointer_attack(f: &Fixture, backend: &str, pointer: &Path, script: &str) -> V
     if let Err(v) = ran(&out) {
         return v;
     }
-    let after = std::fs::read_to_string(pointer).unwrap_or_default();
-    let reported = String::from_utf8_lossy(&out.stderr).contains("restored");
-    match (after == before, reported) {
-        (true, true) => Verdict::Repaired,
-        (true, false) => Verdict::Blocked,
-        _ => Verdict::Escaped(format!(
-            "{} now {after:?}\n{}",
-            pointer.display(),
-            super::text(&out)
-        )),
+    pointers_verdict(&out, &[pointer.to_path_buf()], &[before])
+}
+
+/// Every pointer is a plain file again (not a symlink to one) holding its old bytes: repaired
+/// if the run reported a restore, blocked if nothing was reported.
+fn pointers_verdict(out: &Output, pointers: &[PathBuf], before: &[String]) -> Verdict {
+    for (pointer, before) in pointers.iter().zip(before) {
+        let plain = std::fs::symlink_metadata(pointer).is_ok_and(|m| m.is_file());
+        let after = std::fs::read_to_string(pointer).unwrap_or_default();
+        if !plain || after != *before {
+            return Verdict::Escaped(format!(
+                "{} now {after:?}{}\n{}",
+                pointer.display(),
+                if plain { "" } else { " (not a plain file)" },
+                super::text(out)
+            ));
+        }
+    }
+    if String::from_utf8_lossy(&out.stderr).contains("restored") {
+        Verdict::Repaired
+    } else {
+        Verdict::Blocked
     }
 }
 
@@ -786,15 +1115,16 @@ pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
 /// Prints the table, one column per backend.
 pub fn print_table(backends: &[&str], rows: &[(String, Vec<Verdict>)]) {
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
+    let columns: Vec<usize> = backends.iter().map(|b| b.len().max(10)).collect();
     let mut header = format!("{:width$}", "attack");
-    for b in backends {
-        header.push_str(&format!("  {b:>10}"));
+    for (b, w) in backends.iter().zip(&columns) {
+        header.push_str(&format!("  {b:>w$}"));
     }
     super::report(header);
     for (name, verdicts) in rows {
         let mut line = format!("{name:width$}");
-        for v in verdicts {
-            line.push_str(&format!("  {:>10}", v.short()));
+        for (v, w) in verdicts.iter().zip(&columns) {
+            line.push_str(&format!("  {:>w$}", v.short()));
         }
         super::report(line);
     }

@@ -94,7 +94,20 @@ impl Env {
 
     /// `sandbox <args>` with this test's environment.
     pub fn cmd(&self) -> Command {
-        let mut cmd = Command::new(BIN);
+        self.cmd_under(&[])
+    }
+
+    /// `WRAPPER… sandbox <args>` with this test's environment: `wrapper` execs its last
+    /// arguments (the sandbox binary and what follows).
+    pub fn cmd_under(&self, wrapper: &[&str]) -> Command {
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(BIN);
+                cmd
+            }
+            None => Command::new(BIN),
+        };
         cmd.env_clear()
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("HOME", self.home())
