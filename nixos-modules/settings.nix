@@ -38,6 +38,9 @@ let
       hook_port = port;
     };
     backends = {
+      native = {
+        allow_unix_sockets = bool;
+      };
       custom = {
         command = string;
       };

@@ -142,6 +142,13 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub allow_degraded: bool,
 
+    /// Where the native backend cannot build its private view (no user namespaces), allow
+    /// unix sockets anyway; a pathname socket outside the policy (tmux, D-Bus, docker) is
+    /// then reachable. Without it, creating unix sockets is denied there (`socketpair`
+    /// works). No effect where the view exists. Config: `backends.native.allow_unix_sockets`.
+    #[arg(long)]
+    pub allow_unix_sockets: bool,
+
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,

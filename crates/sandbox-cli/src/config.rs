@@ -82,9 +82,20 @@ pub struct ServiceConfig {
 #[serde(deny_unknown_fields)]
 pub struct BackendsConfig {
     #[serde(default, skip_serializing_if = "is_default")]
+    pub native: NativeBackendConfig,
+    #[serde(default, skip_serializing_if = "is_default")]
     pub custom: CustomBackendConfig,
     #[serde(default, skip_serializing_if = "is_default")]
     pub nono: NonoBackendConfig,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NativeBackendConfig {
+    /// Where user namespaces are unavailable (no private view), allow unix sockets anyway:
+    /// a pathname socket outside the policy (tmux, D-Bus, docker) is then reachable.
+    #[serde(default, skip_serializing_if = "is_default")]
+    pub allow_unix_sockets: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -353,6 +364,9 @@ mod tests {
             },
             service: ServiceConfig { hook_port: Some(1) },
             backends: BackendsConfig {
+                native: NativeBackendConfig {
+                    allow_unix_sockets: true,
+                },
                 custom: CustomBackendConfig {
                     command: Some("c".into()),
                 },

@@ -135,6 +135,7 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
         trusted: trusted_places(&ctx.dirs),
+        allow_unix_sockets: config.backends.native.allow_unix_sockets,
         ..BackendOptions::default()
     }
 }
@@ -221,7 +222,8 @@ impl Session {
                 other => Failure::setup(other.to_string()),
             })?;
         let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
-        let options = backend_options(ctx, Some(kind));
+        let mut options = backend_options(ctx, Some(kind));
+        options.allow_unix_sockets |= args.allow_unix_sockets;
         backend::check_trusted_places(kind, &policy, &options)
             .map_err(|e| Failure::setup(e.to_string()))?;
         let task = policy
@@ -285,6 +287,10 @@ impl Session {
         };
         let session = backend::prepare(self.kind, &self.policy, &options, &LogProgress)
             .map_err(setup_error)?;
+        // A layer this machine cannot give is never dropped silently.
+        for downgrade in &session.enforcement().downgrades {
+            eprintln!("sandbox: notice: {}: {downgrade}", self.kind);
+        }
         let gaps = &session.enforcement().gaps;
         if allow_degraded && !gaps.is_empty() {
             eprintln!(

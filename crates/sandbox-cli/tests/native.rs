@@ -203,17 +203,103 @@ fn doctor_reports_what_is_enforced_and_the_tools() {
     );
 }
 
+/// What an agent in a main worktree tries against `.git`, each step printing a marker when
+/// it was refused; a commit must still work.
+const MAIN_WORKTREE_ATTACKS: &str = "echo change >> README && git add README && \
+     git commit -qm inside && echo COMMITTED; \
+     (echo 'touch pwned' > .git/hooks/pre-commit) 2>/dev/null || echo HOOKS-RO; \
+     (printf '[core]\\n\\thooksPath = /tmp\\n' >> .git/config) 2>/dev/null || echo CONFIG-RO; \
+     (echo '*' > .git/info/exclude) 2>/dev/null || echo INFO-RO; \
+     (mv .git .git-moved) 2>/dev/null || echo GITDIR-PINNED";
+
 #[test]
-fn a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
+fn a_main_worktree_runs_in_the_view_with_what_git_runs_read_only() {
     let f = Fixture::new();
-    let marker = f.main.join("ran");
+    let config_before = std::fs::read_to_string(f.common.join("config")).unwrap();
     let out = f
         .env
         .cmd()
         .current_dir(&f.main)
-        .args(["run", "--", "touch", marker.to_str().unwrap()])
+        .args(["run", "--", "sh", "-c", MAIN_WORKTREE_ATTACKS])
         .output()
         .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    for marker in [
+        "COMMITTED",
+        "HOOKS-RO",
+        "CONFIG-RO",
+        "INFO-RO",
+        "GITDIR-PINNED",
+    ] {
+        assert!(stdout(&out).contains(marker), "{marker}: {}", text(&out));
+    }
+    // Judged from outside: the commit landed, nothing git runs changed, `.git` is in place.
+    let log = std::process::Command::new("git")
+        .args(["log", "-1", "--format=%s"])
+        .current_dir(&f.main)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log.stdout).trim(), "inside");
+    assert!(!f.common.join("hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(f.common.join("config")).unwrap(),
+        config_before
+    );
+    assert!(f.common.is_dir() && !f.main.join(".git-moved").exists());
+    let doctor = f
+        .env
+        .cmd()
+        .current_dir(&f.main)
+        .args(["doctor", "--json"])
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    assert_eq!(report["private_view"]["available"], true, "{report}");
+    assert_eq!(report["worktree"]["protected"], true, "{report}");
+
+    // The control: without a boundary every one of those steps works.
+    let control = Fixture::new();
+    let out = control
+        .env
+        .cmd()
+        .current_dir(&control.main)
+        .args([
+            "run",
+            "--backend",
+            "host",
+            "--",
+            "sh",
+            "-c",
+            MAIN_WORKTREE_ATTACKS,
+        ])
+        .output()
+        .unwrap();
+    for marker in ["HOOKS-RO", "CONFIG-RO", "INFO-RO", "GITDIR-PINNED"] {
+        assert!(!stdout(&out).contains(marker), "{marker}: {}", text(&out));
+    }
+    assert!(control.main.join(".git-moved/hooks/pre-commit").exists());
+}
+
+#[test]
+fn without_the_view_a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
+    if let Some(why) = common::escape::nouserns_unavailable() {
+        common::skip(why);
+        return;
+    }
+    let f = Fixture::new();
+    let marker = f.main.join("ran");
+    let run = |extra: &[&str]| {
+        f.env
+            .cmd_under(&common::escape::NOUSERNS_WRAPPER)
+            .current_dir(&f.main)
+            .arg("run")
+            .args(extra)
+            .args(["--", "touch", marker.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
     assert_eq!(out.status.code(), Some(125), "{}", text(&out));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -223,31 +309,26 @@ fn a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
     assert!(!marker.exists());
     let doctor = f
         .env
-        .cmd()
+        .cmd_under(&common::escape::NOUSERNS_WRAPPER)
         .current_dir(&f.main)
         .args(["doctor"])
         .output()
         .unwrap();
     assert!(
-        stdout(&doctor).contains("NOT protectable"),
+        stdout(&doctor).contains("NOT protectable")
+            && stdout(&doctor).contains("private view: NOT available"),
         "{}",
         text(&doctor)
     );
-    let out = f
-        .env
-        .cmd()
-        .current_dir(&f.main)
-        .args([
-            "run",
-            "--unprotected-git",
-            "--",
-            "touch",
-            marker.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
+    let out = run(&["--unprotected-git"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(marker.exists());
+    // The run said which layer is missing.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no private view"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]

@@ -36,6 +36,11 @@ pub trait ChildSetup: Send + Sync {
 
     /// A short name for messages ("landlock+seccomp").
     fn name(&self) -> &str;
+
+    /// What item `detail` of `step` was (a mount and its path), for the parent's message.
+    fn describe(&self, _step: SetupStep, _detail: u32) -> Option<String> {
+        None
+    }
 }
 
 /// A step of the work done between fork and exec, named so that a failure says which one
@@ -59,6 +64,16 @@ pub enum SetupStep {
     SeccompLoad = 7,
     /// Putting a backend's start-marker descriptor in place (nono).
     StartMarker = 8,
+    /// `unshare(CLONE_NEWUSER | CLONE_NEWNS)` for the private view.
+    UserNamespace = 10,
+    /// Writing `/proc/self/{setgroups,uid_map,gid_map}`.
+    IdMap = 11,
+    /// Building the private view: a mount, a mount point, a link.
+    ViewMount = 12,
+    /// `pivot_root` into the view and detaching the old root.
+    PivotRoot = 13,
+    /// Returning to the working directory inside the view.
+    WorkingDirectory = 14,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -74,6 +89,11 @@ impl SetupStep {
             SetupStep::LandlockRestrictSelf => "landlock_restrict_self",
             SetupStep::SeccompLoad => "loading the seccomp filter",
             SetupStep::StartMarker => "the start-marker descriptor",
+            SetupStep::UserNamespace => "unshare (user and mount namespaces)",
+            SetupStep::IdMap => "writing the uid/gid maps",
+            SetupStep::ViewMount => "building the private view",
+            SetupStep::PivotRoot => "pivot_root into the private view",
+            SetupStep::WorkingDirectory => "entering the working directory in the view",
             SetupStep::Other => "child setup",
         }
     }
@@ -88,6 +108,11 @@ impl SetupStep {
             SetupStep::LandlockRestrictSelf,
             SetupStep::SeccompLoad,
             SetupStep::StartMarker,
+            SetupStep::UserNamespace,
+            SetupStep::IdMap,
+            SetupStep::ViewMount,
+            SetupStep::PivotRoot,
+            SetupStep::WorkingDirectory,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -106,6 +131,9 @@ impl std::fmt::Display for SetupStep {
 pub struct SetupFailure {
     pub step: SetupStep,
     pub errno: Errno,
+    /// Which item of the step (a mount's index in the setup's own list), for
+    /// [`ChildSetup::describe`]; 0 when the step has one item.
+    pub detail: u32,
 }
 
 impl SetupFailure {
@@ -114,12 +142,17 @@ impl SetupFailure {
         SetupFailure {
             step,
             errno: Errno::last(),
+            detail: 0,
         }
     }
 
     /// For `map_err`: tags an errno with its step.
     pub fn at(step: SetupStep) -> impl Fn(Errno) -> SetupFailure {
-        move |errno| SetupFailure { step, errno }
+        move |errno| SetupFailure {
+            step,
+            errno,
+            detail: 0,
+        }
     }
 }
 
@@ -278,6 +311,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
                         SetupFailure {
                             step: SetupStep::ParentDeathSignal,
                             errno: Errno::ESRCH,
+                            detail: 0,
                         },
                     ));
                 }
@@ -470,11 +504,12 @@ impl SetupReport {
     /// Child side: reports `failure` to the parent and returns the error that makes the
     /// spawn fail. Async-signal safe.
     pub(crate) fn fail(fd: RawFd, failure: SetupFailure) -> std::io::Error {
-        let mut bytes = [0u8; 8];
+        let mut bytes = [0u8; 12];
         bytes[..4].copy_from_slice(&(failure.step as u32).to_ne_bytes());
-        bytes[4..].copy_from_slice(&(failure.errno as i32).to_ne_bytes());
-        // SAFETY: write(2) of an 8-byte stack buffer to an fd that is open in the child (it
-        // was inherited across fork and is closed by exec only). 8 bytes are below PIPE_BUF,
+        bytes[4..8].copy_from_slice(&(failure.errno as i32).to_ne_bytes());
+        bytes[8..].copy_from_slice(&failure.detail.to_ne_bytes());
+        // SAFETY: write(2) of a 12-byte stack buffer to an fd that is open in the child (it
+        // was inherited across fork and is closed by exec only). 12 bytes are below PIPE_BUF,
         // so the write is atomic.
         unsafe {
             libc::write(fd, bytes.as_ptr().cast(), bytes.len());
@@ -485,13 +520,15 @@ impl SetupReport {
     /// Parent side, after spawn returned: closes our write end, reads what the child sent.
     pub(crate) fn finish(mut self) -> Option<SetupFailure> {
         drop(self.write.take());
-        let mut bytes = [0u8; 8];
+        let mut bytes = [0u8; 12];
         // The write end is closed in the parent and closed by exec (or exit) in the child, so
-        // this read returns 0 or 8 bytes without blocking once spawn has returned.
+        // this read returns 0 or 12 bytes without blocking once spawn has returned.
         let n = nix::unistd::read(self.read.as_raw_fd(), &mut bytes).unwrap_or(0);
-        (n == 8).then(|| SetupFailure {
-            step: SetupStep::from_u32(u32::from_ne_bytes(bytes[..4].try_into().expect("4"))),
-            errno: Errno::from_raw(i32::from_ne_bytes(bytes[4..].try_into().expect("4"))),
+        let word = |i: usize| -> [u8; 4] { bytes[i..i + 4].try_into().expect("4 bytes") };
+        (n == 12).then(|| SetupFailure {
+            step: SetupStep::from_u32(u32::from_ne_bytes(word(0))),
+            errno: Errno::from_raw(i32::from_ne_bytes(word(4))),
+            detail: u32::from_ne_bytes(word(8)),
         })
     }
 }

@@ -310,6 +310,7 @@ async fn failing_child_setup_is_a_setup_error_and_nothing_runs() {
             Err(sandbox_exec::SetupFailure {
                 step: sandbox_exec::SetupStep::SeccompLoad,
                 errno: nix::errno::Errno::ENOENT,
+                detail: 0,
             })
         }
         fn name(&self) -> &str {

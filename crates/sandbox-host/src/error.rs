@@ -96,12 +96,16 @@ pub enum HostError {
     },
 
     #[error(
-        "nono: the private directory {} is writable by the sandbox; the manifest must live \
-         where the sandboxed command cannot change it (set XDG_RUNTIME_DIR elsewhere, or \
-         narrow the grant)",
+        "the private directory {} is writable by the sandbox; the boundary's own files must \
+         live where the sandboxed command cannot change them (set XDG_RUNTIME_DIR elsewhere, \
+         or narrow the grant)",
         path.display()
     )]
     PrivateDirWritable { path: PathBuf },
+
+    /// A path of the private view cannot be used.
+    #[error("native: private view: {}: {cause}", path.display())]
+    ViewPath { path: PathBuf, cause: String },
 
     #[error("nono: writing the manifest {}: {source}", path.display())]
     ManifestWrite {

@@ -22,6 +22,7 @@ pub mod gitguard;
 pub mod linux;
 pub mod nono;
 pub mod placement;
+pub mod privdir;
 pub mod report;
 pub mod seatbelt;
 

@@ -220,37 +220,13 @@ pub fn locate(
     })
 }
 
-/// True if `dir` is a directory owned by us that nobody else can write: a place for files
-/// whose content decides the boundary (the manifest, the version cache).
-fn private_dir_ok(dir: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) => m.is_dir() && m.uid() == nix::unistd::geteuid().as_raw() && m.mode() & 0o022 == 0,
-        Err(_) => false,
-    }
-}
-
 /// Creates `dir` (mode 0700) if needed and checks it is private; returns it canonical.
 pub fn ensure_private_dir(dir: &Path) -> Result<PathBuf, HostError> {
-    use std::os::unix::fs::DirBuilderExt;
-    let fail = |cause: String| HostError::PrivateDir {
-        backend: "nono",
-        path: dir.to_path_buf(),
-        cause,
-    };
-    if !dir.exists() {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| fail(format!("creating it: {e}")))?;
-    }
-    if !private_dir_ok(dir) {
-        return Err(fail(
-            "it is not a directory owned by you that no one else can write".into(),
-        ));
-    }
-    std::fs::canonicalize(dir).map_err(|e| fail(format!("resolving it: {e}")))
+    crate::privdir::ensure("nono", dir)
+}
+
+fn private_dir_ok(dir: &Path) -> bool {
+    crate::privdir::is_private(dir)
 }
 
 fn is_dir(path: &Path) -> bool {

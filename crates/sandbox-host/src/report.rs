@@ -20,4 +20,8 @@ pub struct Enforcement {
     pub gaps: Vec<String>,
     /// Caveats worth knowing.
     pub notes: Vec<String>,
+    /// Layers this machine cannot give (the private view without user namespaces): the run
+    /// still starts, and says so at its start, every time.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub downgrades: Vec<String>,
 }

@@ -7,6 +7,22 @@ use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::tools;
 
+/// Whether the native backend can build its private view here (the real probe, cached).
+#[cfg(target_os = "linux")]
+fn private_view(ctx: &Context) -> serde_json::Value {
+    use sandbox_host::linux::userns::{self, ViewSupport};
+    let cache = sandbox_host::privdir::ensure("native", &ctx.dirs.runtime).ok();
+    match userns::support(cache.as_deref()) {
+        ViewSupport::Available => json!({"available": true}),
+        ViewSupport::Unavailable { reason } => json!({"available": false, "reason": reason}),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn private_view(_ctx: &Context) -> serde_json::Value {
+    json!({"available": false, "reason": "the private view is built on Linux only"})
+}
+
 pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     // A representative policy: a scratch workspace with the network blocked, so the report
     // covers filesystem, TCP and scoping rules.
@@ -33,11 +49,22 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         })
         .collect();
 
+    let view = private_view(ctx);
     let dir = crate::session::workdir(args.workdir.as_deref())?;
     let worktree = match sandbox_policy::git::discover(&dir) {
         Ok(None) => json!({"path": dir, "git": "none", "protected": true}),
         Ok(Some(found)) => {
-            let problem = found.layout.landlock_protection_problem(&found.root);
+            // With the private view, read-only binds protect a main worktree too; without
+            // it only a linked worktree's layout is protectable by Landlock.
+            let problem = if view["available"] == json!(true) {
+                found.layout.worktree_config.then(|| {
+                    "extensions.worktreeConfig is enabled: git would read a config.worktree the \
+                     sandbox can write"
+                        .to_string()
+                })
+            } else {
+                found.layout.landlock_protection_problem(&found.root)
+            };
             json!({
                 "path": found.root,
                 "git": if found.layout.is_linked { "linked" } else { "main" },
@@ -50,6 +77,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     };
 
     let report = json!({
+        "private_view": view,
         "backends": backends,
         "tools": tools,
         "worktree": worktree,
@@ -77,6 +105,12 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             for note in e["notes"].as_array().into_iter().flatten() {
                 println!("         note: {}", note.as_str().unwrap_or(""));
             }
+            for downgrade in e["downgrades"].as_array().into_iter().flatten() {
+                println!(
+                    "         ! layer missing: {}",
+                    downgrade.as_str().unwrap_or("")
+                );
+            }
         } else if b["degraded"].as_bool() == Some(true) {
             println!("{name:<8} DEGRADED: runs fail closed unless --allow-degraded");
             for gap in b["enforcement"]["gaps"].as_array().into_iter().flatten() {
@@ -94,6 +128,18 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
                 println!("         filesystem rights: {}", rights.join(" "));
             }
         }
+    }
+    match view["available"].as_bool() {
+        Some(true) => println!(
+            "\nprivate view: available (native runs in user + mount namespaces where only the \
+             policy's paths exist)"
+        ),
+        _ => println!(
+            "\nprivate view: NOT available: {}\n  native falls back to Landlock + seccomp and \
+             denies unix sockets (--allow-unix-sockets to allow them); to enable user \
+             namespaces see docs/backends.md#user-namespaces",
+            view["reason"].as_str().unwrap_or("unknown")
+        ),
     }
     println!("\ntools:");
     for t in &tools {

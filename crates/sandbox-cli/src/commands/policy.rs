@@ -19,8 +19,11 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
         .and_then(|()| backend::open(session.kind, &session.options))
         .and_then(|b| b.enforcement(policy));
-    let landlock = compile::landlock::compile(policy);
-    let seccomp = compile::seccomp::compile(policy);
+    let NativeForms {
+        view,
+        landlock,
+        seccomp,
+    } = native_forms(&session, args.sandbox.allow_degraded);
     let seatbelt = compile::seatbelt::compile(policy);
     let env_names: Vec<String> = session
         .child_env()?
@@ -39,6 +42,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     if args.json {
         let compiled = match session.kind {
             BackendKind::Native => json!({
+                "view": view.as_ref().map(|v| v.as_ref().map_err(|e| e.to_string())),
                 "landlock": landlock.as_ref().map_err(|e| e.to_string()).ok(),
                 "seccomp": seccomp,
                 "seatbelt": seatbelt,
@@ -98,6 +102,18 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
             if cfg!(target_os = "macos") {
                 println!("\nSeatbelt profile:\n{seatbelt}");
             } else if let Ok(plan) = &landlock {
+                match &view {
+                    Some(Ok(view)) => {
+                        println!("\nprivate view (only these paths exist; `/` is read-only):");
+                        for op in &view.ops {
+                            println!("  {}", describe_mount(op));
+                        }
+                    }
+                    Some(Err(e)) => println!("\nprivate view: cannot be compiled: {e}"),
+                    None => {
+                        println!("\nprivate view: not available here (see `enforced here` above)")
+                    }
+                }
                 println!("\nLandlock rules:");
                 for rule in &plan.paths {
                     let mode = match rule.access {
@@ -137,6 +153,59 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         }
     }
     Ok(if refused.is_some() { 125 } else { 0 })
+}
+
+/// The native backend's compiled forms, as a run here would use them.
+struct NativeForms {
+    view: Option<Result<compile::view::ViewPlan, sandbox_host::HostError>>,
+    landlock: Result<compile::landlock::LandlockPlan, sandbox_host::HostError>,
+    seccomp: compile::seccomp::SeccompPlan,
+}
+
+#[cfg(target_os = "linux")]
+fn native_forms(session: &Session, allow_degraded: bool) -> NativeForms {
+    let compiled = sandbox_host::linux::native::compiled(
+        &session.policy,
+        &sandbox_host::linux::native::NativeOptions {
+            allow_degraded,
+            allow_unix_sockets: session.options.allow_unix_sockets,
+            private_dir: session.options.private_dir(),
+        },
+    );
+    NativeForms {
+        view: compiled.view,
+        landlock: compiled.landlock,
+        seccomp: compiled.seccomp,
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn native_forms(session: &Session, _allow_degraded: bool) -> NativeForms {
+    NativeForms {
+        view: None,
+        landlock: compile::landlock::compile(&session.policy).map_err(Into::into),
+        seccomp: compile::seccomp::compile(&session.policy),
+    }
+}
+
+fn describe_mount(op: &compile::view::MountOp) -> String {
+    use compile::view::MountOp;
+    match op {
+        MountOp::Tmpfs { target, .. } => format!("tmpfs  {}  (private)", target.display()),
+        MountOp::Bind {
+            target,
+            readonly,
+            why,
+            ..
+        } => format!(
+            "{}  {}  ({why})",
+            if *readonly { "ro   " } else { "rw   " },
+            target.display()
+        ),
+        MountOp::Symlink { link, target } => {
+            format!("link   {} -> {}", link.display(), target.display())
+        }
+    }
 }
 
 fn human(
@@ -244,6 +313,9 @@ fn human(
         }
         for gap in &e.gaps {
             let _ = writeln!(s, "  ! NOT enforced: {gap}");
+        }
+        for downgrade in &e.downgrades {
+            let _ = writeln!(s, "  ! layer missing on this machine: {downgrade}");
         }
         for note in &e.notes {
             let _ = writeln!(s, "  note: {note}");

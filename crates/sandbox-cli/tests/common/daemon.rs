@@ -37,8 +37,12 @@ impl Daemon {
     /// Starts the daemon of `env` and waits until it says it listens (it prints that line
     /// after both listeners are bound).
     pub fn start(env: &Env) -> Daemon {
-        let mut supervisor = env
-            .cmd()
+        Daemon::start_with(env, env.cmd())
+    }
+
+    /// The same, with `cmd` (`sandbox` under a wrapper: `env.cmd_under(…)`).
+    pub fn start_with(env: &Env, mut cmd: std::process::Command) -> Daemon {
+        let mut supervisor = cmd
             .arg("serve")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

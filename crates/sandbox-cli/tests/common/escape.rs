@@ -44,7 +44,7 @@ pub const NATIVE_NOUSERNS: &str = "native-nouserns";
 
 /// Execs its arguments in a new user namespace that may create no user namespaces itself
 /// (`unshare(CLONE_NEWUSER)` fails with ENOSPC there).
-const NOUSERNS_WRAPPER: [&str; 7] = [
+pub const NOUSERNS_WRAPPER: [&str; 7] = [
     "unshare",
     "--user",
     "--map-root-user",

@@ -145,6 +145,9 @@ impl std::fmt::Display for BackendKind {
 pub struct BackendOptions {
     /// Run even if the kernel cannot enforce part of the policy (reported as a warning).
     pub allow_degraded: bool,
+    /// Where the native backend has no private view (no user namespaces), allow unix
+    /// sockets anyway (`--allow-unix-sockets`); otherwise creating them is denied.
+    pub allow_unix_sockets: bool,
     /// Where the CLI found the `nono` binary (nono backend).
     pub nono: Option<NonoLocation>,
     /// The configured launcher (custom backend), from the user or system configuration only.
@@ -168,7 +171,8 @@ impl BackendOptions {
             .unwrap_or(policy.workspace.cwd.as_path())
     }
 
-    pub(crate) fn private_dir(&self) -> PathBuf {
+    /// The private directory, or its default.
+    pub fn private_dir(&self) -> PathBuf {
         self.private_dir.clone().unwrap_or_else(|| {
             std::env::temp_dir().join(format!("sandbox-{}", nix::unistd::geteuid()))
         })
@@ -259,7 +263,7 @@ pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Box<dyn Backe
     let backend: Box<dyn Backend> = match kind {
         BackendKind::Host => Box::new(host::HostBackend),
         BackendKind::Native => Box::new(native::NativeBackend {
-            allow_degraded: options.allow_degraded,
+            options: options.clone(),
         }),
         BackendKind::Nono => Box::new(nono::NonoBackend {
             options: options.clone(),

@@ -6,12 +6,15 @@ use std::sync::Arc;
 use sandbox_exec::CommandSpec;
 use sandbox_policy::Policy;
 
-use super::{step, Backend, BackendKind, BackendSession, CommandJudge, PreparedCommand, Progress};
+use super::{
+    step, Backend, BackendKind, BackendOptions, BackendSession, CommandJudge, PreparedCommand,
+    Progress,
+};
 use crate::error::HostError;
 use crate::report::Enforcement;
 
 pub(super) struct NativeBackend {
-    pub(super) allow_degraded: bool,
+    pub(super) options: BackendOptions,
 }
 
 impl Backend for NativeBackend {
@@ -20,7 +23,7 @@ impl Backend for NativeBackend {
     }
 
     fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
-        platform::enforcement(policy)
+        platform::enforcement(policy, &self.options)
     }
 
     fn prepare(
@@ -29,7 +32,7 @@ impl Backend for NativeBackend {
         progress: &dyn Progress,
     ) -> Result<Arc<dyn BackendSession>, HostError> {
         let session = step(progress, "compile the native sandbox", || {
-            platform::prepare(policy, self.allow_degraded)
+            platform::prepare(policy, &self.options)
         })?;
         Ok(Arc::new(session))
     }
@@ -38,10 +41,21 @@ impl Backend for NativeBackend {
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
-    use crate::linux::native::NativeSandbox;
+    use crate::linux::native::{NativeOptions, NativeSandbox};
 
-    pub(super) fn enforcement(policy: &Policy) -> Result<Enforcement, HostError> {
-        crate::linux::native::enforcement(policy)
+    fn native_options(options: &BackendOptions) -> NativeOptions {
+        NativeOptions {
+            allow_degraded: options.allow_degraded,
+            allow_unix_sockets: options.allow_unix_sockets,
+            private_dir: options.private_dir(),
+        }
+    }
+
+    pub(super) fn enforcement(
+        policy: &Policy,
+        options: &BackendOptions,
+    ) -> Result<Enforcement, HostError> {
+        crate::linux::native::enforcement(policy, &native_options(options))
     }
 
     pub(super) struct NativeSession {
@@ -51,10 +65,10 @@ mod platform {
 
     pub(super) fn prepare(
         policy: &Policy,
-        allow_degraded: bool,
+        options: &BackendOptions,
     ) -> Result<NativeSession, HostError> {
         Ok(NativeSession {
-            sandbox: Arc::new(NativeSandbox::prepare(policy, allow_degraded)?),
+            sandbox: Arc::new(NativeSandbox::prepare(policy, &native_options(options))?),
             git: policy.workspace.git.clone(),
         })
     }
@@ -85,7 +99,10 @@ mod platform {
 mod platform {
     use super::*;
 
-    pub(super) fn enforcement(_policy: &Policy) -> Result<Enforcement, HostError> {
+    pub(super) fn enforcement(
+        _policy: &Policy,
+        _options: &BackendOptions,
+    ) -> Result<Enforcement, HostError> {
         Ok(Enforcement {
             mechanism: "seatbelt".into(),
             enforced: vec![
@@ -147,11 +164,11 @@ mod platform {
 
     pub(super) enum NativeSession {}
 
-    pub(super) fn enforcement(_policy: &Policy) -> Result<Enforcement, HostError> {
+    pub(super) fn enforcement(_: &Policy, _: &BackendOptions) -> Result<Enforcement, HostError> {
         Err(HostError::NoNativeSandbox)
     }
 
-    pub(super) fn prepare(_: &Policy, _: bool) -> Result<NativeSession, HostError> {
+    pub(super) fn prepare(_: &Policy, _: &BackendOptions) -> Result<NativeSession, HostError> {
         Err(HostError::NoNativeSandbox)
     }
 

@@ -1,6 +1,9 @@
-//! The Linux native backend: Landlock + seccomp, applied between fork and exec.
+//! The Linux native backend: a private view (user + mount namespaces), Landlock and seccomp,
+//! applied between fork and exec.
 
 pub mod abi;
 pub mod landlock;
 pub mod native;
 pub mod seccomp;
+pub mod userns;
+pub mod view;

@@ -2,6 +2,7 @@
 //! ruleset fd, the BPF programs); the child makes three kinds of syscalls and execs.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
 
 use nix::errno::Errno;
 use sandbox_exec::{ChildSetup, SetupFailure, SetupStep};
@@ -10,11 +11,36 @@ use sandbox_policy::Policy;
 use seccompiler::BpfProgram;
 
 use crate::error::HostError;
+use crate::linux::userns::{self, ViewSupport};
+use crate::linux::view::PreparedView;
 use crate::linux::{abi, landlock, seccomp};
 use crate::report::Enforcement;
+use sandbox_policy::compile::seccomp::SeccompPlan;
+
+/// How the native backend may react to this machine.
+#[derive(Debug, Clone)]
+pub struct NativeOptions {
+    /// Run although the kernel cannot enforce part of the policy.
+    pub allow_degraded: bool,
+    /// Without a private view, unix sockets are denied unless the user allows them.
+    pub allow_unix_sockets: bool,
+    /// Our private directory: the probe's cache and the view's staging directory live here.
+    pub private_dir: PathBuf,
+}
+
+/// The layers this machine gives the native backend: the private view when user namespaces
+/// work, Landlock + seccomp always.
+#[derive(Debug)]
+enum Layers {
+    View(Box<PreparedView>),
+    /// No view here (the report says why).
+    NoView,
+}
 
 /// A prepared native sandbox for one spawn.
 pub struct NativeSandbox {
+    /// Built first in the child, when available.
+    view: Option<Box<PreparedView>>,
     ruleset: Option<OwnedFd>,
     filters: Vec<BpfProgram>,
     /// Set when running as root: the highest capability number to drop from the bounding
@@ -34,15 +60,112 @@ impl std::fmt::Debug for NativeSandbox {
     }
 }
 
+/// Whether this machine gives `options` a private view (the probe, cached).
+fn view_support(options: &NativeOptions) -> ViewSupport {
+    let cache = crate::privdir::ensure("native", &options.private_dir).ok();
+    userns::support(cache.as_deref())
+}
+
 /// What the native backend would enforce for `policy` on this kernel, without preparing it.
-pub fn enforcement(policy: &Policy) -> Result<Enforcement, HostError> {
-    let plan = compile::landlock::compile(policy)?;
-    let mut e = landlock::enforcement(&plan, abi::landlock_abi());
+pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforcement, HostError> {
+    let support = view_support(options);
+    let plan = match support {
+        ViewSupport::Available => compile::landlock::compile_under_view(policy)?,
+        ViewSupport::Unavailable { .. } => compile::landlock::compile(policy)?,
+    };
+    Ok(report(policy, &plan, &support, options))
+}
+
+/// The compiled forms a native run of `policy` would use on this machine (`policy show`).
+pub struct Compiled {
+    pub support: ViewSupport,
+    /// The private view's mounts, when the machine gives one.
+    pub view: Option<Result<sandbox_policy::compile::view::ViewPlan, HostError>>,
+    pub landlock: Result<compile::landlock::LandlockPlan, HostError>,
+    pub seccomp: SeccompPlan,
+}
+
+pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
+    let support = view_support(options);
+    let (view, landlock) = match support {
+        ViewSupport::Available => (
+            Some(crate::linux::view::plan(policy)),
+            compile::landlock::compile_under_view(policy).map_err(HostError::from),
+        ),
+        ViewSupport::Unavailable { .. } => (
+            None,
+            compile::landlock::compile(policy).map_err(HostError::from),
+        ),
+    };
+    let seccomp = seccomp_plan(policy, &support, options);
+    Compiled {
+        support,
+        view,
+        landlock,
+        seccomp,
+    }
+}
+
+/// The seccomp rules of a run: the policy's, plus — without a private view — a deny of new
+/// unix sockets, since a pathname socket (tmux, D-Bus, docker) would reach the host.
+fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions) -> SeccompPlan {
+    let mut plan = compile::seccomp::compile(policy);
+    if matches!(support, ViewSupport::Unavailable { .. }) && !options.allow_unix_sockets {
+        plan.rules.push(compile::seccomp::SyscallRule {
+            syscall: "socket",
+            when: vec![compile::seccomp::ArgCheck::Eq {
+                arg: 0,
+                value: compile::seccomp::consts::AF_UNIX,
+                dword: true,
+            }],
+            errno: compile::seccomp::consts::EACCES,
+            why: "no private view: a unix socket could reach host services by path \
+                  (--allow-unix-sockets allows them)",
+        });
+    }
+    plan
+}
+
+fn report(
+    policy: &Policy,
+    plan: &compile::landlock::LandlockPlan,
+    support: &ViewSupport,
+    options: &NativeOptions,
+) -> Enforcement {
+    let mut e = landlock::enforcement(plan, abi::landlock_abi());
+    match support {
+        ViewSupport::Available => {
+            e.mechanism = "view+landlock+seccomp".into();
+            // Landlock alone would leave pathname sockets reachable; the view does not.
+            e.notes.retain(|n| !n.contains("pathname unix sockets"));
+            e.enforced.insert(
+                0,
+                "private view (user + mount namespaces, pivot_root): only the policy's paths \
+                 exist — no unix socket, $HOME or /run of the host; a private /tmp; a minimal \
+                 /dev; git hooks, config and pointer files bound read-only"
+                    .into(),
+            );
+        }
+        ViewSupport::Unavailable { reason } => {
+            let layer = format!("no private view: {reason}");
+            if options.allow_unix_sockets {
+                e.downgrades.push(format!(
+                    "{layer}; unix sockets are allowed (--allow-unix-sockets), so a pathname \
+                     socket outside the policy (tmux, D-Bus, docker) is reachable"
+                ));
+            } else {
+                e.downgrades.push(format!(
+                    "{layer}; Landlock + seccomp only, and creating unix sockets is denied \
+                     (socketpair works; --allow-unix-sockets lifts this)"
+                ));
+            }
+        }
+    }
     e.enforced.push(format!(
         "seccomp: {}",
-        describe_seccomp(&compile::seccomp::compile(policy))
+        describe_seccomp(&seccomp_plan(policy, support, options))
     ));
-    Ok(e)
+    e
 }
 
 fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
@@ -58,9 +181,24 @@ fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
 impl NativeSandbox {
     /// Compiles and builds everything for one run. Fails closed when the kernel cannot
     /// enforce part of the policy, unless `allow_degraded`.
-    pub fn prepare(policy: &Policy, allow_degraded: bool) -> Result<Self, HostError> {
-        let plan = compile::landlock::compile(policy)?;
-        let enforcement = enforcement(policy)?;
+    pub fn prepare(policy: &Policy, options: &NativeOptions) -> Result<Self, HostError> {
+        let allow_degraded = options.allow_degraded;
+        let support = view_support(options);
+        let layers = match &support {
+            ViewSupport::Available => {
+                let staging = crate::privdir::ensure("native", &options.private_dir)?.join("view");
+                if policy.is_writable(&staging) {
+                    return Err(HostError::PrivateDirWritable { path: staging });
+                }
+                Layers::View(Box::new(PreparedView::prepare(policy, &staging)?))
+            }
+            ViewSupport::Unavailable { .. } => Layers::NoView,
+        };
+        let plan = match layers {
+            Layers::View(_) => compile::landlock::compile_under_view(policy)?,
+            Layers::NoView => compile::landlock::compile(policy)?,
+        };
+        let enforcement = report(policy, &plan, &support, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -77,7 +215,7 @@ impl NativeSandbox {
                 gaps: vec!["filesystem limits (Landlock is not available)".into()],
             });
         }
-        let filters = seccomp::compile(&compile::seccomp::compile(policy))?;
+        let filters = seccomp::compile(&seccomp_plan(policy, &support, options))?;
         // Root inside an outer sandbox has no capabilities left to drop (and no CAP_SETPCAP to
         // drop them with); no_new_privs already keeps exec from granting any back.
         let drop_caps_up_to = (nix::unistd::geteuid().is_root() && has_effective_cap(CAP_SETPCAP))
@@ -88,7 +226,12 @@ impl NativeSandbox {
                 "running as root: every capability is dropped, and exec cannot regain them".into(),
             );
         }
+        let view = match layers {
+            Layers::View(view) => Some(view),
+            Layers::NoView => None,
+        };
         Ok(NativeSandbox {
+            view,
             ruleset,
             filters,
             drop_caps_up_to,
@@ -98,6 +241,11 @@ impl NativeSandbox {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
+    }
+
+    /// The private view this sandbox builds, if the machine allows one.
+    pub fn view(&self) -> Option<&PreparedView> {
+        self.view.as_deref()
     }
 }
 
@@ -222,6 +370,11 @@ const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
 
 impl ChildSetup for NativeSandbox {
     fn apply_in_child(&self) -> Result<(), SetupFailure> {
+        // The view first: it needs the capabilities its new user namespace grants, which the
+        // drop below and no_new_privs would otherwise limit.
+        if let Some(view) = &self.view {
+            view.apply_in_child()?;
+        }
         if let Some(last) = self.drop_caps_up_to {
             drop_capabilities(last).map_err(SetupFailure::at(SetupStep::DropCapabilities))?;
         }
@@ -260,6 +413,7 @@ impl ChildSetup for NativeSandbox {
                     } else {
                         errno
                     },
+                    detail: 0,
                 });
             }
         }
@@ -267,6 +421,14 @@ impl ChildSetup for NativeSandbox {
     }
 
     fn name(&self) -> &str {
-        "landlock+seccomp"
+        if self.view.is_some() {
+            "view+landlock+seccomp"
+        } else {
+            "landlock+seccomp"
+        }
+    }
+
+    fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
+        self.view.as_ref()?.describe(step, detail)
     }
 }

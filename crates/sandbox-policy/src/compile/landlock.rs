@@ -50,6 +50,20 @@ pub fn compile(policy: &Policy) -> Result<LandlockPlan, PolicyError> {
     if let Some(problem) = policy.git_protection_problem() {
         return Err(PolicyError::UnprotectedGit(problem));
     }
+    Ok(rules(policy))
+}
+
+/// The same rules, as a second layer under the private view ([`super::view`]): the view keeps
+/// git hooks and config read-only with binds, so only the layouts it cannot protect are
+/// refused (a main worktree is fine there).
+pub fn compile_under_view(policy: &Policy) -> Result<LandlockPlan, PolicyError> {
+    if let Some(problem) = super::view::view_git_problem(policy) {
+        return Err(PolicyError::UnprotectedGit(problem));
+    }
+    Ok(rules(policy))
+}
+
+fn rules(policy: &Policy) -> LandlockPlan {
     let mut paths = Vec::new();
     for dir in &policy.fs.system_read {
         paths.push(PathRule {
@@ -86,12 +100,12 @@ pub fn compile(policy: &Policy) -> Result<LandlockPlan, PolicyError> {
             connect: ports.clone(),
             bind: ports,
         });
-    Ok(LandlockPlan {
+    LandlockPlan {
         paths,
         tcp,
         scope_signals: true,
         scope_abstract_unix: true,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -6,3 +6,4 @@ pub mod landlock;
 pub mod nono;
 pub mod seatbelt;
 pub mod seccomp;
+pub mod view;

@@ -1,0 +1,190 @@
+//! Can this process build a private view here? Asked of the kernel by a real probe — a forked
+//! child that creates user and mount namespaces, maps its ids and mounts a tmpfs, exactly what
+//! the view needs — because the answer depends on more than one switch: the
+//! `user.max_user_namespaces` limit, Debian's `kernel.unprivileged_userns_clone`, Ubuntu's
+//! AppArmor restriction (`kernel.apparmor_restrict_unprivileged_userns`, under which the
+//! namespace is created but has no capabilities), a container's seccomp policy.
+//!
+//! The answer is cached in the private directory, keyed on everything it depends on that can
+//! be read cheaply (the boot, the ids, those sysctls, this process's user namespace and
+//! AppArmor label), so a run pays for a few small reads, not a fork.
+
+use std::path::Path;
+
+use nix::errno::Errno;
+
+/// Whether the private view can be built, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ViewSupport {
+    Available,
+    Unavailable { reason: String },
+}
+
+const CACHE_FILE: &str = "userns-probe";
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "-".into())
+}
+
+/// Everything the probe's answer depends on that a run can read without forking.
+fn key() -> String {
+    let ns = std::fs::read_link("/proc/self/ns/user")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    format!(
+        "v1|{}|{}|{}|{}|{}|{}|{}|{}",
+        read("/proc/sys/kernel/random/boot_id"),
+        nix::unistd::geteuid(),
+        nix::unistd::getegid(),
+        read("/proc/sys/user/max_user_namespaces"),
+        read("/proc/sys/kernel/unprivileged_userns_clone"),
+        read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns"),
+        read("/proc/self/attr/current"),
+        ns
+    )
+}
+
+/// The probe's answer, from the cache in `cache_dir` when it is still valid.
+pub fn support(cache_dir: Option<&Path>) -> ViewSupport {
+    let key = key();
+    let cache = cache_dir.map(|d| d.join(CACHE_FILE));
+    if let Some(cache) = &cache {
+        if let Ok(text) = std::fs::read_to_string(cache) {
+            if let Some((k, v)) = text.split_once('\n') {
+                if k == key {
+                    return if v.is_empty() {
+                        ViewSupport::Available
+                    } else {
+                        ViewSupport::Unavailable {
+                            reason: v.to_string(),
+                        }
+                    };
+                }
+            }
+        }
+    }
+    let answer = probe();
+    if let Some(cache) = &cache {
+        let value = match &answer {
+            ViewSupport::Available => String::new(),
+            ViewSupport::Unavailable { reason } => reason.replace('\n', " "),
+        };
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, format!("{key}\n{value}")).is_ok() {
+            let _ = std::fs::rename(&tmp, cache);
+        }
+    }
+    answer
+}
+
+/// Which step of the probe failed.
+const STEP_UNSHARE: u8 = 1;
+const STEP_ID_MAP: u8 = 2;
+const STEP_MOUNT: u8 = 3;
+
+/// Forks a child that does what the view needs and reports the first failing step.
+pub fn probe() -> ViewSupport {
+    let Ok((read_end, write_end)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else {
+        return ViewSupport::Unavailable {
+            reason: "could not create the probe's pipe".into(),
+        };
+    };
+    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
+    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    // SAFETY: the child only makes system calls on data prepared above (unshare, open,
+    // write, mount, _exit), all async-signal safe, so forking a multi-threaded process is
+    // sound.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            use std::os::fd::AsRawFd;
+            let report = |step: u8| -> ! {
+                let errno = Errno::last() as i32;
+                let mut bytes = [0u8; 5];
+                bytes[0] = step;
+                bytes[1..].copy_from_slice(&errno.to_ne_bytes());
+                // SAFETY: write(2) of a stack buffer to the pipe, then _exit(2).
+                unsafe {
+                    libc::write(write_end.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
+                    libc::_exit(1)
+                }
+            };
+            // SAFETY: as above; every call takes flags or NUL-terminated constants.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                    report(STEP_UNSHARE);
+                }
+                for (path, data) in [
+                    (c"/proc/self/setgroups", &b"deny"[..]),
+                    (c"/proc/self/uid_map", &uid_map[..]),
+                    (c"/proc/self/gid_map", &gid_map[..]),
+                ] {
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 || libc::write(fd, data.as_ptr().cast(), data.len()) < 0 {
+                        report(STEP_ID_MAP);
+                    }
+                    libc::close(fd);
+                }
+                if libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) != 0
+                    || libc::mount(
+                        c"tmpfs".as_ptr(),
+                        c"/tmp".as_ptr(),
+                        c"tmpfs".as_ptr(),
+                        0,
+                        std::ptr::null(),
+                    ) != 0
+                {
+                    report(STEP_MOUNT);
+                }
+                libc::_exit(0)
+            }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            drop(write_end);
+            let mut bytes = [0u8; 5];
+            let n = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&read_end), &mut bytes)
+                .unwrap_or(0);
+            let _ = nix::sys::wait::waitpid(child, None);
+            if n != 5 {
+                return ViewSupport::Available;
+            }
+            let errno = Errno::from_raw(i32::from_ne_bytes(bytes[1..].try_into().expect("4")));
+            ViewSupport::Unavailable {
+                reason: explain(bytes[0], errno),
+            }
+        }
+        Err(e) => ViewSupport::Unavailable {
+            reason: format!("could not fork the probe: {e}"),
+        },
+    }
+}
+
+/// Why the view is unavailable, in terms of the switch to turn.
+fn explain(step: u8, errno: Errno) -> String {
+    match (step, errno) {
+        (STEP_UNSHARE, Errno::ENOSPC) => format!(
+            "user namespaces are limited to 0 here (user.max_user_namespaces; {errno}); raise \
+             it with `sysctl user.max_user_namespaces=15000`"
+        ),
+        (STEP_UNSHARE, Errno::EPERM) => format!(
+            "creating a user namespace is not permitted ({errno}): unprivileged user \
+             namespaces are switched off (kernel.unprivileged_userns_clone=0) or refused by \
+             a container's policy"
+        ),
+        (STEP_UNSHARE, _) => format!("unshare(CLONE_NEWUSER | CLONE_NEWNS) failed: {errno}"),
+        (STEP_ID_MAP, _) => format!("the new user namespace refused an id map ({errno})"),
+        (_, Errno::EPERM) | (_, Errno::EACCES) => format!(
+            "a user namespace can be created but has no capabilities to mount ({errno}): \
+             Ubuntu's AppArmor restriction (kernel.apparmor_restrict_unprivileged_userns=1) \
+             does this; allow the sandbox binary with an AppArmor profile (docs/backends.md)"
+        ),
+        _ => format!("mounting in a new user namespace failed: {errno}"),
+    }
+}

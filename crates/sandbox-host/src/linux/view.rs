@@ -1,0 +1,446 @@
+//! The private filesystem view ([`sandbox_policy::compile::view`]), built in the child between
+//! fork and exec: new user and mount namespaces (the caller's uid and gid mapped to
+//! themselves), a tmpfs root holding only the policy's paths, `pivot_root` into it. Landlock and
+//! seccomp are applied on top afterwards, as a second layer.
+//!
+//! Everything that allocates happens in [`PreparedView::prepare`], in the parent: the plan is
+//! compiled, every path becomes a `CString` under the staging directory, and the mount points
+//! the tmpfs needs are listed in order. [`PreparedView::apply_in_child`] only makes system calls
+//! on that data, so it is async-signal safe. Nothing outlives the run: the namespaces die with
+//! the command's last process, and the staging directory on the host stays an empty directory
+//! (the tmpfs is mounted over it only inside the command's own mount namespace).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use sandbox_exec::{SetupFailure, SetupStep};
+use sandbox_policy::compile::view::{self, EntryKind, MountOp, ViewPlan};
+use sandbox_policy::Policy;
+
+use crate::error::HostError;
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// One system-call-level step of building the view. Paths are under the staging directory.
+#[derive(Debug)]
+enum Step {
+    /// Create a directory mount point unless something is there (it may come from a bind).
+    Mkdir(CString),
+    /// Create an empty file mount point unless something is there.
+    Touch(CString),
+    Tmpfs {
+        target: CString,
+        data: CString,
+    },
+    Bind {
+        source: CString,
+        target: CString,
+        readonly: bool,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+}
+
+/// The view of one policy, ready to be built in a child.
+#[derive(Debug)]
+pub struct PreparedView {
+    plan: ViewPlan,
+    staging: CString,
+    steps: Vec<Step>,
+    /// What each step is, for the parent's error message (index = `SetupFailure::detail`).
+    labels: Vec<String>,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+fn cstring(path: &Path) -> Result<CString, HostError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::ViewPath {
+        path: path.to_path_buf(),
+        cause: "contains a NUL byte".into(),
+    })
+}
+
+/// What a host path is, without following a final symlink.
+fn classify(path: &Path) -> EntryKind {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
+            Ok(target) => EntryKind::Symlink(target),
+            Err(_) => EntryKind::Missing,
+        },
+        Ok(m) if m.is_dir() => EntryKind::Dir,
+        Ok(_) => EntryKind::File,
+        Err(_) => EntryKind::Missing,
+    }
+}
+
+/// The view of `policy` as this machine's paths make it (what `policy show` prints).
+pub fn plan(policy: &Policy) -> Result<ViewPlan, HostError> {
+    Ok(view::compile(policy, &classify)?)
+}
+
+impl PreparedView {
+    /// Compiles the view of `policy` and lays it out under `staging` (an empty directory of
+    /// ours, outside everything the policy binds; created if missing).
+    pub fn prepare(policy: &Policy, staging: &Path) -> Result<Self, HostError> {
+        let plan = view::compile(policy, &classify)?;
+        if !staging.is_dir() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(staging)
+                .map_err(|e| HostError::ViewPath {
+                    path: staging.to_path_buf(),
+                    cause: format!("creating the staging directory: {e}"),
+                })?;
+        }
+        let inside = |path: &Path| -> Result<CString, HostError> {
+            let relative = path.strip_prefix("/").unwrap_or(path);
+            cstring(&staging.join(relative))
+        };
+        let mut steps = Vec::new();
+        let mut labels = Vec::new();
+        let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
+        let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
+            steps.push(step);
+            labels.push(label);
+        };
+        for op in &plan.ops {
+            let target = op.target();
+            // Every ancestor as a directory (a no-op where an earlier bind provides it).
+            let mut ancestors: Vec<&Path> = target.ancestors().skip(1).collect();
+            ancestors.reverse();
+            for dir in ancestors {
+                if dir == Path::new("/") || !made.insert(dir.to_path_buf()) {
+                    continue;
+                }
+                push(
+                    &mut steps,
+                    Step::Mkdir(inside(dir)?),
+                    format!("mount point {}", dir.display()),
+                );
+            }
+            match op {
+                MountOp::Tmpfs { target, mode } => {
+                    made.insert(target.clone());
+                    push(
+                        &mut steps,
+                        Step::Mkdir(inside(target)?),
+                        format!("mount point {}", target.display()),
+                    );
+                    push(
+                        &mut steps,
+                        Step::Tmpfs {
+                            target: inside(target)?,
+                            data: CString::new(format!("mode={mode:o}")).expect("no NUL"),
+                        },
+                        format!("tmpfs on {}", target.display()),
+                    );
+                }
+                MountOp::Bind {
+                    source,
+                    target,
+                    dir,
+                    readonly,
+                    why,
+                } => {
+                    made.insert(target.clone());
+                    let point = if *dir {
+                        Step::Mkdir(inside(target)?)
+                    } else {
+                        Step::Touch(inside(target)?)
+                    };
+                    push(
+                        &mut steps,
+                        point,
+                        format!("mount point {}", target.display()),
+                    );
+                    push(
+                        &mut steps,
+                        Step::Bind {
+                            source: cstring(source)?,
+                            target: inside(target)?,
+                            readonly: *readonly,
+                        },
+                        format!(
+                            "{} bind of {} ({why})",
+                            if *readonly { "read-only" } else { "writable" },
+                            source.display()
+                        ),
+                    );
+                }
+                MountOp::Symlink { link, target } => {
+                    made.insert(link.clone());
+                    push(
+                        &mut steps,
+                        Step::Symlink {
+                            target: cstring(target)?,
+                            link: inside(link)?,
+                        },
+                        format!("link {} -> {}", link.display(), target.display()),
+                    );
+                }
+            }
+        }
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        Ok(PreparedView {
+            plan,
+            staging: cstring(staging)?,
+            steps,
+            labels,
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+        })
+    }
+
+    pub fn plan(&self) -> &ViewPlan {
+        &self.plan
+    }
+
+    /// What step `detail` of the view was, for an error message.
+    pub fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
+        match step {
+            SetupStep::ViewMount => self.labels.get(detail as usize).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Builds the view and enters it. Async-signal safe: system calls on prepared data and
+    /// a stack buffer only. The working directory (set before this runs) is re-entered
+    /// inside the view.
+    pub fn apply_in_child(&self) -> Result<(), SetupFailure> {
+        let mut cwd = [0u8; libc::PATH_MAX as usize];
+        // SAFETY: getcwd(2) writes at most `cwd.len()` bytes into our stack buffer.
+        if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
+        }
+        // SAFETY: unshare(2) takes flags only. The child is single-threaded (fresh from fork),
+        // as CLONE_NEWUSER requires.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+            return Err(SetupFailure::last(SetupStep::UserNamespace));
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        // Nothing done from here on propagates back to the host's mount namespace.
+        // SAFETY: mount(2) with NULL source/type/data and constant flags.
+        if unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(SetupFailure::last(SetupStep::ViewMount));
+        }
+        tmpfs(&self.staging, c"mode=0755").map_err(|errno| view_failure(errno, u32::MAX))?;
+        for (i, step) in self.steps.iter().enumerate() {
+            run(step).map_err(|errno| view_failure(errno, i as u32))?;
+        }
+        enter(&self.staging)?;
+        // The root itself is read-only: nothing can be created beside the policy's paths.
+        set_readonly(c"/", false).map_err(|errno| view_failure(errno, u32::MAX))?;
+        // SAFETY: chdir(2) on the NUL-terminated path getcwd wrote into our buffer.
+        if unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
+            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
+        }
+        Ok(())
+    }
+}
+
+fn view_failure(errno: Errno, detail: u32) -> SetupFailure {
+    SetupFailure {
+        step: SetupStep::ViewMount,
+        errno,
+        detail,
+    }
+}
+
+/// Writes `data` to a /proc file (the id maps).
+fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> Result<(), SetupFailure> {
+    // SAFETY: open(2) of a NUL-terminated constant path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(SetupFailure::last(SetupStep::IdMap));
+    }
+    // SAFETY: write(2) of our buffer to the fd just opened; close(2) of that fd.
+    let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let failure = (written != data.len() as isize).then(|| SetupFailure::last(SetupStep::IdMap));
+    unsafe { libc::close(fd) };
+    failure.map_or(Ok(()), Err)
+}
+
+fn check(rc: libc::c_int) -> Result<(), Errno> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+fn exists(path: &CString) -> bool {
+    // SAFETY: lstat(2) writes one `stat` into our stack value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    unsafe { libc::lstat(path.as_ptr(), &mut st) == 0 }
+}
+
+fn tmpfs(target: &CString, data: &std::ffi::CStr) -> Result<(), Errno> {
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    })
+}
+
+fn run(step: &Step) -> Result<(), Errno> {
+    match step {
+        Step::Mkdir(path) => {
+            if exists(path) {
+                return Ok(());
+            }
+            // SAFETY: mkdir(2) of a NUL-terminated path.
+            check(unsafe { libc::mkdir(path.as_ptr(), 0o755) })
+        }
+        Step::Touch(path) => {
+            if exists(path) {
+                return Ok(());
+            }
+            // SAFETY: open(2) creating a fresh empty file (never following a link), then
+            // close(2) of the fd it returned.
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_WRONLY
+                        | libc::O_CLOEXEC
+                        | libc::O_NOFOLLOW,
+                    0o644,
+                )
+            };
+            if fd < 0 {
+                return Err(Errno::last());
+            }
+            unsafe { libc::close(fd) };
+            Ok(())
+        }
+        Step::Tmpfs { target, data } => tmpfs(target, data),
+        Step::Bind {
+            source,
+            target,
+            readonly,
+        } => {
+            // SAFETY: mount(2) with NUL-terminated paths and no data.
+            check(unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                )
+            })?;
+            if *readonly {
+                set_readonly(target, true)?;
+            }
+            Ok(())
+        }
+        Step::Symlink { target, link } => {
+            // SAFETY: symlink(2) of two NUL-terminated paths.
+            check(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) })
+        }
+    }
+}
+
+/// Makes the mount at `path` (and, if `recursive`, everything below it) read-only.
+fn set_readonly(path: &std::ffi::CStr, recursive: bool) -> Result<(), Errno> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr(2) reads one `mount_attr` of the size we pass from our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            if recursive { AT_RECURSIVE } else { 0 },
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    if Errno::last() != Errno::ENOSYS {
+        return Err(Errno::last());
+    }
+    // Before Linux 5.12: a remount, keeping the flags a user namespace may not clear.
+    // SAFETY: statvfs(2) writes one `statvfs` into our stack value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    let keep = st.f_flag
+        & (libc::ST_NOSUID
+            | libc::ST_NODEV
+            | libc::ST_NOEXEC
+            | libc::ST_NOATIME
+            | libc::ST_NODIRATIME
+            | libc::ST_RELATIME);
+    // SAFETY: mount(2) remounting an existing mount point with flags only.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+            std::ptr::null(),
+        )
+    })
+}
+
+/// `pivot_root` into `staging` and detach the old root, so nothing of the host's tree is
+/// left reachable (the runc way: both roots on ".", then unmount the old one from under).
+fn enter(staging: &CString) -> Result<(), SetupFailure> {
+    let fail = || SetupFailure::last(SetupStep::PivotRoot);
+    // SAFETY: chdir(2), pivot_root(2), umount2(2) on NUL-terminated paths.
+    unsafe {
+        if libc::chdir(staging.as_ptr()) != 0 {
+            return Err(fail());
+        }
+        if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
+            return Err(fail());
+        }
+        if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+            return Err(fail());
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(fail());
+        }
+    }
+    Ok(())
+}

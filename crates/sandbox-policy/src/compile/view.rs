@@ -1,0 +1,340 @@
+//! Policy → the private filesystem view of the native backend on Linux, as data: the mounts
+//! that make up a fresh root in which only the policy's paths exist. `sandbox-host` replays the
+//! plan in the child, inside new user and mount namespaces, before Landlock and seccomp.
+//!
+//! The view is what Landlock's path rules cannot be on their own: a pathname unix socket (a
+//! tmux server, the D-Bus session bus, `docker.sock`, an ssh-agent) is reachable by `connect()`
+//! whatever the rules say, unless it does not exist. In the view it does not: the root is an
+//! empty read-only tmpfs, `/tmp` is private, `/dev` minimal, and every other path is bound in
+//! from the host at the same place — read-only unless the policy grants writing.
+//!
+//! Git data gets one more rule, which Landlock cannot express: read-only binds *inside* a
+//! writable tree. A main worktree's `.git/hooks`, `.git/config` and `.git/info` are bound
+//! read-only over themselves and `.git` is made a mount point (so it can be neither replaced
+//! nor renamed); a linked worktree's pointer files (`.git`, `commondir`, `gitdir`) are bound
+//! read-only, so no host-side repair is needed in the first place.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::PolicyError;
+use crate::model::{GitLayout, Policy};
+
+/// What a host path is, as the platform step finds it (the compiler itself does no I/O).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    Dir,
+    File,
+    /// A symbolic link with this target (recreated as a link in the view: `/bin -> usr/bin`).
+    Symlink(PathBuf),
+    Missing,
+}
+
+/// One step of building the view. Paths are absolute as the command will see them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "op")]
+pub enum MountOp {
+    /// A fresh tmpfs at `target` with permission `mode`.
+    Tmpfs { target: PathBuf, mode: u32 },
+    /// The host's `source` at `target` (the same path), with everything mounted below it.
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        /// A directory (else a file: the mount point is an empty file).
+        dir: bool,
+        readonly: bool,
+        why: &'static str,
+    },
+    /// A symbolic link at `link` pointing to `target`.
+    Symlink { link: PathBuf, target: PathBuf },
+}
+
+impl MountOp {
+    pub fn target(&self) -> &Path {
+        match self {
+            MountOp::Tmpfs { target, .. } | MountOp::Bind { target, .. } => target,
+            MountOp::Symlink { link, .. } => link,
+        }
+    }
+}
+
+/// The whole view, in the order the mounts must be made (a parent before what lies in it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ViewPlan {
+    pub ops: Vec<MountOp>,
+}
+
+/// Links every `/dev` has, pointing into the process's own descriptors.
+const DEV_LINKS: &[(&str, &str)] = &[
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+];
+
+fn depth(path: &Path) -> usize {
+    path.components().count()
+}
+
+/// Compiles the view of `policy`. `classify` tells what each host path is (a symlink among
+/// the system directories is recreated, a missing one skipped). Refuses git layouts even the
+/// view cannot protect (`extensions.worktreeConfig`), unless the user accepted the risk.
+pub fn compile(
+    policy: &Policy,
+    classify: &dyn Fn(&Path) -> EntryKind,
+) -> Result<ViewPlan, PolicyError> {
+    if let Some(problem) = view_git_problem(policy) {
+        return Err(PolicyError::UnprotectedGit(problem));
+    }
+    // Tmpfs and links first (they are the skeleton), then binds, parents before children, a
+    // read-only bind inside a writable one (and the reverse) ordered by depth.
+    let mut ops = vec![
+        MountOp::Tmpfs {
+            target: "/dev".into(),
+            mode: 0o755,
+        },
+        MountOp::Tmpfs {
+            target: "/tmp".into(),
+            mode: 0o1777,
+        },
+    ];
+    for (link, target) in DEV_LINKS {
+        ops.push(MountOp::Symlink {
+            link: link.into(),
+            target: target.into(),
+        });
+    }
+    let mut binds: Vec<MountOp> = Vec::new();
+    let mut bind = |source: &Path, readonly: bool, why: &'static str| match classify(source) {
+        EntryKind::Missing => {}
+        EntryKind::Symlink(target) => ops_link(&mut binds, source, target),
+        kind => binds.push(MountOp::Bind {
+            source: source.to_path_buf(),
+            target: source.to_path_buf(),
+            dir: kind == EntryKind::Dir,
+            readonly,
+            why,
+        }),
+    };
+    for dir in &policy.fs.system_read {
+        bind(dir, true, "system");
+    }
+    for dev in &policy.fs.devices {
+        bind(dev, false, "device");
+    }
+    let written: BTreeSet<&Path> = policy.fs.write.iter().map(|g| g.path.as_path()).collect();
+    for grant in &policy.fs.read {
+        if !written.contains(grant.path.as_path()) {
+            bind(&grant.path, true, grant.reason.as_str());
+        }
+    }
+    for grant in &policy.fs.write {
+        bind(&grant.path, false, grant.reason.as_str());
+    }
+    if let Some(git) = &policy.workspace.git {
+        if !policy.unprotected_git {
+            for (path, readonly, why) in git_binds(policy, git) {
+                bind(&path, readonly, why);
+            }
+        }
+    }
+    // Stable: equal depths keep their order (a read grant before a write grant of the same
+    // depth elsewhere does not matter; the same path is never bound twice above).
+    binds.sort_by_key(|op| depth(op.target()));
+    ops.extend(binds);
+    Ok(ViewPlan { ops })
+}
+
+fn ops_link(ops: &mut Vec<MountOp>, link: &Path, target: PathBuf) {
+    ops.push(MountOp::Symlink {
+        link: link.to_path_buf(),
+        target,
+    });
+}
+
+/// The extra git binds of the view: what must stay read-only inside the writable tree.
+fn git_binds(policy: &Policy, git: &GitLayout) -> Vec<(PathBuf, bool, &'static str)> {
+    let mut binds = Vec::new();
+    if git.is_linked && !git.common_dir.starts_with(&policy.workspace.root) {
+        // The pointer files: rewriting one would re-point the host's git.
+        for pointer in &git.pointers {
+            binds.push((pointer.path.clone(), true, "git pointer (read-only)"));
+        }
+    } else {
+        // A main worktree: `.git` itself becomes a mount point (it cannot be renamed or
+        // replaced), and what git would run from stays read-only inside it.
+        binds.push((git.common_dir.clone(), false, "git dir (a mount point)"));
+        for name in ["hooks", "config", "info"] {
+            binds.push((
+                git.common_dir.join(name),
+                true,
+                "git hooks, config, info (read-only)",
+            ));
+        }
+    }
+    binds
+}
+
+/// Why the view cannot keep this worktree's git from being re-pointed: only
+/// `extensions.worktreeConfig`, which makes git read a `config.worktree` the sandbox could
+/// create in a writable git dir. Main worktrees and grants covering the common dir are fine
+/// here (the read-only binds sit on top of any grant).
+pub fn view_git_problem(policy: &Policy) -> Option<String> {
+    if policy.unprotected_git {
+        return None;
+    }
+    let git = policy.workspace.git.as_ref()?;
+    git.worktree_config.then(|| {
+        format!(
+            "extensions.worktreeConfig is enabled in {}: git would read {}/config.worktree, \
+             which the sandbox must be able to write, so hooks could be re-pointed from \
+             inside. Disable it (`git config --unset extensions.worktreeConfig`) or pass \
+             --unprotected-git to accept the risk.",
+            git.common_dir.join("config").display(),
+            git.worktree_gitdir.display()
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Grant, GrantReason};
+    use crate::testutil::linked_policy;
+
+    fn classify(path: &Path) -> EntryKind {
+        match path.to_str().unwrap() {
+            "/bin" => EntryKind::Symlink("usr/bin".into()),
+            "/nowhere" => EntryKind::Missing,
+            "/dev/null" | "/work/task/.git" => EntryKind::File,
+            p if p.ends_with("/config") => EntryKind::File,
+            _ => EntryKind::Dir,
+        }
+    }
+
+    fn binds(plan: &ViewPlan) -> Vec<(String, bool)> {
+        plan.ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Bind {
+                    target, readonly, ..
+                } => Some((target.display().to_string(), *readonly)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_the_policys_paths_are_bound_at_their_own_places() {
+        let mut p = linked_policy(false);
+        p.fs.system_read.extend(["/bin".into(), "/nowhere".into()]);
+        let plan = compile(&p, &classify).unwrap();
+        let b = binds(&plan);
+        assert_eq!(
+            b,
+            vec![
+                ("/usr".into(), true),
+                ("/etc".into(), true),
+                ("/dev/null".into(), false),
+                ("/repo/.git".into(), true),
+                ("/work/task".into(), false),
+                ("/repo/.git/objects".into(), false),
+                ("/work/task/.git".into(), true),
+                ("/repo/.git/worktrees/task".into(), false),
+            ]
+        );
+        // A symlinked system dir is a link, a missing one is absent, and /tmp and /dev are
+        // fresh.
+        assert!(plan.ops.contains(&MountOp::Symlink {
+            link: "/bin".into(),
+            target: "usr/bin".into()
+        }));
+        assert!(!plan
+            .ops
+            .iter()
+            .any(|op| op.target() == Path::new("/nowhere")));
+        assert!(plan.ops.contains(&MountOp::Tmpfs {
+            target: "/tmp".into(),
+            mode: 0o1777
+        }));
+    }
+
+    #[test]
+    fn parents_are_mounted_before_what_lies_in_them() {
+        let plan = compile(&linked_policy(false), &classify).unwrap();
+        let order: Vec<&Path> = plan.ops.iter().map(MountOp::target).collect();
+        for (i, a) in order.iter().enumerate() {
+            for b in &order[i + 1..] {
+                assert!(
+                    !a.starts_with(b) || a == b,
+                    "{} is mounted before its parent {}",
+                    a.display(),
+                    b.display()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_main_worktree_gets_read_only_hooks_config_and_info_inside_it() {
+        let mut p = linked_policy(false);
+        let git = p.workspace.git.as_mut().unwrap();
+        git.is_linked = false;
+        git.common_dir = "/work/task/.git".into();
+        git.worktree_gitdir = "/work/task/.git".into();
+        git.pointers.clear();
+        p.fs.read.clear();
+        p.fs.write.truncate(1);
+        let b = binds(&compile(&p, &classify).unwrap());
+        assert!(b.contains(&("/work/task".into(), false)));
+        assert!(b.contains(&("/work/task/.git".into(), false)), "{b:?}");
+        for ro in ["hooks", "config", "info"] {
+            assert!(
+                b.contains(&(format!("/work/task/.git/{ro}"), true)),
+                "{b:?}"
+            );
+        }
+        // With the risk accepted, nothing extra.
+        p.unprotected_git = true;
+        let b = binds(&compile(&p, &classify).unwrap());
+        assert_eq!(
+            b,
+            vec![
+                ("/usr".into(), true),
+                ("/etc".into(), true),
+                ("/dev/null".into(), false),
+                ("/work/task".into(), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_path_granted_both_ways_is_bound_once_writable() {
+        let mut p = linked_policy(false);
+        p.fs.read.push(Grant {
+            path: "/work/task".into(),
+            reason: GrantReason::User,
+        });
+        let b = binds(&compile(&p, &classify).unwrap());
+        assert_eq!(
+            b.iter()
+                .filter(|(t, _)| t == "/work/task")
+                .collect::<Vec<_>>(),
+            vec![&("/work/task".to_string(), false)]
+        );
+    }
+
+    #[test]
+    fn worktree_config_is_refused_even_with_the_view() {
+        let mut p = linked_policy(false);
+        p.workspace.git.as_mut().unwrap().worktree_config = true;
+        assert!(matches!(
+            compile(&p, &classify),
+            Err(PolicyError::UnprotectedGit(_))
+        ));
+        p.unprotected_git = true;
+        assert!(compile(&p, &classify).is_ok());
+    }
+}
