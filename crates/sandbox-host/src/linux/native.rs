@@ -401,6 +401,8 @@ impl ChildSetup for NativeSandbox {
                 return Err(SetupFailure::last(SetupStep::LandlockRestrictSelf));
             }
         }
+        // Seccomp must stay the last step: it denies mount, unshare, setns and namespace
+        // clones, so any setup of that kind (a private mount namespace) has to happen above.
         for filter in &self.filters {
             // apply_filter builds a sock_fprog on the stack and calls seccomp(2); it does
             // not allocate on success, and on failure only wraps the errno.

@@ -20,10 +20,12 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         "mount" => SYS_mount,
         "umount2" => SYS_umount2,
         "pivot_root" => SYS_pivot_root,
+        "mount_setattr" => SYS_mount_setattr,
         "move_mount" => SYS_move_mount,
         "open_tree" => SYS_open_tree,
         "fsopen" => SYS_fsopen,
         "fsmount" => SYS_fsmount,
+        "fsconfig" => SYS_fsconfig,
         "fspick" => SYS_fspick,
         "open_by_handle_at" => SYS_open_by_handle_at,
         "kexec_load" => SYS_kexec_load,
@@ -38,6 +40,18 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         "io_uring_setup" => SYS_io_uring_setup,
         "io_uring_enter" => SYS_io_uring_enter,
         "io_uring_register" => SYS_io_uring_register,
+        "keyctl" => SYS_keyctl,
+        "add_key" => SYS_add_key,
+        "request_key" => SYS_request_key,
+        "userfaultfd" => SYS_userfaultfd,
+        "perf_event_open" => SYS_perf_event_open,
+        "unshare" => SYS_unshare,
+        "setns" => SYS_setns,
+        "clone" => SYS_clone,
+        "clone3" => SYS_clone3,
+        "ptrace" => SYS_ptrace,
+        "process_vm_readv" => SYS_process_vm_readv,
+        "process_vm_writev" => SYS_process_vm_writev,
         _ => return None,
     };
     Some(nr)
@@ -170,7 +184,7 @@ mod tests {
             assert!(syscall_number(name).is_some(), "{name}");
         }
         let programs = compile(&plan).unwrap();
-        assert!(programs.len() >= 2, "EPERM and EACCES programs");
+        assert!(programs.len() >= 3, "EPERM, EACCES and ENOSYS programs");
         policy.net = NetPolicy::Allow;
         compile(&sandbox_policy::compile::seccomp::compile(&policy)).unwrap();
     }

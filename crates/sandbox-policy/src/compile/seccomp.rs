@@ -20,8 +20,29 @@ pub mod consts {
     pub const IPPROTO_TCP: u64 = 6;
     pub const TIOCSTI: u64 = 0x5412;
     pub const TIOCLINUX: u64 = 0x541C;
+    pub const AF_VSOCK: u64 = 40;
+    pub const CLONE_NEWTIME: u64 = 0x0000_0080;
+    pub const CLONE_NEWNS: u64 = 0x0002_0000;
+    pub const CLONE_NEWCGROUP: u64 = 0x0200_0000;
+    pub const CLONE_NEWUTS: u64 = 0x0400_0000;
+    pub const CLONE_NEWIPC: u64 = 0x0800_0000;
+    pub const CLONE_NEWUSER: u64 = 0x1000_0000;
+    pub const CLONE_NEWPID: u64 = 0x2000_0000;
+    pub const CLONE_NEWNET: u64 = 0x4000_0000;
+    /// Every `clone` flag that creates a namespace.
+    pub const CLONE_NAMESPACE_FLAGS: &[u64] = &[
+        CLONE_NEWNS,
+        CLONE_NEWCGROUP,
+        CLONE_NEWUTS,
+        CLONE_NEWIPC,
+        CLONE_NEWUSER,
+        CLONE_NEWPID,
+        CLONE_NEWNET,
+        CLONE_NEWTIME,
+    ];
     pub const EPERM: i32 = 1;
     pub const EACCES: i32 = 13;
+    pub const ENOSYS: i32 = 38;
 }
 
 /// A comparison on one syscall argument.
@@ -80,14 +101,6 @@ fn dword_eq(arg: u8, value: u64) -> ArgCheck {
 /// for a sandboxed process; these are denied again so that a process running as root cannot
 /// use its capabilities to leave the boundary by other doors.
 const MACHINE_SYSCALLS: &[&str] = &[
-    "mount",
-    "umount2",
-    "pivot_root",
-    "move_mount",
-    "open_tree",
-    "fsopen",
-    "fsmount",
-    "fspick",
     "open_by_handle_at",
     "kexec_load",
     "kexec_file_load",
@@ -98,6 +111,61 @@ const MACHINE_SYSCALLS: &[&str] = &[
     "swapon",
     "swapoff",
     "bpf",
+];
+
+/// The mount family, old and new API. Whatever mounts the sandbox itself sets up are done in
+/// the child before the seccomp filter loads (it is the last step before exec), so these bind
+/// the command only.
+const MOUNT_SYSCALLS: &[&str] = &[
+    "mount",
+    "umount2",
+    "pivot_root",
+    "mount_setattr",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+];
+
+/// Denied for every run, whatever the policy: `(syscalls, errno, why)`.
+const ALWAYS_DENIED: &[(&[&str], i32, &str)] = &[
+    (
+        MOUNT_SYSCALLS,
+        consts::EPERM,
+        "mounts: the mount table is set before the command runs",
+    ),
+    (
+        &["keyctl", "add_key", "request_key"],
+        consts::EPERM,
+        "the kernel keyrings hold the user's secrets",
+    ),
+    (
+        &["io_uring_setup", "io_uring_enter", "io_uring_register"],
+        consts::EPERM,
+        "io_uring bypasses syscall filtering",
+    ),
+    (
+        &["userfaultfd"],
+        consts::EPERM,
+        "userfaultfd stalls the kernel at will (exploit aid)",
+    ),
+    (
+        &["perf_event_open"],
+        consts::EPERM,
+        "perf_event_open observes the whole machine",
+    ),
+    (
+        &["unshare", "setns"],
+        consts::EPERM,
+        "no new or foreign namespaces",
+    ),
+    (
+        &["ptrace", "process_vm_readv", "process_vm_writev"],
+        consts::EPERM,
+        "no tracing or reading other processes' memory",
+    ),
 ];
 
 pub fn compile(policy: &Policy) -> SeccompPlan {
@@ -124,6 +192,50 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
             why: "changes the machine, not the task",
         });
     }
+    for &(syscalls, errno, why) in ALWAYS_DENIED {
+        for &syscall in syscalls {
+            rules.push(SyscallRule {
+                syscall,
+                when: vec![],
+                errno,
+                why,
+            });
+        }
+    }
+    // clone(2) takes its flags in arg 0 on x86_64, aarch64 and riscv64, the architectures
+    // `sandbox-host` builds filters for (s390 swaps the first two arguments).
+    // "Any namespace flag set" is one rule per flag: `flags & bit == bit`, on the low 32 bits,
+    // the only ones clone(2) reads. Its low byte is the exit signal, so 0x80 (CLONE_NEWTIME)
+    // there is no valid signal and no flag either (CLONE_NEWTIME is reachable only through
+    // clone3 and unshare, both denied): the rule costs nothing and keeps the list whole.
+    for &flag in CLONE_NAMESPACE_FLAGS {
+        rules.push(SyscallRule {
+            syscall: "clone",
+            when: vec![ArgCheck::MaskedEq {
+                arg: 0,
+                mask: flag,
+                value: flag,
+                dword: true,
+            }],
+            errno: EPERM,
+            why: "no new or foreign namespaces",
+        });
+    }
+    // clone3 passes its flags in a struct seccomp cannot read. ENOSYS, as on a kernel without
+    // clone3: glibc then falls back to clone(2), whose flags the rules above check.
+    rules.push(SyscallRule {
+        syscall: "clone3",
+        when: vec![],
+        errno: ENOSYS,
+        why: "clone3 hides its flags from seccomp: ENOSYS, so libc uses clone",
+    });
+    // vsock reaches the hypervisor and sibling VMs, past any network rule.
+    rules.push(SyscallRule {
+        syscall: "socket",
+        when: vec![dword_eq(0, AF_VSOCK)],
+        errno: EACCES,
+        why: "vsock reaches the hypervisor, past the network rules",
+    });
     if let NetPolicy::Block { .. } = policy.net {
         // Only TCP is port-filtered (by Landlock); every other way out is closed here.
         rules.push(SyscallRule {
@@ -183,14 +295,6 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
                 why: "network blocked: stream protocols other than TCP",
             });
         }
-        for syscall in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
-            rules.push(SyscallRule {
-                syscall,
-                when: vec![],
-                errno: EPERM,
-                why: "network blocked: io_uring bypasses socket filtering",
-            });
-        }
     }
     SeccompPlan { rules }
 }
@@ -220,9 +324,75 @@ mod tests {
             assert_eq!(r.len(), 1, "{sys}");
             assert!(r[0].when.is_empty(), "{sys} is denied unconditionally");
         }
-        // An open network leaves sockets alone.
-        assert!(rules_for(&plan, "socket").is_empty());
-        assert!(rules_for(&plan, "io_uring_setup").is_empty());
+        // An open network leaves sockets alone, but for vsock.
+        let socket = rules_for(&plan, "socket");
+        assert_eq!(socket.len(), 1);
+        assert_eq!(
+            socket[0].when,
+            vec![ArgCheck::Eq {
+                arg: 0,
+                value: AF_VSOCK,
+                dword: true
+            }]
+        );
+        assert_eq!(socket[0].errno, EACCES);
+    }
+
+    #[test]
+    fn always_denies_keyrings_io_uring_namespaces_and_tracing() {
+        for block in [false, true] {
+            let plan = compile(&linked_policy(block));
+            for sys in [
+                "keyctl",
+                "add_key",
+                "request_key",
+                "io_uring_setup",
+                "io_uring_enter",
+                "io_uring_register",
+                "userfaultfd",
+                "perf_event_open",
+                "mount",
+                "umount2",
+                "pivot_root",
+                "mount_setattr",
+                "open_tree",
+                "move_mount",
+                "fsopen",
+                "fsmount",
+                "fsconfig",
+                "fspick",
+                "unshare",
+                "setns",
+                "ptrace",
+                "process_vm_readv",
+                "process_vm_writev",
+            ] {
+                let r = rules_for(&plan, sys);
+                assert_eq!(r.len(), 1, "{sys} (block: {block})");
+                assert!(r[0].when.is_empty(), "{sys} is denied unconditionally");
+                assert_eq!(r[0].errno, EPERM, "{sys}");
+            }
+            let clone = rules_for(&plan, "clone");
+            assert_eq!(clone.len(), CLONE_NAMESPACE_FLAGS.len());
+            for &flag in CLONE_NAMESPACE_FLAGS {
+                assert!(clone.iter().any(|r| r.errno == EPERM
+                    && r.when
+                        == vec![ArgCheck::MaskedEq {
+                            arg: 0,
+                            mask: flag,
+                            value: flag,
+                            dword: true
+                        }]));
+            }
+            let clone3 = rules_for(&plan, "clone3");
+            assert_eq!(clone3.len(), 1);
+            assert!(clone3[0].when.is_empty());
+            assert_eq!(clone3[0].errno, ENOSYS);
+            assert!(plan
+                .rules
+                .iter()
+                .all(|r| !r.why.is_empty() && r.why.len() <= 70));
+        }
     }
 
     #[test]
@@ -263,6 +433,6 @@ mod tests {
         assert!(plan
             .rules
             .iter()
-            .all(|r| r.errno == EPERM || r.errno == EACCES));
+            .all(|r| r.errno == EPERM || r.errno == EACCES || r.syscall == "clone3"));
     }
 }
