@@ -970,3 +970,49 @@ fn processes_and_threads_still_start_under_the_filter() {
         }
     }
 }
+
+/// Without a private view the native backend adds one rule: no new unix sockets (a pathname
+/// socket would reach host services), while `socketpair` keeps working.
+#[test]
+fn without_a_view_unix_sockets_are_denied_but_socketpair_works() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+        workdir: dir.path().into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut plan = sandbox_policy::compile::seccomp::compile(&policy);
+    plan.rules
+        .push(sandbox_policy::compile::seccomp::unix_socket_rule());
+    let programs = sandbox_host::linux::seccomp::compile(&plan).unwrap();
+    fn unix_socket() -> i32 {
+        // SAFETY: socket(2) takes integers; the fd is closed at once.
+        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+        if fd >= 0 {
+            unsafe { libc::close(fd) };
+        }
+        errno_of(fd as c_long)
+    }
+    fn pair() -> i32 {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair(2) writes two ints into our array; both are closed at once.
+        let rc = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) };
+        if rc == 0 {
+            unsafe {
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+        }
+        errno_of(rc as c_long)
+    }
+    assert_eq!(
+        run(Some(&programs), Prepare::Nothing, unix_socket),
+        Outcome::Errno(libc::EACCES)
+    );
+    assert_eq!(
+        run(None, Prepare::Nothing, unix_socket),
+        Outcome::Ok,
+        "the control"
+    );
+    assert_eq!(run(Some(&programs), Prepare::Nothing, pair), Outcome::Ok);
+}

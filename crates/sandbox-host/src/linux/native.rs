@@ -111,17 +111,7 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
 fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions) -> SeccompPlan {
     let mut plan = compile::seccomp::compile(policy);
     if matches!(support, ViewSupport::Unavailable { .. }) && !options.allow_unix_sockets {
-        plan.rules.push(compile::seccomp::SyscallRule {
-            syscall: "socket",
-            when: vec![compile::seccomp::ArgCheck::Eq {
-                arg: 0,
-                value: compile::seccomp::consts::AF_UNIX,
-                dword: true,
-            }],
-            errno: compile::seccomp::consts::EACCES,
-            why: "no private view: a unix socket could reach host services by path \
-                  (--allow-unix-sockets allows them)",
-        });
+        plan.rules.push(compile::seccomp::unix_socket_rule());
     }
     plan
 }

@@ -168,6 +168,20 @@ const ALWAYS_DENIED: &[(&[&str], i32, &str)] = &[
     ),
 ];
 
+/// The rule a native run adds where it has no private view (no user namespaces): creating a
+/// unix socket is denied, since a pathname socket outside the policy (a tmux server, the D-Bus
+/// session bus, `docker.sock`) would be a command channel to the host. `socketpair(2)` is a
+/// different system call and keeps working. `--allow-unix-sockets` leaves this rule out.
+pub fn unix_socket_rule() -> SyscallRule {
+    SyscallRule {
+        syscall: "socket",
+        when: vec![dword_eq(0, consts::AF_UNIX)],
+        errno: consts::EACCES,
+        why: "no private view: a unix socket could reach host services by path \
+              (--allow-unix-sockets allows them)",
+    }
+}
+
 pub fn compile(policy: &Policy) -> SeccompPlan {
     use consts::*;
     let mut rules = vec![
