@@ -25,7 +25,11 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
         "send a command to a tmux-like socket outside the grants",
         NONO_NO_VIEW,
     ),
-    ("nono", "send a command to a tmux-like socket in /tmp", NONO_NO_VIEW),
+    (
+        "nono",
+        "send a command to a tmux-like socket in /tmp",
+        NONO_NO_VIEW,
+    ),
     (
         "nono",
         "reach the daemon's socket (without its token)",
