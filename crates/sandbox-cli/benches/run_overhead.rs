@@ -19,6 +19,8 @@ struct Variant {
     name: String,
     argv: Vec<String>,
     samples: Vec<Duration>,
+    /// The variant whose median this one's "added" time is measured against (0: direct).
+    base: usize,
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -82,6 +84,7 @@ fn main() {
             name: "direct /bin/true".into(),
             argv: vec!["/bin/true".into()],
             samples: vec![],
+            base: 0,
         },
         Variant {
             name: "sandbox run (host)".into(),
@@ -94,6 +97,7 @@ fn main() {
                 "/bin/true".into(),
             ],
             samples: vec![],
+            base: 0,
         },
         Variant {
             name: "sandbox run (native)".into(),
@@ -104,6 +108,7 @@ fn main() {
                 "/bin/true".into(),
             ],
             samples: vec![],
+            base: 0,
         },
     ];
     let mut skipped = Vec::new();
@@ -143,6 +148,7 @@ fn main() {
                 name: "bwrap (equivalent)".into(),
                 argv,
                 samples: vec![],
+                base: 0,
             });
         }
         None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
@@ -161,6 +167,7 @@ fn main() {
                     "/bin/true".into(),
                 ],
                 samples: vec![],
+                base: 0,
             });
             variants.push(Variant {
                 name: "nono wrap".into(),
@@ -174,6 +181,7 @@ fn main() {
                     "/bin/true".into(),
                 ],
                 samples: vec![],
+                base: 0,
             });
         }
         None => skipped
@@ -190,6 +198,35 @@ fn main() {
             "/bin/true".into(),
         ],
         samples: vec![],
+        base: 0,
+    });
+    // The native backend without its private view, as on a host without user namespaces:
+    // run inside a user namespace that may create none, against the same wrapper around
+    // `/bin/true` as its own baseline (the wrapper's cost is not the sandbox's).
+    let nouserns = [
+        "unshare",
+        "--user",
+        "--map-root-user",
+        "sh",
+        "-c",
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
+        "sh",
+    ];
+    let wrapped = |rest: &[&str]| -> Vec<String> {
+        nouserns.iter().chain(rest).map(|s| s.to_string()).collect()
+    };
+    let wrapper_base = variants.len();
+    variants.push(Variant {
+        name: "no-userns wrapper + /bin/true".into(),
+        argv: wrapped(&["/bin/true"]),
+        samples: vec![],
+        base: 0,
+    });
+    variants.push(Variant {
+        name: "sandbox run (native, no view)".into(),
+        argv: wrapped(&[&sandbox, "run", "--", "/bin/true"]),
+        samples: vec![],
+        base: wrapper_base,
     });
 
     let run_once = |argv: &[String]| -> Duration {
@@ -237,17 +274,19 @@ fn main() {
         ROUNDS * PER_ROUND
     );
     println!(
-        "{:<24} {:>10} {:>10} {:>9} {:>12}",
+        "{:<32} {:>10} {:>10} {:>9} {:>12}  over",
         "variant", "median", "p90", "ratio", "added"
     );
     for (v, median) in variants.iter().zip(&medians) {
+        let over = medians[v.base];
         println!(
-            "{:<24} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms",
+            "{:<32} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms  {}",
             v.name,
             median.as_secs_f64() * 1e3,
             percentile(&v.samples, 0.9).as_secs_f64() * 1e3,
             median.as_secs_f64() / base.as_secs_f64(),
-            (median.as_secs_f64() - base.as_secs_f64()) * 1e3
+            (median.as_secs_f64() - over.as_secs_f64()) * 1e3,
+            variants[v.base].name
         );
     }
     for s in skipped {

@@ -70,7 +70,7 @@ pub enum SetupStep {
     IdMap = 11,
     /// Building the private view: a mount, a mount point, a link.
     ViewMount = 12,
-    /// `pivot_root` into the view and detaching the old root.
+    /// Entering the view's root (`chroot`).
     PivotRoot = 13,
     /// Returning to the working directory inside the view.
     WorkingDirectory = 14,
@@ -92,7 +92,7 @@ impl SetupStep {
             SetupStep::UserNamespace => "unshare (user and mount namespaces)",
             SetupStep::IdMap => "writing the uid/gid maps",
             SetupStep::ViewMount => "building the private view",
-            SetupStep::PivotRoot => "pivot_root into the private view",
+            SetupStep::PivotRoot => "entering the private view's root",
             SetupStep::WorkingDirectory => "entering the working directory in the view",
             SetupStep::Other => "child setup",
         }

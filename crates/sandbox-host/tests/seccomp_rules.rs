@@ -308,6 +308,16 @@ fn always_rows() -> Vec<Row> {
             why_control: "flags are checked first: EINVAL",
         },
         Row {
+            syscall: "chroot",
+            what: "chroot(missing)",
+            prepare: Prepare::Nothing,
+            // SAFETY: chroot(2) of a NUL-terminated path that does not exist.
+            call: || errno_of(unsafe { chroot(NO_SUCH_PATH.as_ptr()) } as c_long),
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "the path is looked up before the capability check: ENOENT",
+        },
+        Row {
             syscall: "pivot_root",
             what: "pivot_root(missing, missing) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,

@@ -20,6 +20,7 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         "mount" => SYS_mount,
         "umount2" => SYS_umount2,
         "pivot_root" => SYS_pivot_root,
+        "chroot" => SYS_chroot,
         "mount_setattr" => SYS_mount_setattr,
         "move_mount" => SYS_move_mount,
         "open_tree" => SYS_open_tree,

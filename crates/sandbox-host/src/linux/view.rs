@@ -255,9 +255,9 @@ impl PreparedView {
         for (i, step) in self.steps.iter().enumerate() {
             run(step).map_err(|errno| view_failure(errno, i as u32))?;
         }
-        enter(&self.staging)?;
         // The root itself is read-only: nothing can be created beside the policy's paths.
-        set_readonly(c"/", false).map_err(|errno| view_failure(errno, u32::MAX))?;
+        set_readonly(&self.staging, false).map_err(|errno| view_failure(errno, u32::MAX))?;
+        enter(&self.staging)?;
         // SAFETY: chdir(2) on the NUL-terminated path getcwd wrote into our buffer.
         if unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
             return Err(SetupFailure::last(SetupStep::WorkingDirectory));
@@ -423,19 +423,22 @@ fn set_readonly(path: &std::ffi::CStr, recursive: bool) -> Result<(), Errno> {
     })
 }
 
-/// `pivot_root` into `staging` and detach the old root, so nothing of the host's tree is
-/// left reachable (the runc way: both roots on ".", then unmount the old one from under).
+/// Makes `staging` the root. `chroot`, not `pivot_root`: detaching the old root
+/// (`umount2(MNT_DETACH)`) waits for an RCU grace period, which cost more than the whole rest
+/// of the view on the build machine. The host's tree then stays in the command's private
+/// mount namespace, under the new root, and nothing can get back to it: a path cannot climb
+/// above the root, no descriptor from outside is inherited, and leaving a chroot needs
+/// `CAP_SYS_CHROOT` and the `chroot` call — the capabilities are gone after exec (dropped as
+/// root, never held otherwise), seccomp denies `chroot`, `pivot_root` and every mount call,
+/// and Landlock forbids mount changes on top.
 fn enter(staging: &CString) -> Result<(), SetupFailure> {
     let fail = || SetupFailure::last(SetupStep::PivotRoot);
-    // SAFETY: chdir(2), pivot_root(2), umount2(2) on NUL-terminated paths.
+    // SAFETY: chdir(2) and chroot(2) on NUL-terminated paths.
     unsafe {
         if libc::chdir(staging.as_ptr()) != 0 {
             return Err(fail());
         }
-        if libc::syscall(libc::SYS_pivot_root, c".".as_ptr(), c".".as_ptr()) != 0 {
-            return Err(fail());
-        }
-        if libc::umount2(c".".as_ptr(), libc::MNT_DETACH) != 0 {
+        if libc::chroot(c".".as_ptr()) != 0 {
             return Err(fail());
         }
         if libc::chdir(c"/".as_ptr()) != 0 {

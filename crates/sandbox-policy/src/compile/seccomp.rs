@@ -113,13 +113,15 @@ const MACHINE_SYSCALLS: &[&str] = &[
     "bpf",
 ];
 
-/// The mount family, old and new API. Whatever mounts the sandbox itself sets up are done in
-/// the child before the seccomp filter loads (it is the last step before exec), so these bind
-/// the command only.
+/// The mount family, old and new API, and `chroot` (the private view enters its root with it;
+/// a second `chroot` is how one would leave). Whatever mounts the sandbox itself sets up are
+/// done in the child before the seccomp filter loads (it is the last step before exec), so
+/// these bind the command only.
 const MOUNT_SYSCALLS: &[&str] = &[
     "mount",
     "umount2",
     "pivot_root",
+    "chroot",
     "mount_setattr",
     "open_tree",
     "move_mount",
@@ -368,6 +370,7 @@ mod tests {
                 "mount",
                 "umount2",
                 "pivot_root",
+                "chroot",
                 "mount_setattr",
                 "open_tree",
                 "move_mount",
