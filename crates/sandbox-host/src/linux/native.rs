@@ -130,7 +130,7 @@ fn report(
             e.notes.retain(|n| !n.contains("pathname unix sockets"));
             e.enforced.insert(
                 0,
-                "private view (user + mount namespaces, pivot_root): only the policy's paths \
+                "private view (user + mount namespaces, a new root): only the policy's paths \
                  exist — no unix socket, $HOME or /run of the host; a private /tmp; a minimal \
                  /dev; git hooks, config and pointer files bound read-only"
                     .into(),

@@ -1,6 +1,6 @@
 //! The private filesystem view ([`sandbox_policy::compile::view`]), built in the child between
 //! fork and exec: new user and mount namespaces (the caller's uid and gid mapped to
-//! themselves), a tmpfs root holding only the policy's paths, `pivot_root` into it. Landlock and
+//! themselves), a tmpfs root holding only the policy's paths, `chroot` into it. Landlock and
 //! seccomp are applied on top afterwards, as a second layer.
 //!
 //! Everything that allocates happens in [`PreparedView::prepare`], in the parent: the plan is
