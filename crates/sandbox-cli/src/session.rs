@@ -224,8 +224,12 @@ impl Session {
         let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
         let mut options = backend_options(ctx, Some(kind));
         options.allow_unix_sockets |= args.allow_unix_sockets;
-        backend::check_trusted_places(kind, &policy, &options)
-            .map_err(|e| Failure::setup(e.to_string()))?;
+        // A run gets this check from the seam when it prepares the backend; showing a policy
+        // prepares nothing, so it checks here (refusing with 125, as a run would).
+        if !runs_command {
+            backend::check_trusted_places(kind, &policy, &options)
+                .map_err(|e| Failure::setup(e.to_string()))?;
+        }
         let task = policy
             .workspace
             .root

@@ -62,8 +62,15 @@ impl std::fmt::Debug for NativeSandbox {
 
 /// Whether this machine gives `options` a private view (the probe, cached).
 fn view_support(options: &NativeOptions) -> ViewSupport {
-    let cache = crate::privdir::ensure("native", &options.private_dir).ok();
-    userns::support(cache.as_deref())
+    view_support_in(
+        crate::privdir::ensure("native", &options.private_dir)
+            .ok()
+            .as_deref(),
+    )
+}
+
+fn view_support_in(private: Option<&std::path::Path>) -> ViewSupport {
+    userns::support(private)
 }
 
 /// What the native backend would enforce for `policy` on this kernel, without preparing it.
@@ -173,10 +180,11 @@ impl NativeSandbox {
     /// enforce part of the policy, unless `allow_degraded`.
     pub fn prepare(policy: &Policy, options: &NativeOptions) -> Result<Self, HostError> {
         let allow_degraded = options.allow_degraded;
-        let support = view_support(options);
+        let private = crate::privdir::ensure("native", &options.private_dir);
+        let support = view_support_in(private.as_ref().ok().map(PathBuf::as_path));
         let layers = match &support {
             ViewSupport::Available => {
-                let staging = crate::privdir::ensure("native", &options.private_dir)?.join("view");
+                let staging = private?.join("view");
                 if policy.is_writable(&staging) {
                     return Err(HostError::PrivateDirWritable { path: staging });
                 }

@@ -36,9 +36,9 @@ const AT_RECURSIVE: libc::c_uint = 0x8000;
 /// One system-call-level step of building the view. Paths are under the staging directory.
 #[derive(Debug)]
 enum Step {
-    /// Create a directory mount point unless something is there (it may come from a bind).
+    /// Create a directory mount point on a tmpfs of the view (one that exists is fine).
     Mkdir(CString),
-    /// Create an empty file mount point unless something is there.
+    /// Create an empty file mount point on a tmpfs of the view.
     Touch(CString),
     Tmpfs {
         target: CString,
@@ -115,17 +115,31 @@ impl PreparedView {
         let mut steps = Vec::new();
         let mut labels = Vec::new();
         let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
+        // What is mounted where so far (`true`: a bind of the host's tree, in which every
+        // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
+        // mount points must be made). The root is the view's own tmpfs.
+        let mut mounted: Vec<(PathBuf, bool)> = vec![(PathBuf::from("/"), false)];
+        let on_host = |mounted: &[(PathBuf, bool)], path: &Path| -> bool {
+            mounted
+                .iter()
+                .filter(|(at, _)| path.starts_with(at))
+                .max_by_key(|(at, _)| at.components().count())
+                .is_some_and(|(_, bind)| *bind)
+        };
         let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
             steps.push(step);
             labels.push(label);
         };
         for op in &plan.ops {
             let target = op.target();
-            // Every ancestor as a directory (a no-op where an earlier bind provides it).
+            // Every ancestor as a directory, where no bind provides it already.
             let mut ancestors: Vec<&Path> = target.ancestors().skip(1).collect();
             ancestors.reverse();
             for dir in ancestors {
-                if dir == Path::new("/") || !made.insert(dir.to_path_buf()) {
+                if dir == Path::new("/")
+                    || on_host(&mounted, dir)
+                    || !made.insert(dir.to_path_buf())
+                {
                     continue;
                 }
                 push(
@@ -137,11 +151,14 @@ impl PreparedView {
             match op {
                 MountOp::Tmpfs { target, mode } => {
                     made.insert(target.clone());
-                    push(
-                        &mut steps,
-                        Step::Mkdir(inside(target)?),
-                        format!("mount point {}", target.display()),
-                    );
+                    if !on_host(&mounted, target) {
+                        push(
+                            &mut steps,
+                            Step::Mkdir(inside(target)?),
+                            format!("mount point {}", target.display()),
+                        );
+                    }
+                    mounted.push((target.clone(), false));
                     push(
                         &mut steps,
                         Step::Tmpfs {
@@ -159,16 +176,19 @@ impl PreparedView {
                     why,
                 } => {
                     made.insert(target.clone());
-                    let point = if *dir {
-                        Step::Mkdir(inside(target)?)
-                    } else {
-                        Step::Touch(inside(target)?)
-                    };
-                    push(
-                        &mut steps,
-                        point,
-                        format!("mount point {}", target.display()),
-                    );
+                    if !on_host(&mounted, target) {
+                        let point = if *dir {
+                            Step::Mkdir(inside(target)?)
+                        } else {
+                            Step::Touch(inside(target)?)
+                        };
+                        push(
+                            &mut steps,
+                            point,
+                            format!("mount point {}", target.display()),
+                        );
+                    }
+                    mounted.push((target.clone(), true));
                     push(
                         &mut steps,
                         Step::Bind {
@@ -296,12 +316,6 @@ fn check(rc: libc::c_int) -> Result<(), Errno> {
     }
 }
 
-fn exists(path: &CString) -> bool {
-    // SAFETY: lstat(2) writes one `stat` into our stack value.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    unsafe { libc::lstat(path.as_ptr(), &mut st) == 0 }
-}
-
 fn tmpfs(target: &CString, data: &std::ffi::CStr) -> Result<(), Errno> {
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     check(unsafe {
@@ -318,16 +332,13 @@ fn tmpfs(target: &CString, data: &std::ffi::CStr) -> Result<(), Errno> {
 fn run(step: &Step) -> Result<(), Errno> {
     match step {
         Step::Mkdir(path) => {
-            if exists(path) {
-                return Ok(());
-            }
             // SAFETY: mkdir(2) of a NUL-terminated path.
-            check(unsafe { libc::mkdir(path.as_ptr(), 0o755) })
+            match check(unsafe { libc::mkdir(path.as_ptr(), 0o755) }) {
+                Err(Errno::EEXIST) => Ok(()),
+                other => other,
+            }
         }
         Step::Touch(path) => {
-            if exists(path) {
-                return Ok(());
-            }
             // SAFETY: open(2) creating a fresh empty file (never following a link), then
             // close(2) of the fd it returned.
             let fd = unsafe {
@@ -342,7 +353,10 @@ fn run(step: &Step) -> Result<(), Errno> {
                 )
             };
             if fd < 0 {
-                return Err(Errno::last());
+                return match Errno::last() {
+                    Errno::EEXIST => Ok(()),
+                    errno => Err(errno),
+                };
             }
             unsafe { libc::close(fd) };
             Ok(())
