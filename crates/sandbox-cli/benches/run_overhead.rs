@@ -44,6 +44,39 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The private view of a `sandbox run` in `task`, as bwrap arguments (`None` without a view).
+fn view_as_bwrap(sandbox: &str, task: &Path, home: &Path, runtime: &Path) -> Option<Vec<String>> {
+    let out = Command::new(sandbox)
+        .args(["policy", "show", "--json"])
+        .current_dir(task)
+        .env("HOME", home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_STATE_HOME", home.join(".state"))
+        .env("XDG_RUNTIME_DIR", runtime)
+        .output()
+        .ok()?;
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let ops = shown["compiled"]["view"]["Ok"]["ops"].as_array()?;
+    let mut args = Vec::new();
+    for op in ops {
+        let s = |k: &str| op[k].as_str().unwrap_or_default().to_string();
+        match op["op"].as_str()? {
+            "tmpfs" => args.extend(["--tmpfs".into(), s("target")]),
+            "symlink" => args.extend(["--symlink".into(), s("target"), s("link")]),
+            "bind" => {
+                let flag = match (op["why"].as_str(), op["readonly"].as_bool()) {
+                    (Some("device"), _) => "--dev-bind",
+                    (_, Some(true)) => "--ro-bind",
+                    _ => "--bind",
+                };
+                args.extend([flag.into(), s("source"), s("target")]);
+            }
+            _ => return None,
+        }
+    }
+    Some(args)
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
@@ -152,6 +185,36 @@ fn main() {
             });
         }
         None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
+    }
+    // bwrap building exactly the private view `sandbox run` builds (the mounts of `sandbox
+    // policy show --json`), in a user namespace, with a read-only root: the same kernel work
+    // for the filesystem, without Landlock and seccomp.
+    if let Some(bwrap) = which("bwrap") {
+        match view_as_bwrap(&sandbox, &task, &home, &runtime) {
+            Some(args) => {
+                let mut argv = vec![
+                    bwrap.to_string_lossy().into_owned(),
+                    "--unshare-user".into(),
+                ];
+                argv.extend(args);
+                argv.extend([
+                    "--remount-ro".into(),
+                    "/".into(),
+                    "--new-session".into(),
+                    "--die-with-parent".into(),
+                    "--chdir".into(),
+                    t.clone(),
+                    "/bin/true".into(),
+                ]);
+                variants.push(Variant {
+                    name: "bwrap (the view's mounts)".into(),
+                    argv,
+                    samples: vec![],
+                    base: 0,
+                });
+            }
+            None => skipped.push("bwrap (the view's mounts): no private view here".into()),
+        }
     }
     let nono = which("nono");
     match &nono {
