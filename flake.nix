@@ -54,6 +54,8 @@
             # the runtime files come from elsewhere (DESIGN §5).
             PROTOC = lib.getExe' pkgs.protobuf "protoc";
             BOXLITE_DEPS_STUB = "1";
+            # The shipped build: fat LTO (Cargo.toml); `release` is the quick local profile.
+            CARGO_PROFILE = "dist";
           };
 
           # Workspace dependencies, built once and shared by the package and the checks.

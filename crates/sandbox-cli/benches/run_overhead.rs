@@ -21,6 +21,8 @@ struct Variant {
     samples: Vec<Duration>,
     /// The variant whose median this one's "added" time is measured against (0: direct).
     base: usize,
+    /// Extra environment (the hook endpoint and token of `sandbox hook`).
+    env: Vec<(String, String)>,
 }
 
 fn git(dir: &Path, args: &[&str]) {
@@ -118,6 +120,15 @@ fn main() {
             argv: vec!["/bin/true".into()],
             samples: vec![],
             base: 0,
+            env: vec![],
+        },
+        Variant {
+            // The process start of the binary alone: the first step of the accounting.
+            name: "sandbox --version".into(),
+            argv: vec![sandbox.clone(), "--version".into()],
+            samples: vec![],
+            base: 0,
+            env: vec![],
         },
         Variant {
             name: "sandbox run (host)".into(),
@@ -131,6 +142,7 @@ fn main() {
             ],
             samples: vec![],
             base: 0,
+            env: vec![],
         },
         Variant {
             name: "sandbox run (native)".into(),
@@ -142,9 +154,40 @@ fn main() {
             ],
             samples: vec![],
             base: 0,
+            env: vec![],
         },
     ];
     let mut skipped = Vec::new();
+    // The floor: a minimal supervisor in C (fork, setsid, a two-rule Landlock ruleset, a
+    // one-rule seccomp filter, exec, wait), built here with the system's C compiler.
+    let floor = dir.path().join("min_supervisor");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/min_supervisor.c");
+    let built = Command::new("cc")
+        .args(["-O2", "-o"])
+        .arg(&floor)
+        .arg(&source)
+        .status();
+    let floor_index = match built {
+        Ok(status) if status.success() => {
+            variants.push(Variant {
+                name: "minimal C supervisor".into(),
+                argv: vec![
+                    floor.to_string_lossy().into_owned(),
+                    "/usr".into(),
+                    t.clone(),
+                    "/bin/true".into(),
+                ],
+                samples: vec![],
+                base: 0,
+                env: vec![],
+            });
+            Some(variants.len() - 1)
+        }
+        other => {
+            skipped.push(format!("minimal C supervisor: cc failed ({other:?})"));
+            None
+        }
+    };
     match which("bwrap") {
         Some(bwrap) => {
             // The same shape of policy: system directories read-only, the worktree and its git
@@ -182,6 +225,7 @@ fn main() {
                 argv,
                 samples: vec![],
                 base: 0,
+                env: vec![],
             });
         }
         None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
@@ -211,6 +255,7 @@ fn main() {
                     argv,
                     samples: vec![],
                     base: 0,
+                    env: vec![],
                 });
             }
             None => skipped.push("bwrap (the view's mounts): no private view here".into()),
@@ -231,6 +276,7 @@ fn main() {
                 ],
                 samples: vec![],
                 base: 0,
+                env: vec![],
             });
             variants.push(Variant {
                 name: "nono wrap".into(),
@@ -245,6 +291,7 @@ fn main() {
                 ],
                 samples: vec![],
                 base: 0,
+                env: vec![],
             });
         }
         None => skipped
@@ -262,6 +309,7 @@ fn main() {
         ],
         samples: vec![],
         base: 0,
+        env: vec![],
     });
     // The native backend without its private view, as on a host without user namespaces:
     // run inside a user namespace that may create none, against the same wrapper around
@@ -284,18 +332,80 @@ fn main() {
         argv: wrapped(&["/bin/true"]),
         samples: vec![],
         base: 0,
+        env: vec![],
     });
     variants.push(Variant {
         name: "sandbox run (native, no view)".into(),
         argv: wrapped(&[&sandbox, "run", "--", "/bin/true"]),
         samples: vec![],
         base: wrapper_base,
+        env: vec![],
     });
+    // A short-lived client: `sandbox hook` posting a status to a running daemon, with a
+    // task token the benchmark holds a lease on (as `sandbox run` does for its command).
+    let daemon = Command::new(&sandbox)
+        .arg("serve")
+        .env("HOME", &home)
+        .env("XDG_CONFIG_HOME", home.join(".config"))
+        .env("XDG_STATE_HOME", home.join(".state"))
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("TMPDIR", &tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut lease = None;
+    match daemon {
+        Ok(mut child) => {
+            // Ready once it says so (after both listeners are bound).
+            let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+            let mut line = String::new();
+            while std::io::BufRead::read_line(&mut err, &mut line).unwrap_or(0) > 0
+                && !line.contains("listening on")
+            {
+                line.clear();
+            }
+            // Keep draining its log, so it never blocks on a full pipe.
+            std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+            let paths = sandbox_service::RuntimePaths::new(runtime.join("sandbox"));
+            match sandbox_service::Client::connect_authenticated(&paths, "bench") {
+                Ok(mut client) => {
+                    let issued = client.call(&sandbox_protocol::Request::TokenIssue(
+                        sandbox_protocol::TokenIssueParams {
+                            task: "bench".into(),
+                        },
+                    ));
+                    if let Ok(reply) = issued {
+                        variants.push(Variant {
+                            name: "sandbox hook idle".into(),
+                            argv: vec![sandbox.clone(), "hook".into(), "idle".into()],
+                            samples: vec![],
+                            base: 0,
+                            env: vec![
+                                (
+                                    "SANDBOX_API_URL".into(),
+                                    reply["url"].as_str().unwrap_or_default().into(),
+                                ),
+                                (
+                                    "SANDBOX_API_TOKEN".into(),
+                                    reply["token"].as_str().unwrap_or_default().into(),
+                                ),
+                            ],
+                        });
+                    }
+                    lease = Some((child, client));
+                }
+                Err(e) => skipped.push(format!("sandbox hook: no daemon client: {e}")),
+            }
+        }
+        Err(e) => skipped.push(format!("sandbox hook: cannot start the daemon: {e}")),
+    }
 
-    let run_once = |argv: &[String]| -> Duration {
+    let run_once = |argv: &[String], env: &[(String, String)]| -> Duration {
         let start = Instant::now();
         let status = Command::new(&argv[0])
             .args(&argv[1..])
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&task)
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
@@ -315,13 +425,13 @@ fn main() {
     // Warm-up: page cache, dynamic linker caches.
     for v in &variants {
         for _ in 0..5 {
-            run_once(&v.argv);
+            run_once(&v.argv, &v.env);
         }
     }
     for _ in 0..ROUNDS {
         for v in variants.iter_mut() {
             for _ in 0..PER_ROUND {
-                let d = run_once(&v.argv);
+                let d = run_once(&v.argv, &v.env);
                 v.samples.push(d);
             }
         }
@@ -336,23 +446,47 @@ fn main() {
         "run overhead: {} invocations per variant ({ROUNDS} interleaved rounds of {PER_ROUND})",
         ROUNDS * PER_ROUND
     );
+    // Each variant's whole time as a multiple of the C supervisor's (the issue's measure),
+    // and its added time as a multiple of the supervisor's added time.
+    let floor = floor_index.map(|i| medians[i]);
     println!(
-        "{:<32} {:>10} {:>10} {:>9} {:>12}  over",
-        "variant", "median", "p90", "ratio", "added"
+        "{:<32} {:>10} {:>10} {:>9} {:>12} {:>9} {:>10}  over",
+        "variant", "median", "p90", "ratio", "added", "x floor", "x added"
     );
     for (v, median) in variants.iter().zip(&medians) {
         let over = medians[v.base];
+        let added = median.as_secs_f64() - over.as_secs_f64();
+        let (x_floor, x_added) = match floor {
+            Some(f) => (
+                format!("{:.2}x", median.as_secs_f64() / f.as_secs_f64()),
+                format!(
+                    "{:.2}x",
+                    added / (f.as_secs_f64() - base.as_secs_f64()).max(f64::EPSILON)
+                ),
+            ),
+            None => ("-".into(), "-".into()),
+        };
         println!(
-            "{:<32} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms  {}",
+            "{:<32} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms {:>9} {:>10}  {}",
             v.name,
             median.as_secs_f64() * 1e3,
             percentile(&v.samples, 0.9).as_secs_f64() * 1e3,
             median.as_secs_f64() / base.as_secs_f64(),
-            (median.as_secs_f64() - over.as_secs_f64()) * 1e3,
+            added * 1e3,
+            x_floor,
+            x_added,
             variants[v.base].name
         );
     }
     for s in skipped {
         println!("skipped: {s}");
+    }
+    if let Some((mut daemon, client)) = lease {
+        drop(client);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(daemon.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        );
+        let _ = daemon.wait();
     }
 }

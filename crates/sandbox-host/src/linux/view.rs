@@ -118,13 +118,13 @@ impl PreparedView {
         // What is mounted where so far (`true`: a bind of the host's tree, in which every
         // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
         // mount points must be made). The root is the view's own tmpfs.
-        let mut mounted: Vec<(PathBuf, bool)> = vec![(PathBuf::from("/"), false)];
-        let on_host = |mounted: &[(PathBuf, bool)], path: &Path| -> bool {
-            mounted
-                .iter()
-                .filter(|(at, _)| path.starts_with(at))
-                .max_by_key(|(at, _)| at.components().count())
-                .is_some_and(|(_, bind)| *bind)
+        let mut mounted: std::collections::HashMap<PathBuf, bool> =
+            [(PathBuf::from("/"), false)].into();
+        // The innermost mount at or above `path` decides.
+        let on_host = |mounted: &std::collections::HashMap<PathBuf, bool>, path: &Path| -> bool {
+            path.ancestors()
+                .find_map(|at| mounted.get(at))
+                .is_some_and(|bind| *bind)
         };
         let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
             steps.push(step);
@@ -158,7 +158,7 @@ impl PreparedView {
                             format!("mount point {}", target.display()),
                         );
                     }
-                    mounted.push((target.clone(), false));
+                    mounted.insert(target.clone(), false);
                     push(
                         &mut steps,
                         Step::Tmpfs {
@@ -188,7 +188,7 @@ impl PreparedView {
                             format!("mount point {}", target.display()),
                         );
                     }
-                    mounted.push((target.clone(), true));
+                    mounted.insert(target.clone(), true);
                     push(
                         &mut steps,
                         Step::Bind {
