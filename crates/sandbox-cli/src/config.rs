@@ -258,6 +258,7 @@ pub fn merge(mut base: Config, over: Config) -> Config {
         over.backends.custom.command,
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
+    base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
     base
 }
 

@@ -530,3 +530,71 @@ fn a_nested_run_works_and_stays_confined() {
     );
     assert!(!outside.exists());
 }
+
+#[test]
+fn without_the_view_unix_sockets_are_denied_unless_allowed_and_every_run_says_so() {
+    if let Some(why) = common::escape::nouserns_unavailable() {
+        common::skip(why);
+        return;
+    }
+    let f = Fixture::new();
+    let probe = "python3 -c 'import socket; socket.socket(socket.AF_UNIX); print(\"CREATED\")'";
+    let run = |extra: &[&str]| {
+        f.env
+            .cmd_under(&common::escape::NOUSERNS_WRAPPER)
+            .current_dir(&f.task)
+            .arg("run")
+            .args(extra)
+            .args(["--", "sh", "-c", probe])
+            .output()
+            .unwrap()
+    };
+    let denied = run(&[]);
+    assert!(!stdout(&denied).contains("CREATED"), "{}", text(&denied));
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("creating unix sockets is denied"),
+        "{}",
+        text(&denied)
+    );
+    let allowed = run(&["--allow-unix-sockets"]);
+    assert!(stdout(&allowed).contains("CREATED"), "{}", text(&allowed));
+    assert!(
+        String::from_utf8_lossy(&allowed.stderr).contains("unix sockets are allowed"),
+        "{}",
+        text(&allowed)
+    );
+    // The configuration key does the same, and `policy show` names the missing layer.
+    f.env
+        .write_config("backends:\n  native:\n    allow_unix_sockets: true\n");
+    assert!(stdout(&run(&[])).contains("CREATED"));
+    let shown = f
+        .env
+        .cmd_under(&common::escape::NOUSERNS_WRAPPER)
+        .current_dir(&f.task)
+        .args(["policy", "show"])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&shown).contains("layer missing on this machine: no private view"),
+        "{}",
+        text(&shown)
+    );
+    // With the view (this machine's default) no such notice appears.
+    let with_view = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--", "sh", "-c", probe])
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&with_view).contains("CREATED"),
+        "{}",
+        text(&with_view)
+    );
+    assert!(
+        !String::from_utf8_lossy(&with_view.stderr).contains("no private view"),
+        "{}",
+        text(&with_view)
+    );
+}
