@@ -598,3 +598,83 @@ fn without_the_view_unix_sockets_are_denied_unless_allowed_and_every_run_says_so
         text(&with_view)
     );
 }
+
+/// The private view for an unprivileged user, not only for root: as `nobody` (dropped with
+/// setpriv when the suite runs as root), a pathname socket outside the grants is reachable
+/// without the sandbox (the control) and absent inside it.
+#[test]
+fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
+    let python = "/usr/bin/python3";
+    let is_root = nix::unistd::geteuid().is_root();
+    if !std::path::Path::new(python).exists()
+        || (is_root && !std::path::Path::new("/usr/bin/setpriv").exists())
+    {
+        common::skip("python3 or setpriv is missing");
+        return;
+    }
+    let env = common::Env::new();
+    let world = |p: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
+    };
+    world(env.path(), 0o755);
+    let nobody = nix::unistd::Uid::from_raw(65534);
+    let nogroup = nix::unistd::Gid::from_raw(65534);
+    let work = env.path().join("nobody-work");
+    let home = env.path().join("nobody-home");
+    let run = env.path().join("nobody-run");
+    for dir in [&work, &home, &run] {
+        std::fs::create_dir_all(dir).unwrap();
+        if is_root {
+            nix::unistd::chown(dir.as_path(), Some(nobody), Some(nogroup)).unwrap();
+        }
+    }
+    let bin = env.path().join("sandbox");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    world(&bin, 0o755);
+    // A "tmux server" outside every grant, reachable by anyone outside the sandbox.
+    let socket = env.path().join("tmux-like.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    world(&socket, 0o777);
+    let connect = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ntry:\n    s.connect({:?})\n    \
+         print('REACHED')\nexcept OSError as e:\n    print('absent', e.errno)\n",
+        socket.display().to_string()
+    );
+    let as_nobody = |args: &[&str]| -> std::process::Output {
+        let mut cmd = if is_root {
+            let mut c = std::process::Command::new("/usr/bin/setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.args(args);
+            c
+        } else {
+            let mut c = std::process::Command::new(args[0]);
+            c.args(&args[1..]);
+            c
+        };
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_STATE_HOME", home.join(".state"))
+            .env("XDG_RUNTIME_DIR", &run)
+            .current_dir(&work)
+            .output()
+            .unwrap()
+    };
+    let control = as_nobody(&[python, "-c", &connect]);
+    assert!(stdout(&control).contains("REACHED"), "{}", text(&control));
+    let _ = listener.accept();
+    let bin = bin.to_str().unwrap();
+    let doctor = as_nobody(&[bin, "doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    if report["private_view"]["available"] != serde_json::json!(true) {
+        common::skip(format_args!(
+            "no private view for an unprivileged user here: {}",
+            report["private_view"]["reason"]
+        ));
+        return;
+    }
+    let inside = as_nobody(&[bin, "run", "--", python, "-c", &connect]);
+    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    assert!(stdout(&inside).contains("absent 2"), "{}", text(&inside));
+}
