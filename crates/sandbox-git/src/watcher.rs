@@ -44,6 +44,12 @@ pub struct WatchOptions {
     pub retry: Duration,
     /// How long `index.lock` may be held by someone else before it is reported as `busy`.
     pub busy_grace: Duration,
+    /// Quiet time after the last file event before a view blocked by a dirty task worktree is
+    /// checked again. Changes there come from the user fixing it (`git stash`, `git commit`),
+    /// whose git commands run in several steps: moving the branch between two of them (after
+    /// `reset --hard` wrote the index, before it updates `HEAD`) would make the command fail.
+    /// The agent's path (commits in the view) keeps `debounce`.
+    pub settle: Duration,
 }
 
 impl Default for WatchOptions {
@@ -54,6 +60,7 @@ impl Default for WatchOptions {
             max_delay: Duration::from_millis(50),
             retry: Duration::from_secs(1),
             busy_grace: Duration::from_secs(2),
+            settle: Duration::from_millis(200),
         }
     }
 }
@@ -211,6 +218,16 @@ struct ViewState {
     busy_since: Option<Instant>,
     /// Found gone during this round (why); dropped and reported at its end.
     gone: Option<String>,
+}
+
+impl ViewState {
+    /// Blocked by uncommitted changes in the task worktree: only the user can resolve that.
+    fn waits_for_user(&self) -> bool {
+        matches!(
+            self.reported,
+            Some(Reported::Blocked(BlockReason::Dirty, ..))
+        )
+    }
 }
 
 struct RepoState {
@@ -392,7 +409,9 @@ impl Worker {
         let now = Instant::now();
         let (debounce, max_delay) = (self.opts.debounce, self.opts.max_delay);
         let mut gone = false;
+        let settle = self.opts.settle;
         for ri in 0..self.repos.len() {
+            let last_event = self.repos[ri].pending.map(|(_, last)| last);
             let repo_due = self.repos[ri]
                 .pending
                 .is_some_and(|(first, last)| now >= last + debounce || now >= first + max_delay);
@@ -400,7 +419,14 @@ impl Worker {
                 self.repos[ri].pending = None;
             }
             for vi in 0..self.repos[ri].views.len() {
-                let view_due = self.repos[ri].views[vi].retry_at.is_some_and(|t| now >= t);
+                let vs = &mut self.repos[ri].views[vi];
+                if repo_due && vs.waits_for_user() {
+                    // Someone is working in the dirty task worktree: look again once it has
+                    // been quiet for `settle`, not between two steps of their git command.
+                    vs.retry_at = last_event.map(|last| last + settle);
+                    continue;
+                }
+                let view_due = vs.retry_at.is_some_and(|t| now >= t);
                 if repo_due || view_due {
                     gone |= self.check(ri, vi);
                 }
