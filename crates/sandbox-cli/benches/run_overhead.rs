@@ -25,6 +25,19 @@ struct Variant {
     env: Vec<(String, String)>,
 }
 
+impl Variant {
+    /// A variant measured against the direct run, in the benchmark's environment.
+    fn new(name: String, argv: Vec<String>) -> Self {
+        Variant {
+            name,
+            argv,
+            samples: Vec::new(),
+            base: 0,
+            env: Vec::new(),
+        }
+    }
+}
+
 fn git(dir: &Path, args: &[&str]) {
     let ok = Command::new("git")
         .args(args)
@@ -115,24 +128,15 @@ fn main() {
     let sandbox = env!("CARGO_BIN_EXE_sandbox").to_string();
     let t = task.to_str().unwrap().to_string();
     let mut variants = vec![
-        Variant {
-            name: "direct /bin/true".into(),
-            argv: vec!["/bin/true".into()],
-            samples: vec![],
-            base: 0,
-            env: vec![],
-        },
-        Variant {
-            // The process start of the binary alone: the first step of the accounting.
-            name: "sandbox --version".into(),
-            argv: vec![sandbox.clone(), "--version".into()],
-            samples: vec![],
-            base: 0,
-            env: vec![],
-        },
-        Variant {
-            name: "sandbox run (host)".into(),
-            argv: vec![
+        Variant::new("direct /bin/true".into(), vec!["/bin/true".into()]),
+        // The process start of the binary alone: the first step of the accounting.
+        Variant::new(
+            "sandbox --version".into(),
+            vec![sandbox.clone(), "--version".into()],
+        ),
+        Variant::new(
+            "sandbox run (host)".into(),
+            vec![
                 sandbox.clone(),
                 "run".into(),
                 "--backend".into(),
@@ -140,22 +144,16 @@ fn main() {
                 "--".into(),
                 "/bin/true".into(),
             ],
-            samples: vec![],
-            base: 0,
-            env: vec![],
-        },
-        Variant {
-            name: "sandbox run (native)".into(),
-            argv: vec![
+        ),
+        Variant::new(
+            "sandbox run (native)".into(),
+            vec![
                 sandbox.clone(),
                 "run".into(),
                 "--".into(),
                 "/bin/true".into(),
             ],
-            samples: vec![],
-            base: 0,
-            env: vec![],
-        },
+        ),
     ];
     let mut skipped = Vec::new();
     // The floor: a minimal supervisor in C (fork, setsid, a two-rule Landlock ruleset, a
@@ -169,18 +167,15 @@ fn main() {
         .status();
     let floor_index = match built {
         Ok(status) if status.success() => {
-            variants.push(Variant {
-                name: "minimal C supervisor".into(),
-                argv: vec![
+            variants.push(Variant::new(
+                "minimal C supervisor".into(),
+                vec![
                     floor.to_string_lossy().into_owned(),
                     "/usr".into(),
                     t.clone(),
                     "/bin/true".into(),
                 ],
-                samples: vec![],
-                base: 0,
-                env: vec![],
-            });
+            ));
             Some(variants.len() - 1)
         }
         other => {
@@ -220,13 +215,7 @@ fn main() {
                 t.clone(),
                 "/bin/true".into(),
             ]);
-            variants.push(Variant {
-                name: "bwrap (equivalent)".into(),
-                argv,
-                samples: vec![],
-                base: 0,
-                env: vec![],
-            });
+            variants.push(Variant::new("bwrap (equivalent)".into(), argv));
         }
         None => skipped.push("bwrap: not installed (apt-get install bubblewrap)".to_string()),
     }
@@ -250,13 +239,7 @@ fn main() {
                     t.clone(),
                     "/bin/true".into(),
                 ]);
-                variants.push(Variant {
-                    name: "bwrap (the view's mounts)".into(),
-                    argv,
-                    samples: vec![],
-                    base: 0,
-                    env: vec![],
-                });
+                variants.push(Variant::new("bwrap (the view's mounts)".into(), argv));
             }
             None => skipped.push("bwrap (the view's mounts): no private view here".into()),
         }
@@ -264,9 +247,9 @@ fn main() {
     let nono = which("nono");
     match &nono {
         Some(nono) => {
-            variants.push(Variant {
-                name: "sandbox run (nono)".into(),
-                argv: vec![
+            variants.push(Variant::new(
+                "sandbox run (nono)".into(),
+                vec![
                     sandbox.clone(),
                     "run".into(),
                     "--backend".into(),
@@ -274,13 +257,10 @@ fn main() {
                     "--".into(),
                     "/bin/true".into(),
                 ],
-                samples: vec![],
-                base: 0,
-                env: vec![],
-            });
-            variants.push(Variant {
-                name: "nono wrap".into(),
-                argv: vec![
+            ));
+            variants.push(Variant::new(
+                "nono wrap".into(),
+                vec![
                     nono.to_string_lossy().into_owned(),
                     "wrap".into(),
                     "-s".into(),
@@ -289,17 +269,14 @@ fn main() {
                     "--".into(),
                     "/bin/true".into(),
                 ],
-                samples: vec![],
-                base: 0,
-                env: vec![],
-            });
+            ));
         }
         None => skipped
             .push("nono: not installed (cargo install nono-cli --no-default-features)".to_string()),
     }
-    variants.push(Variant {
-        name: "sandbox run (custom)".into(),
-        argv: vec![
+    variants.push(Variant::new(
+        "sandbox run (custom)".into(),
+        vec![
             sandbox.clone(),
             "run".into(),
             "--backend".into(),
@@ -307,10 +284,7 @@ fn main() {
             "--".into(),
             "/bin/true".into(),
         ],
-        samples: vec![],
-        base: 0,
-        env: vec![],
-    });
+    ));
     // The native backend without its private view, as on a host without user namespaces:
     // run inside a user namespace that may create none, against the same wrapper around
     // `/bin/true` as its own baseline (the wrapper's cost is not the sandbox's).
@@ -327,19 +301,16 @@ fn main() {
         nouserns.iter().chain(rest).map(|s| s.to_string()).collect()
     };
     let wrapper_base = variants.len();
+    variants.push(Variant::new(
+        "no-userns wrapper + /bin/true".into(),
+        wrapped(&["/bin/true"]),
+    ));
     variants.push(Variant {
-        name: "no-userns wrapper + /bin/true".into(),
-        argv: wrapped(&["/bin/true"]),
-        samples: vec![],
-        base: 0,
-        env: vec![],
-    });
-    variants.push(Variant {
-        name: "sandbox run (native, no view)".into(),
-        argv: wrapped(&[&sandbox, "run", "--", "/bin/true"]),
-        samples: vec![],
         base: wrapper_base,
-        env: vec![],
+        ..Variant::new(
+            "sandbox run (native, no view)".into(),
+            wrapped(&[&sandbox, "run", "--", "/bin/true"]),
+        )
     });
     // A short-lived client: `sandbox hook` posting a status to a running daemon, with a
     // task token the benchmark holds a lease on (as `sandbox run` does for its command).
@@ -377,10 +348,6 @@ fn main() {
                     ));
                     if let Ok(reply) = issued {
                         variants.push(Variant {
-                            name: "sandbox hook idle".into(),
-                            argv: vec![sandbox.clone(), "hook".into(), "idle".into()],
-                            samples: vec![],
-                            base: 0,
                             env: vec![
                                 (
                                     "SANDBOX_API_URL".into(),
@@ -391,6 +358,10 @@ fn main() {
                                     reply["token"].as_str().unwrap_or_default().into(),
                                 ),
                             ],
+                            ..Variant::new(
+                                "sandbox hook idle".into(),
+                                vec![sandbox.clone(), "hook".into(), "idle".into()],
+                            )
                         });
                     }
                     lease = Some((child, client));

@@ -198,7 +198,7 @@ pub fn locate(
             )))
         }
     };
-    let cache_dir = cache_dir.filter(|d| private_dir_ok(d));
+    let cache_dir = cache_dir.filter(|d| crate::privdir::is_private(d));
     let line = version_of(&resolved, cache_dir)?;
     let version = parse_version(&line).ok_or_else(|| {
         unavailable(format!(
@@ -218,15 +218,6 @@ pub fn locate(
         path: resolved,
         version: line,
     })
-}
-
-/// Creates `dir` (mode 0700) if needed and checks it is private; returns it canonical.
-pub fn ensure_private_dir(dir: &Path) -> Result<PathBuf, HostError> {
-    crate::privdir::ensure("nono", dir)
-}
-
-fn private_dir_ok(dir: &Path) -> bool {
-    crate::privdir::is_private(dir)
 }
 
 fn is_dir(path: &Path) -> bool {
@@ -466,7 +457,7 @@ pub fn write_manifest(policy: &Policy, private_dir: &Path) -> Result<WrittenMani
     if plan.invocation == NonoInvocation::Run && policy.fs.tmpdir.is_none() {
         return Err(HostError::NonoNeedsTmpdir);
     }
-    let private = ensure_private_dir(private_dir)?;
+    let private = crate::privdir::ensure("nono", private_dir)?;
     if policy.is_writable(&private) {
         return Err(HostError::PrivateDirWritable { path: private });
     }

@@ -28,15 +28,6 @@ pub struct NativeOptions {
     pub private_dir: PathBuf,
 }
 
-/// The layers this machine gives the native backend: the private view when user namespaces
-/// work, Landlock + seccomp always.
-#[derive(Debug)]
-enum Layers {
-    View(Box<PreparedView>),
-    /// No view here (the report says why).
-    NoView,
-}
-
 /// A prepared native sandbox for one spawn.
 pub struct NativeSandbox {
     /// Built first in the child, when available.
@@ -60,32 +51,35 @@ impl std::fmt::Debug for NativeSandbox {
     }
 }
 
-/// Whether this machine gives `options` a private view (the probe, cached).
+/// Whether this machine gives `options` a private view (the probe, cached in the private
+/// directory when that is usable).
 fn view_support(options: &NativeOptions) -> ViewSupport {
-    view_support_in(
-        crate::privdir::ensure("native", &options.private_dir)
-            .ok()
-            .as_deref(),
-    )
+    let private = crate::privdir::ensure("native", &options.private_dir).ok();
+    userns::support(private.as_deref())
 }
 
-fn view_support_in(private: Option<&std::path::Path>) -> ViewSupport {
-    userns::support(private)
+/// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
+/// without it, Landlock alone must be able to protect the git data.
+fn landlock_plan(
+    policy: &Policy,
+    support: &ViewSupport,
+) -> Result<compile::landlock::LandlockPlan, sandbox_policy::PolicyError> {
+    match support {
+        ViewSupport::Available => compile::landlock::compile_under_view(policy),
+        ViewSupport::Unavailable { .. } => compile::landlock::compile(policy),
+    }
 }
 
 /// What the native backend would enforce for `policy` on this kernel, without preparing it.
 pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforcement, HostError> {
     let support = view_support(options);
-    let plan = match support {
-        ViewSupport::Available => compile::landlock::compile_under_view(policy)?,
-        ViewSupport::Unavailable { .. } => compile::landlock::compile(policy)?,
-    };
-    Ok(report(policy, &plan, &support, options))
+    let plan = landlock_plan(policy, &support)?;
+    let seccomp = seccomp_plan(policy, &support, options);
+    Ok(report(&plan, &seccomp, &support, options))
 }
 
 /// The compiled forms a native run of `policy` would use on this machine (`policy show`).
 pub struct Compiled {
-    pub support: ViewSupport,
     /// The private view's mounts, when the machine gives one.
     pub view: Option<Result<sandbox_policy::compile::view::ViewPlan, HostError>>,
     pub landlock: Result<compile::landlock::LandlockPlan, HostError>,
@@ -94,22 +88,10 @@ pub struct Compiled {
 
 pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
     let support = view_support(options);
-    let (view, landlock) = match support {
-        ViewSupport::Available => (
-            Some(crate::linux::view::plan(policy)),
-            compile::landlock::compile_under_view(policy).map_err(HostError::from),
-        ),
-        ViewSupport::Unavailable { .. } => (
-            None,
-            compile::landlock::compile(policy).map_err(HostError::from),
-        ),
-    };
-    let seccomp = seccomp_plan(policy, &support, options);
     Compiled {
-        support,
-        view,
-        landlock,
-        seccomp,
+        view: (support == ViewSupport::Available).then(|| crate::linux::view::plan(policy)),
+        landlock: landlock_plan(policy, &support).map_err(HostError::from),
+        seccomp: seccomp_plan(policy, &support, options),
     }
 }
 
@@ -124,8 +106,8 @@ fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions)
 }
 
 fn report(
-    policy: &Policy,
     plan: &compile::landlock::LandlockPlan,
+    seccomp: &SeccompPlan,
     support: &ViewSupport,
     options: &NativeOptions,
 ) -> Enforcement {
@@ -158,10 +140,8 @@ fn report(
             }
         }
     }
-    e.enforced.push(format!(
-        "seccomp: {}",
-        describe_seccomp(&seccomp_plan(policy, support, options))
-    ));
+    e.enforced
+        .push(format!("seccomp: {}", describe_seccomp(seccomp)));
     e
 }
 
@@ -181,22 +161,20 @@ impl NativeSandbox {
     pub fn prepare(policy: &Policy, options: &NativeOptions) -> Result<Self, HostError> {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
-        let support = view_support_in(private.as_ref().ok().map(PathBuf::as_path));
-        let layers = match &support {
+        let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        let view = match &support {
             ViewSupport::Available => {
                 let staging = private?.join("view");
                 if policy.is_writable(&staging) {
                     return Err(HostError::PrivateDirWritable { path: staging });
                 }
-                Layers::View(Box::new(PreparedView::prepare(policy, &staging)?))
+                Some(Box::new(PreparedView::prepare(policy, &staging)?))
             }
-            ViewSupport::Unavailable { .. } => Layers::NoView,
+            ViewSupport::Unavailable { .. } => None,
         };
-        let plan = match layers {
-            Layers::View(_) => compile::landlock::compile_under_view(policy)?,
-            Layers::NoView => compile::landlock::compile(policy)?,
-        };
-        let enforcement = report(policy, &plan, &support, options);
+        let plan = landlock_plan(policy, &support)?;
+        let rules = seccomp_plan(policy, &support, options);
+        let enforcement = report(&plan, &rules, &support, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -213,7 +191,7 @@ impl NativeSandbox {
                 gaps: vec!["filesystem limits (Landlock is not available)".into()],
             });
         }
-        let filters = seccomp::compile(&seccomp_plan(policy, &support, options))?;
+        let filters = seccomp::compile(&rules)?;
         // Root inside an outer sandbox has no capabilities left to drop (and no CAP_SETPCAP to
         // drop them with); no_new_privs already keeps exec from granting any back.
         let drop_caps_up_to = (nix::unistd::geteuid().is_root() && has_effective_cap(CAP_SETPCAP))
@@ -224,10 +202,6 @@ impl NativeSandbox {
                 "running as root: every capability is dropped, and exec cannot regain them".into(),
             );
         }
-        let view = match layers {
-            Layers::View(view) => Some(view),
-            Layers::NoView => None,
-        };
         Ok(NativeSandbox {
             view,
             ruleset,
@@ -239,11 +213,6 @@ impl NativeSandbox {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
-    }
-
-    /// The private view this sandbox builds, if the machine allows one.
-    pub fn view(&self) -> Option<&PreparedView> {
-        self.view.as_deref()
     }
 }
 

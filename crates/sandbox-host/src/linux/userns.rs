@@ -120,11 +120,9 @@ pub fn probe() -> ViewSupport {
                     (c"/proc/self/uid_map", &uid_map[..]),
                     (c"/proc/self/gid_map", &gid_map[..]),
                 ] {
-                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 || libc::write(fd, data.as_ptr().cast(), data.len()) < 0 {
+                    if crate::linux::view::write_file(path, data).is_err() {
                         report(STEP_ID_MAP);
                     }
-                    libc::close(fd);
                 }
                 if libc::mount(
                     std::ptr::null(),

@@ -296,16 +296,26 @@ fn view_failure(errno: Errno, detail: u32) -> SetupFailure {
 
 /// Writes `data` to a /proc file (the id maps).
 fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> Result<(), SetupFailure> {
-    // SAFETY: open(2) of a NUL-terminated constant path.
+    write_file(path, data).map_err(SetupFailure::at(SetupStep::IdMap))
+}
+
+/// Writes all of `data` to an existing file with one `write(2)`. Async-signal safe: shared
+/// by the view and the user-namespace probe, which both run it in a forked child.
+pub(crate) fn write_file(path: &std::ffi::CStr, data: &[u8]) -> Result<(), Errno> {
+    // SAFETY: open(2) of a NUL-terminated path.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
-        return Err(SetupFailure::last(SetupStep::IdMap));
+        return Err(Errno::last());
     }
     // SAFETY: write(2) of our buffer to the fd just opened; close(2) of that fd.
     let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-    let failure = (written != data.len() as isize).then(|| SetupFailure::last(SetupStep::IdMap));
+    let result = if written == data.len() as isize {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    };
     unsafe { libc::close(fd) };
-    failure.map_or(Ok(()), Err)
+    result
 }
 
 fn check(rc: libc::c_int) -> Result<(), Errno> {
