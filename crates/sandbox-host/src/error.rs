@@ -159,14 +159,3 @@ pub enum HostError {
     #[error("{0}")]
     TrustedPlace(String),
 }
-
-impl HostError {
-    /// The exit status a run that failed this way ends with: the command's own 126/127 when
-    /// it cannot run at all, 125 for everything that kept the boundary from being set up.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            HostError::Command(e) => e.exit_code(),
-            _ => 125,
-        }
-    }
-}

@@ -32,10 +32,6 @@ fn locate(
 }
 
 impl Backend for CustomBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Custom
-    }
-
     fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
         let launcher = locate(&self.options, policy, std::env::var_os("PATH").as_deref())?;
         Ok(custom::enforcement(&launcher))
@@ -70,10 +66,6 @@ struct CustomSession {
 }
 
 impl BackendSession for CustomSession {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Custom
-    }
-
     fn enforcement(&self) -> &Enforcement {
         &self.enforcement
     }

@@ -28,10 +28,6 @@ fn enforcement() -> Enforcement {
 }
 
 impl Backend for HostBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Host
-    }
-
     fn enforcement(&self, _policy: &Policy) -> Result<Enforcement, HostError> {
         Ok(enforcement())
     }
@@ -55,10 +51,6 @@ struct HostSession {
 }
 
 impl BackendSession for HostSession {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Host
-    }
-
     fn enforcement(&self) -> &Enforcement {
         &self.enforcement
     }

@@ -232,8 +232,6 @@ fn millis(d: Duration) -> u64 {
 
 /// A backend, opened with this machine's trusted options.
 pub trait Backend: Send + Sync {
-    fn kind(&self) -> BackendKind;
-
     /// What this backend would enforce for `policy` here. Looks things up (nono's version, the
     /// launcher's placement, the kernel's Landlock ABI) but changes nothing.
     fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError>;
@@ -249,8 +247,6 @@ pub trait Backend: Send + Sync {
 
 /// A prepared backend: any number of commands run in it, one [`PreparedCommand`] each.
 pub trait BackendSession: Send + Sync {
-    fn kind(&self) -> BackendKind;
-
     /// What this session enforces (gaps only when degraded runs were allowed).
     fn enforcement(&self) -> &Enforcement;
 

@@ -18,10 +18,6 @@ pub(super) struct NativeBackend {
 }
 
 impl Backend for NativeBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Native
-    }
-
     fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
         platform::enforcement(policy, &self.options)
     }
@@ -74,10 +70,6 @@ mod platform {
     }
 
     impl BackendSession for NativeSession {
-        fn kind(&self) -> BackendKind {
-            BackendKind::Native
-        }
-
         fn enforcement(&self) -> &Enforcement {
             self.sandbox.enforcement()
         }
@@ -132,10 +124,6 @@ mod platform {
     }
 
     impl BackendSession for NativeSession {
-        fn kind(&self) -> BackendKind {
-            BackendKind::Native
-        }
-
         fn enforcement(&self) -> &Enforcement {
             &self.enforcement
         }
@@ -173,9 +161,6 @@ mod platform {
     }
 
     impl BackendSession for NativeSession {
-        fn kind(&self) -> BackendKind {
-            BackendKind::Native
-        }
         fn enforcement(&self) -> &Enforcement {
             match *self {}
         }

@@ -31,10 +31,6 @@ impl NonoBackend {
 }
 
 impl Backend for NonoBackend {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Nono
-    }
-
     fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
         nono::enforcement(policy, &self.locate(policy)?)
     }
@@ -68,10 +64,6 @@ struct NonoSession {
 }
 
 impl BackendSession for NonoSession {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Nono
-    }
-
     fn enforcement(&self) -> &Enforcement {
         &self.enforcement
     }
