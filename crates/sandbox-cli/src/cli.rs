@@ -173,6 +173,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 
+    /// After the run, write what the sandbox did as JSON to PATH ('-': stderr): the exit
+    /// code, and the git store updates applied to the repository and refused.
+    #[arg(long, value_name = "PATH")]
+    pub report_json: Option<PathBuf>,
+
     /// The command and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,

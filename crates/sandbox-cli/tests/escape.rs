@@ -43,8 +43,23 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// The git store attacks need the quarantine, which needs the private view: nono has none,
+/// and native without user namespaces runs on Landlock alone (the run reports the downgrade).
+const NO_QUARANTINE: &str = "no git store quarantine without the private view: the \
+     repository's objects, refs and logs are writable (the run reports this downgrade)";
+const GIT_STORE_ATTACKS: &[&str] = &[
+    "rewrite an existing blob of trunk",
+    "move trunk (update-ref, and by writing its file)",
+    "delete trunk",
+    "add objects/info/alternates pointing outside",
+    "move another task's branch",
+];
+
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
     let backend = backend.trim_end_matches(escape::DAEMON);
+    if matches!(backend, "nono" | escape::NATIVE_NOUSERNS) && GIT_STORE_ATTACKS.contains(&attack) {
+        return Some(NO_QUARANTINE);
+    }
     KNOWN_GAPS
         .iter()
         .find(|(b, a, _)| *b == backend && *a == attack)
@@ -112,6 +127,14 @@ fn backends_hold_against_the_escape_suite() {
 fn normal_work_under(backend: &str) {
     let mut failures = Vec::new();
     for work in escape::normal_work() {
+        if work.needs_quarantine && !escape::has_quarantine(backend) {
+            common::skip(format_args!(
+                "{backend}: {}: no git store quarantine without the private view \
+                 (a ref deletion needs packed-refs.lock in the read-only common dir)",
+                work.name
+            ));
+            continue;
+        }
         let fixture = escape::Fixture::new();
         match escape::do_work(&fixture, backend, &work) {
             Ok(()) => println!("ok: {backend}: {}", work.name),

@@ -74,6 +74,9 @@ pub enum SetupStep {
     PivotRoot = 13,
     /// Returning to the working directory inside the view.
     WorkingDirectory = 14,
+    /// `landlock_add_rule` for a path that exists only inside the view (the git store's
+    /// overlay).
+    LandlockAddRule = 15,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -94,6 +97,7 @@ impl SetupStep {
             SetupStep::ViewMount => "building the private view",
             SetupStep::PivotRoot => "entering the private view's root",
             SetupStep::WorkingDirectory => "entering the working directory in the view",
+            SetupStep::LandlockAddRule => "landlock_add_rule (the git store overlay)",
             SetupStep::Other => "child setup",
         }
     }
@@ -113,6 +117,7 @@ impl SetupStep {
             SetupStep::ViewMount,
             SetupStep::PivotRoot,
             SetupStep::WorkingDirectory,
+            SetupStep::LandlockAddRule,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)

@@ -38,6 +38,7 @@ mod lock;
 mod meta;
 pub mod mounts;
 pub mod names;
+pub mod quarantine;
 mod repo;
 mod status;
 mod util;

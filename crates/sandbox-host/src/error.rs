@@ -103,6 +103,10 @@ pub enum HostError {
     )]
     PrivateDirWritable { path: PathBuf },
 
+    /// The run's git store quarantine could not be laid out (nothing ran).
+    #[error("native: {0}")]
+    GitQuarantine(String),
+
     /// A path of the private view cannot be used.
     #[error("native: private view: {}: {cause}", path.display())]
     ViewPath { path: PathBuf, cause: String },

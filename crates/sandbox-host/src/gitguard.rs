@@ -288,6 +288,7 @@ mod tests {
                 path: pointer,
                 content: ORIGINAL.into(),
             }],
+            task_branch: None,
         }
     }
 

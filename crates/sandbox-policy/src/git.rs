@@ -113,6 +113,16 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             }
         }
     }
+    // The task branch: what HEAD names now (a linked worktree's own HEAD). Read from the
+    // file, not resolved: an unborn branch is still the task's.
+    let task_branch = std::fs::read_to_string(gitdir.join("HEAD"))
+        .ok()
+        .and_then(|head| {
+            head.trim_end()
+                .strip_prefix("ref: ")
+                .filter(|name| name.starts_with("refs/heads/"))
+                .map(str::to_string)
+        });
     let identity = repo
         .config()
         .ok()
@@ -132,6 +142,7 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             worktree_gitdir: gitdir,
             worktree_config,
             pointers,
+            task_branch,
         },
     }))
 }
@@ -191,6 +202,10 @@ mod tests {
         assert_eq!(found.layout.common_dir, common);
         assert_eq!(found.layout.worktree_gitdir, common.join("worktrees/task"));
         assert!(!found.layout.worktree_config);
+        assert_eq!(
+            found.layout.task_branch.as_deref(),
+            Some("refs/heads/feature")
+        );
         let pointer_paths: Vec<_> = found.layout.pointers.iter().map(|p| &p.path).collect();
         assert!(pointer_paths.contains(&&task.join(".git")));
         assert!(found.layout.pointers[0].content.starts_with("gitdir: "));

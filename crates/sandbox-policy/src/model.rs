@@ -54,6 +54,10 @@ pub struct GitLayout {
     /// Pointer files an agent could rewrite to redirect host-side git to a gitdir of its own,
     /// with the exact bytes they must keep (checked and restored after every run).
     pub pointers: Vec<PointerFile>,
+    /// The branch this worktree's `HEAD` names at the start (`refs/heads/<task>`): the one
+    /// existing ref a quarantined run may move. `None` when `HEAD` is detached.
+    #[serde(default)]
+    pub task_branch: Option<String>,
 }
 
 /// A file whose content must not change during a run.
@@ -77,6 +81,13 @@ impl GitLayout {
             .collect();
         dirs.push(self.worktree_gitdir.clone());
         dirs
+    }
+
+    /// Whether the git store is quarantined under the private view: a linked worktree whose
+    /// common dir lies outside it, protected (not `--unprotected-git`). Its objects, refs and
+    /// logs are then an overlay whose writes the host applies only where allowed.
+    pub fn quarantined(&self, root: &Path, unprotected_git: bool) -> bool {
+        self.is_linked && !self.common_dir.starts_with(root) && !unprotected_git
     }
 
     /// Whether the kernel (Landlock) can keep hooks and config read-only: only when they are

@@ -22,6 +22,7 @@ pub fn linked_policy(block: bool) -> Policy {
                     path: "/work/task/.git".into(),
                     content: "gitdir: /repo/.git/worktrees/task\n".into(),
                 }],
+                task_branch: Some("refs/heads/task".into()),
             }),
         },
         fs: FsPolicy {

@@ -557,6 +557,44 @@ pub struct ExitEvent {
     pub timed_out: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_message: Option<String>,
+    /// What the git store quarantine applied to the repository and refused (native with the
+    /// private view, in a linked worktree).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_store: Option<GitStoreReport>,
+}
+
+/// The git store quarantine's account of one command: refs applied with compare-and-swap,
+/// refs refused (unchanged in the repository), objects taken in by hash.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitStoreReport {
+    pub objects_imported: usize,
+    pub applied: Vec<GitRefApplied>,
+    pub refused: Vec<GitRefRefused>,
+    pub rejected_objects: Vec<GitObjectRejected>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitRefApplied {
+    pub name: String,
+    /// `null`: created.
+    pub old: Option<String>,
+    /// `null`: deleted.
+    pub new: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitRefRefused {
+    pub name: String,
+    /// What the command set it to (`null`: deleted).
+    pub wanted: Option<String>,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitObjectRejected {
+    pub path: String,
+    pub reason: String,
 }
 
 /// A `boxState` event.

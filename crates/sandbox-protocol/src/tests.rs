@@ -241,6 +241,7 @@ fn replies_and_events_have_the_documented_shape() {
             signal: Some(15),
             timed_out: false,
             error_message: None,
+            git_store: None,
         },
     );
     let v: serde_json::Value = serde_json::from_slice(&exit).unwrap();

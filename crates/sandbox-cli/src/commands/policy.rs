@@ -205,6 +205,14 @@ fn describe_mount(op: &compile::view::MountOp) -> String {
         MountOp::Symlink { link, target } => {
             format!("link   {} -> {}", link.display(), target.display())
         }
+        MountOp::Overlay {
+            target, upper, why, ..
+        } => format!(
+            "ovl    {}  ({why}: writes go to {}, the host applies what is allowed)",
+            target.display(),
+            upper.display()
+        ),
+        MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
     }
 }
 

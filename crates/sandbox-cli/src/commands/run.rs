@@ -55,7 +55,36 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     // Every process of the run is gone before the seam judges it and checks the pointers.
     process_group::kill_orphans(&[]);
     let finished = session.finish(command, outcome.as_ref().ok().copied());
-    Ok(conclude(&finished, outcome?, &program))
+    let outcome = outcome?;
+    let code = conclude(&finished, outcome, &program);
+    if let Some(path) = &args.report_json {
+        write_report(path, code, &finished)?;
+    }
+    Ok(code)
+}
+
+/// The `--report-json` document.
+fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> anyhow::Result<()> {
+    let (git_store, git_store_error) = match &finished.git_store {
+        Some(Ok(report)) => (Some(report), None),
+        Some(Err(e)) => (None, Some(e.as_str())),
+        None => (None, None),
+    };
+    let report = serde_json::json!({
+        "exitCode": exit_code,
+        "setupError": finished.setup_error().map(ToString::to_string),
+        "warnings": finished.warnings(),
+        "gitStore": git_store,
+        "gitStoreError": git_store_error,
+    });
+    let text = serde_json::to_string_pretty(&report)? + "\n";
+    if path.as_os_str() == "-" {
+        eprint!("{text}");
+    } else {
+        std::fs::write(path, text)
+            .map_err(|e| anyhow::anyhow!("writing the report {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {

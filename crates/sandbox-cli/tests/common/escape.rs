@@ -823,6 +823,139 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "rewrite an existing blob of trunk",
+            needs: None,
+            run: |f, b| {
+                // Another object's bytes in place of README's blob: the host's next checkout
+                // of trunk would write them without a word.
+                let blob = rev_parse(f, "trunk:README");
+                let other = rev_parse(f, "trunk:hello.c");
+                let path = |oid: &str| f.common.join("objects").join(&oid[..2]).join(&oid[2..]);
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; chmod u+w '{0}'; cat '{1}' > '{0}'",
+                        path(&blob).display(),
+                        path(&other).display()
+                    ),
+                );
+                let now = host_git(&f.main, &["cat-file", "blob", &blob]);
+                judge(
+                    &out,
+                    !now.status.success() || now.stdout != b"hello\n",
+                    "trunk's README blob changed",
+                )
+            },
+        },
+        Attack {
+            name: "move trunk (update-ref, and by writing its file)",
+            needs: None,
+            run: |f, b| {
+                let before = rev_parse(f, "trunk");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git commit -q --allow-empty -m evil; \
+                         git update-ref refs/heads/trunk HEAD; git rev-parse HEAD > '{0}'",
+                        f.common.join("refs/heads/trunk").display()
+                    ),
+                );
+                judge(&out, rev_parse(f, "trunk") != before, "trunk moved")
+            },
+        },
+        Attack {
+            name: "delete trunk",
+            needs: None,
+            run: |f, b| {
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git update-ref -d refs/heads/trunk; rm -f '{}'",
+                        f.common.join("refs/heads/trunk").display()
+                    ),
+                );
+                let gone = !host_git(
+                    &f.main,
+                    &["rev-parse", "--verify", "-q", "refs/heads/trunk"],
+                )
+                .status
+                .success();
+                judge(&out, gone, "trunk deleted")
+            },
+        },
+        Attack {
+            name: "rewrite packed-refs to move a packed trunk",
+            needs: None,
+            run: |f, b| {
+                git(&f.main, &["pack-refs", "--all"]);
+                let packed = f.common.join("packed-refs");
+                let before = std::fs::read_to_string(&packed).unwrap();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git commit -q --allow-empty -m evil; \
+                         printf '%s refs/heads/trunk\\n' \"$(git rev-parse HEAD)\" > '{0}'",
+                        packed.display()
+                    ),
+                );
+                let after = std::fs::read_to_string(&packed).unwrap_or_default();
+                judge(&out, after != before, "packed-refs rewritten")
+            },
+        },
+        Attack {
+            name: "add objects/info/alternates pointing outside",
+            needs: None,
+            run: |f, b| {
+                let alternates = f.common.join("objects/info/alternates");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir -p '{0}'; echo '{1}' > '{0}/alternates'",
+                        alternates.parent().unwrap().display(),
+                        f.outside.display()
+                    ),
+                );
+                judge(&out, alternates.exists(), "alternates added")
+            },
+        },
+        Attack {
+            name: "move another task's branch",
+            needs: None,
+            run: |f, b| {
+                let other = f.env.path().join("other-task");
+                git(
+                    &f.main,
+                    &[
+                        "worktree",
+                        "add",
+                        "-q",
+                        other.to_str().unwrap(),
+                        "-b",
+                        "other",
+                    ],
+                );
+                let before = rev_parse(f, "other");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git commit -q --allow-empty -m evil; \
+                         git update-ref refs/heads/other HEAD; git branch -f other HEAD"
+                    ),
+                );
+                judge(
+                    &out,
+                    rev_parse(f, "other") != before,
+                    "the other task's branch moved",
+                )
+            },
+        },
+        Attack {
             name: "read a key from the user's keyring (@u)",
             needs: Some("/usr/bin/keyctl"),
             run: |f, b| {
@@ -934,8 +1067,14 @@ print(\"REPLY:\" + s.recv(4096).decode(errors=\"replace\"))\n'",
     ]
 }
 
+/// What `rev` names in the repository, on the host.
+pub fn rev_parse(f: &Fixture, rev: &str) -> String {
+    let out = host_git(&f.main, &["rev-parse", "--verify", "-q", rev]);
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 /// Git as the user runs it on the host after the run (no global or system config).
-fn host_git(dir: &Path, args: &[&str]) -> Output {
+pub fn host_git(dir: &Path, args: &[&str]) -> Output {
     Command::new("git")
         .args(args)
         .current_dir(dir)
@@ -1027,6 +1166,46 @@ pub struct Work {
     pub flags: fn(&Fixture) -> Vec<String>,
     pub script: &'static str,
     pub expect: &'static str,
+    /// Needs the git store quarantine (native with the private view): without it the
+    /// repository's common dir is read-only apart from objects, refs and logs, and git
+    /// cannot take the `packed-refs.lock` a ref deletion needs.
+    pub needs_quarantine: bool,
+    /// What must hold in the repository on the host afterwards, given the run's stdout.
+    pub after: fn(&Fixture, &str) -> Result<(), String>,
+}
+
+fn nothing_after(_: &Fixture, _: &str) -> Result<(), String> {
+    Ok(())
+}
+
+/// The host's `feature` is the sandbox's final HEAD (printed last by the script), and trunk
+/// and the repository are intact.
+fn task_branch_reached_the_host(f: &Fixture, stdout: &str) -> Result<(), String> {
+    let head = stdout.lines().last().unwrap_or_default().trim();
+    let feature = rev_parse(f, "feature");
+    if feature != head {
+        return Err(format!(
+            "feature is {feature} on the host, the sandbox ended at {head}"
+        ));
+    }
+    fsck_clean(f)
+}
+
+fn fsck_clean(f: &Fixture) -> Result<(), String> {
+    let fsck = host_git(&f.main, &["fsck", "--strict", "--no-dangling"]);
+    if !fsck.status.success() {
+        return Err(format!("git fsck on the host: {}", super::text(&fsck)));
+    }
+    let trunk = host_git(&f.main, &["log", "-1", "--format=%s", "trunk"]);
+    if String::from_utf8_lossy(&trunk.stdout).trim() != "init" {
+        return Err(format!("trunk changed: {}", super::text(&trunk)));
+    }
+    Ok(())
+}
+
+/// The backends the quarantine runs under (native with its view, directly or in the daemon).
+pub fn has_quarantine(backend: &str) -> bool {
+    backend == "native" || backend == "native@daemon"
 }
 
 pub fn normal_work() -> Vec<Work> {
@@ -1036,36 +1215,108 @@ pub fn normal_work() -> Vec<Work> {
             flags: |_| vec![],
             script: "cc -o hello hello.c && ./hello",
             expect: "built and ran",
+            needs_quarantine: false,
+            after: nothing_after,
         },
         Work {
             name: "run a test suite (make test)",
             flags: |_| vec![],
             script: "make -s test",
             expect: "tests-passed",
+            needs_quarantine: false,
+            after: nothing_after,
         },
         Work {
             name: "git add / commit / branch / log",
             flags: |_| vec![],
             script: "echo change >> README && git add README && git commit -qm 'from the sandbox' && git branch side && git log --format=%s -1 && git branch --list side",
             expect: "from the sandbox",
+            needs_quarantine: false,
+            after: nothing_after,
         },
         Work {
             name: "git stash / stash pop",
             flags: |_| vec![],
             script: "echo wip >> README && git stash -q && git diff --quiet && git stash pop -q 2>/dev/null; grep -q wip README && echo stash-ok",
             expect: "stash-ok",
+            needs_quarantine: false,
+            after: nothing_after,
+        },
+        Work {
+            name: "commit, amend, rebase and reset the task branch (reaches the host)",
+            flags: |_| vec![],
+            script: "echo 1 > one.txt && git add one.txt && git commit -qm one \
+                     && git commit -q --amend -m one-amended \
+                     && echo 2 > two.txt && git add two.txt && git commit -qm two \
+                     && echo 3 > three.txt && git add three.txt && git commit -qm three \
+                     && git rebase -q --onto HEAD~2 HEAD~1 \
+                     && git reset -q --soft HEAD~1 && git commit -qm three-again \
+                     && test \"$(git log --format=%s -3 | tr '\\n' ' ')\" = 'three-again one-amended init ' \
+                     && echo history-ok && git rev-parse HEAD",
+            expect: "history-ok",
+            needs_quarantine: false,
+            after: task_branch_reached_the_host,
+        },
+        Work {
+            name: "stash push and pop the last stash (nothing left behind)",
+            flags: |_| vec![],
+            script: "echo wip >> README && git stash -q && git diff --quiet && git stash pop -q \
+                     && grep -q wip README && test -z \"$(git stash list)\" && echo stash-ok",
+            expect: "stash-ok",
+            needs_quarantine: true,
+            after: |f, _| {
+                let list = host_git(&f.main, &["stash", "list"]);
+                match String::from_utf8_lossy(&list.stdout).trim() {
+                    "" => fsck_clean(f),
+                    left => Err(format!("a stash was left in the repository: {left}")),
+                }
+            },
+        },
+        Work {
+            name: "create and delete own branches and tags",
+            flags: |_| vec![],
+            script: "git branch side && git tag t1 && git branch -D side && git tag -d t1 \
+                     && git commit -q --allow-empty -m kept && git branch keep && git tag keep-tag \
+                     && echo refs-ok",
+            expect: "refs-ok",
+            needs_quarantine: true,
+            after: |f, _| {
+                for (rev, wanted) in [("side", false), ("t1", false), ("keep", true), ("keep-tag", true)] {
+                    if rev_parse(f, rev).is_empty() == wanted {
+                        return Err(format!(
+                            "{rev} {} on the host",
+                            if wanted { "is missing" } else { "is still there" }
+                        ));
+                    }
+                }
+                fsck_clean(f)
+            },
+        },
+        Work {
+            name: "git gc --auto inside does no harm",
+            flags: |_| vec![],
+            script: "for i in 1 2 3; do echo $i > gc$i.txt && git add gc$i.txt && git commit -qm gc$i; done; \
+                     git -c gc.auto=1 -c gc.autoDetach=false gc --auto -q 2>/dev/null; \
+                     git log --format=%s -1 | grep -q gc3 && echo gc-ok && git rev-parse HEAD",
+            expect: "gc-ok",
+            needs_quarantine: false,
+            after: task_branch_reached_the_host,
         },
         Work {
             name: "write and read TMPDIR",
             flags: |_| vec![],
             script: "test -n \"$TMPDIR\" && test \"$(stat -c %a \"$TMPDIR\")\" = 700 && echo tmp-ok > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"",
             expect: "tmp-ok",
+            needs_quarantine: false,
+            after: nothing_after,
         },
         Work {
             name: "TCP connect to an allowed port under --block-net",
             flags: |_| vec![],
             script: "",
             expect: "",
+            needs_quarantine: false,
+            after: nothing_after,
         },
     ]
 }
@@ -1086,8 +1337,9 @@ pub fn do_work(f: &Fixture, backend: &str, work: &Work) -> Result<(), String> {
         };
     }
     let out = f.run(backend, &(work.flags)(f), work.script);
-    if out.status.success() && String::from_utf8_lossy(&out.stdout).contains(work.expect) {
-        Ok(())
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() && stdout.contains(work.expect) {
+        (work.after)(f, &stdout).map_err(|e| format!("{e}\n{}", super::text(&out)))
     } else {
         Err(super::text(&out))
     }

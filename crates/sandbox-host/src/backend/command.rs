@@ -14,6 +14,7 @@ use super::BackendKind;
 use crate::error::HostError;
 use crate::gitguard::{self, Tampering};
 use crate::nono::{self, StartMarker};
+use sandbox_git::quarantine::{LiveQuarantine, StoreReport};
 
 /// How a backend tells its own failure from the command's exit status.
 #[derive(Debug)]
@@ -40,6 +41,8 @@ pub struct PreparedCommand {
     git: Option<GitLayout>,
     /// Files that must exist until the command is gone (kept alive, removed on finish).
     keep: Vec<Arc<dyn Send + Sync>>,
+    /// The git store quarantine of this command (native with the private view).
+    store: Option<LiveQuarantine>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -75,6 +78,9 @@ pub struct Finished {
     pub tampering: Vec<Tampering>,
     /// `extensions.worktreeConfig` was switched on in the common config during the run.
     pub worktree_config_enabled: Option<WorktreeConfigEnabled>,
+    /// What the git store quarantine applied and refused (when the run had one), or why its
+    /// last sync failed.
+    pub git_store: Option<Result<StoreReport, String>>,
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -132,6 +138,13 @@ impl Finished {
         }
         lines.extend(self.tampering.iter().map(ToString::to_string));
         lines.extend(self.worktree_config_enabled.iter().map(ToString::to_string));
+        match &self.git_store {
+            Some(Ok(report)) => lines.extend(report.warnings()),
+            Some(Err(e)) => lines.push(format!(
+                "{e}; the run's commits may not have reached the repository"
+            )),
+            None => {}
+        }
         lines
     }
 }
@@ -151,7 +164,14 @@ impl PreparedCommand {
             judge,
             git,
             keep: Vec::new(),
+            store: None,
         }
+    }
+
+    /// Gives the command its git store quarantine, finished in [`Self::finish`].
+    pub(crate) fn with_store(mut self, store: Option<LiveQuarantine>) -> Self {
+        self.store = store;
+        self
     }
 
     /// Keeps `value` (a private file, a session's manifest) alive until [`Self::finish`].
@@ -223,11 +243,16 @@ impl PreparedCommand {
             ),
             None => (Vec::new(), None),
         };
+        // After every process is gone, nothing writes the layer any more: this sync is final.
+        let git_store = self
+            .store
+            .map(|store| store.finish().map_err(|e| e.to_string()));
         drop(self.keep);
         Finished {
             end,
             tampering,
             worktree_config_enabled,
+            git_store,
         }
     }
 }

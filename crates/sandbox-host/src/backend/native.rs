@@ -76,13 +76,16 @@ mod platform {
 
         fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError> {
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
+            // The view is the command's own when it quarantines the git store.
+            let (child, store) = self.sandbox.command()?;
             Ok(PreparedCommand::new(
                 BackendKind::Native,
                 spec,
-                Some(self.sandbox.clone() as Arc<dyn sandbox_exec::ChildSetup>),
+                Some(Arc::new(child) as Arc<dyn sandbox_exec::ChildSetup>),
                 CommandJudge::Plain,
                 self.git.clone(),
-            ))
+            )
+            .with_store(store))
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use nix::errno::Errno;
 use sandbox_exec::{ChildSetup, SetupFailure, SetupStep};
@@ -28,10 +29,10 @@ pub struct NativeOptions {
     pub private_dir: PathBuf,
 }
 
-/// A prepared native sandbox for one spawn.
+/// A prepared native sandbox: everything compiled once per session. Each command gets a
+/// [`NativeChild`] from [`NativeSandbox::command`].
 pub struct NativeSandbox {
-    /// Built first in the child, when available.
-    view: Option<Box<PreparedView>>,
+    view: Option<ViewMode>,
     ruleset: Option<OwnedFd>,
     filters: Vec<BpfProgram>,
     /// Set when running as root: the highest capability number to drop from the bounding
@@ -40,6 +41,87 @@ pub struct NativeSandbox {
     /// inside a Landlock domain.
     drop_caps_up_to: Option<u32>,
     enforcement: Enforcement,
+}
+
+/// How each command gets its private view.
+enum ViewMode {
+    /// The same view for every command.
+    Shared(Arc<PreparedView>),
+    /// A view per command: its git store quarantine has a private layer of its own (an
+    /// overlay's writable layer cannot be shared by two mounts).
+    Quarantined {
+        policy: Box<Policy>,
+        /// Each command builds its own ruleset from this: the child adds a rule for its own
+        /// overlay, which must not land in a ruleset other commands share.
+        landlock: compile::landlock::LandlockPlan,
+        staging: PathBuf,
+        /// Where each command's quarantine directory is made.
+        store_dir: PathBuf,
+        common: PathBuf,
+        task_branch: Option<String>,
+    },
+}
+
+/// One command's setup: the session's sandbox, and the command's view.
+pub struct NativeChild {
+    sandbox: Arc<NativeSandbox>,
+    view: Option<Arc<PreparedView>>,
+    /// With a quarantined store: the command's own ruleset, and the rule the child adds for
+    /// the overlay once it exists.
+    own_ruleset: Option<OwnedFd>,
+    store_rule: Option<StoreRule>,
+}
+
+/// A Landlock rule for the git store's overlay, added in the child after the view is built:
+/// the overlay exists only there, and Landlock does not consult a rule on the mount point an
+/// overlay covers.
+struct StoreRule {
+    path: std::ffi::CString,
+    access: u64,
+}
+
+/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+
+impl StoreRule {
+    fn add(&self, ruleset: &OwnedFd) -> Result<(), SetupFailure> {
+        let fail = || SetupFailure::last(SetupStep::LandlockAddRule);
+        // SAFETY: open(2) of a NUL-terminated path, O_PATH: no access to the content.
+        let fd = unsafe {
+            libc::open(
+                self.path.as_ptr(),
+                libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY,
+            )
+        };
+        if fd < 0 {
+            return Err(fail());
+        }
+        let attr = PathBeneathAttr {
+            allowed_access: self.access,
+            parent_fd: fd,
+        };
+        // SAFETY: landlock_add_rule(2) reads one attribute struct from our stack; both fds
+        // are open in this process.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset.as_raw_fd(),
+                LANDLOCK_RULE_PATH_BENEATH,
+                &attr as *const PathBeneathAttr,
+                0,
+            )
+        };
+        let result = if rc == 0 { Ok(()) } else { Err(fail()) };
+        // SAFETY: close(2) of the fd opened above.
+        unsafe { libc::close(fd) };
+        result
+    }
 }
 
 impl std::fmt::Debug for NativeSandbox {
@@ -75,7 +157,7 @@ pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforceme
     let support = view_support(options);
     let plan = landlock_plan(policy, &support)?;
     let seccomp = seccomp_plan(policy, &support, options);
-    Ok(report(&plan, &seccomp, &support, options))
+    Ok(report(policy, &plan, &seccomp, &support, options))
 }
 
 /// The compiled forms a native run of `policy` would use on this machine (`policy show`).
@@ -89,7 +171,18 @@ pub struct Compiled {
 pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
     let support = view_support(options);
     Compiled {
-        view: (support == ViewSupport::Available).then(|| crate::linux::view::plan(policy)),
+        view: (support == ViewSupport::Available).then(|| {
+            // The layers a run would make, named as they would be (a run directory of each
+            // command's own replaces `<run>`).
+            let run = options.private_dir.join("git-store/<run>");
+            let layers = sandbox_policy::compile::view::GitStoreLayers {
+                upper: run.join("upper"),
+                work: run.join("work"),
+                snapshot: run.join("snapshot"),
+                pinned_refs: Vec::new(),
+            };
+            crate::linux::view::plan(policy, Some(&layers))
+        }),
         landlock: landlock_plan(policy, &support).map_err(HostError::from),
         seccomp: seccomp_plan(policy, &support, options),
     }
@@ -106,6 +199,7 @@ fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions)
 }
 
 fn report(
+    policy: &Policy,
     plan: &compile::landlock::LandlockPlan,
     seccomp: &SeccompPlan,
     support: &ViewSupport,
@@ -140,6 +234,25 @@ fn report(
             }
         }
     }
+    let quarantined = policy
+        .workspace
+        .git
+        .as_ref()
+        .is_some_and(|git| git.quarantined(&policy.workspace.root, policy.unprotected_git));
+    match support {
+        ViewSupport::Available if quarantined => e.enforced.push(
+            "git store quarantined: objects and refs are written to a private layer; the host \
+             applies the task branch and refs the run creates (compare-and-swap) and new \
+             objects by their hash; every other ref is read-only inside"
+                .into(),
+        ),
+        ViewSupport::Unavailable { .. } if quarantined => e.downgrades.push(
+            "git store not quarantined (needs the private view): the repository's objects, \
+             refs and logs are writable, so other branches and existing objects can be changed"
+                .into(),
+        ),
+        _ => {}
+    }
     e.enforced
         .push(format!("seccomp: {}", describe_seccomp(seccomp)));
     e
@@ -164,17 +277,39 @@ impl NativeSandbox {
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
         let view = match &support {
             ViewSupport::Available => {
-                let staging = private?.join("view");
-                if policy.is_writable(&staging) {
-                    return Err(HostError::PrivateDirWritable { path: staging });
+                let private = private?;
+                let staging = private.join("view");
+                let store_dir = private.join("git-store");
+                for dir in [&staging, &store_dir] {
+                    if policy.is_writable(dir) {
+                        return Err(HostError::PrivateDirWritable { path: dir.clone() });
+                    }
                 }
-                Some(Box::new(PreparedView::prepare(policy, &staging)?))
+                match &policy.workspace.git {
+                    Some(git)
+                        if git.quarantined(&policy.workspace.root, policy.unprotected_git) =>
+                    {
+                        // Checked now, so a layout the view refuses fails before any command.
+                        crate::linux::view::plan(policy, None)?;
+                        Some(ViewMode::Quarantined {
+                            policy: Box::new(policy.clone()),
+                            landlock: landlock_plan(policy, &support)?,
+                            staging,
+                            store_dir,
+                            common: git.common_dir.clone(),
+                            task_branch: git.task_branch.clone(),
+                        })
+                    }
+                    _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
+                        policy, &staging, None,
+                    )?))),
+                }
             }
             ViewSupport::Unavailable { .. } => None,
         };
         let plan = landlock_plan(policy, &support)?;
         let rules = seccomp_plan(policy, &support, options);
-        let enforcement = report(&plan, &rules, &support, options);
+        let enforcement = report(policy, &plan, &rules, &support, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -213,6 +348,66 @@ impl NativeSandbox {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
+    }
+
+    /// The setup of one command, with its git store quarantine when the session has one
+    /// (synced live from now on; finish it once the command's processes are gone).
+    pub fn command(
+        self: &Arc<Self>,
+    ) -> Result<(NativeChild, Option<sandbox_git::quarantine::LiveQuarantine>), HostError> {
+        let mut own_ruleset = None;
+        let mut store_rule = None;
+        let (view, store) = match &self.view {
+            None => (None, None),
+            Some(ViewMode::Shared(view)) => (Some(view.clone()), None),
+            Some(ViewMode::Quarantined {
+                policy,
+                landlock: plan,
+                staging,
+                store_dir,
+                common,
+                task_branch,
+            }) => {
+                let store = sandbox_git::quarantine::StoreQuarantine::prepare(
+                    common,
+                    task_branch.as_deref(),
+                    store_dir,
+                )
+                .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                let layers = store.layers();
+                let layers = sandbox_policy::compile::view::GitStoreLayers {
+                    upper: layers.upper.clone(),
+                    work: layers.work.clone(),
+                    snapshot: layers.snapshot.clone(),
+                    pinned_refs: layers.pinned_refs.clone(),
+                };
+                let view = PreparedView::prepare(policy, staging, Some(&layers))?;
+                if self.ruleset.is_some() {
+                    own_ruleset = landlock::build(plan)?;
+                    store_rule = Some(StoreRule {
+                        path: std::ffi::CString::new(common.as_os_str().as_encoded_bytes())
+                            .map_err(|_| HostError::ViewPath {
+                                path: common.clone(),
+                                cause: "contains a NUL byte".into(),
+                            })?,
+                        access: landlock::read_write_dir_bits(abi::landlock_abi()),
+                    });
+                }
+                (
+                    Some(Arc::new(view)),
+                    Some(sandbox_git::quarantine::LiveQuarantine::start(store)),
+                )
+            }
+        };
+        Ok((
+            NativeChild {
+                sandbox: self.clone(),
+                view,
+                own_ruleset,
+                store_rule,
+            },
+            store,
+        ))
     }
 }
 
@@ -335,13 +530,36 @@ impl ChildSetup for DropCapabilities {
 /// `struct landlock_restrict_self` takes no flags we need.
 const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
 
-impl ChildSetup for NativeSandbox {
+impl ChildSetup for NativeChild {
     fn apply_in_child(&self) -> Result<(), SetupFailure> {
         // The view first: it needs the capabilities its new user namespace grants, which the
         // drop below and no_new_privs would otherwise limit.
         if let Some(view) = &self.view {
             view.apply_in_child()?;
         }
+        let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
+        if let (Some(rule), Some(ruleset)) = (&self.store_rule, ruleset) {
+            rule.add(ruleset)?;
+        }
+        self.sandbox.apply_limits(ruleset)
+    }
+
+    fn name(&self) -> &str {
+        if self.view.is_some() {
+            "view+landlock+seccomp"
+        } else {
+            "landlock+seccomp"
+        }
+    }
+
+    fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
+        self.view.as_ref()?.describe(step, detail)
+    }
+}
+
+impl NativeSandbox {
+    /// Capabilities, no_new_privs, Landlock and seccomp, in the child after its view.
+    fn apply_limits(&self, ruleset: Option<&OwnedFd>) -> Result<(), SetupFailure> {
         if let Some(last) = self.drop_caps_up_to {
             drop_capabilities(last).map_err(SetupFailure::at(SetupStep::DropCapabilities))?;
         }
@@ -353,7 +571,7 @@ impl ChildSetup for NativeSandbox {
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(SetupFailure::last(SetupStep::NoNewPrivs));
         }
-        if let Some(fd) = &self.ruleset {
+        if let Some(fd) = ruleset {
             // SAFETY: landlock_restrict_self(fd, flags) reads no memory of ours; the fd was
             // created in the parent and is open in this child (it is closed only at exec,
             // where Landlock no longer needs it: the domain is attached to the process).
@@ -387,17 +605,5 @@ impl ChildSetup for NativeSandbox {
             }
         }
         Ok(())
-    }
-
-    fn name(&self) -> &str {
-        if self.view.is_some() {
-            "view+landlock+seccomp"
-        } else {
-            "landlock+seccomp"
-        }
-    }
-
-    fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
-        self.view.as_ref()?.describe(step, detail)
     }
 }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use sandbox_exec::{SetupFailure, SetupStep};
-use sandbox_policy::compile::view::{self, EntryKind, MountOp, ViewPlan};
+use sandbox_policy::compile::view::{self, EntryKind, GitStoreLayers, MountOp, ViewPlan};
 use sandbox_policy::Policy;
 
 use crate::error::HostError;
@@ -53,6 +53,13 @@ enum Step {
         target: CString,
         link: CString,
     },
+    /// An overlay; `data` holds its layers as mount options.
+    Overlay {
+        target: CString,
+        data: CString,
+    },
+    /// A bind of a path of the view over itself, read-only.
+    Pin(CString),
 }
 
 /// The view of one policy, ready to be built in a child.
@@ -87,16 +94,52 @@ fn classify(path: &Path) -> EntryKind {
     }
 }
 
-/// The view of `policy` as this machine's paths make it (what `policy show` prints).
-pub fn plan(policy: &Policy) -> Result<ViewPlan, HostError> {
-    Ok(view::compile(policy, &classify)?)
+/// The view of `policy` as this machine's paths make it (what `policy show` prints), with the
+/// git store quarantine's layers when the run has them.
+pub fn plan(policy: &Policy, store: Option<&GitStoreLayers>) -> Result<ViewPlan, HostError> {
+    Ok(view::compile(policy, &classify, store)?)
+}
+
+/// overlayfs's mount options cannot carry these in a path without escapes, and a wrong
+/// escape would mount another directory: such a path is refused instead.
+fn overlay_path(path: &Path) -> Result<String, HostError> {
+    match path.to_str() {
+        Some(p) if !p.contains([',', ':', '\\']) => Ok(p.to_string()),
+        _ => Err(HostError::ViewPath {
+            path: path.to_path_buf(),
+            cause: "the git store quarantine cannot layer a path containing ',', ':' or '\\' \
+                    (or one that is not UTF-8); move the repository, or pass --unprotected-git \
+                    to run without the quarantine"
+                .into(),
+        }),
+    }
+}
+
+fn overlay_options(lower: &[PathBuf], upper: &Path, work: &Path) -> Result<CString, HostError> {
+    let lower: Vec<String> = lower
+        .iter()
+        .map(|p| overlay_path(p))
+        .collect::<Result<_, _>>()?;
+    // userxattr: the only way a user namespace may mount an overlay (its metadata goes in
+    // user.overlay.* attributes of the private layer).
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr",
+        lower.join(":"),
+        overlay_path(upper)?,
+        overlay_path(work)?
+    );
+    cstring(Path::new(&options))
 }
 
 impl PreparedView {
     /// Compiles the view of `policy` and lays it out under `staging` (an empty directory of
     /// ours, outside everything the policy binds; created if missing).
-    pub fn prepare(policy: &Policy, staging: &Path) -> Result<Self, HostError> {
-        let plan = view::compile(policy, &classify)?;
+    pub fn prepare(
+        policy: &Policy,
+        staging: &Path,
+        store: Option<&GitStoreLayers>,
+    ) -> Result<Self, HostError> {
+        let plan = view::compile(policy, &classify, store)?;
         if !staging.is_dir() {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -201,6 +244,37 @@ impl PreparedView {
                             if *readonly { "read-only" } else { "writable" },
                             source.display()
                         ),
+                    );
+                }
+                MountOp::Overlay {
+                    target,
+                    lower,
+                    upper,
+                    work,
+                    why,
+                } => {
+                    made.insert(target.clone());
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Overlay {
+                            target: inside(target)?,
+                            data: overlay_options(lower, upper, work)?,
+                        },
+                        format!(
+                            "overlay on {} ({why}; private layer {})",
+                            target.display(),
+                            upper.display()
+                        ),
+                    );
+                }
+                MountOp::Pin { target, why, .. } => {
+                    made.insert(target.clone());
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Pin(inside(target)?),
+                        format!("read-only pin of {} ({why})", target.display()),
                     );
                 }
                 MountOp::Symlink { link, target } => {
@@ -395,6 +469,31 @@ fn run(step: &Step) -> Result<(), Errno> {
         Step::Symlink { target, link } => {
             // SAFETY: symlink(2) of two NUL-terminated paths.
             check(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) })
+        }
+        Step::Overlay { target, data } => {
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+            check(unsafe {
+                libc::mount(
+                    c"overlay".as_ptr(),
+                    target.as_ptr(),
+                    c"overlay".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    data.as_ptr().cast(),
+                )
+            })
+        }
+        Step::Pin(path) => {
+            // SAFETY: mount(2) binding a NUL-terminated path over itself, no data.
+            check(unsafe {
+                libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            })?;
+            set_readonly(path, false)
         }
     }
 }

@@ -237,6 +237,7 @@ mod tests {
                     worktree_gitdir: "/w/repo/.git/worktrees/task".into(),
                     worktree_config: false,
                     pointers: vec![],
+                    task_branch: None,
                 }),
             },
             fs: FsPolicy {

@@ -50,6 +50,8 @@ pub fn compile(policy: &Policy) -> Result<LandlockPlan, PolicyError> {
     if let Some(problem) = policy.git_protection_problem() {
         return Err(PolicyError::UnprotectedGit(problem));
     }
+    // The quarantined store's overlay gets its rule in the child, on the overlay itself (a
+    // rule on a covered mount point is never consulted): see the host's view.
     Ok(rules(policy))
 }
 

@@ -13,6 +13,13 @@
 //! read-only over themselves and `.git` is made a mount point (so it can be neither replaced
 //! nor renamed); a linked worktree's pointer files (`.git`, `commondir`, `gitdir`) are bound
 //! read-only, so no host-side repair is needed in the first place.
+//!
+//! A linked worktree's git store is quarantined ([`GitStoreLayers`]): the common dir becomes
+//! an overlay whose writable layer is a private directory of the run, so new objects and ref
+//! updates land there and never in the repository. The host reads that layer and applies
+//! what is allowed (the task's own refs, objects whose hash it checked). Existing refs other
+//! than the task branch are pinned read-only inside the overlay, so the agent gets an error
+//! instead of a private fiction; hooks, config, info and `packed-refs` are pinned too.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -49,15 +56,60 @@ pub enum MountOp {
     },
     /// A symbolic link at `link` pointing to `target`.
     Symlink { link: PathBuf, target: PathBuf },
+    /// An overlay at `target`: the host's `lower` layers (first on top), read-only, under a
+    /// writable `upper` layer that only the host reads back (`work` is overlayfs's own).
+    Overlay {
+        target: PathBuf,
+        lower: Vec<PathBuf>,
+        upper: PathBuf,
+        work: PathBuf,
+        why: &'static str,
+    },
+    /// What the view already shows at `target` (inside an overlay), bound read-only over
+    /// itself: it can be neither written, replaced, renamed nor removed.
+    Pin {
+        target: PathBuf,
+        dir: bool,
+        why: &'static str,
+    },
 }
 
 impl MountOp {
     pub fn target(&self) -> &Path {
         match self {
-            MountOp::Tmpfs { target, .. } | MountOp::Bind { target, .. } => target,
+            MountOp::Tmpfs { target, .. }
+            | MountOp::Bind { target, .. }
+            | MountOp::Overlay { target, .. }
+            | MountOp::Pin { target, .. } => target,
             MountOp::Symlink { link, .. } => link,
         }
     }
+
+    /// Among mounts at the same depth: binds first, then an overlay over what they bound,
+    /// then pins inside it.
+    fn rank(&self) -> u8 {
+        match self {
+            MountOp::Overlay { .. } => 1,
+            MountOp::Pin { .. } => 2,
+            _ => 0,
+        }
+    }
+}
+
+/// The run's quarantine of a linked worktree's git store, as the host laid it out: the
+/// overlay's private layers and the refs to pin read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GitStoreLayers {
+    /// The overlay's writable layer (ours, outside every grant).
+    pub upper: PathBuf,
+    /// overlayfs's work directory, on the same filesystem as `upper`.
+    pub work: PathBuf,
+    /// A read-only layer above the common dir: a frozen `packed-refs`, and a loose copy of
+    /// every packed-only ref that is pinned (a pin needs a file to bind).
+    pub snapshot: PathBuf,
+    /// Ref names (`refs/heads/main`) shown read-only: every ref that existed at the start
+    /// except the task branch and `refs/stash`.
+    pub pinned_refs: Vec<String>,
 }
 
 /// The whole view, in the order the mounts must be made (a parent before what lies in it).
@@ -84,6 +136,7 @@ fn depth(path: &Path) -> usize {
 pub fn compile(
     policy: &Policy,
     classify: &dyn Fn(&Path) -> EntryKind,
+    store: Option<&GitStoreLayers>,
 ) -> Result<ViewPlan, PolicyError> {
     if let Some(problem) = view_git_problem(policy) {
         return Err(PolicyError::UnprotectedGit(problem));
@@ -130,7 +183,17 @@ pub fn compile(
             bind(&grant.path, true, grant.reason.as_str());
         }
     }
+    // Under the quarantine, the store's writable dirs are the overlay's, never the host's.
+    let quarantine = policy.workspace.git.as_ref().and_then(|git| {
+        let on = git.quarantined(&policy.workspace.root, policy.unprotected_git);
+        store.filter(|_| on).map(|store| (git, store))
+    });
     for grant in &policy.fs.write {
+        if let Some((git, _)) = quarantine {
+            if grant.path.starts_with(&git.common_dir) && grant.path != git.worktree_gitdir {
+                continue;
+            }
+        }
         bind(&grant.path, false, grant.reason.as_str());
     }
     if let Some(git) = &policy.workspace.git {
@@ -140,9 +203,12 @@ pub fn compile(
             }
         }
     }
+    if let Some((git, store)) = quarantine {
+        binds.extend(store_ops(git, store, classify));
+    }
     // Stable: equal depths keep their order (a read grant before a write grant of the same
     // depth elsewhere does not matter; the same path is never bound twice above).
-    binds.sort_by_key(|op| depth(op.target()));
+    binds.sort_by_key(|op| (depth(op.target()), op.rank()));
     ops.extend(binds);
     Ok(ViewPlan { ops })
 }
@@ -152,6 +218,47 @@ fn ops_link(ops: &mut Vec<MountOp>, link: &Path, target: PathBuf) {
         link: link.to_path_buf(),
         target,
     });
+}
+
+/// The quarantined store: the overlay on the common dir (mounted over its read-only bind, so
+/// the bind's Landlock rule still covers it), then the pins inside it.
+fn store_ops(
+    git: &GitLayout,
+    store: &GitStoreLayers,
+    classify: &dyn Fn(&Path) -> EntryKind,
+) -> Vec<MountOp> {
+    let common = &git.common_dir;
+    let mut ops = vec![MountOp::Overlay {
+        target: common.clone(),
+        lower: vec![store.snapshot.clone(), common.clone()],
+        upper: store.upper.clone(),
+        work: store.work.clone(),
+        why: "git store quarantine",
+    }];
+    // The main worktree's HEAD is a ref like the others. Hooks, config and info are not
+    // pinned: what the sandbox writes there stays in its layer, which no git on the host
+    // reads (and `git branch -d` rewriting config would fail on a pin).
+    if classify(&common.join("HEAD")) == EntryKind::File {
+        ops.push(MountOp::Pin {
+            target: common.join("HEAD"),
+            dir: false,
+            why: "the main worktree's HEAD (read-only)",
+        });
+    }
+    // Always there: the snapshot layer holds a frozen copy.
+    ops.push(MountOp::Pin {
+        target: common.join("packed-refs"),
+        dir: false,
+        why: "packed-refs (read-only)",
+    });
+    for name in &store.pinned_refs {
+        ops.push(MountOp::Pin {
+            target: common.join(name),
+            dir: false,
+            why: "a ref that is not the task's (read-only)",
+        });
+    }
+    ops
 }
 
 /// The extra git binds of the view: what must stay read-only inside the writable tree.
@@ -208,7 +315,7 @@ mod tests {
         match path.to_str().unwrap() {
             "/bin" => EntryKind::Symlink("usr/bin".into()),
             "/nowhere" => EntryKind::Missing,
-            "/dev/null" | "/work/task/.git" => EntryKind::File,
+            "/dev/null" | "/work/task/.git" | "/repo/.git/HEAD" => EntryKind::File,
             p if p.ends_with("/config") => EntryKind::File,
             _ => EntryKind::Dir,
         }
@@ -230,7 +337,7 @@ mod tests {
     fn only_the_policys_paths_are_bound_at_their_own_places() {
         let mut p = linked_policy(false);
         p.fs.system_read.extend(["/bin".into(), "/nowhere".into()]);
-        let plan = compile(&p, &classify).unwrap();
+        let plan = compile(&p, &classify, None).unwrap();
         let b = binds(&plan);
         assert_eq!(
             b,
@@ -263,7 +370,7 @@ mod tests {
 
     #[test]
     fn parents_are_mounted_before_what_lies_in_them() {
-        let plan = compile(&linked_policy(false), &classify).unwrap();
+        let plan = compile(&linked_policy(false), &classify, None).unwrap();
         let order: Vec<&Path> = plan.ops.iter().map(MountOp::target).collect();
         for (i, a) in order.iter().enumerate() {
             for b in &order[i + 1..] {
@@ -287,7 +394,7 @@ mod tests {
         git.pointers.clear();
         p.fs.read.clear();
         p.fs.write.truncate(1);
-        let b = binds(&compile(&p, &classify).unwrap());
+        let b = binds(&compile(&p, &classify, None).unwrap());
         assert!(b.contains(&("/work/task".into(), false)));
         assert!(b.contains(&("/work/task/.git".into(), false)), "{b:?}");
         for ro in ["hooks", "config", "info"] {
@@ -298,7 +405,7 @@ mod tests {
         }
         // With the risk accepted, nothing extra.
         p.unprotected_git = true;
-        let b = binds(&compile(&p, &classify).unwrap());
+        let b = binds(&compile(&p, &classify, None).unwrap());
         assert_eq!(
             b,
             vec![
@@ -317,7 +424,7 @@ mod tests {
             path: "/work/task".into(),
             reason: GrantReason::User,
         });
-        let b = binds(&compile(&p, &classify).unwrap());
+        let b = binds(&compile(&p, &classify, None).unwrap());
         assert_eq!(
             b.iter()
                 .filter(|(t, _)| t == "/work/task")
@@ -326,15 +433,76 @@ mod tests {
         );
     }
 
+    fn layers() -> GitStoreLayers {
+        GitStoreLayers {
+            upper: "/private/git/1/upper".into(),
+            work: "/private/git/1/work".into(),
+            snapshot: "/private/git/1/snapshot".into(),
+            pinned_refs: vec!["refs/heads/main".into(), "refs/tags/v1".into()],
+        }
+    }
+
+    #[test]
+    fn a_quarantined_store_is_an_overlay_with_pins_and_no_host_writable_dirs() {
+        let mut p = linked_policy(false);
+        p.fs.write.push(Grant {
+            path: "/repo/.git/refs".into(),
+            reason: GrantReason::GitData,
+        });
+        let plan = compile(&p, &classify, Some(&layers())).unwrap();
+        let b = binds(&plan);
+        // The host's objects and refs are never bound writable; the worktree's own gitdir is.
+        assert!(!b.iter().any(|(t, _)| t == "/repo/.git/objects"), "{b:?}");
+        assert!(!b.iter().any(|(t, _)| t == "/repo/.git/refs"), "{b:?}");
+        assert!(b.contains(&("/repo/.git/worktrees/task".into(), false)));
+        assert!(b.contains(&("/repo/.git".into(), true)));
+        let at = |target: &str| {
+            plan.ops
+                .iter()
+                .position(|op| {
+                    op.target() == Path::new(target) && !matches!(op, MountOp::Bind { .. })
+                })
+                .unwrap_or_else(|| panic!("nothing but a bind at {target}: {:?}", plan.ops))
+        };
+        let overlay = at("/repo/.git");
+        assert!(matches!(
+            &plan.ops[overlay],
+            MountOp::Overlay { lower, upper, .. }
+                if lower == &[PathBuf::from("/private/git/1/snapshot"), "/repo/.git".into()]
+                    && upper == Path::new("/private/git/1/upper")
+        ));
+        // Mounted over the read-only bind of the common dir, pins and the gitdir after it.
+        let common_bind = plan
+            .ops
+            .iter()
+            .position(|op| matches!(op, MountOp::Bind { target, .. } if target == Path::new("/repo/.git")))
+            .unwrap();
+        assert!(common_bind < overlay);
+        for pinned in [
+            "/repo/.git/refs/heads/main",
+            "/repo/.git/refs/tags/v1",
+            "/repo/.git/packed-refs",
+        ] {
+            assert!(at(pinned) > overlay, "{pinned}");
+        }
+        // Without the layers (or with --unprotected-git) nothing of this.
+        p.unprotected_git = true;
+        let plan = compile(&p, &classify, Some(&layers())).unwrap();
+        assert!(!plan
+            .ops
+            .iter()
+            .any(|op| matches!(op, MountOp::Overlay { .. } | MountOp::Pin { .. })));
+    }
+
     #[test]
     fn worktree_config_is_refused_even_with_the_view() {
         let mut p = linked_policy(false);
         p.workspace.git.as_mut().unwrap().worktree_config = true;
         assert!(matches!(
-            compile(&p, &classify),
+            compile(&p, &classify, None),
             Err(PolicyError::UnprotectedGit(_))
         ));
         p.unprotected_git = true;
-        assert!(compile(&p, &classify).is_ok());
+        assert!(compile(&p, &classify, None).is_ok());
     }
 }

@@ -406,6 +406,7 @@ fn exit_event(
             signal: None,
             timed_out: false,
             error_message: None,
+            git_store: None,
         },
         Ok(ExitOutcome::Signaled(sig)) => ExitEvent {
             exec_id,
@@ -413,6 +414,7 @@ fn exit_event(
             signal: Some(sig),
             timed_out: false,
             error_message: None,
+            git_store: None,
         },
         Ok(ExitOutcome::TimedOut(after)) => {
             notes.push(format!(
@@ -425,6 +427,7 @@ fn exit_event(
                 signal: None,
                 timed_out: true,
                 error_message: None,
+                git_store: None,
             }
         }
         Err(e) => {
@@ -435,6 +438,7 @@ fn exit_event(
                 signal: None,
                 timed_out: false,
                 error_message: None,
+                git_store: None,
             }
         }
     };
@@ -452,6 +456,12 @@ fn exit_event(
         );
     }
     notes.extend(finished.warnings());
+    if let Some(Ok(report)) = &finished.git_store {
+        // The same fields, camelCase on both sides.
+        event.git_store = serde_json::to_value(report)
+            .and_then(serde_json::from_value)
+            .ok();
+    }
     event.error_message = (!notes.is_empty()).then(|| notes.join("; "));
     event
 }

@@ -1,0 +1,201 @@
+//! The git store quarantine end to end, beyond the escape suite's rows: commits reach the
+//! repository while the command still runs, two tasks commit side by side, and a refused
+//! update is reported on stderr and in `--report-json`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::escape::{self, Fixture};
+
+/// Whether this machine gives the native backend its private view (the quarantine needs it).
+fn quarantine_unavailable(f: &Fixture) -> Option<String> {
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["policy", "show", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    (!text.contains("git store quarantined"))
+        .then(|| "the native backend has no private view on this machine, so no quarantine".into())
+}
+
+#[test]
+fn a_commit_reaches_the_repository_while_the_command_runs() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    let before = escape::rev_parse(&f, "feature");
+    // Watch the repository's refs before the run: the host's update is an event there.
+    let (tx, changed) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        // Not reads: `git rev-parse` below opens the refs it reads.
+        if e.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    notify::Watcher::watch(
+        &mut watcher,
+        &f.common.join("refs/heads"),
+        notify::RecursiveMode::Recursive,
+    )
+    .unwrap();
+    let mut child = KillOnDrop(f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("echo live > live.txt && git add live.txt && git commit -qm live && git rev-parse HEAD && read line")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap());
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut head = String::new();
+    stdout.read_line(&mut head).unwrap();
+    let head = head.trim().to_string();
+    assert_eq!(head.len(), 40, "the command printed no commit id");
+    // The command is still running (it waits for a line): the ref must arrive anyway.
+    let mut seen = escape::rev_parse(&f, "feature");
+    while seen != head {
+        changed
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("feature never reached {head} while the command ran (still {seen}, was {before})"));
+        seen = escape::rev_parse(&f, "feature");
+    }
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the command ended before the ref arrived"
+    );
+    child.0.stdin.take().unwrap().write_all(b"done\n").unwrap();
+    let out = child.wait();
+    assert!(out.status.success(), "{}", common::text(&out));
+}
+
+/// A run that must not outlive a failed test (it waits on its stdin).
+struct KillOnDrop(std::process::Child);
+
+impl KillOnDrop {
+    fn wait(mut self) -> std::process::Output {
+        let child = std::mem::replace(
+            &mut self.0,
+            std::process::Command::new("true").spawn().unwrap(),
+        );
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn two_tasks_commit_in_parallel_in_two_worktrees() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    let second = f.env.path().join("second");
+    common::escape::git(
+        &f.main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            second.to_str().unwrap(),
+            "-b",
+            "second",
+        ],
+    );
+    let script = "for i in 1 2 3 4 5; do echo $i > n.txt && git add n.txt && git commit -qm n$i || exit 1; done; git rev-parse HEAD";
+    let spawn = |dir: &std::path::Path| {
+        f.env
+            .cmd()
+            .current_dir(dir)
+            .args(["run", "--backend", "native", "--", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let (a, b) = (spawn(&f.task), spawn(&second));
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    for (out, branch) in [(&a, "feature"), (&b, "second")] {
+        assert!(out.status.success(), "{}", common::text(out));
+        let head = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(
+            escape::rev_parse(&f, branch),
+            head,
+            "{branch}: {}",
+            common::text(out)
+        );
+        let count = escape::host_git(
+            &f.main,
+            &["rev-list", "--count", &format!("trunk..{branch}")],
+        );
+        assert_eq!(String::from_utf8_lossy(&count.stdout).trim(), "5");
+    }
+    let fsck = escape::host_git(&f.main, &["fsck", "--strict", "--no-dangling"]);
+    assert!(fsck.status.success(), "{}", common::text(&fsck));
+}
+
+#[test]
+fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    // The user's stash exists before the run: the run may stash privately (refs/stash is
+    // not pinned) but never replace the user's.
+    let report = f.env.path().join("report.json");
+    std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
+    common::escape::git(&f.main, &["-C", f.task.to_str().unwrap(), "stash", "-q"]);
+    let users_stash = escape::rev_parse(&f, "refs/stash");
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--report-json"])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo agent > README && git stash -q && git commit -q --allow-empty -m ok",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        escape::rev_parse(&f, "refs/stash"),
+        users_stash,
+        "the user's stash was replaced"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("refused") && stderr.contains("refs/stash"),
+        "{stderr}"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let store = &json["gitStore"];
+    assert_eq!(store["refused"][0]["name"], "refs/stash", "{json:#}");
+    assert_eq!(
+        store["applied"][0]["name"], "refs/heads/feature",
+        "{json:#}"
+    );
+    assert_eq!(json["exitCode"], 0);
+}

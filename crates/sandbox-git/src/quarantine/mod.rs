@@ -1,0 +1,413 @@
+//! The git store quarantine of one sandboxed run: the agent moves its own branch and nothing
+//! else, and no object it writes can replace one the repository has.
+//!
+//! Inside the sandbox the repository's common dir is an overlay (built by the native
+//! backend's private view): the host's store below, read-only, and a private layer of the run
+//! on top, which receives every write. [`StoreQuarantine::prepare`] lays that layer out;
+//! [`StoreQuarantine::sync`] reads it back and applies what is allowed, the way git's own
+//! `receive-pack` quarantine does:
+//!
+//! - **objects** ([`objects`]): each new loose object is inflated and written into the host's
+//!   store by the host, under the hash the host computes — an object whose name lies is
+//!   rejected, and an object the store has is never touched. New packs are re-indexed by the
+//!   host (libgit2's indexer hashes every object itself) and their new objects copied in.
+//! - **refs** ([`refs`]): the task branch (what `HEAD` named at the start) and refs the run
+//!   creates are applied with compare-and-swap; every other ref that changed is refused and
+//!   reported. Reflogs, `packed-refs`, config and hooks written in the layer are never read.
+//!
+//! [`LiveQuarantine`] runs the sync on every change of the layer while the command runs (so
+//! the host sees commits as they happen) and once more when every process is gone.
+
+mod live;
+mod objects;
+pub mod refs;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use git2::{Oid, Repository};
+use serde::Serialize;
+
+pub use live::LiveQuarantine;
+pub use refs::{judge, RefVerdict};
+
+/// At most this many existing refs are pinned read-only inside the sandbox (each is a bind
+/// mount at start). Refs beyond it are still protected: the host refuses their updates.
+pub const MAX_PINNED_REFS: usize = 1024;
+
+/// An error laying out or reading back the quarantine.
+#[derive(Debug, thiserror::Error)]
+pub enum QuarantineError {
+    #[error("git store quarantine: {what} {path}: {source}", path = .path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("git store quarantine: {what}: {source}")]
+    Git {
+        what: &'static str,
+        source: git2::Error,
+    },
+}
+
+fn io<'a>(
+    what: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> QuarantineError + 'a {
+    move |source| QuarantineError::Io {
+        what,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn git(what: &'static str) -> impl FnOnce(git2::Error) -> QuarantineError {
+    move |source| QuarantineError::Git { what, source }
+}
+
+/// A ref update the host applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AppliedRef {
+    pub name: String,
+    /// `None`: the ref was created.
+    pub old: Option<String>,
+    /// `None`: the ref was deleted.
+    pub new: Option<String>,
+}
+
+/// A ref update the host refused: the ref is unchanged in the repository.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RefusedRef {
+    pub name: String,
+    /// What the sandbox set it to (`None`: deleted).
+    pub wanted: Option<String>,
+    pub reason: String,
+}
+
+/// An object the host did not take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RejectedObject {
+    /// Relative to the store (`objects/ab/cdef…`).
+    pub path: String,
+    pub reason: String,
+}
+
+/// What the quarantine did for a run (so far).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoreReport {
+    pub objects_imported: usize,
+    pub applied: Vec<AppliedRef>,
+    pub refused: Vec<RefusedRef>,
+    pub rejected_objects: Vec<RejectedObject>,
+}
+
+impl StoreReport {
+    /// One line per refusal and rejection, for stderr.
+    pub fn warnings(&self) -> Vec<String> {
+        let refused = self.refused.iter().map(|r| {
+            let wanted = r.wanted.as_deref().map_or("delete it".to_string(), |w| {
+                format!("set it to {}", &w[..w.len().min(12)])
+            });
+            format!(
+                "git: refused to {wanted} for {} — {}; the repository keeps it unchanged",
+                r.name, r.reason
+            )
+        });
+        let rejected = self.rejected_objects.iter().map(|o| {
+            format!(
+                "git: object {} not taken into the repository — {}",
+                o.path, o.reason
+            )
+        });
+        refused.chain(rejected).collect()
+    }
+}
+
+/// The layers the private view stacks on the common dir (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layers {
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub snapshot: PathBuf,
+    pub pinned_refs: Vec<String>,
+    /// Existing refs not pinned (beyond [`MAX_PINNED_REFS`]): the host still refuses them.
+    pub unpinned_refs: usize,
+}
+
+/// What the sync remembers between passes.
+#[derive(Debug, Default)]
+struct State {
+    /// The last value the host applied to a ref (`None`: deleted).
+    applied: HashMap<String, Option<Oid>>,
+    /// Refs this run created on the host (it may move and delete them).
+    created: HashSet<String>,
+    /// Loose objects and packs already handled.
+    seen_objects: HashSet<String>,
+    seen_packs: HashSet<String>,
+    /// Refusals already reported, so a ref is reported once per value.
+    refused: HashSet<(String, Option<Oid>)>,
+    report: StoreReport,
+}
+
+/// One run's quarantine of a repository's store.
+#[derive(Debug)]
+pub struct StoreQuarantine {
+    common: PathBuf,
+    dir: PathBuf,
+    layers: Layers,
+    task_branch: Option<String>,
+    /// Every ref at the start with its direct target (`None` for a symbolic ref).
+    start: HashMap<String, Option<Oid>>,
+    /// Packed refs at the start (the frozen `packed-refs` the sandbox keeps seeing).
+    packed_at_start: HashMap<String, Oid>,
+    state: Mutex<State>,
+}
+
+/// Dirs made in the writable layer up front, so the watcher sees the first ref update there
+/// (a dir the overlay creates on the fly might be watched only after the write in it).
+const UPPER_SKELETON: &[&str] = &[
+    "refs/heads",
+    "refs/tags",
+    "logs/refs/heads",
+    "objects/pack",
+    "objects/info",
+];
+
+impl StoreQuarantine {
+    /// Lays out a new quarantine of `common` under `parent` (a private directory of ours):
+    /// the empty writable layer, overlayfs's work dir, and the snapshot layer with a frozen
+    /// `packed-refs` and a loose copy of each ref to pin. `task_branch` is the one existing
+    /// ref the run may move.
+    pub fn prepare(
+        common: &Path,
+        task_branch: Option<&str>,
+        parent: &Path,
+    ) -> Result<Self, QuarantineError> {
+        remove_abandoned(parent);
+        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{}-", std::process::id()))
+            .tempdir_in(parent)
+            .map_err(io("creating a run directory in", parent))?
+            .keep();
+        let layers = Layers {
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            snapshot: dir.join("snapshot"),
+            pinned_refs: Vec::new(),
+            unpinned_refs: 0,
+        };
+        let quarantine = StoreQuarantine {
+            common: common.to_path_buf(),
+            dir,
+            layers,
+            task_branch: task_branch.map(str::to_string),
+            start: HashMap::new(),
+            packed_at_start: HashMap::new(),
+            state: Mutex::new(State::default()),
+        };
+        // From here on, dropping `quarantine` removes the directory.
+        quarantine.lay_out()
+    }
+
+    fn lay_out(mut self) -> Result<Self, QuarantineError> {
+        for dir in [&self.layers.work, &self.layers.snapshot] {
+            std::fs::create_dir(dir).map_err(io("creating", dir))?;
+        }
+        for sub in UPPER_SKELETON {
+            let dir = self.layers.upper.join(sub);
+            std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        }
+        let packed = refs::read_packed(&self.common.join("packed-refs"))
+            .map_err(io("reading", &self.common.join("packed-refs")))?;
+        self.packed_at_start = packed.refs;
+        let frozen = self.layers.snapshot.join("packed-refs");
+        std::fs::write(&frozen, &packed.bytes).map_err(io("writing", &frozen))?;
+        self.start = refs::list(&self.common)?;
+        let mut pinnable: Vec<(&String, &Option<Oid>)> = self
+            .start
+            .iter()
+            .filter(|(name, _)| {
+                Some(name.as_str()) != self.task_branch.as_deref() && *name != "refs/stash"
+            })
+            .collect();
+        // Branches first, then tags, then the rest: the most harmful moves are pinned first.
+        pinnable.sort_by_key(|(name, _)| {
+            let rank = if name.starts_with("refs/heads/") {
+                0
+            } else if name.starts_with("refs/tags/") {
+                1
+            } else {
+                2
+            };
+            (rank, name.to_string())
+        });
+        let mut pinned = Vec::new();
+        for (name, target) in pinnable.iter().take(MAX_PINNED_REFS) {
+            let content = match target {
+                Some(oid) => format!("{oid}\n"),
+                None => match refs::symbolic_target(&self.common, name) {
+                    Some(to) => format!("ref: {to}\n"),
+                    None => continue,
+                },
+            };
+            let file = self.layers.snapshot.join(name);
+            if let Some(parent) = file.parent() {
+                std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+            }
+            std::fs::write(&file, content).map_err(io("writing", &file))?;
+            pinned.push(name.to_string());
+        }
+        self.layers.unpinned_refs = pinnable.len().saturating_sub(MAX_PINNED_REFS);
+        self.layers.pinned_refs = pinned;
+        Ok(self)
+    }
+
+    pub fn layers(&self) -> &Layers {
+        &self.layers
+    }
+
+    pub fn common_dir(&self) -> &Path {
+        &self.common
+    }
+
+    /// The writable layer (for the watcher).
+    pub(crate) fn upper(&self) -> &Path {
+        &self.layers.upper
+    }
+
+    /// Reads the writable layer back and applies what is allowed: objects first (a ref is
+    /// applied only once the objects it names are in the store), then refs. `last`: the run
+    /// is over, so what is still incomplete is reported instead of retried.
+    pub fn sync(&self, last: bool) -> Result<(), QuarantineError> {
+        let repo = Repository::open_bare(&self.common).map_err(git("opening the repository"))?;
+        let odb = repo.odb().map_err(git("opening the object store"))?;
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let scratch = self.dir.join("incoming");
+        objects::import(&self.layers.upper, &odb, &scratch, &mut state, last)?;
+        for (name, wanted) in refs::changed(&self.layers.upper, &self.packed_at_start) {
+            self.apply(&repo, &odb, &mut state, &name, wanted, last);
+        }
+        Ok(())
+    }
+
+    fn apply(
+        &self,
+        repo: &Repository,
+        odb: &git2::Odb,
+        state: &mut State,
+        name: &str,
+        wanted: refs::Wanted,
+        last: bool,
+    ) {
+        let wanted = match wanted {
+            refs::Wanted::Value(value) => value,
+            // Read while the sandbox was changing it: the next pass sees the result.
+            refs::Wanted::Unreadable(_) if !last => return,
+            refs::Wanted::Unreadable(reason) => {
+                return refuse(state, name, None, reason);
+            }
+        };
+        let verdict = judge(
+            name,
+            wanted,
+            self.task_branch.as_deref(),
+            &self.start,
+            &state.applied,
+            &state.created,
+        );
+        let expected = match verdict {
+            RefVerdict::Unchanged => return,
+            RefVerdict::Refuse(reason) => return refuse(state, name, wanted, reason),
+            RefVerdict::Apply { expected } => expected,
+        };
+        if let Some(oid) = wanted {
+            if !odb.exists(oid) {
+                if last {
+                    refuse(
+                        state,
+                        name,
+                        wanted,
+                        format!("its commit {oid} never reached the store"),
+                    );
+                }
+                return;
+            }
+        }
+        let message = refs::last_reflog_message(&self.layers.upper, name);
+        match refs::compare_and_swap(repo, name, expected, wanted, &message) {
+            Ok(()) => {
+                state.applied.insert(name.to_string(), wanted);
+                if expected.is_none() && !self.start.contains_key(name) {
+                    state.created.insert(name.to_string());
+                }
+                state.report.applied.push(AppliedRef {
+                    name: name.to_string(),
+                    old: expected.map(|o| o.to_string()),
+                    new: wanted.map(|o| o.to_string()),
+                });
+            }
+            Err(reason) => refuse(state, name, wanted, reason),
+        }
+    }
+
+    /// What was applied and refused so far.
+    pub fn report(&self) -> StoreReport {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .report
+            .clone()
+    }
+}
+
+fn refuse(state: &mut State, name: &str, wanted: Option<Oid>, reason: String) {
+    if state.refused.insert((name.to_string(), wanted)) {
+        state.report.refused.push(RefusedRef {
+            name: name.to_string(),
+            wanted: wanted.map(|o| o.to_string()),
+            reason,
+        });
+    }
+}
+
+impl Drop for StoreQuarantine {
+    fn drop(&mut self) {
+        remove_run_dir(&self.dir);
+    }
+}
+
+/// Removes a run directory. overlayfs leaves its `work/work` without permissions.
+fn remove_run_dir(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let inner = dir.join("work/work");
+    let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a git quarantine");
+    }
+}
+
+/// Removes run directories whose process is gone (a run that was killed outright).
+fn remove_abandoned(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.split('-').next())
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH);
+        if gone {
+            remove_run_dir(&entry.path());
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! Objects in the quarantine: the host takes each new object from the sandbox's layer by
+//! content, never by file. A loose object is inflated and written with the host's own hash
+//! (an object whose file name lies is rejected); a pack is copied, re-indexed by libgit2
+//! (which hashes every object itself) and its new objects written the same way. An object
+//! the store already has is skipped, so none is ever replaced.
+
+use std::io::Read;
+use std::path::Path;
+
+use git2::{ObjectType, Odb, Oid};
+
+use super::{refs::read_untrusted, QuarantineError, RejectedObject, State};
+
+/// Larger objects are rejected (a loose file that inflates without end would hold the host).
+const MAX_OBJECT_BYTES: u64 = 4 << 30;
+
+pub(crate) fn import(
+    upper: &Path,
+    odb: &Odb,
+    scratch: &Path,
+    state: &mut State,
+    last: bool,
+) -> Result<(), QuarantineError> {
+    let objects = upper.join("objects");
+    let Ok(fanout) = std::fs::read_dir(&objects) else {
+        return Ok(());
+    };
+    for dir in fanout.flatten() {
+        let Some(prefix) = dir.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if prefix == "pack" {
+            import_packs(&dir.path(), odb, scratch, state, last)?;
+            continue;
+        }
+        if prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            continue;
+        };
+        for file in files.flatten() {
+            let Some(rest) = file.file_name().to_str().map(str::to_string) else {
+                continue;
+            };
+            let name = format!("{prefix}{rest}");
+            if state.seen_objects.contains(&name) {
+                continue;
+            }
+            // git writes `tmp_obj_*` and renames it into place: only final names count.
+            let Ok(oid) = Oid::from_str(&name).map(|o| (name.len() == 40).then_some(o)) else {
+                continue;
+            };
+            let Some(oid) = oid else { continue };
+            let path = format!("objects/{prefix}/{rest}");
+            if odb.exists(oid) {
+                state.seen_objects.insert(name);
+                continue;
+            }
+            match read_loose(&file.path()) {
+                Ok((kind, body)) => {
+                    let written = odb
+                        .write(kind, &body)
+                        .map_err(super::git("writing an object into the store"))?;
+                    if written == oid {
+                        state.report.objects_imported += 1;
+                    } else {
+                        // `written` is a real object now, under its true name: harmless.
+                        state.report.rejected_objects.push(RejectedObject {
+                            path,
+                            reason: format!("its content hashes to {written}, not to its name"),
+                        });
+                    }
+                    state.seen_objects.insert(name);
+                }
+                Err(reason) if last => {
+                    state
+                        .report
+                        .rejected_objects
+                        .push(RejectedObject { path, reason });
+                    state.seen_objects.insert(name);
+                }
+                // Possibly still being written: the next pass looks again.
+                Err(_) => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Inflates a loose object: `<type> <size>\0<body>`.
+fn read_loose(path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
+    let compressed = read_untrusted(path, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
+    let mut inflated = Vec::new();
+    flate2::read::ZlibDecoder::new(compressed.as_slice())
+        .take(MAX_OBJECT_BYTES + 64)
+        .read_to_end(&mut inflated)
+        .map_err(|e| format!("it does not inflate ({e})"))?;
+    let nul = inflated
+        .iter()
+        .position(|&b| b == 0)
+        .ok_or("it has no object header")?;
+    let header = std::str::from_utf8(&inflated[..nul]).map_err(|_| "a garbled header")?;
+    let (kind, size) = header.split_once(' ').ok_or("a garbled header")?;
+    let kind = match kind {
+        "commit" => ObjectType::Commit,
+        "tree" => ObjectType::Tree,
+        "blob" => ObjectType::Blob,
+        "tag" => ObjectType::Tag,
+        other => return Err(format!("an unknown object type {other:?}")),
+    };
+    let size: usize = size.parse().map_err(|_| "a garbled size")?;
+    let body = inflated.split_off(nul + 1);
+    if body.len() != size {
+        return Err(format!(
+            "its header says {size} bytes, it holds {}",
+            body.len()
+        ));
+    }
+    Ok((kind, body))
+}
+
+/// New packs (a `git gc` or `repack` inside): each is copied out of the layer, indexed by the
+/// host, and its objects the store lacks are written in.
+fn import_packs(
+    dir: &Path,
+    odb: &Odb,
+    scratch: &Path,
+    state: &mut State,
+    last: bool,
+) -> Result<(), QuarantineError> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let Some(stem) = name.strip_suffix(".pack") else {
+            continue;
+        };
+        // git renames the index into place after the pack: until then it is being written.
+        if state.seen_packs.contains(&name) || (!dir.join(format!("{stem}.idx")).exists() && !last)
+        {
+            continue;
+        }
+        state.seen_packs.insert(name.clone());
+        if let Err(reason) = import_pack(&entry.path(), odb, scratch, state) {
+            state.report.rejected_objects.push(RejectedObject {
+                path: format!("objects/pack/{name}"),
+                reason,
+            });
+        }
+    }
+    Ok(())
+}
+
+fn import_pack(pack: &Path, odb: &Odb, scratch: &Path, state: &mut State) -> Result<(), String> {
+    use std::io::Write;
+    // An object directory of its own (`<scratch>/pack/`), read back as an alternate.
+    let _ = std::fs::remove_dir_all(scratch);
+    let packs = scratch.join("pack");
+    std::fs::create_dir_all(&packs).map_err(|e| e.to_string())?;
+    let bytes = read_untrusted(pack, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
+    let mut indexer =
+        git2::Indexer::new(Some(odb), &packs, 0o644, true).map_err(|e| e.message().to_string())?;
+    indexer
+        .write_all(&bytes)
+        .map_err(|e| format!("it does not index ({e})"))?;
+    indexer
+        .commit()
+        .map_err(|e| format!("it does not index ({})", e.message()))?;
+    let indexed = Odb::new().map_err(|e| e.message().to_string())?;
+    indexed
+        .add_disk_alternate(scratch.to_str().ok_or("a scratch path that is not UTF-8")?)
+        .map_err(|e| e.message().to_string())?;
+    let mut ids = Vec::new();
+    indexed
+        .foreach(|oid| {
+            ids.push(*oid);
+            true
+        })
+        .map_err(|e| e.message().to_string())?;
+    for oid in ids {
+        if odb.exists(oid) {
+            continue;
+        }
+        let object = indexed.read(oid).map_err(|e| e.message().to_string())?;
+        let written = odb
+            .write(object.kind(), object.data())
+            .map_err(|e| e.message().to_string())?;
+        if written == oid {
+            state.report.objects_imported += 1;
+        }
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+    Ok(())
+}

@@ -1,0 +1,418 @@
+//! Refs in the quarantine: what existed at the start, what the sandbox changed in its layer,
+//! which changes the host applies ([`judge`], pure), and the compare-and-swap that applies
+//! them.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use git2::{Oid, Repository};
+
+use super::QuarantineError;
+
+/// `packed-refs` as it was: its bytes (frozen for the sandbox) and its refs.
+pub(crate) struct Packed {
+    pub bytes: Vec<u8>,
+    pub refs: HashMap<String, Oid>,
+}
+
+/// Written when the repository has no `packed-refs`: the sandbox then sees an empty one it
+/// cannot replace (git reads a missing and an empty file alike).
+const EMPTY_PACKED: &str = "# pack-refs with: peeled fully-peeled sorted \n";
+
+pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => EMPTY_PACKED.as_bytes().to_vec(),
+        Err(e) => return Err(e),
+    };
+    let refs = String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .filter_map(|l| {
+            let (oid, name) = l.split_once(' ')?;
+            Some((name.to_string(), Oid::from_str(oid).ok()?))
+        })
+        .collect();
+    Ok(Packed { bytes, refs })
+}
+
+/// Every ref of the store (loose and packed), with its direct target (`None`: symbolic).
+pub(crate) fn list(common: &Path) -> Result<HashMap<String, Option<Oid>>, QuarantineError> {
+    let repo = Repository::open_bare(common).map_err(super::git("opening the repository"))?;
+    let mut refs = HashMap::new();
+    for reference in repo
+        .references()
+        .map_err(super::git("listing the refs"))?
+        .flatten()
+    {
+        if let Some(name) = reference.name() {
+            refs.insert(name.to_string(), reference.target());
+        }
+    }
+    Ok(refs)
+}
+
+/// Where a symbolic ref points (`refs/remotes/origin/HEAD`).
+pub(crate) fn symbolic_target(common: &Path, name: &str) -> Option<String> {
+    let repo = Repository::open_bare(common).ok()?;
+    let reference = repo.find_reference(name).ok()?;
+    reference.symbolic_target().map(str::to_string)
+}
+
+/// What the sandbox set a ref to, as read from its layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wanted {
+    /// A commit, or `None`: deleted.
+    Value(Option<Oid>),
+    /// Something that is not a plain ref (a symbolic ref, a FIFO, garbage): never applied.
+    Unreadable(String),
+}
+
+/// Every ref the sandbox wrote or deleted in its layer. A deleted loose ref (an overlay
+/// whiteout) falls back to the frozen `packed-refs`, as git would read it inside.
+pub(crate) fn changed(
+    upper: &Path,
+    packed_at_start: &HashMap<String, Oid>,
+) -> Vec<(String, Wanted)> {
+    let mut found = Vec::new();
+    walk(&upper.join("refs"), "refs", packed_at_start, &mut found);
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    packed: &HashMap<String, Oid>,
+    found: &mut Vec<(String, Wanted)>,
+) {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(file) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let name = format!("{prefix}/{file}");
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if meta.is_dir() {
+            walk(&entry.path(), &name, packed, found);
+        } else if file.ends_with(".lock") {
+            // git's own lock files, mid-update.
+        } else if meta.file_type().is_char_device() && meta.rdev() == 0 {
+            found.push((name.clone(), Wanted::Value(packed.get(&name).copied())));
+        } else if meta.is_file() {
+            found.push((name, read_ref(&entry.path())));
+        } else {
+            found.push((name, Wanted::Unreadable("it is not a regular file".into())));
+        }
+    }
+}
+
+/// Opens a file the sandbox wrote without following a link or blocking on a FIFO, and reads
+/// at most `limit` bytes of it.
+pub(crate) fn read_untrusted(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_flags())
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+fn libc_flags() -> i32 {
+    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits()
+}
+
+fn read_ref(path: &Path) -> Wanted {
+    let bytes = match read_untrusted(path, 256) {
+        Ok(bytes) => bytes,
+        Err(e) => return Wanted::Unreadable(format!("it cannot be read ({e})")),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let text = text.trim_end();
+    if text.starts_with("ref: ") {
+        return Wanted::Unreadable("it was made a symbolic ref".into());
+    }
+    match Oid::from_str(text) {
+        Ok(oid) if text.len() == 40 || text.len() == 64 => Wanted::Value(Some(oid)),
+        _ => Wanted::Unreadable("it does not hold an object id".into()),
+    }
+}
+
+/// What the host does with one changed ref.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefVerdict {
+    /// Already so on the host (or never existed, and still does not).
+    Unchanged,
+    /// Apply it if the host still has `expected` (`None`: absent).
+    Apply {
+        expected: Option<Oid>,
+    },
+    Refuse(String),
+}
+
+/// The rule, as a pure function: the task branch may move (not be deleted); refs the run
+/// created may move and be deleted; a ref that did not exist at the start may be created;
+/// nothing else changes. `start` holds every ref at the start, `applied` the last value the
+/// host set for a ref during this run.
+pub fn judge(
+    name: &str,
+    wanted: Option<Oid>,
+    task_branch: Option<&str>,
+    start: &HashMap<String, Option<Oid>>,
+    applied: &HashMap<String, Option<Oid>>,
+    created: &HashSet<String>,
+) -> RefVerdict {
+    let current = match applied.get(name) {
+        Some(value) => *value,
+        None => start.get(name).copied().flatten(),
+    };
+    if wanted == current {
+        return RefVerdict::Unchanged;
+    }
+    if !name.starts_with("refs/") || !git2::Reference::is_valid_name(name) {
+        return RefVerdict::Refuse("not a valid ref name".into());
+    }
+    if Some(name) == task_branch {
+        return match wanted {
+            None => RefVerdict::Refuse(
+                "the task branch is never deleted from inside the sandbox".into(),
+            ),
+            Some(_) => RefVerdict::Apply { expected: current },
+        };
+    }
+    if created.contains(name) {
+        return RefVerdict::Apply { expected: current };
+    }
+    if !start.contains_key(name) && !applied.contains_key(name) {
+        return match wanted {
+            None => RefVerdict::Unchanged,
+            Some(_) => RefVerdict::Apply { expected: None },
+        };
+    }
+    RefVerdict::Refuse(
+        "it existed before the run, and only the task branch and refs the run creates are \
+         applied"
+            .into(),
+    )
+}
+
+/// Sets (or deletes) `name` only if the repository still has `expected`, under git's own
+/// ref lock, so a concurrent git on the host either sees the whole update or none of it.
+pub(crate) fn compare_and_swap(
+    repo: &Repository,
+    name: &str,
+    expected: Option<Oid>,
+    wanted: Option<Oid>,
+    message: &str,
+) -> Result<(), String> {
+    let mut tx = repo.transaction().map_err(|e| e.message().to_string())?;
+    tx.lock_ref(name)
+        .map_err(|e| format!("it is locked on the host ({})", e.message()))?;
+    let now = match repo.find_reference(name) {
+        Ok(reference) => match reference.target() {
+            Some(oid) => Some(oid),
+            None => return Err("it is a symbolic ref on the host".into()),
+        },
+        Err(e) if e.code() == git2::ErrorCode::NotFound => None,
+        Err(e) => return Err(e.message().to_string()),
+    };
+    if now != expected {
+        return Err(format!(
+            "it moved on the host during the run (expected {}, found {})",
+            describe(expected),
+            describe(now)
+        ));
+    }
+    match wanted {
+        Some(oid) => tx.set_target(name, oid, None, message),
+        None => tx.remove(name),
+    }
+    .and_then(|()| tx.commit())
+    .map_err(|e| e.message().to_string())
+}
+
+fn describe(oid: Option<Oid>) -> String {
+    oid.map_or("no ref".into(), |o| o.to_string()[..12].to_string())
+}
+
+/// The message of the sandbox's last reflog entry for `name`, for the host's reflog.
+pub(crate) fn last_reflog_message(upper: &Path, name: &str) -> String {
+    let message = read_untrusted(&upper.join("logs").join(name), 1 << 20)
+        .ok()
+        .and_then(|bytes| {
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let line = text.lines().last()?.to_string();
+            let (_, message) = line.split_once('\t')?;
+            Some(
+                message
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(200)
+                    .collect::<String>(),
+            )
+        });
+    match message {
+        Some(m) if !m.is_empty() => format!("sandbox: {m}"),
+        _ => "sandbox: update from a sandboxed run".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oid(n: u8) -> Oid {
+        Oid::from_bytes(&[n; 20]).unwrap()
+    }
+
+    fn start() -> HashMap<String, Option<Oid>> {
+        [
+            ("refs/heads/main".to_string(), Some(oid(1))),
+            ("refs/heads/task".to_string(), Some(oid(2))),
+            ("refs/tags/v1".to_string(), Some(oid(1))),
+        ]
+        .into()
+    }
+
+    fn verdict(
+        name: &str,
+        wanted: Option<Oid>,
+        applied: &[(&str, Option<Oid>)],
+        created: &[&str],
+    ) -> RefVerdict {
+        let applied = applied.iter().map(|(n, v)| (n.to_string(), *v)).collect();
+        let created = created.iter().map(|n| n.to_string()).collect();
+        judge(
+            name,
+            wanted,
+            Some("refs/heads/task"),
+            &start(),
+            &applied,
+            &created,
+        )
+    }
+
+    #[test]
+    fn the_task_branch_moves_but_is_not_deleted() {
+        assert_eq!(
+            verdict("refs/heads/task", Some(oid(3)), &[], &[]),
+            RefVerdict::Apply {
+                expected: Some(oid(2))
+            }
+        );
+        assert_eq!(
+            verdict(
+                "refs/heads/task",
+                Some(oid(4)),
+                &[("refs/heads/task", Some(oid(3)))],
+                &[]
+            ),
+            RefVerdict::Apply {
+                expected: Some(oid(3))
+            }
+        );
+        assert_eq!(
+            verdict("refs/heads/task", Some(oid(2)), &[], &[]),
+            RefVerdict::Unchanged
+        );
+        assert!(matches!(
+            verdict("refs/heads/task", None, &[], &[]),
+            RefVerdict::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn other_existing_refs_never_change() {
+        for name in ["refs/heads/main", "refs/tags/v1"] {
+            assert!(
+                matches!(verdict(name, Some(oid(9)), &[], &[]), RefVerdict::Refuse(_)),
+                "{name}"
+            );
+            assert!(
+                matches!(verdict(name, None, &[], &[]), RefVerdict::Refuse(_)),
+                "{name}"
+            );
+            assert_eq!(verdict(name, Some(oid(1)), &[], &[]), RefVerdict::Unchanged);
+        }
+    }
+
+    #[test]
+    fn refs_the_run_creates_are_its_own() {
+        assert_eq!(
+            verdict("refs/heads/side", Some(oid(5)), &[], &[]),
+            RefVerdict::Apply { expected: None }
+        );
+        assert_eq!(
+            verdict("refs/heads/side", None, &[], &[]),
+            RefVerdict::Unchanged
+        );
+        let applied = [("refs/heads/side", Some(oid(5)))];
+        assert_eq!(
+            verdict(
+                "refs/heads/side",
+                Some(oid(6)),
+                &applied,
+                &["refs/heads/side"]
+            ),
+            RefVerdict::Apply {
+                expected: Some(oid(5))
+            }
+        );
+        assert_eq!(
+            verdict("refs/heads/side", None, &applied, &["refs/heads/side"]),
+            RefVerdict::Apply {
+                expected: Some(oid(5))
+            }
+        );
+        // Deleted and created again: still its own.
+        let deleted = [("refs/heads/side", None)];
+        assert_eq!(
+            verdict(
+                "refs/heads/side",
+                Some(oid(7)),
+                &deleted,
+                &["refs/heads/side"]
+            ),
+            RefVerdict::Apply { expected: None }
+        );
+        assert!(matches!(
+            verdict("HEAD", Some(oid(5)), &[], &[]),
+            RefVerdict::Refuse(_)
+        ));
+    }
+
+    #[test]
+    fn a_whiteout_falls_back_to_the_frozen_packed_refs() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let heads = dir.path().join("refs/heads");
+        std::fs::create_dir_all(&heads).unwrap();
+        std::fs::write(heads.join("task"), format!("{}\n", oid(3))).unwrap();
+        std::fs::write(heads.join("task.lock"), "x").unwrap();
+        std::fs::write(heads.join("junk"), "not an id\n").unwrap();
+        symlink("/etc/passwd", heads.join("link")).unwrap();
+        nix::unistd::mkfifo(&heads.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let packed: HashMap<String, Oid> = [("refs/heads/old".to_string(), oid(1))].into();
+        let found: HashMap<String, Wanted> = changed(dir.path(), &packed).into_iter().collect();
+        assert_eq!(found["refs/heads/task"], Wanted::Value(Some(oid(3))));
+        assert!(!found.contains_key("refs/heads/task.lock"));
+        for bad in ["refs/heads/junk", "refs/heads/link", "refs/heads/fifo"] {
+            assert!(
+                matches!(found[bad], Wanted::Unreadable(_)),
+                "{bad}: {:?}",
+                found[bad]
+            );
+        }
+    }
+}

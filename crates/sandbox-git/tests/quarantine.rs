@@ -1,0 +1,245 @@
+//! The quarantine's host side against a real repository: what lands in the writable layer is
+//! written here directly, as the overlay would write it (the overlay itself, the pins and the
+//! attacks through them are tested end to end in sandbox-cli's escape suite). These cover what
+//! a pin cannot: refs the sandbox could still write, objects that lie, and races with git on
+//! the host.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sandbox_git::quarantine::StoreQuarantine;
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+struct Repo {
+    _dir: tempfile::TempDir,
+    main: PathBuf,
+    common: PathBuf,
+    /// A scratch clone in which the "sandbox" makes objects, copied into the layer by hand.
+    scratch: PathBuf,
+    private: PathBuf,
+}
+
+fn repo() -> Repo {
+    let dir = tempfile::tempdir().unwrap();
+    let main = dir.path().join("main");
+    std::fs::create_dir(&main).unwrap();
+    git(&main, &["init", "-q", "-b", "trunk"]);
+    std::fs::write(main.join("README"), "hello\n").unwrap();
+    git(&main, &["add", "."]);
+    git(&main, &["commit", "-qm", "init"]);
+    git(&main, &["branch", "task"]);
+    let scratch = dir.path().join("scratch");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "-q",
+            main.to_str().unwrap(),
+            scratch.to_str().unwrap(),
+        ],
+    );
+    let common = std::fs::canonicalize(main.join(".git")).unwrap();
+    let private = dir.path().join("private");
+    Repo {
+        main,
+        common,
+        scratch,
+        private,
+        _dir: dir,
+    }
+}
+
+/// A commit made in the scratch clone; its loose objects copied into the layer.
+fn commit_into(repo: &Repo, upper: &Path, message: &str) -> String {
+    std::fs::write(repo.scratch.join("file"), message).unwrap();
+    git(&repo.scratch, &["add", "file"]);
+    git(&repo.scratch, &["commit", "-qm", message]);
+    let head = git(&repo.scratch, &["rev-parse", "HEAD"]);
+    let objects = repo.scratch.join(".git/objects");
+    for oid in git(&repo.scratch, &["rev-list", "--objects", "-1", "HEAD"])
+        .lines()
+        .chain(
+            git(
+                &repo.scratch,
+                &["ls-tree", "-r", "HEAD", "--format=%(objectname)"],
+            )
+            .lines(),
+        )
+    {
+        let oid = oid.split(' ').next().unwrap();
+        let from = objects.join(&oid[..2]).join(&oid[2..]);
+        if from.exists() {
+            let to = upper.join("objects").join(&oid[..2]).join(&oid[2..]);
+            std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+            std::fs::copy(&from, &to).unwrap();
+        }
+    }
+    head
+}
+
+fn write_ref(upper: &Path, name: &str, oid: &str) {
+    let path = upper.join(name);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, format!("{oid}\n")).unwrap();
+}
+
+fn rev(repo: &Repo, name: &str) -> String {
+    git(&repo.main, &["rev-parse", "--verify", "-q", name])
+}
+
+#[test]
+fn only_the_task_branch_and_new_refs_reach_the_repository() {
+    let repo = repo();
+    let trunk = rev(&repo, "trunk");
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    assert_eq!(q.layers().pinned_refs, vec!["refs/heads/trunk".to_string()]);
+    let commit = commit_into(&repo, &upper, "work");
+    write_ref(&upper, "refs/heads/task", &commit);
+    write_ref(&upper, "refs/heads/trunk", &commit);
+    write_ref(&upper, "refs/heads/new", &commit);
+    write_ref(&upper, "refs/tags/new-tag", &commit);
+    q.sync(true).unwrap();
+    let report = q.report();
+
+    assert_eq!(rev(&repo, "task"), commit);
+    assert_eq!(rev(&repo, "new"), commit);
+    assert_eq!(rev(&repo, "new-tag"), commit);
+    assert_eq!(rev(&repo, "trunk"), trunk, "trunk must not move");
+    assert!(report.objects_imported >= 3, "{report:?}");
+    let refused: Vec<&str> = report.refused.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(refused, vec!["refs/heads/trunk"], "{report:?}");
+    git(&repo.main, &["fsck", "--strict", "--no-dangling"]);
+    // The host's reflog of the task branch says where the update came from.
+    let reflog = git(
+        &repo.main,
+        &["reflog", "show", "--format=%gs", "-1", "task"],
+    );
+    assert!(reflog.starts_with("sandbox: "), "{reflog}");
+}
+
+#[test]
+fn a_ref_moved_on_the_host_during_the_run_is_not_overwritten() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    // The user commits on the task branch on the host meanwhile.
+    std::fs::write(repo.main.join("README"), "host\n").unwrap();
+    git(&repo.main, &["commit", "-qam", "host"]);
+    git(&repo.main, &["branch", "-f", "task", "trunk"]);
+    let host_task = rev(&repo, "task");
+    let commit = commit_into(&repo, &upper, "sandbox");
+    write_ref(&upper, "refs/heads/task", &commit);
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "task"), host_task);
+    let report = q.report();
+    assert!(
+        report
+            .refused
+            .iter()
+            .any(|r| r.name == "refs/heads/task" && r.reason.contains("moved on the host")),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_ref_created_on_the_host_during_the_run_is_not_the_runs() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    // Another task creates its branch after this run started (so it is not pinned here).
+    git(&repo.main, &["branch", "other-task"]);
+    let before = rev(&repo, "other-task");
+    let commit = commit_into(&repo, &upper, "sandbox");
+    write_ref(&upper, "refs/heads/other-task", &commit);
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "other-task"), before);
+    assert_eq!(q.report().refused.len(), 1, "{:?}", q.report());
+}
+
+#[test]
+fn an_object_whose_name_lies_never_replaces_one() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    let commit = commit_into(&repo, &upper, "lies");
+    // The new blob's bytes under the name of a new, different object id.
+    let blob = git(&repo.scratch, &["rev-parse", "HEAD:file"]);
+    let liar = "0123456789abcdef0123456789abcdef01234567";
+    let to = upper.join("objects").join(&liar[..2]).join(&liar[2..]);
+    std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+    std::fs::copy(upper.join("objects").join(&blob[..2]).join(&blob[2..]), &to).unwrap();
+    // And garbage under the name of README's existing blob: skipped, the store has it.
+    let readme = rev(&repo, "trunk:README");
+    let existing = upper.join("objects").join(&readme[..2]).join(&readme[2..]);
+    std::fs::create_dir_all(existing.parent().unwrap()).unwrap();
+    std::fs::write(&existing, b"garbage").unwrap();
+    q.sync(true).unwrap();
+    let report = q.report();
+    assert!(
+        report
+            .rejected_objects
+            .iter()
+            .any(|o| o.path.ends_with(&liar[2..]) && o.reason.contains("hashes to")),
+        "{report:?}"
+    );
+    assert_eq!(git(&repo.main, &["cat-file", "blob", &readme]), "hello");
+    assert!(!repo
+        .common
+        .join("objects")
+        .join(&liar[..2])
+        .join(&liar[2..])
+        .exists());
+    // The honest objects still arrived.
+    git(&repo.main, &["cat-file", "-e", &commit]);
+}
+
+#[test]
+fn a_pack_written_inside_is_taken_in_by_its_content() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    std::fs::write(repo.scratch.join("file"), "packed").unwrap();
+    git(&repo.scratch, &["add", "file"]);
+    git(&repo.scratch, &["commit", "-qm", "packed"]);
+    let commit = git(&repo.scratch, &["rev-parse", "HEAD"]);
+    // A full pack of the clone, as `git gc` inside would write one.
+    git(&repo.scratch, &["repack", "-q", "-a", "-d"]);
+    let packs = repo.scratch.join(".git/objects/pack");
+    for entry in std::fs::read_dir(&packs).unwrap().flatten() {
+        std::fs::copy(
+            entry.path(),
+            upper.join("objects/pack").join(entry.file_name()),
+        )
+        .unwrap();
+    }
+    write_ref(&upper, "refs/heads/task", &commit);
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "task"), commit, "{:?}", q.report());
+    git(&repo.main, &["fsck", "--strict", "--no-dangling"]);
+}
+
+#[test]
+fn the_layer_is_removed_with_the_quarantine() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, None, &repo.private).unwrap();
+    let dir = q.layers().upper.parent().unwrap().to_path_buf();
+    assert!(dir.is_dir());
+    drop(q);
+    assert!(!dir.exists());
+}
