@@ -1,32 +1,38 @@
-# What the NixOS and home-manager modules share: the `programs.sandbox` options, the YAML file,
-# and the assertion that keeps `settings` inside the schema the CLI accepts.
+# What the NixOS and home-manager modules share: the `programs.sandbox` options and the YAML
+# file. `settings` is typed from the CLI's schema (settings.nix), so a misspelt key or a
+# wrong value fails the system or home build with the option's name, as the CLI would refuse
+# the file.
 { self, lib, pkgs, configPath }:
 let
   yaml = pkgs.formats.yaml { };
-  settingsSchema = import ./settings.nix;
-  system = pkgs.stdenv.hostPlatform.system;
+  settingsType = import ./settings.nix { inherit lib; };
+
+  # The package from this package set: the user's nixpkgs with overlays.default applied, or
+  # the same overlay applied here (which builds against `pkgs` too, never a second nixpkgs).
+  # Checked by its passthru, so an unrelated package of the same name is never picked.
+  overlaid = pkgs.sandbox.passthru.sandbox-unwrapped or null != null;
+  packages = if overlaid then pkgs else pkgs // self.overlays.default pkgs pkgs;
 in
 {
   options = {
     enable = lib.mkEnableOption "the `sandbox` command, its shell completions and manual page, and its configuration file";
 
-    package = lib.mkOption {
-      type = lib.types.package;
-      default = self.packages.${system}.sandbox;
-      defaultText = lib.literalExpression "sandbox.packages.\${pkgs.stdenv.hostPlatform.system}.sandbox";
-      description = ''
-        The `sandbox` package. The default is this flake's build, which has the paths of
-        `limactl`, `nono`, `mke2fs` and the guest images compiled in.
+    package = lib.mkPackageOption packages "sandbox" {
+      nullable = true;
+      extraDescription = ''
+        Built from this flake's `overlays.default` against the same nixpkgs as the rest of
+        the configuration. Its wrapper points the nono backend at the nono it was built
+        with. `null` writes the configuration file without installing a package.
       '';
     };
 
     settings = lib.mkOption {
-      inherit (yaml) type;
+      inherit (settingsType) type;
       default = { };
       example = lib.literalExpression ''
         {
           backend = "native";
-          read_folders = [ "/srv/datasets" ];
+          read_folders = [ "/srv/datasets" "~/shared" ];
           network = { block = true; allow_ports = [ 3000 ]; };
           env.pass = [ "CARGO_HOME" ];
           timeout = "30m";
@@ -34,22 +40,15 @@ in
       '';
       description = ''
         Configuration written to {file}`${configPath}`, a location the sandboxed process
-        cannot write. Keys: `backend`, `additional_folders`, `read_folders`,
-        `network.{block,allow_ports,allow_domains}`, `env.{pass,set}`, `timeout`, `views.root`,
-        `service.hook_port`, `backends.custom.command`, `backends.nono.path`. Unknown keys
-        fail the build, as the CLI would refuse them. Write paths as strings.
+        cannot write. The options mirror `sandbox config schema`; unset (`null`) keys are left
+        out, and no file is written when nothing is set. Write paths as strings
+        (`"/srv/cache"` or `"~/cache"`): a Nix path would be copied into the store.
       '';
     };
   };
 
-  configFile = settings: yaml.generate "sandbox-config.yaml" settings;
+  # The settings as written: only what is set.
+  effective = settings: settingsType.prune settings;
 
-  assertions = settings:
-    let
-      problems = settingsSchema.check settings;
-    in
-    [{
-      assertion = problems == [ ];
-      message = "programs.sandbox.${builtins.concatStringsSep "\nprograms.sandbox." problems}";
-    }];
+  configFile = settings: yaml.generate "sandbox-config.yaml" (settingsType.prune settings);
 }

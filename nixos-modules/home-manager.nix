@@ -4,7 +4,7 @@
 #
 # installs the CLI into the user's profile (completions and manual page included, found by
 # home-manager's bash, zsh and fish setups) and writes $XDG_CONFIG_HOME/sandbox/config.yaml,
-# the user configuration file the CLI trusts (DESIGN §2).
+# the user configuration file the CLI trusts (DESIGN §2), when any setting is set.
 { self }:
 { config, lib, pkgs, ... }:
 let
@@ -18,8 +18,9 @@ in
   options.programs.sandbox = common.options;
 
   config = lib.mkIf cfg.enable {
-    assertions = common.assertions cfg.settings;
-    home.packages = [ cfg.package ];
-    xdg.configFile."sandbox/config.yaml".source = common.configFile cfg.settings;
+    home.packages = lib.optional (cfg.package != null) cfg.package;
+    xdg.configFile."sandbox/config.yaml" = lib.mkIf (common.effective cfg.settings != { }) {
+      source = common.configFile cfg.settings;
+    };
   };
 }

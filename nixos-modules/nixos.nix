@@ -4,7 +4,7 @@
 #
 # installs the CLI system-wide (its bash/zsh/fish completions and manual page come with the
 # package and are linked into the system profile) and writes /etc/sandbox/config.yaml, the
-# system configuration file the CLI trusts (DESIGN §2).
+# system configuration file the CLI trusts (DESIGN §2), when any setting is set.
 { self }:
 { config, lib, pkgs, ... }:
 let
@@ -18,8 +18,9 @@ in
   options.programs.sandbox = common.options;
 
   config = lib.mkIf cfg.enable {
-    assertions = common.assertions cfg.settings;
-    environment.systemPackages = [ cfg.package ];
-    environment.etc."sandbox/config.yaml".source = common.configFile cfg.settings;
+    environment.systemPackages = lib.optional (cfg.package != null) cfg.package;
+    environment.etc."sandbox/config.yaml" = lib.mkIf (common.effective cfg.settings != { }) {
+      source = common.configFile cfg.settings;
+    };
   };
 }

@@ -1,78 +1,74 @@
-# The configuration schema the `sandbox` CLI accepts (crates/sandbox-cli/src/config.rs), and a
-# checker for `programs.sandbox.settings`. The CLI rejects unknown keys, so a typo here would
-# otherwise surface only when a user runs `sandbox`; the modules turn it into an assertion that
-# fails the system or home build instead.
+# The typed `programs.sandbox.settings` option, generated from the CLI's own schema:
+# crates/sandbox-cli/schema/config-schema.json is `sandbox config schema` (a cargo test keeps
+# it equal), so the module accepts what the CLI accepts and documents each key with the CLI's
+# own words. Every key is nullable, as in the CLI, and null means "not set": `prune` drops
+# nulls (and sections left empty) before the file is written.
 #
-# Pure builtins only, so the offline evaluation in tests/nix-eval can run it too.
+# Only the JSON Schema the CLI emits is understood (objects, arrays, strings with an
+# optional pattern, booleans, bounded integers, `$ref`, nullable unions); anything else
+# throws, so a new kind of field cannot slip through untyped.
+{ lib }:
 let
-  inherit (builtins) all attrNames concatMap concatStringsSep elem isAttrs isBool isInt isList isString substring typeOf;
+  inherit (lib) types;
 
-  leaf = describe: check: { _leaf = true; inherit describe check; };
+  schema = lib.importJSON ../crates/sandbox-cli/schema/config-schema.json;
 
-  string = leaf "a string" isString;
-  bool = leaf "true or false" isBool;
-  port = leaf "a TCP port (1-65535)" (v: isInt v && v >= 1 && v <= 65535);
-  absPath = leaf "an absolute path as a string (\"/srv/cache\", not a Nix path, which would be copied into the store)"
-    (v: isString v && substring 0 1 v == "/");
-  listOf = item: leaf "a list whose items are each ${item.describe}" (v: isList v && all item.check v);
-  stringMap = leaf "an attribute set of strings" (v: isAttrs v && all (k: isString v.${k}) (attrNames v));
+  deref = s:
+    if s ? "$ref" then schema."$defs".${lib.removePrefix "#/$defs/" s."$ref"} // lib.removeAttrs s [ "$ref" ]
+    else s;
 
-  schema = {
-    backend = string;
-    additional_folders = listOf absPath;
-    read_folders = listOf absPath;
-    network = {
-      block = bool;
-      allow_ports = listOf port;
-      allow_domains = listOf string;
-    };
-    env = {
-      pass = listOf string;
-      set = stringMap;
-    };
-    timeout = string;
-    views = {
-      root = absPath;
-    };
-    service = {
-      hook_port = port;
-    };
-    backends = {
-      native = {
-        allow_unix_sockets = bool;
-      };
-      custom = {
-        command = string;
-      };
-      nono = {
-        path = absPath;
-      };
-    };
-  };
+  # The schema of `s` without its `null` alternative.
+  nonNull = s:
+    let s' = deref s; in
+    if s' ? anyOf then
+      let alternatives = lib.filter (a: (a.type or null) != "null") s'.anyOf; in
+      if lib.length alternatives == 1 then nonNull (lib.head alternatives // lib.removeAttrs s' [ "anyOf" ])
+      else throw "settings.nix: unsupported schema union: ${builtins.toJSON s'}"
+    else if lib.isList (s'.type or null) then
+      let kinds = lib.remove "null" s'.type; in
+      if lib.length kinds == 1 then s' // { type = lib.head kinds; }
+      else throw "settings.nix: unsupported schema type list: ${builtins.toJSON s'.type}"
+    else s';
 
-  describeValue = v: if isString v then "the string \"${v}\"" else "a ${typeOf v}";
+  describe = s: (deref s).description or "";
 
-  # Every problem in `value` measured against `spec`, as messages naming the key's path.
-  problems = path: spec: value:
-    let
-      where = if path == [ ] then "settings" else "settings.${concatStringsSep "." path}";
-    in
-    if spec ? _leaf then
-      (if spec.check value then [ ] else [ "${where}: expected ${spec.describe}, got ${describeValue value}" ])
-    else if !(isAttrs value) then
-      [ "${where}: expected an attribute set, got ${describeValue value}" ]
-    else
-      concatMap
-        (key:
-          if elem key (attrNames spec) then
-            problems (path ++ [ key ]) spec.${key} value.${key}
-          else
-            [ "${where}.${key}: unknown key (the sandbox CLI rejects it); known keys here: ${concatStringsSep ", " (attrNames spec)}" ])
-        (attrNames value);
+  typeOf = path: s:
+    let s' = nonNull s; in
+    if s'.type == "boolean" then types.bool
+    else if s'.type == "integer" then types.ints.between s'.minimum s'.maximum
+    else if s'.type == "string" then
+      (if s' ? pattern then types.strMatching s'.pattern else types.str)
+      // lib.optionalAttrs (s' ? pattern) { description = "string (${s'.description or s'.pattern})"; }
+    else if s'.type == "array" then types.listOf (typeOf path s'.items)
+    else if s'.type == "object" && s' ? properties then
+      types.submodule { options = optionsOf path s'; }
+    else if s'.type == "object" && s' ? additionalProperties && lib.isAttrs s'.additionalProperties then
+      let
+        value = typeOf path s'.additionalProperties;
+        namePattern = s'.propertyNames.pattern or null;
+        nameOk = name: namePattern == null || builtins.match namePattern name != null;
+      in
+      (types.addCheck (types.attrsOf value) (v: lib.all nameOk (lib.attrNames v)))
+      // { description = "attribute set of (${value.description})" + lib.optionalString (namePattern != null) ", names matching `${namePattern}`"; }
+    else throw "settings.nix: ${lib.concatStringsSep "." path}: unsupported schema ${builtins.toJSON s'}";
+
+  optionsOf = path: s:
+    lib.mapAttrs
+      (name: property: lib.mkOption {
+        type = types.nullOr (typeOf (path ++ [ name ]) property);
+        default = null;
+        description = describe property;
+      })
+      s.properties;
+
+  prune = value:
+    if lib.isAttrs value then
+      lib.filterAttrs (_: v: v != null && v != { }) (lib.mapAttrs (_: prune) value)
+    else value;
 in
 {
-  inherit schema;
+  type = types.submodule { options = optionsOf [ ] schema; };
 
-  # A list of messages; empty when the CLI will accept `settings`.
-  check = settings: problems [ ] schema settings;
+  # The settings the user set, as the CLI reads them: nulls and empty sections dropped.
+  inherit prune;
 }

@@ -1,5 +1,6 @@
-# The guest images the CLI's VM backends boot, for one Linux `system`. The flake compiles their
-# store paths into the `sandbox` binary (SANDBOX_LIMA_IMAGE, SANDBOX_BOX_IMAGE).
+# The guest images the CLI's VM backends will boot, for one Linux `system`. The flake builds them
+# as packages of their own; the Lima and BoxLite backends add their paths to the package's
+# wrapper when they land (docs/nix.md, "Tool paths").
 { nixpkgs, system }:
 let
   limaGuest = nixpkgs.lib.nixosSystem {

@@ -1,17 +1,19 @@
 # Module evaluation checks: evaluate `nixosModules.default` in a NixOS system and
 # `homeModules.default` in a home-manager configuration, then check at evaluation time that
-# the package is installed and the assertions behave, and at build time that the YAML file
-# holds exactly the settings.
+# the package is installed, that settings the CLI would refuse fail the evaluation, and that
+# nothing is written without settings; and at build time that the YAML file holds exactly
+# the settings.
 { self, nixpkgs, home-manager, pkgs, system }:
 let
   inherit (pkgs) lib;
 
   settings = import ./example-settings.nix;
+  # Each is refused by the CLI, so the module must refuse it.
   badSettings = {
-    backend = "native";
-    bogus = 1;
-    network.block = "yes";
-    read_folders = [ "relative/path" ];
+    "an unknown key" = { bogus = 1; };
+    "a mistyped value" = { network.block = "yes"; };
+    "a relative path" = { read_folders = [ "relative/path" ]; };
+    "a malformed duration" = { timeout = "soon"; };
   };
 
   nixosWith = programs: nixpkgs.lib.nixosSystem {
@@ -41,21 +43,22 @@ let
     ];
   };
 
-  failedAssertions = evaluated: map (a: a.message) (lib.filter (a: !a.assertion) evaluated.config.assertions);
-
   # Fails evaluation with `message` unless `cond` holds.
   expect = cond: message: lib.assertMsg cond "module check: ${message}";
 
-  checkEvaluation = { kind, good, bad, installed }:
+  fails = value: !(builtins.tryEval (builtins.deepSeq value true)).success;
+
+  checkEvaluation = { kind, evaluate, packagesOf, fileOf }:
     let
-      badMessages = lib.concatStringsSep "\n" (failedAssertions bad);
+      good = evaluate { enable = true; inherit settings; };
+      empty = evaluate { enable = true; };
+      noPackage = evaluate { enable = true; package = null; inherit settings; };
     in
-    assert expect (failedAssertions good == [ ]) "${kind}: valid settings raised assertions: ${toString (failedAssertions good)}";
-    assert expect (lib.hasInfix "settings.bogus: unknown key" badMessages) "${kind}: an unknown key was not reported:\n${badMessages}";
-    assert expect (lib.hasInfix "settings.network.block: expected true or false" badMessages) "${kind}: a mistyped value was not reported:\n${badMessages}";
-    assert expect (lib.hasInfix "settings.read_folders: expected a list whose items are each an absolute path" badMessages) "${kind}: a relative path was not reported:\n${badMessages}";
-    assert expect (lib.elem self.packages.${system}.sandbox installed) "${kind}: the flake's package is not installed by default";
-    true;
+    assert expect (lib.elem self.packages.${system}.sandbox.name (map (p: p.name) (packagesOf good))) "${kind}: the sandbox package is not installed by default";
+    assert expect (fileOf empty == null) "${kind}: a config file is written although no setting is set";
+    assert expect (packagesOf noPackage == [ ] && fileOf noPackage != null) "${kind}: package = null still installs something, or writes no file";
+    assert lib.all (what: expect (fails (fileOf (evaluate { enable = true; settings = badSettings.${what}; }))) "${kind}: ${what} was accepted") (lib.attrNames badSettings);
+    fileOf good;
 
   # Build-time half: the YAML file holds exactly `settings`.
   compareFile = name: file: pkgs.runCommand name
@@ -70,26 +73,20 @@ let
     touch "$out"
   '';
 
-  nixosGood = nixosWith { enable = true; inherit settings; };
-  homeGood = homeWith { enable = true; inherit settings; };
-
-  nixosEvaluation = {
+  # The evaluation-time checks run when the check is instantiated (`nix flake check`, or the
+  # offline structure check), not when it is only listed.
+  nixosFile = checkEvaluation {
     kind = "NixOS";
-    good = nixosGood;
-    bad = nixosWith { enable = true; settings = badSettings; };
-    installed = nixosGood.config.environment.systemPackages;
+    evaluate = programs: (nixosWith programs).config;
+    packagesOf = c: lib.filter (p: lib.hasPrefix "sandbox" p.name) c.environment.systemPackages;
+    fileOf = c: c.environment.etc."sandbox/config.yaml".source or null;
   };
-  homeEvaluation = {
+  homeFile = checkEvaluation {
     kind = "home-manager";
-    good = homeGood;
-    bad = homeWith { enable = true; settings = badSettings; };
-    installed = homeGood.config.home.packages;
+    evaluate = programs: (homeWith programs).config;
+    packagesOf = c: c.home.packages;
+    fileOf = c: c.xdg.configFile."sandbox/config.yaml".source or null;
   };
-
-  # The evaluation-time checks sit inside the build script, so listing the checks (`nix flake
-  # show`) does not evaluate NixOS; building or instantiating them does.
-  nixosFile = assert checkEvaluation nixosEvaluation; nixosGood.config.environment.etc."sandbox/config.yaml".source;
-  homeFile = assert checkEvaluation homeEvaluation; homeGood.config.xdg.configFile."sandbox/config.yaml".source;
 in
 {
   module-home-manager = compareFile "sandbox-module-home-manager" homeFile;

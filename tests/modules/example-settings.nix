@@ -1,9 +1,11 @@
 # Every key of the CLI's configuration schema, with a value of the right type. The module
-# checks write it through the NixOS and home-manager modules and read it back.
+# checks write it through the NixOS and home-manager modules and read it back; the
+# vm-tool-paths test installs it (without backends.nono.path, which would override the
+# package's nono).
 {
   backend = "native";
   additional_folders = [ "/srv/cache" ];
-  read_folders = [ "/srv/datasets" ];
+  read_folders = [ "/srv/datasets" "~/datasets" ];
   network = {
     block = true;
     allow_ports = [ 3000 ];
@@ -17,6 +19,7 @@
   views = { root = "/var/lib/sandbox-views"; };
   service = { hook_port = 7465; };
   backends = {
+    native = { allow_unix_sockets = false; };
     custom = { command = "/usr/local/bin/launcher --flag"; };
     nono = { path = "/run/current-system/sw/bin/nono"; };
   };

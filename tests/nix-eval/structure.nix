@@ -2,7 +2,7 @@
 # `nix eval <flake>#<output> --apply '(import …/structure.nix).<output>'`. Each function returns
 # { checked = [ what was looked at ]; failures = [ messages ]; }.
 #
-# Nothing here depends on the stand-in: on a machine with the real inputs the same functions
+# Nothing here depends on the stand-ins: on a machine with the real inputs the same functions
 # can be applied to the real outputs (docs/nix.md shows how).
 let
   inherit (builtins) all attrNames concatMap filter hasAttr length map;
@@ -14,9 +14,14 @@ let
   requireAttrs = what: set: names:
     concatMap (n: require (hasAttr n set) "${what} has no attribute ${n} (it has: ${toString (attrNames set)})") names;
 
-  toolVars = [ "SANDBOX_LIMACTL" "SANDBOX_NONO" "SANDBOX_MKE2FS" ];
-  imageVars = [ "SANDBOX_LIMA_IMAGE" "SANDBOX_BOX_IMAGE" ];
-  bakedVars = toolVars ++ imageVars;
+  # Instantiating forces every interpolated string: tool paths, scripts, module evaluations.
+  instantiates = what: drv: require (drv.drvPath != "") "${what} does not instantiate";
+
+  # The variables the CLI reads tool paths from (crates/sandbox-cli/src/tools.rs): compiled
+  # in (the old scheme) or set on a build, they would make a tool bump recompile the CLI.
+  compiledToolVars = [ "SANDBOX_NONO" "SANDBOX_LIMACTL" "SANDBOX_MKE2FS" "SANDBOX_LIMA_IMAGE" "SANDBOX_BOX_IMAGE" "SANDBOX_PACKAGE_NONO" ];
+
+  versionAtLeast = a: b: builtins.compareVersions a b >= 0;
 
   report = checked: failures: { inherit checked failures; };
 in
@@ -26,29 +31,31 @@ in
       perSystem = system:
         let
           p = packages.${system} or { };
-          expected = [ "sandbox" "default" "sandbox-with-images" "sandbox-without-images" ]
+          expected = [ "sandbox" "default" "sandbox-unwrapped" "nono" ]
             ++ (if isLinux system then [ "lima-image" "box-image" ] else [ ]);
           missing = requireAttrs "packages.${system}" p expected;
           env = drv: drv.drvAttrs;
           has = drv: var: hasAttr var (env drv);
-          sandbox = p.sandbox;
-          deps = (env sandbox).cargoArtifacts or null;
-          withImages = if isLinux system then [ sandbox p.sandbox-with-images ] else [ p.sandbox-with-images ];
+          inherit (p) sandbox;
+          unwrapped = p.sandbox-unwrapped;
+          deps = (env unwrapped).cargoArtifacts or null;
+          toolPaths = sandbox.toolPaths or { };
         in
-        # Instantiating forces every interpolated string (tool and image paths, scripts).
         if missing != [ ] then missing else
-        concatMap (n: require (p.${n}.drvPath != "") "packages.${system}.${n} does not instantiate") expected
+        concatMap (n: instantiates "packages.${system}.${n}" p.${n}) expected
         ++ require (p.default.drvPath == sandbox.drvPath) "packages.${system}.default is not packages.${system}.sandbox"
         ++ require ((sandbox.meta.mainProgram or null) == "sandbox") "packages.${system}.sandbox has no meta.mainProgram = \"sandbox\""
-        ++ concatMap (v: require (has sandbox v) "packages.${system}.sandbox does not bake ${v}") toolVars
-        ++ concatMap (d: concatMap (v: require (has d v) "${d.name} (${system}) does not bake ${v}") imageVars) withImages
-        ++ concatMap (v: require (!(has p.sandbox-without-images v)) "packages.${system}.sandbox-without-images bakes ${v}") imageVars
-        ++ concatMap (v: require (has sandbox v) "packages.${system}.sandbox lacks the build variable ${v}") [ "PROTOC" "BOXLITE_DEPS_STUB" ]
-        ++ require (deps != null) "packages.${system}.sandbox does not reuse dependency artifacts (cargoArtifacts)"
+        # Only the tools some backend uses (nono), set by the wrapper, from the nono package.
+        ++ require (attrNames toolPaths == [ "SANDBOX_PACKAGE_NONO" ]) "packages.${system}.sandbox wraps ${toString (attrNames toolPaths)}, not exactly SANDBOX_PACKAGE_NONO"
+        ++ require (builtins.match "${builtins.unsafeDiscardStringContext p.nono.outPath}/bin/nono" (toolPaths.SANDBOX_PACKAGE_NONO or "") != null)
+          "packages.${system}.sandbox points SANDBOX_PACKAGE_NONO at ${toolPaths.SANDBOX_PACKAGE_NONO or "nothing"}, not packages.${system}.nono's bin/nono"
+        ++ require (versionAtLeast (p.nono.version or "0") "0.81.0") "packages.${system}.nono is ${p.nono.version or "unversioned"}; the nono backend needs 0.81.0 or later"
+        ++ concatMap (v: require (!(has unwrapped v)) "packages.${system}.sandbox-unwrapped sets ${v}: a tool bump would recompile the CLI") compiledToolVars
+        ++ require (deps != null) "packages.${system}.sandbox-unwrapped does not reuse dependency artifacts (cargoArtifacts)"
         ++ (if deps == null then [ ] else
-        concatMap (v: require (!(has deps v)) "the dependency build (${deps.name}) sets ${v}: a tool bump would rebuild every dependency") bakedVars
-        ++ require ((env deps).BOXLITE_DEPS_STUB or null == "1") "the dependency build does not set BOXLITE_DEPS_STUB=1"
-        ++ require (has deps "PROTOC") "the dependency build does not set PROTOC");
+        concatMap (v: require (!(has deps v)) "the dependency build (${deps.name}) sets ${v}") compiledToolVars
+        # Dead build settings of the BoxLite crate, which is not in the workspace.
+        ++ concatMap (v: require (!(has deps v)) "the dependency build sets ${v}, which nothing in the workspace reads") [ "PROTOC" "BOXLITE_DEPS_STUB" ]);
     in
     report (map (s: "packages.${s}") systems) (concatMap perSystem systems);
 
@@ -60,15 +67,13 @@ in
           expected = [ "clippy" "fmt" "nextest" "sandbox" "module-home-manager" ]
             ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" ] else [ ]);
           missing = requireAttrs "checks.${system}" c expected;
-          # Module checks evaluate NixOS / home-manager themselves, which the stand-in cannot;
-          # everything else is instantiated.
-          instantiated = filter (n: builtins.match "module-.*" n == null) (attrNames c);
           artifacts = n: c.${n}.drvAttrs.cargoArtifacts.drvPath or "none";
-          shared = c.sandbox.drvAttrs.cargoArtifacts.drvPath or "none";
+          shared = c.sandbox.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or "none";
         in
         if missing != [ ] then missing else
-        concatMap (n: require (c.${n}.drvPath != "") "checks.${system}.${n} does not instantiate") instantiated
+        concatMap (n: instantiates "checks.${system}.${n}" c.${n}) (attrNames c)
         ++ concatMap (n: require (artifacts n == shared) "checks.${system}.${n} does not reuse the package's dependency artifacts") [ "clippy" "nextest" ]
+        ++ require ((c.nextest.drvAttrs.SANDBOX_PACKAGE_NONO or null) == (c.sandbox.toolPaths.SANDBOX_PACKAGE_NONO or "none")) "checks.${system}.nextest does not run with the package's nono"
         ++ concatMap (n: require ((c.${n}.type or null) == "derivation") "checks.${system}.${n} is not a derivation") (attrNames c);
     in
     report (map (s: "checks.${s}") systems) (concatMap perSystem systems);
@@ -90,12 +95,13 @@ in
       perSystem = system:
         let d = devShells.${system} or { }; in
         requireAttrs "devShells.${system}" d [ "default" ]
-        ++ (if d ? default then
-          require (d.default.drvPath != "") "devShells.${system}.default does not instantiate"
-          ++ require (d.default.drvAttrs ? PROTOC) "devShells.${system}.default does not set PROTOC"
-        else [ ]);
+        ++ (if d ? default then instantiates "devShells.${system}.default" d.default else [ ]);
     in
     report (map (s: "devShells.${s}") systems) (concatMap perSystem systems);
+
+  overlays = overlays:
+    report [ "overlays" ] (requireAttrs "overlays" overlays [ "default" ]
+      ++ require (builtins.isFunction (overlays.default or null)) "overlays.default is not a function final: prev: { … }");
 
   # Applied to the whole `nixosModules`, `homeModules` or `homeManagerModules` output.
   modules = what: modules:
@@ -103,6 +109,14 @@ in
       ++ require (all (n: builtins.isFunction modules.${n} || builtins.isAttrs modules.${n}) (attrNames modules))
       "${what} holds something that is not a module"
       ++ require (length (attrNames modules) >= 1) "${what} is empty");
+
+  # The test scripts of the VM tests of one system, for byte-compiling. (The stand-in
+  # runNixOSTest keeps each in passthru.testScript.)
+  testScripts = system: checks:
+    builtins.mapAttrs (_: c: c.testScript)
+      (builtins.intersectAttrs
+        (builtins.listToAttrs (map (n: { name = n; value = null; }) (filter (n: builtins.match "vm-.*" n != null) (attrNames checks.${system}))))
+        checks.${system});
 
   inherit systems;
 }

@@ -1,12 +1,15 @@
-# The native backend's escape suite, run for real in a NixOS VM with the module enabled.
+# The escape suite, run for real in a NixOS VM with the module enabled, under the native
+# backend and under the nono backend with the nono the package was built with (its wrapper's
+# SANDBOX_PACKAGE_NONO; nothing else provides a nono in this VM).
 #
 # An unprivileged user works in a linked git worktree. Every escape attempt runs under
-# `sandbox run -- sh -c '…'`; it must fail *after* the sandboxed command started (so a sandbox
-# that cannot start proves nothing) and the damage is then looked for from outside. Normal work
-# (git add and commit in the worktree, writing $TMPDIR) must succeed.
+# `sandbox run --backend B -- sh -c '…'`; it must fail *after* the sandboxed command started
+# (so a sandbox that cannot start proves nothing) and the damage is then looked for from
+# outside. Normal work (git add and commit in the worktree, writing $TMPDIR) must succeed.
 { self, pkgs }:
 pkgs.testers.runNixOSTest {
   name = "sandbox-escape";
+  globalTimeout = 20 * 60;
 
   nodes.machine = { pkgs, ... }: {
     imports = [ self.nixosModules.default ];
@@ -20,6 +23,7 @@ pkgs.testers.runNixOSTest {
   };
 
   testScript = ''
+    import json
     import shlex
 
     HOME = "/home/alice"
@@ -41,7 +45,7 @@ pkgs.testers.runNixOSTest {
 
     def escape_fails(what, script, flags=""):
         status, output = machine.execute(sandboxed(script, flags))
-        machine.log(f"[{what}] exit {status}: {output}")
+        machine.log(f"[{flags}] [{what}] exit {status}: {output}")
         assert "SANDBOX-STARTED" in output, f"{what}: the sandboxed command never ran (exit {status}): {output}"
         assert status not in (0, 125), f"{what}: exit {status}, the attempt was not stopped: {output}"
         return output
@@ -86,36 +90,51 @@ pkgs.testers.runNixOSTest {
         """))
         before = protected_state()
 
-    with subtest("escape attempts fail"):
-        escape_fails("write outside the worktree", "echo pwned > /tmp/outside")
-        machine.fail("test -e /tmp/outside")
+    def file_escapes(backend):
+        flags = f"--backend {backend}"
+        escape_fails("write outside the worktree", f"echo pwned > {HOME}/outside", flags)
+        machine.fail(f"test -e {HOME}/outside")
 
-        escape_fails("write ~/.bashrc", 'echo pwned >> "$HOME/.bashrc"')
+        escape_fails("write ~/.bashrc", 'echo pwned >> "$HOME/.bashrc"', flags)
         machine.succeed(f"grep -qx '# original bashrc' {HOME}/.bashrc")
         machine.fail(f"grep -q pwned {HOME}/.bashrc")
 
-        output = escape_fails("read ~/.ssh/id_ed25519", 'cat "$HOME/.ssh/id_ed25519"')
-        assert "SECRET-PRIVATE-KEY" not in output, "the private key was read from inside the sandbox"
+        output = escape_fails("read ~/.ssh/id_ed25519", 'cat "$HOME/.ssh/id_ed25519"', flags)
+        assert "SECRET-PRIVATE-KEY" not in output, f"{backend}: the private key was read from inside the sandbox"
 
         escape_fails(
             "create a hook in the common git dir",
             f"printf '#!/bin/sh\\ntouch /tmp/hook-ran\\n' > {COMMON}/hooks/pre-commit && chmod +x {COMMON}/hooks/pre-commit",
+            flags,
         )
         machine.fail(f"test -e {COMMON}/hooks/pre-commit")
 
-        escape_fails("git config --local core.hooksPath", "git config --local core.hooksPath x")
+        escape_fails("git config --local core.hooksPath", "git config --local core.hooksPath x", flags)
         machine.fail(as_alice(f"git -C {MAIN} config --get core.hooksPath"))
 
-        escape_fails("write packed-refs", f"echo junk > {COMMON}/packed-refs")
+        escape_fails("write packed-refs", f"echo junk > {COMMON}/packed-refs", flags)
         machine.fail(f"grep -q junk {COMMON}/packed-refs")
 
-        escape_fails("write through a symlink that points outside", "echo pwned > link-out")
+        escape_fails("write through a symlink that points outside", "echo pwned > link-out", flags)
         machine.succeed(f"grep -qx victim {HOME}/victim")
 
-        escape_fails("write through ..", "echo pwned > ../escaped")
-        escape_fails("write through a longer .. path", f"echo pwned > {WORKTREE}/../../escaped2")
+        escape_fails("write through ..", "echo pwned > ../escaped", flags)
+        escape_fails("write through a longer .. path", f"echo pwned > {WORKTREE}/../../escaped2", flags)
         machine.fail(f"test -e {HOME}/src/escaped")
         machine.fail(f"test -e {HOME}/escaped2")
+
+    with subtest("escape attempts fail under the native backend"):
+        file_escapes("native")
+
+    with subtest("the nono backend uses the package's nono, 0.81.0 or later"):
+        report = json.loads(machine.succeed(as_alice(f"cd {WORKTREE} && sandbox doctor --json")))
+        nono = [t for t in report["tools"] if t["name"] == "nono"][0]
+        assert nono["source"] == "baked" and nono["path"] == "${self.packages.${pkgs.stdenv.hostPlatform.system}.sandbox.toolPaths.SANDBOX_PACKAGE_NONO}", nono
+        version = tuple(int(part) for part in nono["version"].split()[-1].split("."))
+        assert version >= (0, 81, 0), f"nono {nono['version']} is older than the backend accepts"
+
+    with subtest("escape attempts fail under the nono backend"):
+        file_escapes("nono")
 
     with subtest("network: a port that is not allowed is unreachable under --block-net"):
         machine.succeed("systemd-run --unit=listener ${pkgs.python3.interpreter} -m http.server 8080 --bind 127.0.0.1")
@@ -127,14 +146,17 @@ pkgs.testers.runNixOSTest {
         escape_fails("TCP connect to a port that is not allowed", fetch, flags="--block-net")
         works("connect to an allowed port", fetch, flags="--block-net --allow-port 8080")
 
-    with subtest("normal work succeeds"):
-        works(
-            "git add and commit in the worktree",
-            "echo change > file.txt && git add file.txt && git commit -qm 'from the sandbox'",
-        )
-        subject = machine.succeed(as_alice(f"git -C {MAIN} log -1 --format=%s task")).strip()
-        assert subject == "from the sandbox", f"the commit did not land on the task branch: {subject!r}"
-        works("write $TMPDIR", 'test -n "$TMPDIR" && echo ok > "$TMPDIR/scratch" && test "$(cat "$TMPDIR/scratch")" = ok')
+    with subtest("normal work succeeds under both backends"):
+        for backend in ("native", "nono"):
+            flags = f"--backend {backend}"
+            works(
+                f"git add and commit in the worktree ({backend})",
+                f"echo {backend} > file.txt && git add file.txt && git commit -qm 'from the {backend} sandbox'",
+                flags,
+            )
+            subject = machine.succeed(as_alice(f"git -C {MAIN} log -1 --format=%s task")).strip()
+            assert subject == f"from the {backend} sandbox", f"the commit did not land on the task branch: {subject!r}"
+            works(f"write $TMPDIR ({backend})", 'test -n "$TMPDIR" && echo ok > "$TMPDIR/scratch" && test "$(cat "$TMPDIR/scratch")" = ok', flags)
 
     with subtest("nothing protected changed, and no hook runs when the host next uses git"):
         assert protected_state() == before, "protected files changed"

@@ -6,29 +6,55 @@
 //!   expected structure when evaluated offline against the stand-in inputs in
 //!   `tests/nix-eval/`, and the NixOS / home-manager modules evaluate. Builds and VM tests
 //!   need a machine with a current Nix and KVM (docs/nix.md).
+//! - `nix-breakage`: breaks scratch copies of the flake in the ways `nix-check` must catch
+//!   and shows that it fails on each.
 
+mod breakage;
 mod nix_check;
+mod sources;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: cargo xtask <task>
 
 tasks:
-  nix-check   parse, lint and evaluate the Nix flake offline (see docs/nix.md)
+  nix-check      parse, lint and evaluate the Nix flake offline (see docs/nix.md)
+  nix-breakage   break scratch copies of the flake and show that nix-check fails on each
 
 environment:
-  SANDBOX_NIXPKGS_LIB  a nixpkgs or nixpkgs.lib checkout; nix-check then also evaluates the
-                       modules with the real module system (skipped when unset)
-  CI=true              a missing tool is an error instead of a skipped step";
+  SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
+                       default ../shared/nixpkgs-lib beside the repository (the evaluation
+                       steps are skipped when neither exists)
+  CI=true              a missing tool or lib is an error instead of a skipped step";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
-        Some("nix-check") if args.len() == 1 => match nix_check::run() {
-            Ok(summary) if summary.failed == 0 => ExitCode::SUCCESS,
-            Ok(_) => ExitCode::FAILURE,
+        Some("nix-check") if args.len() == 1 => {
+            let run = |root: PathBuf| {
+                let options = nix_check::Options {
+                    ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
+                    quiet: false,
+                    evaluation_only: false,
+                    lib_base: root.clone(),
+                };
+                nix_check::run(&root, &options)
+            };
+            match nix_check::workspace_root().and_then(run) {
+                Ok(summary) if summary.failed == 0 => ExitCode::SUCCESS,
+                Ok(_) => ExitCode::FAILURE,
+                Err(err) => {
+                    eprintln!("error: nix-check could not run: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Some("nix-breakage") if args.len() == 1 => match breakage::run() {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
             Err(err) => {
-                eprintln!("error: nix-check could not run: {err:#}");
+                eprintln!("error: nix-breakage could not run: {err:#}");
                 ExitCode::FAILURE
             }
         },

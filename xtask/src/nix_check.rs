@@ -2,8 +2,12 @@
 //!
 //! Each step prints one line: `ok: …`, `skipped: <reason>` (a tool is missing, or the real
 //! nixpkgs lib is not available), or `FAILED: …` followed by the details. The run fails when a
-//! step fails; under `CI=true` a missing tool counts as a failure, so CI cannot pass by
-//! skipping everything.
+//! step fails; under `CI=true` a missing tool or nixpkgs lib counts as a failure, so CI cannot
+//! pass by skipping everything.
+//!
+//! The evaluation steps run the flake against the stand-ins in `tests/nix-eval/`, whose `lib`
+//! is the real nixpkgs lib (an unmodified nixpkgs.lib checkout: `SANDBOX_NIXPKGS_LIB`, else
+//! `../shared/nixpkgs-lib` beside the repository); without it they are skipped.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,7 +18,7 @@ use serde_json::Value;
 use xshell::{cmd, Shell};
 
 /// Inputs of the flake, each replaced by its stand-in under `tests/nix-eval/`.
-const INPUTS: &[&str] = &["nixpkgs", "crane", "home-manager"];
+const INPUTS: &[&str] = &["nixpkgs", "crane", "home-manager", "rust-overlay"];
 
 /// Top-level outputs `nix flake show` must list.
 const OUTPUTS: &[&str] = &[
@@ -22,6 +26,7 @@ const OUTPUTS: &[&str] = &[
     "apps",
     "checks",
     "devShells",
+    "overlays",
     "nixosModules",
     "homeModules",
     "homeManagerModules",
@@ -33,6 +38,7 @@ const STRUCTURE: &[(&str, &str)] = &[
     ("checks", "checks"),
     ("apps", "apps"),
     ("devShells", "devShells"),
+    ("overlays", "overlays"),
     ("nixosModules", "modules \"nixosModules\""),
     ("homeModules", "modules \"homeModules\""),
     ("homeManagerModules", "modules \"homeManagerModules\""),
@@ -40,20 +46,27 @@ const STRUCTURE: &[(&str, &str)] = &[
 
 const NIX_FEATURES: &[&str] = &["--extra-experimental-features", "nix-command flakes"];
 
+#[derive(Default)]
 pub struct Summary {
     pub passed: usize,
     pub failed: usize,
     pub skipped: usize,
+    /// Each failed step with its details, for the breakage test.
+    pub failures: Vec<String>,
 }
 
 struct Reporter {
     ci: bool,
+    /// Print nothing (the breakage test reads the summary instead).
+    quiet: bool,
     summary: Summary,
 }
 
 impl Reporter {
     fn ok(&mut self, what: impl AsRef<str>) {
-        println!("ok: {}", what.as_ref());
+        if !self.quiet {
+            println!("ok: {}", what.as_ref());
+        }
         self.summary.passed += 1;
     }
 
@@ -63,21 +76,28 @@ impl Reporter {
     }
 
     fn failed(&mut self, what: impl AsRef<str>, details: impl AsRef<str>) {
-        println!("FAILED: {}", what.as_ref());
         let details = details.as_ref().trim_end();
-        if !details.is_empty() {
+        if !self.quiet {
+            println!("FAILED: {}", what.as_ref());
             for line in details.lines() {
                 println!("    {line}");
             }
         }
+        self.summary
+            .failures
+            .push(format!("{}\n{details}", what.as_ref()));
         self.summary.failed += 1;
     }
 
     /// A required tool is absent: skipped on a developer machine, a failure under CI.
     fn missing(&mut self, step: &str, tool: &str, install: &str) {
-        let reason = format!("{step}: `{tool}` not found (install: {install})");
+        self.unavailable(format!("{step}: `{tool}` not found (install: {install})"));
+    }
+
+    /// Something a step needs is absent (`reason` says what).
+    fn unavailable(&mut self, reason: String) {
         if self.ci {
-            self.failed(reason, "CI must install it; see docs/nix.md");
+            self.failed(reason, "CI must provide it; see docs/nix.md");
         } else {
             self.skipped(reason);
         }
@@ -92,17 +112,29 @@ impl Reporter {
     }
 }
 
-pub fn run() -> Result<Summary> {
-    let root = workspace_root()?;
+/// How a run is set up.
+pub struct Options {
+    /// A failure instead of a skip when a tool or the nixpkgs lib is missing.
+    pub ci: bool,
+    /// Print nothing; the caller reads the summary.
+    pub quiet: bool,
+    /// The repository whose `../shared/nixpkgs-lib` is used when `SANDBOX_NIXPKGS_LIB` is
+    /// unset (the workspace, also when checking a scratch copy of it).
+    pub lib_base: PathBuf,
+    /// Only the evaluation steps (the breakage test's mutations are all caught there or in
+    /// parsing, and linting a scratch copy again would only repeat the main run).
+    pub evaluation_only: bool,
+}
+
+/// Checks the repository at `root` (the workspace, or a scratch copy of it).
+pub fn run(root: &Path, options: &Options) -> Result<Summary> {
+    let root = root.to_path_buf();
     let sh = Shell::new()?;
     sh.change_dir(&root);
     let mut report = Reporter {
-        ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
-        summary: Summary {
-            passed: 0,
-            failed: 0,
-            skipped: 0,
-        },
+        ci: options.ci,
+        quiet: options.quiet,
+        summary: Summary::default(),
     };
 
     let files = nix_files(&sh, &root)?;
@@ -110,12 +142,47 @@ pub fn run() -> Result<Summary> {
         bail!("no .nix files found under {}", root.display());
     }
 
+    if !options.evaluation_only {
+        lint(&sh, &root, &files, &mut report)?;
+    }
+
+    // 3 to 6. Evaluate.
+    let Some(nix) = find_tool("nix") else {
+        report.missing("evaluation", "nix", "apt-get install nix-bin");
+        return Ok(finish(report, options));
+    };
+    let lib = match nixpkgs_lib(&options.lib_base) {
+        Ok(lib) => lib,
+        Err(reason) => {
+            report.unavailable(format!(
+                "evaluation (flake structure, VM test scripts, modules): {reason}"
+            ));
+            return Ok(finish(report, options));
+        }
+    };
+    evaluate(&sh, &root, &nix, &lib, &mut report)?;
+    Ok(finish(report, options))
+}
+
+fn finish(report: Reporter, options: &Options) -> Summary {
+    let s = &report.summary;
+    if !options.quiet {
+        println!(
+            "nix-check: {} passed, {} failed, {} skipped",
+            s.passed, s.failed, s.skipped
+        );
+    }
+    report.summary
+}
+
+/// 1 and 2: every file parses; deadnix, nixpkgs-fmt and shellcheck are clean.
+fn lint(sh: &Shell, root: &Path, files: &[String], report: &mut Reporter) -> Result<()> {
     // 1. Parse.
     match find_tool("nix-instantiate") {
         None => report.missing("parse", "nix-instantiate", "apt-get install nix-bin"),
         Some(nix_instantiate) => {
             let mut problems = String::new();
-            for file in &files {
+            for file in files {
                 let out = cmd!(sh, "{nix_instantiate} --parse {file}")
                     .quiet()
                     .ignore_status()
@@ -136,7 +203,7 @@ pub fn run() -> Result<Summary> {
     }
 
     // 2. Lint.
-    let file_list = &files[..];
+    let file_list = files;
     match find_tool("deadnix") {
         None => report.missing("lint", "deadnix", "cargo install deadnix"),
         Some(deadnix) => {
@@ -180,7 +247,7 @@ pub fn run() -> Result<Summary> {
 
     // The shell scripts the guest image runs (writeShellApplication shellchecks them at build
     // time too, with errexit, nounset and pipefail set).
-    let scripts = shell_scripts(&root)?;
+    let scripts = shell_scripts(root)?;
     match find_tool("shellcheck") {
         None => report.missing("lint", "shellcheck", "apt-get install shellcheck"),
         Some(shellcheck) if !scripts.is_empty() => {
@@ -204,60 +271,78 @@ pub fn run() -> Result<Summary> {
         Some(_) => {}
     }
 
-    // 3 and 4. Evaluate.
-    match find_tool("nix") {
-        None => {
-            report.missing("flake structure", "nix", "apt-get install nix-bin");
-            report.missing("module evaluation", "nix", "apt-get install nix-bin");
-        }
-        Some(nix) => {
-            let copy = flake_copy(&sh, &root)?;
-            let flake = format!("path:{}", copy.path().display());
-            let overrides = stand_in_overrides(copy.path());
-
-            report.record(
-                "flake structure: `nix flake show` lists every output (stand-in inputs)",
-                flake_show(&sh, &nix, &flake, &overrides),
-            );
-            for (output, function) in STRUCTURE {
-                report.record(
-                    format!("flake structure: {output}"),
-                    structure(&sh, &nix, &flake, &overrides, copy.path(), output, function),
-                );
-            }
-
-            report.record(
-                "module evaluation: options and config of nixos-modules/ (stand-in lib, modules called directly)",
-                modules(&sh, &nix, &root, &root.join("tests/nix-eval/nixpkgs/lib.nix"), false),
-            );
-            match std::env::var_os("SANDBOX_NIXPKGS_LIB") {
-                None => report.skipped(
-                    "module evaluation with the real module system: SANDBOX_NIXPKGS_LIB is not set \
-                     (point it at a nixpkgs or nixpkgs.lib checkout; CI cannot download one)",
-                ),
-                Some(dir) => {
-                    let lib = real_lib(Path::new(&dir))?;
-                    report.record(
-                        format!(
-                            "module evaluation with the real module system (lib.evalModules from {})",
-                            lib.display()
-                        ),
-                        modules(&sh, &nix, &root, &lib, true),
-                    );
-                }
-            }
-        }
-    }
-
-    let s = &report.summary;
-    println!(
-        "nix-check: {} passed, {} failed, {} skipped",
-        s.passed, s.failed, s.skipped
-    );
-    Ok(report.summary)
+    Ok(())
 }
 
-fn workspace_root() -> Result<PathBuf> {
+/// The unmodified nixpkgs lib the stand-ins use: `SANDBOX_NIXPKGS_LIB` (a nixpkgs or
+/// nixpkgs.lib checkout), else `../shared/nixpkgs-lib` beside the repository, as on the build
+/// machine and in CI. Returns the checkout (a flake with `lib/`), or why there is none.
+fn nixpkgs_lib(root: &Path) -> std::result::Result<PathBuf, String> {
+    let (dir, from) = match std::env::var_os("SANDBOX_NIXPKGS_LIB") {
+        Some(dir) => (PathBuf::from(dir), "SANDBOX_NIXPKGS_LIB"),
+        None => (
+            root.join("../shared/nixpkgs-lib"),
+            "../shared/nixpkgs-lib beside the repository",
+        ),
+    };
+    let has_lib =
+        |d: &Path| d.join("lib/modules.nix").is_file() && d.join("lib/default.nix").is_file();
+    if has_lib(&dir) && dir.join("flake.nix").is_file() {
+        return dir
+            .canonicalize()
+            .map_err(|e| format!("{}: {e}", dir.display()));
+    }
+    Err(format!(
+        "no nixpkgs lib at {} ({from}); point SANDBOX_NIXPKGS_LIB at a nixpkgs.lib checkout \
+         (a flake with lib/default.nix and lib/modules.nix)",
+        dir.display()
+    ))
+}
+
+/// 3 to 6: the flake against the stand-ins, the VM test scripts, the modules, the sources
+/// the tests read.
+fn evaluate(sh: &Shell, root: &Path, nix: &Path, lib: &Path, report: &mut Reporter) -> Result<()> {
+    let copy = flake_copy(sh, root)?;
+    let flake = format!("path:{}", copy.path().display());
+    let overrides = stand_in_overrides(copy.path(), lib);
+    let eval = Eval {
+        sh,
+        nix,
+        flake: &flake,
+        overrides: &overrides,
+        structure: &copy.path().join("tests/nix-eval/structure.nix"),
+    };
+
+    report.record(
+        "flake structure: `nix flake show` lists every output (stand-in inputs, real lib); \
+         every package and check instantiates (below)",
+        flake_show(&eval),
+    );
+    for (output, function) in STRUCTURE {
+        report.record(
+            format!("flake structure: {output}"),
+            eval.structure(output, function),
+        );
+    }
+    // The VM tests exist on Linux only; their scripts are the same on every Linux system.
+    report.record(
+        "VM test scripts (x86_64-linux): python3 byte-compiles each testScript",
+        test_scripts(&eval, "x86_64-linux"),
+    );
+    report.record(
+        format!(
+            "module evaluation: shared settings cases and option docs (lib.evalModules from {})",
+            lib.display()
+        ),
+        modules(sh, nix, copy.path(), &lib.join("lib")),
+    );
+    report.record(
+        "crate sources: every file a test reads is in the crane source (packages.sandbox-unwrapped.src)",
+        crate_source(&eval, copy.path()),
+    );
+    Ok(())
+}
+pub fn workspace_root() -> Result<PathBuf> {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let root = manifest_dir
         .parent()
@@ -269,23 +354,48 @@ fn workspace_root() -> Result<PathBuf> {
     Ok(root)
 }
 
-/// The repository's `.nix` files: tracked, plus new files git does not ignore.
-fn nix_files(sh: &Shell, root: &Path) -> Result<Vec<String>> {
-    let listed = cmd!(
-        sh,
-        "git ls-files --cached --others --exclude-standard -- *.nix"
-    )
-    .quiet()
-    .read()
-    .with_context(|| format!("listing .nix files with git in {}", root.display()))?;
-    let mut files: Vec<String> = listed
-        .lines()
-        .filter(|f| root.join(f).is_file())
-        .map(str::to_owned)
-        .collect();
+/// The repository's files: with git, those it tracks or would track (never `target/`);
+/// without (a scratch copy), every file under `root`.
+pub fn repo_files(sh: &Shell, root: &Path) -> Result<Vec<String>> {
+    let mut files = Vec::new();
+    if root.join(".git").exists() {
+        let listed = cmd!(
+            sh,
+            "git -C {root} ls-files -z --cached --others --exclude-standard"
+        )
+        .quiet()
+        .read()
+        .with_context(|| format!("listing files with git in {}", root.display()))?;
+        files.extend(
+            listed
+                .split('\0')
+                .filter(|f| !f.is_empty() && root.join(f).is_file())
+                .map(str::to_owned),
+        );
+    } else {
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir)? {
+                let path = entry?.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if let Ok(rel) = path.strip_prefix(root) {
+                    files.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
     files.sort();
     files.dedup();
     Ok(files)
+}
+
+/// The repository's `.nix` files.
+fn nix_files(sh: &Shell, root: &Path) -> Result<Vec<String>> {
+    Ok(repo_files(sh, root)?
+        .into_iter()
+        .filter(|f| f.ends_with(".nix"))
+        .collect())
 }
 
 /// The `*.sh` files under vm-images/ (their text becomes writeShellApplication scripts).
@@ -306,39 +416,78 @@ fn shell_scripts(root: &Path) -> Result<Vec<PathBuf>> {
 
 /// A copy of the files git would commit, so new files count before they are committed and
 /// `target/` is never copied into the Nix store.
-fn flake_copy(sh: &Shell, root: &Path) -> Result<xshell::TempDir> {
+pub fn flake_copy(sh: &Shell, root: &Path) -> Result<xshell::TempDir> {
     let dir = sh.create_temp_dir()?;
-    let listed = cmd!(sh, "git ls-files -z --cached --others --exclude-standard")
-        .quiet()
-        .read()?;
-    for file in listed.split('\0').filter(|f| !f.is_empty()) {
-        let from = root.join(file);
-        if !from.is_file() {
-            continue; // deleted but still in the index
-        }
-        let to = dir.path().join(file);
+    for file in repo_files(sh, root)? {
+        let from = root.join(&file);
+        let to = dir.path().join(&file);
         std::fs::create_dir_all(to.parent().expect("a file has a parent"))?;
         std::fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
     }
     Ok(dir)
 }
 
-fn stand_in_overrides(copy: &Path) -> Vec<OsString> {
+fn stand_in_overrides(copy: &Path, lib: &Path) -> Vec<OsString> {
     let mut args = Vec::new();
-    for input in INPUTS {
+    let mut add = |input: &str, path: &Path| {
         args.push("--override-input".into());
-        args.push((*input).into());
-        args.push(format!("path:{}", copy.join("tests/nix-eval").join(input).display()).into());
+        args.push(input.into());
+        args.push(format!("path:{}", path.display()).into());
+    };
+    for input in INPUTS {
+        add(input, &copy.join("tests/nix-eval").join(input));
     }
+    // The stand-in nixpkgs takes its `lib` from this input.
+    add("nixpkgs/nixpkgs-lib", lib);
     args
 }
 
 /// Flags for the flake commands (they go after the subcommand).
 const FLAKE_FLAGS: &[&str] = &["--offline", "--no-write-lock-file"];
 
-fn flake_show(sh: &Shell, nix: &Path, flake: &str, overrides: &[OsString]) -> Result<String> {
+/// The scratch flake with its inputs replaced by the stand-ins.
+struct Eval<'a> {
+    sh: &'a Shell,
+    nix: &'a Path,
+    flake: &'a str,
+    overrides: &'a [OsString],
+    structure: &'a Path,
+}
+
+impl Eval<'_> {
+    /// `nix eval --json <flake>#<output> --apply <function>`.
+    fn apply(&self, output: &str, function: &str) -> Result<Value> {
+        let (nix, overrides) = (self.nix, self.overrides);
+        let installable = format!("{}#{output}", self.flake);
+        let out = cmd!(self.sh, "{nix} {NIX_FEATURES...} eval {FLAKE_FLAGS...} --json {overrides...} {installable} --apply {function}")
+            .quiet()
+            .ignore_status()
+            .output()?;
+        if !out.status.success() {
+            bail!("evaluating {output} failed:\n{}", stderr(&out));
+        }
+        serde_json::from_slice(&out.stdout).context("nix eval printed no JSON")
+    }
+
+    /// Applies `structure.nix`'s `function` to `output`: { checked, failures }.
+    fn structure(&self, output: &str, function: &str) -> Result<String> {
+        // The assertions are passed as the text of the function rather than `import`ed, so the
+        // flake is still evaluated in pure mode.
+        let text = std::fs::read_to_string(self.structure)
+            .with_context(|| format!("reading {}", self.structure.display()))?;
+        let result = self.apply(output, &format!("(\n{text}\n).{function}"))?;
+        let failures: Vec<String> = strings(&result["failures"]);
+        if !failures.is_empty() {
+            bail!("{}", failures.join("\n"));
+        }
+        Ok(strings(&result["checked"]).join(", "))
+    }
+}
+
+fn flake_show(eval: &Eval) -> Result<String> {
+    let (nix, overrides, flake) = (eval.nix, eval.overrides, eval.flake);
     let out = cmd!(
-        sh,
+        eval.sh,
         "{nix} {NIX_FEATURES...} flake show {FLAKE_FLAGS...} --json {overrides...} {flake}"
     )
     .quiet()
@@ -363,41 +512,44 @@ fn flake_show(sh: &Shell, nix: &Path, flake: &str, overrides: &[OsString]) -> Re
     Ok(OUTPUTS.join(", "))
 }
 
-fn structure(
-    sh: &Shell,
-    nix: &Path,
-    flake: &str,
-    overrides: &[OsString],
-    copy: &Path,
-    output: &str,
-    function: &str,
-) -> Result<String> {
-    // The assertions are passed as the text of the function rather than `import`ed, so the
-    // flake is still evaluated in pure mode.
-    let path = copy.join("tests/nix-eval/structure.nix");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-    let apply = format!("(\n{text}\n).{function}");
-    let installable = format!("{flake}#{output}");
-    let out = cmd!(sh, "{nix} {NIX_FEATURES...} eval {FLAKE_FLAGS...} --json {overrides...} {installable} --apply {apply}")
-        .quiet()
-        .ignore_status()
-        .output()?;
-    if !out.status.success() {
-        bail!("evaluating {output} failed:\n{}", stderr(&out));
+/// Each VM test's script, as the stand-in runNixOSTest hands it to the driver, byte-compiled
+/// by python3 (the real driver would fail on a syntax error only on a KVM machine).
+fn test_scripts(eval: &Eval, system: &str) -> Result<String> {
+    let Some(python) = find_tool("python3") else {
+        bail!("python3 not found (apt-get install python3)");
+    };
+    let text = std::fs::read_to_string(eval.structure)?;
+    let scripts = eval.apply("checks", &format!("(\n{text}\n).testScripts \"{system}\""))?;
+    let scripts = scripts.as_object().context("no test scripts")?;
+    if scripts.is_empty() {
+        bail!("no VM tests in checks.{system}");
     }
-    let result: Value = serde_json::from_slice(&out.stdout).context("nix eval printed no JSON")?;
-    let failures: Vec<String> = strings(&result["failures"]);
-    if !failures.is_empty() {
-        bail!("{}", failures.join("\n"));
+    let dir = eval.sh.create_temp_dir()?;
+    let mut problems = Vec::new();
+    for (name, script) in scripts {
+        let file = dir.path().join(format!("{name}.py"));
+        std::fs::write(
+            &file,
+            script.as_str().context("a test script is not a string")?,
+        )?;
+        let out = cmd!(eval.sh, "{python} -m py_compile {file}")
+            .quiet()
+            .ignore_status()
+            .output()?;
+        if !out.status.success() {
+            problems.push(format!("{name}: {}", stderr(&out)));
+        }
     }
-    Ok(strings(&result["checked"]).join(", "))
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(scripts.keys().cloned().collect::<Vec<_>>().join(", "))
 }
 
-fn modules(sh: &Shell, nix: &Path, root: &Path, lib: &Path, deep: bool) -> Result<String> {
+fn modules(sh: &Shell, nix: &Path, copy: &Path, lib: &Path) -> Result<String> {
     let expr = format!(
-        "import {} {{ lib = import {}; deep = {deep}; }}",
-        root.join("tests/nix-eval/modules.nix").display(),
+        "import {} {{ lib = import {}; }}",
+        copy.join("tests/nix-eval/modules.nix").display(),
         lib.display()
     );
     let out = cmd!(
@@ -425,17 +577,31 @@ fn modules(sh: &Shell, nix: &Path, root: &Path, lib: &Path, deep: bool) -> Resul
     Ok(format!("{} checks", results.len()))
 }
 
-/// `SANDBOX_NIXPKGS_LIB` may name a nixpkgs checkout, a nixpkgs.lib checkout, or `lib/` itself.
-fn real_lib(dir: &Path) -> Result<PathBuf> {
-    for candidate in [dir.join("lib"), dir.to_path_buf()] {
-        if candidate.join("modules.nix").is_file() && candidate.join("default.nix").is_file() {
-            return Ok(candidate);
-        }
+/// Every file the workspace's tests read through `CARGO_MANIFEST_DIR` or `include_str!`
+/// exists in the source the flake's checks build from: a file outside the crane file set
+/// fails `checks.nextest` only on a machine that can run it.
+fn crate_source(eval: &Eval, copy: &Path) -> Result<String> {
+    let src = eval.apply(
+        "packages",
+        "p: builtins.unsafeDiscardStringContext \"${p.x86_64-linux.sandbox-unwrapped.src}\"",
+    )?;
+    let src = PathBuf::from(src.as_str().context("no source path")?);
+    let read = crate::sources::files_read_by_tests(copy)?;
+    if read.is_empty() {
+        bail!("found no file the tests read; the scan in xtask/src/sources.rs is broken");
     }
-    bail!(
-        "SANDBOX_NIXPKGS_LIB={} holds no nixpkgs lib (expected lib/default.nix and lib/modules.nix)",
-        dir.display()
-    )
+    let missing: Vec<String> = read
+        .iter()
+        .filter(|f| !src.join(f).exists())
+        .map(|f| f.display().to_string())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "read by tests but not in the crane source (add them to the file set in flake.nix): {}",
+            missing.join(", ")
+        );
+    }
+    Ok(format!("{} files", read.len()))
 }
 
 fn find_tool(name: &str) -> Option<PathBuf> {
@@ -490,6 +656,7 @@ fn stderr(out: &Output) -> String {
             let t = l.trim_start();
             !(l.starts_with("evaluating '")
                 || l.starts_with("warning: not writing modified lock file")
+                || (l.starts_with("warning: the group") && l.contains("build-users-group"))
                 || t.starts_with('\u{2022}')
                 || t.starts_with('\'')
                 || t.starts_with('\u{2192}'))

@@ -3,74 +3,156 @@
 //! sandboxed process can write there and a boundary it can configure is one it can turn off.
 //!
 //! Unknown keys are errors. A bad file is reported with its path, line, column and the key.
+//! Every key may be `null`, which means the same as leaving it out. (YAML reads an unquoted
+//! `FOO: 1` as the text "1" where text is expected; the Nix modules always write strings.)
+//!
+//! These types are the one source of the schema: `sandbox config schema` prints it as JSON
+//! Schema (`schema`), the committed copy `crates/sandbox-cli/config-schema.json` is checked
+//! against it, and the NixOS and home-manager modules build their typed `settings` options
+//! from that copy (nixos-modules/settings.nix).
+
+pub mod formats;
+pub mod schema;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use formats::{DurationFormat, EnvMapFormat, EnvNameFormat, PathFormat, PortFormat};
 
 /// The whole configuration schema. Every key is optional.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[schemars(title = "sandbox configuration (config.yaml)")]
 pub struct Config {
-    /// Default backend when neither `--backend` nor `sandbox use` chose one.
+    /// Default backend when neither `--backend` nor `sandbox use` chose one (`native`, `nono`,
+    /// `custom`, `host`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<String>,
     /// Extra folders granted read-write to every sandbox (a shared cache, a sibling repo).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<PathFormat>>")]
     pub additional_folders: Vec<PathBuf>,
     /// Extra folders granted read-only.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<PathFormat>>")]
     pub read_folders: Vec<PathBuf>,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// Network access.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<NetworkConfig>")]
     pub network: NetworkConfig,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// Environment variables.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<EnvConfig>")]
     pub env: EnvConfig,
     /// Default timeout for `sandbox run` (`30s`, `5m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<DurationFormat>")]
     pub timeout: Option<String>,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// Sandbox views (VM backends).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<ViewsConfig>")]
     pub views: ViewsConfig,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// The daemon (`sandbox serve`).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<ServiceConfig>")]
     pub service: ServiceConfig,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// Per-backend settings.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<BackendsConfig>")]
     pub backends: BackendsConfig,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkConfig {
     /// Deny outbound network except the allowed ports (and the hook port).
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub block: bool,
     /// TCP ports that stay reachable when the network is blocked.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<PortFormat>>")]
     pub allow_ports: Vec<u16>,
     /// Domains reachable through the nono backend's proxy (nono only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<String>>")]
     pub allow_domains: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EnvConfig {
     /// Extra variable names passed from the terminal into the sandbox.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<EnvNameFormat>>")]
     pub pass: Vec<String>,
     /// Variables set in the sandbox.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[schemars(with = "Option<EnvMapFormat>")]
     pub set: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ViewsConfig {
     /// Where sandbox views are created (default `$XDG_DATA_HOME/sandbox/views`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<PathFormat>")]
     pub root: Option<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceConfig {
     /// Loopback port of the status-hook endpoint; always reachable from sandboxes.
@@ -78,27 +160,50 @@ pub struct ServiceConfig {
     pub hook_port: Option<u16>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackendsConfig {
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// The native backend (Landlock and seccomp, or Seatbelt).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<NativeBackendConfig>")]
     pub native: NativeBackendConfig,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// The custom backend (your launcher).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<CustomBackendConfig>")]
     pub custom: CustomBackendConfig,
-    #[serde(default, skip_serializing_if = "is_default")]
+    /// The nono backend.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<NonoBackendConfig>")]
     pub nono: NonoBackendConfig,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NativeBackendConfig {
     /// Where user namespaces are unavailable (no private view), allow unix sockets anyway:
     /// a pathname socket outside the policy (tmux, D-Bus, docker) is then reachable.
-    #[serde(default, skip_serializing_if = "is_default")]
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<bool>")]
     pub allow_unix_sockets: bool,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CustomBackendConfig {
     /// The launcher command line, split with shell-style quoting, nothing expanded.
@@ -106,16 +211,26 @@ pub struct CustomBackendConfig {
     pub command: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NonoBackendConfig {
-    /// Absolute path of the `nono` binary (overrides the built-in and `PATH` lookup).
+    /// Path of the `nono` binary; overrides the package's and `PATH`, not `SANDBOX_NONO`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<PathFormat>")]
     pub path: Option<PathBuf>,
 }
 
 fn is_default<T: Default + PartialEq>(v: &T) -> bool {
     *v == T::default()
+}
+
+/// `null` reads as the default, as a missing key does (the schema makes every key nullable).
+fn or_default<'de, D, T>(de: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(de)?.unwrap_or_default())
 }
 
 /// A configuration file that could not be used.
@@ -186,23 +301,34 @@ pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
 }
 
 fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
+    use formats::Format;
     let invalid = |message: String| ConfigError::Invalid {
         path: path.to_path_buf(),
         message,
     };
-    for folder in config
-        .additional_folders
-        .iter()
-        .chain(config.read_folders.iter())
-    {
-        if !folder.is_absolute() && !folder.starts_with("~") {
-            return Err(invalid(format!(
-                "folder {} must be an absolute path (or start with ~/)",
-                folder.display()
-            )));
+    let check = |key: &str, value: &str, format: &Format| {
+        if format.matches(value) {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "key `{key}`: {value:?} is not {}",
+                format.describe
+            )))
+        }
+    };
+    let paths = [
+        ("additional_folders", &config.additional_folders[..]),
+        ("read_folders", &config.read_folders[..]),
+        ("views.root", config.views.root.as_slice()),
+        ("backends.nono.path", config.backends.nono.path.as_slice()),
+    ];
+    for (key, values) in paths {
+        for value in values {
+            check(key, &value.to_string_lossy(), &formats::PATH)?;
         }
     }
     if let Some(t) = &config.timeout {
+        check("timeout", t, &formats::DURATION)?;
         humantime::parse_duration(t)
             .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
     }
@@ -211,12 +337,11 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
             "key `network.allow_ports`: port 0 is not a port".into(),
         ));
     }
-    for name in config.env.pass.iter().chain(config.env.set.keys()) {
-        if name.is_empty() || name.contains('=') || name.contains('\0') {
-            return Err(invalid(format!(
-                "key `env`: {name:?} is not a variable name"
-            )));
-        }
+    for name in &config.env.pass {
+        check("env.pass", name, &formats::ENV_NAME)?;
+    }
+    for name in config.env.set.keys() {
+        check("env.set", name, &formats::ENV_NAME)?;
     }
     Ok(())
 }
@@ -342,78 +467,5 @@ mod tests {
         assert!(parse("timeout: soon\n", Path::new("c")).is_err());
         assert!(parse("additional_folders: [relative/dir]\n", Path::new("c")).is_err());
         assert!(parse("network: {allow_ports: [70000]}\n", Path::new("c")).is_err());
-    }
-
-    /// Every key of the schema, as dotted paths, from a config with every field set.
-    fn schema_keys() -> Vec<String> {
-        let full = Config {
-            backend: Some("native".into()),
-            additional_folders: vec!["/a".into()],
-            read_folders: vec!["/b".into()],
-            network: NetworkConfig {
-                block: true,
-                allow_ports: vec![1],
-                allow_domains: vec!["x".into()],
-            },
-            env: EnvConfig {
-                pass: vec!["A".into()],
-                set: [("B".to_string(), "c".to_string())].into(),
-            },
-            timeout: Some("1s".into()),
-            views: ViewsConfig {
-                root: Some("/v".into()),
-            },
-            service: ServiceConfig { hook_port: Some(1) },
-            backends: BackendsConfig {
-                native: NativeBackendConfig {
-                    allow_unix_sockets: true,
-                },
-                custom: CustomBackendConfig {
-                    command: Some("c".into()),
-                },
-                nono: NonoBackendConfig {
-                    path: Some("/n".into()),
-                },
-            },
-        };
-        fn walk(prefix: &str, v: &serde_yaml::Value, out: &mut Vec<String>) {
-            if let serde_yaml::Value::Mapping(m) = v {
-                for (k, v) in m {
-                    let k = k.as_str().unwrap();
-                    let path = if prefix.is_empty() {
-                        k.to_string()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    // env.set is a free-form map: its keys are variable names.
-                    if path != "env.set" {
-                        walk(&path, v, out);
-                    }
-                    out.push(path);
-                }
-            }
-        }
-        let mut keys = Vec::new();
-        walk("", &serde_yaml::to_value(&full).unwrap(), &mut keys);
-        keys
-    }
-
-    #[test]
-    fn the_nix_modules_know_every_key() {
-        // nixos-modules/settings.nix checks `programs.sandbox.settings` against this schema;
-        // a key added here but not there would make the modules reject valid settings.
-        let nix = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../nixos-modules/settings.nix"),
-        )
-        .unwrap();
-        let keys = schema_keys();
-        assert!(keys.len() >= 15, "{keys:?}");
-        for key in keys {
-            let leaf = key.rsplit('.').next().unwrap();
-            assert!(
-                nix.contains(&format!("{leaf} = ")),
-                "settings.nix has no `{leaf}` (schema key {key})"
-            );
-        }
     }
 }

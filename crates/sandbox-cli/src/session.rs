@@ -117,7 +117,8 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
     let config = ctx.config();
     BackendOptions {
         nono: wants(BackendKind::Nono).then(|| {
-            let found = crate::tools::NONO.resolve(config.backends.nono.path.as_deref());
+            let configured = config.backends.nono.path.as_deref().map(expand_home);
+            let found = crate::tools::NONO.resolve(configured.as_deref());
             NonoLocation {
                 path: found.path,
                 source: found.source.as_str().to_string(),

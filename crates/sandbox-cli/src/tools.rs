@@ -1,6 +1,11 @@
-//! External tools and images: where each is found, in this order — a path baked in at build
-//! time (the Nix package sets `SANDBOX_NONO` and friends while compiling), the same variable at
-//! run time, the configuration, then `PATH`. `sandbox doctor` shows which one won.
+//! External tools and images: where each is found, in this order — the tool's variable at run
+//! time (`SANDBOX_NONO`), the configuration (`backends.nono.path`), the path the package was
+//! built with, then `PATH`. `sandbox doctor` shows which one won.
+//!
+//! "The path the package was built with" is a second variable, `SANDBOX_PACKAGE_NONO`, which
+//! the Nix package's wrapper sets (`makeBinaryWrapper --set-default`, see flake.nix) rather
+//! than a constant compiled in: the binary is then built once, and changing a tool only
+//! re-wraps it instead of recompiling the workspace with fat LTO. doctor calls it "baked".
 
 use std::path::{Path, PathBuf};
 
@@ -10,7 +15,7 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Source {
-    /// Compiled into this binary (`option_env!`).
+    /// Set by the package's wrapper (`SANDBOX_PACKAGE_<TOOL>`).
     Baked,
     /// The variable set at run time.
     Env,
@@ -48,7 +53,8 @@ pub struct ToolPath {
 pub struct Tool {
     pub name: &'static str,
     pub variable: &'static str,
-    pub baked: Option<&'static str>,
+    /// The variable the package's wrapper sets to the tool it was built with.
+    pub package_variable: &'static str,
     /// Flag that prints the version (`None`: an image, not a program).
     pub version_flag: Option<&'static str>,
 }
@@ -56,37 +62,37 @@ pub struct Tool {
 pub const NONO: Tool = Tool {
     name: "nono",
     variable: "SANDBOX_NONO",
-    baked: option_env!("SANDBOX_NONO"),
+    package_variable: "SANDBOX_PACKAGE_NONO",
     version_flag: Some("--version"),
 };
 pub const LIMACTL: Tool = Tool {
     name: "limactl",
     variable: "SANDBOX_LIMACTL",
-    baked: option_env!("SANDBOX_LIMACTL"),
+    package_variable: "SANDBOX_PACKAGE_LIMACTL",
     version_flag: Some("--version"),
 };
 pub const MKE2FS: Tool = Tool {
     name: "mke2fs",
     variable: "SANDBOX_MKE2FS",
-    baked: option_env!("SANDBOX_MKE2FS"),
+    package_variable: "SANDBOX_PACKAGE_MKE2FS",
     version_flag: Some("-V"),
 };
 pub const BWRAP: Tool = Tool {
     name: "bwrap",
     variable: "SANDBOX_BWRAP",
-    baked: option_env!("SANDBOX_BWRAP"),
+    package_variable: "SANDBOX_PACKAGE_BWRAP",
     version_flag: Some("--version"),
 };
 pub const LIMA_IMAGE: Tool = Tool {
     name: "lima-image",
     variable: "SANDBOX_LIMA_IMAGE",
-    baked: option_env!("SANDBOX_LIMA_IMAGE"),
+    package_variable: "SANDBOX_PACKAGE_LIMA_IMAGE",
     version_flag: None,
 };
 pub const BOX_IMAGE: Tool = Tool {
     name: "box-image",
     variable: "SANDBOX_BOX_IMAGE",
-    baked: option_env!("SANDBOX_BOX_IMAGE"),
+    package_variable: "SANDBOX_PACKAGE_BOX_IMAGE",
     version_flag: None,
 };
 
@@ -103,21 +109,22 @@ fn on_path(name: &str) -> Option<PathBuf> {
 impl Tool {
     /// Resolves the tool; `configured` is the config file's path for it, if any.
     pub fn resolve(&self, configured: Option<&Path>) -> ToolPath {
-        let (path, source) =
-            if let Some(p) = std::env::var_os(self.variable).filter(|v| !v.is_empty()) {
-                (Some(PathBuf::from(p)), Source::Env)
-            } else if let Some(p) = configured {
-                (Some(p.to_path_buf()), Source::Config)
-            } else if let Some(p) = self.baked.filter(|p| !p.is_empty()) {
-                (Some(PathBuf::from(p)), Source::Baked)
-            } else if self.version_flag.is_some() {
-                match on_path(self.name) {
-                    Some(p) => (Some(p), Source::Path),
-                    None => (None, Source::Missing),
-                }
-            } else {
-                (None, Source::Missing)
-            };
+        let (path, source) = if let Some(p) =
+            std::env::var_os(self.variable).filter(|v| !v.is_empty())
+        {
+            (Some(PathBuf::from(p)), Source::Env)
+        } else if let Some(p) = configured {
+            (Some(p.to_path_buf()), Source::Config)
+        } else if let Some(p) = std::env::var_os(self.package_variable).filter(|v| !v.is_empty()) {
+            (Some(PathBuf::from(p)), Source::Baked)
+        } else if self.version_flag.is_some() {
+            match on_path(self.name) {
+                Some(p) => (Some(p), Source::Path),
+                None => (None, Source::Missing),
+            }
+        } else {
+            (None, Source::Missing)
+        };
         ToolPath {
             name: self.name,
             variable: self.variable,

@@ -1,17 +1,22 @@
-# STAND-IN for nixpkgs, used only by `cargo xtask nix-check` to evaluate the flake's output
-# structure on a machine that cannot download nixpkgs. It provides exactly the attributes that
-# evaluation touches; every "package" is a derivation whose builder fails, so nothing built
-# from it can be mistaken for the real thing. Never use it for anything else.
+# STAND-IN for nixpkgs, used only by `cargo xtask nix-check` on a machine that cannot download
+# nixpkgs. `lib` is the REAL nixpkgs lib (the `nixpkgs-lib` input, which nix-check points at
+# an unmodified nixpkgs.lib checkout, ../shared/nixpkgs-lib), with two parts replaced because
+# nix 2.8 cannot run them or they live outside lib (lib.nix). The packages are derivations
+# that refuse to build (pkgs.nix), and NixOS is the real module system with declarations of
+# the NixOS options our modules set (nixos.nix), so a misspelt option fails. Never use it
+# for anything else.
 {
-  description = "offline stand-in for nixpkgs (tests/nix-eval, structure evaluation only)";
+  description = "offline stand-in for nixpkgs (tests/nix-eval)";
 
-  outputs = _:
+  inputs.nixpkgs-lib.url = "github:nix-community/nixpkgs.lib";
+
+  outputs = { nixpkgs-lib, ... }:
     let
-      lib = import ./lib.nix;
+      lib = import ./lib.nix { realLib = nixpkgs-lib.lib; inherit pkgsFor; };
+      pkgsFor = system: import ./pkgs.nix { inherit lib system; };
     in
     {
       inherit lib;
-      legacyPackages = lib.genAttrs [ "x86_64-linux" "aarch64-linux" "aarch64-darwin" ]
-        (system: import ./pkgs.nix { inherit lib system; });
+      legacyPackages = lib.genAttrs [ "x86_64-linux" "aarch64-linux" "aarch64-darwin" ] pkgsFor;
     };
 }

@@ -1,88 +1,44 @@
-# STAND-IN for the parts of nixpkgs' `lib` that evaluating the flake's outputs touches (see
-# flake.nix beside this file). The module-system functions here only record what a module
-# declares, for the shallow module check in ../modules.nix; they merge nothing.
+# The real nixpkgs lib with the parts it cannot provide offline replaced:
+#   - fileset: needs builtins.readFileType (nix >= 2.14); here a file set is a list of path
+#     strings, and toSource really copies exactly those files (so a missing file shows);
+#   - getExe': checks the binary name against the stand-in package's list of binaries,
+#     which the real one cannot do before building;
+#   - nixosSystem: added to lib by nixpkgs' flake; here the real module system with the
+#     NixOS option declarations of nixos.nix.
+{ realLib, pkgsFor }:
 let
-  inherit (builtins) any isList listToAttrs map pathExists substring stringLength toString;
+  inherit (builtins) any isList map pathExists toString;
 
-  hasPrefix = prefix: s: substring 0 (stringLength prefix) s == prefix;
+  inherit (realLib) hasPrefix;
 
-  type = name: { inherit name; description = name; };
-
-  lib = {
-    genAttrs = names: f: listToAttrs (map (name: { inherit name; value = f name; }) names);
-    inherit (builtins) mapAttrs;
-    optional = cond: x: if cond then [ x ] else [ ];
-    optionals = cond: xs: if cond then xs else [ ];
-    optionalAttrs = cond: attrs: if cond then attrs else { };
-    optionalString = cond: s: if cond then s else "";
-
-    getExe' = drv: name: "${drv}/bin/${name}";
-    getExe = drv: "${drv}/bin/${drv.meta.mainProgram}";
-
-    licenses.asl20 = { spdxId = "Apache-2.0"; };
-    platforms = {
-      linux = [ "x86_64-linux" "aarch64-linux" ];
-      darwin = [ "x86_64-darwin" "aarch64-darwin" ];
-    };
-
-    # A file set is a list of absolute path strings here; like the real one, naming a path
-    # that does not exist is an error.
+  lib = realLib // {
     fileset = {
       unions = paths: map
-        (p:
-          if pathExists p then toString p
-          else throw "stand-in lib.fileset.unions: ${toString p} does not exist")
+        (p: if pathExists p then toString p else throw "stand-in lib.fileset.unions: ${toString p} does not exist")
         paths;
       toSource = { root, fileset }:
         let
           members = if isList fileset then fileset else [ (toString fileset) ];
           keep = path: any (m: path == m || hasPrefix (m + "/") path || hasPrefix (path + "/") m) members;
         in
-        builtins.path {
-          name = "source";
-          path = root;
-          filter = path: _type: keep path;
-        };
+        builtins.path { name = "source"; path = root; filter = path: _type: keep path; };
     };
 
-    # nixpkgs' flake adds nixosSystem to its lib. The stand-in evaluates no NixOS modules: it
-    # returns the one attribute the flake reads, a stand-in disk image.
-    nixosSystem = { modules, ... }:
-      let
-        system = (builtins.head (builtins.filter (m: m ? nixpkgs) modules)).nixpkgs.hostPlatform;
-        image = derivation {
-          name = "nixos-image-stand-in";
-          inherit system;
-          builder = "/bin/sh";
-          args = [ "-c" "echo 'stand-in NixOS image from tests/nix-eval: it cannot be built' >&2; exit 1" ];
-        };
-      in
-      {
-        config.system.build.images.qemu-efi = image // { passthru.filePath = "nixos-image-stand-in.qcow2"; };
-      };
+    getExe' = drv: name:
+      if drv ? standInBinaries && !(builtins.elem name drv.standInBinaries) then
+        throw "lib.getExe': ${drv.name} has no bin/${name} (its binaries: ${toString drv.standInBinaries})"
+      else realLib.getExe' drv name;
 
-    mkOption = attrs: attrs // { _type = "option"; };
-    mkEnableOption = name: {
-      _type = "option";
-      type = lib.types.bool;
-      default = false;
-      description = "Whether to enable ${name}.";
-    };
-    mkIf = condition: content: { _type = "if"; inherit condition content; };
-    literalExpression = text: { _type = "literalExpression"; inherit text; };
+    nixosSystem = args: import ./nixos.nix ({ inherit lib pkgsFor; } // args);
 
-    types = {
-      bool = type "bool";
-      int = type "int";
-      float = type "float";
-      str = type "str";
-      path = type "path";
-      package = type "package";
-      nullOr = t: type "nullOr ${t.name}";
-      listOf = t: type "listOf ${t.name}";
-      attrsOf = t: type "attrsOf ${t.name}";
-      oneOf = ts: type "oneOf ${toString (map (t: t.name) ts)}";
-    };
+    # Not in nixpkgs: forces a module system's config as building it would (every value, and
+    # every derivation's drvPath), skipping `_module` (its args hold all of pkgs). Used by the
+    # stand-in nixosSystem, runNixOSTest and home-manager.
+    standInForce = value:
+      if realLib.isDerivation value then builtins.seq value.drvPath true
+      else if builtins.isAttrs value then realLib.all lib.standInForce (builtins.attrValues (removeAttrs value [ "_module" ]))
+      else if builtins.isList value then realLib.all lib.standInForce value
+      else builtins.seq value true;
   };
 in
 lib

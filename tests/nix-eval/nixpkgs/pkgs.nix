@@ -1,15 +1,18 @@
-# STAND-IN for the packages and builders the flake's outputs use (see flake.nix beside this
-# file). Each package is a derivation that refuses to build; the builders keep the arguments
-# that become the derivation's environment, so instantiating an output checks that every
-# string it interpolates evaluates.
+# STAND-IN for the packages and builders the flake, its modules and its tests use. Each
+# package is a derivation that refuses to build and lists the binaries the real one installs
+# (`standInBinaries`, checked by the stand-in lib.getExe'). The builders take only the
+# arguments the real ones do (a misspelt one fails) and keep them as the derivation's
+# environment, so instantiating an output checks that every string it interpolates
+# evaluates. An attribute missing here is a package nixpkgs lacks too, or one to add here
+# after checking that the pinned nixpkgs has it under that name.
 { lib, system }:
 let
   inherit (builtins) attrNames removeAttrs;
 
   isLinux = builtins.match ".*-linux" system != null;
 
-  # Like mkDerivation, lazily: the arguments become the environment (so instantiating checks
-  # that they evaluate and coerce to strings), while listing an output reads only its name.
+  # Like mkDerivation, lazily: the arguments become the environment, while listing an output
+  # reads only its name.
   standIn = name: env:
     let
       drv = derivation (removeAttrs env [ "passthru" "meta" ] // {
@@ -17,78 +20,139 @@ let
         builder = "/bin/sh";
         args = [ "-c" "echo 'stand-in derivation ${name} from tests/nix-eval: it cannot be built' >&2; exit 1" ];
       });
+      bins = if env ? meta.mainProgram then [ env.meta.mainProgram ] else [ ];
     in
     drv // (env.passthru or { }) // {
       passthru = env.passthru or { };
       meta = env.meta or { };
+      standInBinaries = env.standInBinaries or bins;
     };
 
-  package = name: mainProgram: standIn "${name}-stand-in" { meta = { inherit mainProgram; }; };
+  package = name: binaries: standIn "${name}-stand-in" {
+    meta = lib.optionalAttrs (binaries != [ ]) { mainProgram = builtins.head binaries; };
+    standInBinaries = binaries;
+  };
 
-  # The type nixpkgs' formats.json/yaml give settings, built from whichever lib is in use.
-  jsonValue = with lib.types;
+  # Rejects arguments outside `allowed` (and, where real nixpkgs passes unknown arguments on to
+  # mkDerivation as environment variables, those in capitals: a misspelt camelCase name is
+  # a mistake, an environment variable is meant).
+  strict = what: allowed: args:
     let
-      valueType = nullOr (oneOf [ bool int float str path (attrsOf valueType) (listOf valueType) ]) // {
-        description = "YAML value";
-      };
+      unknown = lib.filter (n: !(builtins.elem n allowed) && builtins.match "[A-Z][A-Z0-9_]*" n == null) (attrNames args);
     in
-    valueType;
-in
-{
-  inherit lib;
-  stdenv = {
-    hostPlatform = {
-      inherit system isLinux;
-      isDarwin = !isLinux;
-      isx86_64 = builtins.match "x86_64-.*" system != null;
-      isAarch64 = builtins.match "aarch64-.*" system != null;
+    if unknown == [ ] then args
+    else throw "${what}: unknown argument(s) ${lib.concatStringsSep ", " unknown} (stand-in knows: ${lib.concatStringsSep ", " allowed})";
+
+  # The stdenv.mkDerivation attributes our expressions pass.
+  mkDerivationArgs = [
+    "name"
+    "pname"
+    "version"
+    "src"
+    "strictDeps"
+    "nativeBuildInputs"
+    "buildInputs"
+    "doCheck"
+    "postInstall"
+    "postBuild"
+    "passthru"
+    "meta"
+    "env"
+    "passAsFile"
+    "preferLocalBuild"
+    "buildCommand"
+    "expected"
+    "installPhase"
+    "buildPhase"
+  ];
+
+  python3 = package "python3" [ "python3" "python" ] // {
+    interpreter = "${package "python3" [ "python3" ]}/bin/python3";
+  };
+
+  pkgs = {
+    inherit lib python3;
+    stdenv = {
+      hostPlatform = {
+        inherit system isLinux;
+        isDarwin = !isLinux;
+        isx86_64 = builtins.match "x86_64-.*" system != null;
+        isAarch64 = builtins.match "aarch64-.*" system != null;
+      };
+      buildPlatform.canExecute = platform: platform.system == system;
     };
-    buildPlatform.canExecute = platform: platform.system == system;
-  };
 
-  protobuf = package "protobuf" "protoc";
-  libiconv = package "libiconv" null;
-  lima = package "lima" "limactl";
-  nono = package "nono" "nono";
-  e2fsprogs = package "e2fsprogs" "mke2fs";
-  installShellFiles = package "install-shell-files" null;
-  git = package "git" "git";
-  gitMinimal = package "git-minimal" "git";
-  cargo-nextest = package "cargo-nextest" "cargo-nextest";
-  rust-analyzer = package "rust-analyzer" "rust-analyzer";
-  deadnix = package "deadnix" "deadnix";
-  nixpkgs-fmt = package "nixpkgs-fmt" "nixpkgs-fmt";
-  shellcheck = package "shellcheck" "shellcheck";
-  skopeo = package "skopeo" "skopeo";
-  bashInteractive = package "bash-interactive" "bash";
-  coreutils = package "coreutils" null;
-  cacert = package "cacert" null;
-  yq-go = package "yq-go" "yq";
-  jq = package "jq" "jq";
-  python3 = package "python3" "python3" // { interpreter = "${package "python3" "python3"}/bin/python3"; };
+    callPackage = fn: overrides:
+      let f = if builtins.isFunction fn then fn else import fn; in
+      f (builtins.intersectAttrs (builtins.functionArgs f) pkgs // overrides);
 
-  runCommand = name: env: buildCommand: standIn name (env // { inherit buildCommand; });
+    # Packages, with the binaries each real one installs in bin/.
+    bashInteractive = package "bash-interactive" [ "bash" "sh" ];
+    cacert = package "cacert" [ ];
+    cargo-nextest = package "cargo-nextest" [ "cargo-nextest" ];
+    coreutils = package "coreutils" [ "env" "cat" "ls" ];
+    curl = package "curl" [ "curl" ];
+    deadnix = package "deadnix" [ "deadnix" ];
+    file = package "file" [ "file" ];
+    gawk = package "gawk" [ "awk" "gawk" ];
+    git = package "git" [ "git" ];
+    gitMinimal = package "git-minimal" [ "git" ];
+    gnugrep = package "gnugrep" [ "grep" ];
+    installShellFiles = package "install-shell-files" [ ];
+    jq = package "jq" [ "jq" ];
+    libiconv = package "libiconv" [ ];
+    makeBinaryWrapper = package "make-binary-wrapper-hook" [ ];
+    nixpkgs-fmt = package "nixpkgs-fmt" [ "nixpkgs-fmt" ];
+    rust-analyzer = package "rust-analyzer" [ "rust-analyzer" ];
+    shadow = package "shadow" [ "useradd" "usermod" "groupadd" ];
+    shellcheck = package "shellcheck" [ "shellcheck" ];
+    skopeo = package "skopeo" [ "skopeo" ];
+    util-linux = package "util-linux" [ "mount" "findmnt" ];
+    yq-go = package "yq-go" [ "yq" ];
 
-  mkShell = args: standIn (args.name or "nix-shell") (removeAttrs args [ "inputsFrom" ] // {
-    inputDerivations = args.inputsFrom or [ ];
-  });
+    fetchurl = args: standIn args.name (strict "fetchurl" [ "name" "url" "hash" ] args);
 
-  dockerTools = {
-    binSh = package "bin-sh" "sh";
-    usrBinEnv = package "usr-bin-env" "env";
-    streamLayeredImage = args: standIn "stream-${args.name}" (removeAttrs args [ "config" ] // {
-      configJSON = builtins.toJSON (args.config or { });
+    runCommand = name: env: buildCommand: standIn name (strict "runCommand ${name}" mkDerivationArgs env // { inherit buildCommand; });
+
+    symlinkJoin = args: standIn args.name (strict "symlinkJoin" ([ "paths" ] ++ mkDerivationArgs) args // {
+      paths = map toString args.paths;
     });
-  };
 
-  formats.yaml = _: {
-    type = jsonValue;
-    # JSON is YAML, and the shallow module check reads the file back with fromJSON.
-    generate = name: value: builtins.toFile name (builtins.toJSON value);
-  };
+    writeShellApplication = args: standIn args.name (strict "writeShellApplication"
+      [ "name" "text" "runtimeInputs" "meta" "passthru" "checkPhase" "excludeShellChecks" "bashOptions" ]
+      args // { meta.mainProgram = args.name; });
 
-  testers.runNixOSTest = { name, nodes, testScript, ... }: standIn "vm-test-run-${name}" {
-    inherit testScript;
-    nodeNames = attrNames nodes;
+    mkShell = args: standIn (args.name or "nix-shell") (removeAttrs args [ "inputsFrom" ] // {
+      inputDerivations = args.inputsFrom or [ ];
+    });
+
+    rustPlatform.buildRustPackage = args: standIn "${args.pname}-${args.version}" (removeAttrs
+      (strict "rustPlatform.buildRustPackage"
+        ([ "cargoLock" "cargoHash" "buildNoDefaultFeatures" "buildFeatures" "cargoBuildFlags" "checkFlags" ] ++ mkDerivationArgs)
+        args) [ "cargoLock" ] // {
+      cargoLockFile = builtins.readFile args.cargoLock.lockFile;
+    });
+
+    dockerTools = {
+      binSh = package "bin-sh" [ "sh" ];
+      usrBinEnv = package "usr-bin-env" [ ];
+      streamLayeredImage = args: standIn "stream-${args.name}" (removeAttrs
+        (strict "dockerTools.streamLayeredImage" [ "name" "tag" "contents" "extraCommands" "config" "fakeRootCommands" "maxLayers" ] args)
+        [ "config" ] // {
+        configJSON = builtins.toJSON (args.config or { });
+      });
+    };
+
+    formats.yaml = _: {
+      type = lib.types.attrsOf lib.types.anything;
+      # JSON is YAML; the module checks read the file back with fromJSON.
+      generate = name: value: builtins.toFile name (builtins.toJSON value);
+    };
+
+    # Not in nixpkgs: the stand-in derivation itself, for the other stand-ins (crane).
+    standInDerivation = standIn;
+
+    testers.runNixOSTest = import ./nixos-test.nix { inherit lib pkgs standIn; };
   };
-}
+in
+pkgs

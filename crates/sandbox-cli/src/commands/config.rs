@@ -52,6 +52,9 @@ pub enum ConfigCommand {
         /// The dotted key.
         key: String,
     },
+    /// Print the configuration's JSON Schema (every key, its type and format). The Nix
+    /// modules' `settings` options are generated from it.
+    Schema,
 }
 
 pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
@@ -70,6 +73,10 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
         ConfigCommand::Get { key, json } => get(&dirs, &key, json),
         ConfigCommand::Set { key, value } => set(&dirs, &key, &value),
         ConfigCommand::Unset { key } => unset(&dirs, &key),
+        ConfigCommand::Schema => {
+            print!("{}", config::schema::json());
+            Ok(0)
+        }
     }
 }
 

@@ -36,7 +36,13 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         .map(|&kind| serde_json::to_value(backend::availability(kind, &sample, &options)))
         .collect::<Result<_, _>>()?;
 
-    let nono_cfg = ctx.config().backends.nono.path.clone();
+    let nono_cfg = ctx
+        .config()
+        .backends
+        .nono
+        .path
+        .as_deref()
+        .map(crate::config::expand_home);
     let tools: Vec<tools::ToolPath> = tools::ALL
         .iter()
         .map(|t| {

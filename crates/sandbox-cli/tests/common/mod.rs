@@ -28,14 +28,15 @@ pub fn skip(reason: impl std::fmt::Display) {
 /// What a test prints when the nono CLI is missing.
 pub const NONO_MISSING: &str = "nono not installed (cargo install nono-cli --no-default-features)";
 
-/// The nono CLI as the product finds it: `SANDBOX_NONO`, the path baked into this build, then
-/// the test process's `PATH` (the tests' own `PATH` is minimal, so it is passed explicitly).
+/// The nono CLI as the product finds it: `SANDBOX_NONO`, the package's (`SANDBOX_PACKAGE_NONO`,
+/// which the flake's nextest check sets), then the test process's `PATH` (the tests' own `PATH`
+/// is minimal, so it is passed explicitly).
 pub fn nono_path() -> Option<PathBuf> {
     let from_env = std::env::var_os("SANDBOX_NONO")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from);
-    let baked = option_env!("SANDBOX_NONO")
-        .filter(|p| !p.is_empty())
+    let baked = std::env::var_os("SANDBOX_PACKAGE_NONO")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from);
     let on_path = || {
         std::env::split_paths(&std::env::var_os("PATH")?)

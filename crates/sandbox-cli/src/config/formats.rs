@@ -1,0 +1,171 @@
+//! The value formats of the configuration that a plain JSON type cannot say: paths, durations,
+//! environment-variable names and ports. Each is one regular expression, used twice: the CLI
+//! validates with it (below), and `sandbox config schema` publishes it as the JSON Schema
+//! `pattern` that the Nix modules turn into `lib.types.strMatching` (nixos-modules/).
+//!
+//! So the patterns stay in the language both engines read the same way: Rust's `regex` and
+//! the POSIX extended expressions of Nix's `builtins.match`. Both match the whole string (the
+//! CLI anchors them here, Nix always does); no `\d`, no look-around, no anchors inside.
+
+use std::borrow::Cow;
+use std::sync::LazyLock;
+
+use regex::Regex;
+use schemars::{json_schema, JsonSchema, Schema, SchemaGenerator};
+
+/// A value format: its pattern and what to tell a user whose value does not match.
+pub struct Format {
+    pub pattern: &'static str,
+    pub describe: &'static str,
+    regex: LazyLock<Regex>,
+}
+
+impl Format {
+    pub fn matches(&self, value: &str) -> bool {
+        // A NUL cannot reach a Nix string, so the shared pattern need not exclude it.
+        !value.contains('\0') && self.regex.is_match(value)
+    }
+}
+
+macro_rules! format {
+    ($name:ident, $pattern:expr, $describe:expr) => {
+        pub static $name: Format = Format {
+            pattern: $pattern,
+            describe: $describe,
+            regex: LazyLock::new(|| {
+                Regex::new(concat!("^(?:", $pattern, ")$")).expect("a valid pattern")
+            }),
+        };
+    };
+}
+
+format!(
+    PATH,
+    "/.*|~|~/.*", "an absolute path or one that starts with ~/ (your home directory)"
+);
+
+// humantime's units, a number of at most nine digits each (so the sum cannot overflow), and
+// only spaces between the parts; `parse` still hands the value to humantime.
+format!(
+    DURATION,
+    "( *[0-9]{1,9} *(ns|nsec|nanos|us|usec|ms|msec|millis|s|sec|secs|second|seconds|m|min|mins|minute|minutes|h|hr|hrs|hour|hours|d|day|days|w|wk|wks|week|weeks))+ *",
+    "a duration such as 30s, 5m or 1h 30m"
+);
+
+// What a process environment can hold: anything but `=` (and NUL).
+format!(
+    ENV_NAME,
+    "[^=]+", "an environment variable name (not empty, no `=`)"
+);
+
+/// The JSON Schema of a string in `format`.
+fn string_schema(format: &Format, name: &str) -> Schema {
+    json_schema!({
+        "type": "string",
+        "format": name,
+        "pattern": format.pattern,
+        "description": format.describe,
+    })
+}
+
+/// Schema-only stand-ins, used through `#[schemars(with = …)]` on the configuration's fields:
+/// the fields keep their plain Rust types.
+pub struct PathFormat;
+pub struct DurationFormat;
+pub struct EnvNameFormat;
+/// Variable names to values (`env.set`).
+pub struct EnvMapFormat;
+/// A TCP port other than 0.
+pub struct PortFormat;
+
+impl JsonSchema for PathFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Path".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&PATH, "sandbox-path")
+    }
+}
+
+impl JsonSchema for DurationFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&DURATION, "sandbox-duration")
+    }
+}
+
+impl JsonSchema for EnvNameFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "EnvName".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&ENV_NAME, "sandbox-env-name")
+    }
+}
+
+impl JsonSchema for EnvMapFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "EnvMap".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "type": "object",
+            "propertyNames": { "pattern": ENV_NAME.pattern },
+            "additionalProperties": { "type": "string" },
+        })
+    }
+}
+
+impl JsonSchema for PortFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Port".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer", "minimum": 1, "maximum": 65535 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        for ok in ["/srv", "/", "~", "~/cache", "/a b/c"] {
+            assert!(PATH.matches(ok), "{ok}");
+        }
+        for bad in ["", "relative", "./x", "~alice/x", "/a\0b"] {
+            assert!(!PATH.matches(bad), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn every_duration_the_pattern_accepts_humantime_parses() {
+        for ok in [
+            "30s",
+            "5m",
+            "1h 30m",
+            "1h30m",
+            "2 days",
+            "999999999w",
+            " 1ms ",
+        ] {
+            assert!(DURATION.matches(ok), "{ok}");
+            humantime::parse_duration(ok).unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        for bad in ["", "soon", "30", "1M", "1.5h", "1y", "1234567890s", "-1s"] {
+            assert!(!DURATION.matches(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_names() {
+        assert!(ENV_NAME.matches("CARGO_HOME"));
+        assert!(ENV_NAME.matches("weird name"));
+        for bad in ["", "A=B", "A\0"] {
+            assert!(!ENV_NAME.matches(bad), "{bad:?}");
+        }
+    }
+}
