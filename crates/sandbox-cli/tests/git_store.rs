@@ -199,3 +199,55 @@ fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
     );
     assert_eq!(json["exitCode"], 0);
 }
+
+#[test]
+fn the_daemon_reports_the_git_store_in_the_exit_event() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    let daemon = common::daemon::Daemon::start(&f.env);
+    let mut client = daemon.client();
+    daemon
+        .create(
+            &mut client,
+            "quarantine",
+            &f.task,
+            serde_json::json!({"backend": "native"}),
+        )
+        .unwrap();
+    let reply = client
+        .call(&common::daemon::req(
+            "box.exec",
+            serde_json::json!({
+                "name": "quarantine",
+                "command": "sh",
+                "args": ["-c", "git commit -q --allow-empty -m boxed && git update-ref refs/heads/trunk HEAD; git branch made-here"],
+            }),
+        ))
+        .unwrap();
+    let exec_id = reply["execId"].as_u64().unwrap();
+    let exit = loop {
+        let event = client.next_event().unwrap();
+        if event.exec_id == Some(exec_id) && event.kind.as_deref() == Some("exit") {
+            break event;
+        }
+    };
+    let store = exit.git_store.expect("an exit event with gitStore");
+    let applied: Vec<&str> = store.applied.iter().map(|a| a.name.as_str()).collect();
+    assert_eq!(
+        applied,
+        vec!["refs/heads/feature", "refs/heads/made-here"],
+        "{store:?}"
+    );
+    assert_eq!(
+        escape::rev_parse(&f, "made-here"),
+        escape::rev_parse(&f, "feature")
+    );
+    // trunk is pinned inside, so its update failed there and never reached the layer.
+    assert_eq!(
+        escape::host_git(&f.main, &["log", "-1", "--format=%s", "trunk"]).stdout,
+        b"init\n"
+    );
+}

@@ -166,9 +166,15 @@ fn create_prints_the_path_of_a_tracked_files_only_view_and_reuses_it() {
     };
     assert_eq!(find("git_hooks")["writable"], false);
     assert_eq!(find("git_config")["writable"], false);
-    assert_eq!(find("git_objects")["writable"], true);
-    assert_eq!(find("git_refs")["writable"], true);
-    assert_eq!(find("git_logs")["writable"], true);
+    // No ref or object of the repository is writable: new ones go to the store layer.
+    assert!(mounts
+        .iter()
+        .all(|m| m["purpose"] != "git_refs" && m["purpose"] != "git_objects"));
+    assert_eq!(find("git_store_layer")["writable"], true);
+    assert_eq!(
+        find("git_store_layer")["host_path"],
+        format!("{}.git-layer", v.display())
+    );
     assert_eq!(find("worktree")["host_path"], v.to_str().unwrap());
     assert_eq!(
         find("git_worktree_admin")["host_path"],

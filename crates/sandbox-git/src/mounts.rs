@@ -1,9 +1,15 @@
 //! What a VM backend mounts for a view, as data.
 //!
-//! The git-data rule is the same for every backend: the agent may write the view, and of the
-//! repository's common git directory only `objects/`, `refs/`, `logs/` and the view's own
-//! `worktrees/<view>`; everything else there — `hooks/`, `config`, `info/`, `packed-refs`,
-//! `HEAD` — is read-only, so nothing inside the VM can plant code the host later runs.
+//! The git-data rule is the same for every backend: the agent writes the view and the view's
+//! own `worktrees/<view>`; the repository's common git directory is read-only, whole. New
+//! objects and ref updates go to the view's *git store layer*
+//! ([`View::store_layer_dir`](crate::View::store_layer_dir)): the guest mounts an overlay on
+//! the common dir with `<layer>/upper` as its writable layer and `<layer>/work` as its work
+//! dir, exactly as the native backend's private view does on the host. The host reads the
+//! layer back with [`crate::quarantine`] — objects by hash, `s/<branch>` and refs the VM
+//! creates by compare-and-swap, nothing else — and the watcher alone moves `<branch>`. So
+//! nothing inside the VM can move `<branch>`, another task's branch or a tag, replace an
+//! object, or plant code (hooks, config) the host later runs.
 //!
 //! Guest paths equal host paths: the view's `.git` file names the common directory by its
 //! absolute host path, so git inside the guest only works if the layout is the same.
@@ -22,12 +28,9 @@ pub enum MountPurpose {
     Worktree,
     /// The common git directory as a whole (read-only base under the writable overlays).
     GitCommonDir,
-    /// `objects/`: new commits' objects.
-    GitObjects,
-    /// `refs/`: the commit moves `s/<branch>`.
-    GitRefs,
-    /// `logs/`: reflogs written with each ref update.
-    GitLogs,
+    /// The git store layer: the writable layer of the guest's overlay on the common dir
+    /// (`upper/`, `work/`), which the host reads back and applies what is allowed from.
+    GitStoreLayer,
     /// `worktrees/<view>`: the view's own HEAD and index.
     GitWorktreeAdmin,
     /// `hooks/`: executable on the host, so never writable from inside.
@@ -71,9 +74,7 @@ pub fn for_view(view: &View) -> Vec<Mount> {
         Mount::new(c.clone(), false, true, GitCommonDir),
         Mount::new(c.join("hooks"), false, true, GitHooks),
         Mount::new(c.join("config"), false, false, GitConfig),
-        Mount::new(c.join("objects"), true, true, GitObjects),
-        Mount::new(c.join("refs"), true, true, GitRefs),
-        Mount::new(c.join("logs"), true, true, GitLogs),
+        Mount::new(view.store_layer_dir(), true, true, GitStoreLayer),
         Mount::new(
             c.join("worktrees").join(&view.worktree_name),
             true,

@@ -45,6 +45,14 @@ impl View {
         mounts::for_view(self)
     }
 
+    /// `<views root>/<project>/<task>-sandbox.git-layer`: the writable layer of the git store
+    /// the VM stacks over the read-only common dir (`upper/`, `work/`). See [`mounts`].
+    pub fn store_layer_dir(&self) -> PathBuf {
+        let mut name = self.view_path.as_os_str().to_os_string();
+        name.push(".git-layer");
+        PathBuf::from(name)
+    }
+
     /// `<common>/worktrees/<view>`: the view's HEAD, index and reflog.
     pub fn admin_dir(&self) -> PathBuf {
         self.common_dir.join("worktrees").join(&self.worktree_name)
@@ -339,6 +347,7 @@ impl ViewManager {
             }
         };
         ensure_mount_sources(&view.common_dir)?;
+        ensure_store_layer(&view)?;
         let sync = self.sync_of(&common, &view)?;
         Ok(Created {
             view,
@@ -518,6 +527,17 @@ impl ViewManager {
             std::fs::remove_dir_all(&admin)
                 .map_err(ViewError::io("cannot remove the worktree entry", &admin))?;
         }
+        let layer = view.store_layer_dir();
+        if layer.symlink_metadata().is_ok() {
+            use std::os::unix::fs::PermissionsExt;
+            // overlayfs leaves its work/work without permissions.
+            let _ = std::fs::set_permissions(
+                layer.join("work/work"),
+                std::fs::Permissions::from_mode(0o700),
+            );
+            std::fs::remove_dir_all(&layer)
+                .map_err(ViewError::io("cannot remove the git store layer", &layer))?;
+        }
         if let (Some(common), Some(tip)) = (&common, child_tip) {
             match common.find_branch(&view.child_branch, BranchType::Local) {
                 Ok(mut branch) => {
@@ -662,6 +682,22 @@ fn add_worktree(common: &Repository, view: &View) -> Result<(), ViewError> {
 }
 
 /// VM backends mount `logs/` and `hooks/`; git creates them lazily, a mount needs them now.
+/// The view's git store layer, private to the user (what lands there is the VM's until the
+/// host applies it).
+fn ensure_store_layer(view: &View) -> Result<(), ViewError> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = view.store_layer_dir();
+    for sub in ["upper", "work"] {
+        let p = dir.join(sub);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&p)
+            .map_err(ViewError::io("cannot create", &p))?;
+    }
+    Ok(())
+}
+
 fn ensure_mount_sources(common_dir: &Path) -> Result<(), ViewError> {
     for d in ["logs", "hooks", "refs"] {
         let p = common_dir.join(d);

@@ -304,10 +304,25 @@ pub fn enforcement(policy: &Policy, nono: &Nono) -> Result<Enforcement, HostErro
          ~/.local/state/nono), so a policy granting all of $HOME fails closed here"
             .into(),
     );
+    // Quarantining the git store needs a mount namespace nono does not build.
+    let downgrades = policy
+        .workspace
+        .git
+        .as_ref()
+        .filter(|git| git.quarantined(&policy.workspace.root, policy.unprotected_git))
+        .map(|_| {
+            "git store not quarantined (nono has no private view): the repository's objects, \
+             refs and logs are writable, so other branches and existing objects can be changed; \
+             the native backend quarantines them"
+                .to_string()
+        })
+        .into_iter()
+        .collect();
     Ok(Enforcement {
         mechanism: "nono".into(),
         enforced,
         notes,
+        downgrades,
         ..Enforcement::default()
     })
 }

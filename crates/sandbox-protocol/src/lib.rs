@@ -757,6 +757,8 @@ pub struct Incoming {
     #[serde(default)]
     pub error_message: Option<String>,
     #[serde(default)]
+    pub git_store: Option<GitStoreReport>,
+    #[serde(default)]
     pub box_id: Option<String>,
     #[serde(default)]
     pub name: Option<String>,

@@ -104,7 +104,15 @@ fn task_name_can_be_given_and_names_are_validated() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     entries.sort();
-    assert_eq!(entries, vec![".lock", "T-42-sandbox", "T-42-sandbox.json"]);
+    assert_eq!(
+        entries,
+        vec![
+            ".lock",
+            "T-42-sandbox",
+            "T-42-sandbox.git-layer",
+            "T-42-sandbox.json"
+        ]
+    );
     assert!(!f
         .views_root
         .parent()
@@ -249,6 +257,7 @@ fn remove_without_unmerged_commits_just_removes() {
     let removed = m.remove(&v, false).unwrap();
     assert_eq!(removed.dropped_commits, 0);
     assert!(!v.view_path.exists());
+    assert!(!v.store_layer_dir().exists());
     assert!(!f.git_ok(&f.main, &["rev-parse", "--verify", "-q", "s/task1"]));
     assert!(task.join("agent.txt").exists());
     // And the view can be made again afterwards.
@@ -280,15 +289,27 @@ fn vm_mounts_keep_hooks_and_config_read_only() {
             (c.clone(), false, MountPurpose::GitCommonDir),
             (c.join("hooks"), false, MountPurpose::GitHooks),
             (c.join("config"), false, MountPurpose::GitConfig),
-            (c.join("objects"), true, MountPurpose::GitObjects),
-            (c.join("refs"), true, MountPurpose::GitRefs),
-            (c.join("logs"), true, MountPurpose::GitLogs),
+            (v.store_layer_dir(), true, MountPurpose::GitStoreLayer),
             (
                 c.join("worktrees/task1-sandbox"),
                 true,
                 MountPurpose::GitWorktreeAdmin
             ),
         ]
+    );
+    // The VM writes no ref and no object of the repository: of the common dir only the
+    // view's own admin dir is writable; the rest goes to the private store layer.
+    for m in v.vm_mounts().iter().filter(|m| m.writable) {
+        assert!(
+            !m.host_path.starts_with(c) || m.host_path == v.admin_dir(),
+            "{} is writable",
+            m.host_path.display()
+        );
+    }
+    let layer = std::fs::metadata(v.store_layer_dir()).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&layer.permissions()) & 0o077,
+        0
     );
     // Nothing of the task worktree is mounted.
     assert!(v
