@@ -1,27 +1,34 @@
-//! The quarantine while a command runs: every change in the writable layer wakes a thread
-//! that syncs it, so commits reach the repository as they are made. The last sync, after
-//! every process of the run is gone, is the one that counts; the live ones only make it early.
+//! The quarantine while a command runs: a thread of its own watches the writable layer with
+//! inotify and syncs it on every change, so commits reach the repository as they are made.
+//! The last sync, after every process of the run is gone, is the one that counts; the live
+//! ones only make it early.
+//!
+//! The thread sets up its watches once the command has run for [`WATCH_AFTER`], then syncs
+//! once before waiting, so nothing written before the watches existed waits for the end. A
+//! directory created in the layer (a nested branch name) is watched as it appears.
 
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
+use std::time::Duration;
 
-use notify::{RecursiveMode, Watcher as _};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::{QuarantineError, StoreQuarantine, StoreReport};
-
-enum Wake {
-    Changed,
-    Stop,
-}
 
 /// A quarantine synced live. [`LiveQuarantine::finish`] ends it; dropping it without that
 /// removes the layer unsynced (the run never started).
 pub struct LiveQuarantine {
     store: Arc<StoreQuarantine>,
-    wake: mpsc::Sender<Wake>,
-    thread: Option<JoinHandle<()>>,
-    _watcher: Option<notify::RecommendedWatcher>,
+    /// Closing the write end wakes the thread to stop.
+    stop: Option<OwnedFd>,
+    /// The thread says here that it let go of the store. It is not joined: closing an inotify
+    /// descriptor waits for an SRCU grace period (up to 15 ms here), which nothing needs to
+    /// wait for.
+    released: Option<mpsc::Receiver<()>>,
 }
 
 impl std::fmt::Debug for LiveQuarantine {
@@ -32,53 +39,142 @@ impl std::fmt::Debug for LiveQuarantine {
     }
 }
 
+/// What a change in the layer looks like to inotify (reads are not changes).
+fn change_mask() -> AddWatchFlags {
+    AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_ONLYDIR
+}
+
+struct Watches {
+    inotify: Inotify,
+    dirs: HashMap<WatchDescriptor, PathBuf>,
+}
+
+impl Watches {
+    /// Watches `dir` and every directory below it.
+    fn add_tree(&mut self, dir: &Path) {
+        let Ok(wd) = self.inotify.add_watch(dir, change_mask()) else {
+            return;
+        };
+        self.dirs.insert(wd, dir.to_path_buf());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                self.add_tree(&entry.path());
+            }
+        }
+    }
+
+    /// Reads the pending events; watches new directories among them.
+    fn drain(&mut self) {
+        let Ok(events) = self.inotify.read_events() else {
+            return;
+        };
+        for event in events {
+            let new_dir = event.mask.contains(AddWatchFlags::IN_ISDIR)
+                && event
+                    .mask
+                    .intersects(AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO);
+            if let (true, Some(parent), Some(name)) =
+                (new_dir, self.dirs.get(&event.wd).cloned(), event.name)
+            {
+                self.add_tree(&parent.join(name));
+            }
+        }
+    }
+}
+
+fn run(store: Arc<StoreQuarantine>, stop: OwnedFd, released: mpsc::Sender<()>) {
+    let watches = watch_and_sync(&store, &stop);
+    // The store (and with it the layer's removal) goes back to the caller first; the watches
+    // close afterwards, on this thread's own time.
+    drop(store);
+    let _ = released.send(());
+    drop(watches);
+}
+
+/// How long a command runs before it is watched. A shorter one is synced once, when it ends,
+/// right away anyway; and closing an inotify descriptor waits for an SRCU grace period (up to
+/// 15 ms on the build machine), paid at the latest when the process exits — more than a
+/// short command itself takes.
+const WATCH_AFTER: Duration = Duration::from_millis(150);
+
+/// Syncs on every change until `stop` wakes it; returns the watches to be closed.
+fn watch_and_sync(store: &StoreQuarantine, stop: &OwnedFd) -> Option<Watches> {
+    let mut first = [PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
+    let wait = PollTimeout::try_from(WATCH_AFTER).unwrap_or(PollTimeout::NONE);
+    if poll(&mut first, wait).is_ok_and(|ready| ready > 0) {
+        return None;
+    }
+    let watches = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map(|inotify| {
+        let mut w = Watches {
+            inotify,
+            dirs: HashMap::new(),
+        };
+        w.add_tree(store.upper());
+        w
+    });
+    let mut watches = match watches {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(error = %e, "git quarantine: no live sync, applying at the end");
+            return None;
+        }
+    };
+    loop {
+        if let Err(e) = store.sync(false) {
+            tracing::warn!(error = %e, "git quarantine: live sync failed");
+        }
+        let mut fds = [
+            PollFd::new(watches.inotify.as_fd(), PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            continue;
+        }
+        // The stop pipe's writer closed (POLLHUP), or wrote.
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return Some(watches);
+        }
+        watches.drain();
+    }
+}
+
 impl LiveQuarantine {
-    /// Starts watching. Without a watcher (inotify exhausted) the run still works: the final
-    /// sync applies everything, only later.
+    /// Starts the live sync on a thread of its own. Without one (no threads, no inotify)
+    /// the run still works: the final sync applies everything, only later.
     pub fn start(store: StoreQuarantine) -> Self {
         let store = Arc::new(store);
-        let (wake, wakes) = mpsc::channel();
-        let notify_wake = wake.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            if event.is_ok_and(|e| !e.kind.is_access()) {
-                let _ = notify_wake.send(Wake::Changed);
-            }
-        })
-        .and_then(|mut w| {
-            w.watch(store.upper(), RecursiveMode::Recursive)?;
-            Ok(w)
-        });
-        let watcher = match watcher {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!(error = %e, "git quarantine: no live sync, applying at the end");
-                None
-            }
-        };
-        let syncing = store.clone();
-        let thread = std::thread::Builder::new()
-            .name("git-quarantine".into())
-            .spawn(move || {
-                while let Ok(Wake::Changed) = wakes.recv() {
-                    // Coalesce a burst (one commit is a dozen events) into one pass.
-                    let mut stop = false;
-                    while let Ok(next) = wakes.try_recv() {
-                        stop |= matches!(next, Wake::Stop);
-                    }
-                    if let Err(e) = syncing.sync(false) {
-                        tracing::warn!(error = %e, "git quarantine: live sync failed");
-                    }
-                    if stop {
-                        break;
+        let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+        let (released, stop) = match pipe {
+            Ok((read, write)) => {
+                let syncing = store.clone();
+                let (tx, rx) = mpsc::channel();
+                let spawned = std::thread::Builder::new()
+                    .name("git-quarantine".into())
+                    .spawn(move || run(syncing, read, tx));
+                match spawned {
+                    Ok(_) => (Some(rx), Some(write)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "git quarantine: no live sync thread");
+                        (None, None)
                     }
                 }
-            })
-            .ok();
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "git quarantine: no live sync, applying at the end");
+                (None, None)
+            }
+        };
         LiveQuarantine {
             store,
-            wake,
-            thread,
-            _watcher: watcher,
+            stop,
+            released,
         }
     }
 
@@ -89,22 +185,22 @@ impl LiveQuarantine {
     /// Call once every process of the run is gone: stops the live sync, applies what is left,
     /// and returns what was done. The layer is removed when the last reference goes.
     pub fn finish(mut self) -> Result<StoreReport, QuarantineError> {
-        self.stop();
+        self.halt();
         self.store.sync(true)?;
         Ok(self.store.report())
     }
 
-    fn stop(&mut self) {
-        self._watcher = None;
-        let _ = self.wake.send(Wake::Stop);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+    /// Stops the live sync and waits until its thread no longer uses the store.
+    fn halt(&mut self) {
+        drop(self.stop.take());
+        if let Some(released) = self.released.take() {
+            let _ = released.recv();
         }
     }
 }
 
 impl Drop for LiveQuarantine {
     fn drop(&mut self) {
-        self.stop();
+        self.halt();
     }
 }

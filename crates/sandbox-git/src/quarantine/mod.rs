@@ -223,10 +223,10 @@ impl StoreQuarantine {
         }
         let packed = refs::read_packed(&self.common.join("packed-refs"))
             .map_err(io("reading", &self.common.join("packed-refs")))?;
-        self.packed_at_start = packed.refs;
         let frozen = self.layers.snapshot.join("packed-refs");
         std::fs::write(&frozen, &packed.bytes).map_err(io("writing", &frozen))?;
-        self.start = refs::list(&self.common)?;
+        self.start = refs::list(&self.common, &packed.refs);
+        self.packed_at_start = packed.refs;
         let mut pinnable: Vec<(&String, &Option<Oid>)> = self
             .start
             .iter()
@@ -283,12 +283,17 @@ impl StoreQuarantine {
     /// applied only once the objects it names are in the store), then refs. `last`: the run
     /// is over, so what is still incomplete is reported instead of retried.
     pub fn sync(&self, last: bool) -> Result<(), QuarantineError> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let changed = refs::changed(&self.layers.upper, &self.packed_at_start);
+        // Most commands write nothing to the store: no repository open for them.
+        if changed.is_empty() && !objects::any_new(&self.layers.upper, &state) {
+            return Ok(());
+        }
         let repo = Repository::open_bare(&self.common).map_err(git("opening the repository"))?;
         let odb = repo.odb().map_err(git("opening the object store"))?;
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let scratch = self.dir.join("incoming");
         objects::import(&self.layers.upper, &odb, &scratch, &mut state, last)?;
-        for (name, wanted) in refs::changed(&self.layers.upper, &self.packed_at_start) {
+        for (name, wanted) in changed {
             self.apply(&repo, &odb, &mut state, &name, wanted, last);
         }
         Ok(())

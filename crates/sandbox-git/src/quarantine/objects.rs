@@ -88,6 +88,27 @@ pub(crate) fn import(
     Ok(())
 }
 
+/// Whether the layer holds an object or pack not handled yet.
+pub(crate) fn any_new(upper: &Path, state: &State) -> bool {
+    let Ok(fanout) = std::fs::read_dir(upper.join("objects")) else {
+        return false;
+    };
+    fanout.flatten().any(|dir| {
+        let prefix = dir.file_name().to_string_lossy().into_owned();
+        let Ok(files) = std::fs::read_dir(dir.path()) else {
+            return false;
+        };
+        files.flatten().any(|file| {
+            let name = file.file_name().to_string_lossy().into_owned();
+            match prefix.as_str() {
+                "pack" => name.ends_with(".pack") && !state.seen_packs.contains(&name),
+                "info" => false,
+                _ => !state.seen_objects.contains(&format!("{prefix}{name}")),
+            }
+        })
+    })
+}
+
 /// Inflates a loose object: `<type> <size>\0<body>`.
 fn read_loose(path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
     let compressed = read_untrusted(path, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;

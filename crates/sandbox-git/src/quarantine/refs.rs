@@ -7,8 +7,6 @@ use std::path::Path;
 
 use git2::{Oid, Repository};
 
-use super::QuarantineError;
-
 /// `packed-refs` as it was: its bytes (frozen for the sandbox) and its refs.
 pub(crate) struct Packed {
     pub bytes: Vec<u8>,
@@ -36,27 +34,49 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
     Ok(Packed { bytes, refs })
 }
 
-/// Every ref of the store (loose and packed), with its direct target (`None`: symbolic).
-pub(crate) fn list(common: &Path) -> Result<HashMap<String, Option<Oid>>, QuarantineError> {
-    let repo = Repository::open_bare(common).map_err(super::git("opening the repository"))?;
-    let mut refs = HashMap::new();
-    for reference in repo
-        .references()
-        .map_err(super::git("listing the refs"))?
-        .flatten()
-    {
-        if let Some(name) = reference.name() {
-            refs.insert(name.to_string(), reference.target());
+/// Every ref of the store (loose over packed), with its direct target (`None`: symbolic),
+/// read from the files as git lays them out: no repository open (and its config reads) on
+/// every run's start.
+pub(crate) fn list(common: &Path, packed: &HashMap<String, Oid>) -> HashMap<String, Option<Oid>> {
+    let mut refs: HashMap<String, Option<Oid>> = packed
+        .iter()
+        .map(|(name, oid)| (name.clone(), Some(*oid)))
+        .collect();
+    list_loose(&common.join("refs"), "refs", &mut refs);
+    refs
+}
+
+fn list_loose(dir: &Path, prefix: &str, refs: &mut HashMap<String, Option<Oid>>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(file) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let name = format!("{prefix}/{file}");
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => list_loose(&entry.path(), &name, refs),
+            Ok(t) if t.is_file() && !file.ends_with(".lock") => {
+                let Ok(text) = std::fs::read_to_string(entry.path()) else {
+                    continue;
+                };
+                let text = text.trim_end();
+                if text.starts_with("ref: ") {
+                    refs.insert(name, None);
+                } else if let Ok(oid) = Oid::from_str(text) {
+                    refs.insert(name, Some(oid));
+                }
+            }
+            _ => {}
         }
     }
-    Ok(refs)
 }
 
 /// Where a symbolic ref points (`refs/remotes/origin/HEAD`).
 pub(crate) fn symbolic_target(common: &Path, name: &str) -> Option<String> {
-    let repo = Repository::open_bare(common).ok()?;
-    let reference = repo.find_reference(name).ok()?;
-    reference.symbolic_target().map(str::to_string)
+    let text = std::fs::read_to_string(common.join(name)).ok()?;
+    text.trim_end().strip_prefix("ref: ").map(str::to_string)
 }
 
 /// What the sandbox set a ref to, as read from its layer.

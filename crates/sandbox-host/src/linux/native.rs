@@ -279,7 +279,12 @@ impl NativeSandbox {
             ViewSupport::Available => {
                 let private = private?;
                 let staging = private.join("view");
-                let store_dir = private.join("git-store");
+                // The quarantine's layers are made and removed on every run: keep them in
+                // memory where this machine allows (see `privdir::memory_scratch`).
+                let scratch =
+                    crate::privdir::memory_scratch(&private, &|dir| !policy.is_writable(dir))
+                        .unwrap_or_else(|| private.clone());
+                let store_dir = scratch.join("git-store");
                 for dir in [&staging, &store_dir] {
                     if policy.is_writable(dir) {
                         return Err(HostError::PrivateDirWritable { path: dir.clone() });
