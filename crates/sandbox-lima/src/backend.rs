@@ -296,6 +296,7 @@ fn prepare(
     });
     let project = settings.project(&view)?;
     project.vm.ensure_running(&project.yaml, &mut sink)?;
+    sink(VmEvent::Step { step: "launching" });
     let layout = project
         .layouts
         .iter()
@@ -306,6 +307,7 @@ fn prepare(
         .ok()
         .flatten()
         .map(|d| d.layout);
+    sink(VmEvent::Done { step: "launching" });
     Ok(LimaSession {
         enforcement: enforcement(Some(&project.vm.instance)),
         vm: project.vm,

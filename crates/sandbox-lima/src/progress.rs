@@ -6,13 +6,14 @@
 
 use serde::Deserialize;
 
-/// The named steps of bringing a VM up, in order.
+/// The named steps of bringing a VM up, in the order Lima logs them (`Starting the instance`
+/// comes before the image is fetched: `StartWithPaths` logs it, then calls `Prepare`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum VmStep {
     Check,
     Create,
-    Download,
     Start,
+    Download,
     Ssh,
     Provision,
     Launch,

@@ -381,7 +381,7 @@ impl Vm {
     /// Lima does not fail `start` when a provisioning script fails: the sentinel the script
     /// writes last must hold this script's hash.
     pub fn check_provisioned(&self, want: &LimaYaml, sink: Sink<'_>) -> Result<(), LimaError> {
-        let step = VmStep::Provision.name();
+        let step = "checking provisioning";
         sink(VmEvent::Step { step });
         let expected = want
             .provision

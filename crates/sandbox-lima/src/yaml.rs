@@ -44,6 +44,7 @@ pub struct Containerd {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Ssh {
+    #[serde(rename = "loadDotSSHPubKeys")]
     pub load_dot_ssh_pub_keys: bool,
     pub forward_agent: bool,
     #[serde(rename = "forwardX11")]
