@@ -403,6 +403,7 @@ pub fn command_argv(
 /// task worktree; the view root when it lies outside).
 pub fn view_dir(task_root: &Path, view_path: &Path, cwd: &Path) -> PathBuf {
     match cwd.strip_prefix(task_root) {
+        Ok(rel) if rel.as_os_str().is_empty() => view_path.to_path_buf(),
         Ok(rel) => view_path.join(rel),
         Err(_) => view_path.to_path_buf(),
     }

@@ -214,9 +214,8 @@ impl Limactl {
 
     /// The version of this `limactl`, refused when older than [`crate::MIN_LIMA_VERSION`].
     pub fn check_version(&self) -> Result<String, LimaError> {
-        let out = Command::new(&self.path)
-            .arg("--version")
-            .stdin(Stdio::null())
+        let out = self
+            .command(&self.version_argv())
             .output()
             .map_err(|source| LimaError::Spawn {
                 program: self.path.clone(),

@@ -6,3 +6,4 @@ mod common;
 mod contract;
 mod real;
 mod standin;
+mod store;
