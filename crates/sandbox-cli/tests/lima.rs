@@ -42,7 +42,17 @@ impl Lima {
         git(&main, &["add", "."]);
         git(&main, &["commit", "-qm", "initial"]);
         let task = base.join("app-task");
-        git(&main, &["worktree", "add", "-q", task.to_str().unwrap(), "-b", "task"]);
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "task",
+            ],
+        );
         let standin = base.join("standin");
         std::fs::create_dir_all(&standin).unwrap();
         let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-lima/tests/fixtures");
@@ -51,8 +61,18 @@ impl Lima {
             .replace("@DIR@", &format!("'{}'", standin.display()));
         std::fs::write(standin.join("limactl"), script).unwrap();
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(standin.join("limactl"), std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert!(Command::new("cp").arg("-r").arg(fixtures.join("playback")).arg(standin.join("playback")).status().unwrap().success());
+        std::fs::set_permissions(
+            standin.join("limactl"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        assert!(Command::new("cp")
+            .arg("-r")
+            .arg(fixtures.join("playback"))
+            .arg(standin.join("playback"))
+            .status()
+            .unwrap()
+            .success());
         Lima { env, standin, task }
     }
 
@@ -73,7 +93,11 @@ impl Lima {
 fn run_creates_the_vm_and_passes_the_exit_code_through() {
     let l = Lima::new();
     std::fs::write(l.standin.join("shell-exit"), "7").unwrap();
-    let out = l.cmd().args(["run", "--backend", "lima", "--", "make", "test"]).output().unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "make", "test"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(7), "{}", text(&out));
     let calls = l.calls();
     let home = format!("LIMA_HOME={}", l.env.path().join("lh").display());
@@ -82,30 +106,53 @@ fn run_creates_the_vm_and_passes_the_exit_code_through() {
     assert!(calls.contains(" start sbx-app-"), "{calls}");
     // The command: limactl shell --workdir <view> <instance> -- enter <id> <view> env … make test.
     let last = calls.lines().last().unwrap();
-    let view = l.env.path().join("home/.local/share/sandbox/views/app/app-task-sandbox");
+    let view = l
+        .env
+        .path()
+        .join("home/.local/share/sandbox/views/app/app-task-sandbox");
     let view = std::fs::canonicalize(view).unwrap();
-    assert!(last.contains(&format!("shell --workdir {}", view.display())), "{last}");
+    assert!(
+        last.contains(&format!("shell --workdir {}", view.display())),
+        "{last}"
+    );
     assert!(last.contains("/run/sandbox-lima/enter"), "{last}");
-    assert!(last.ends_with(" SANDBOX_BACKEND=lima SANDBOX_TASK=app-task make test"), "{last}");
+    assert!(
+        last.ends_with(" SANDBOX_BACKEND=lima SANDBOX_TASK=app-task make test"),
+        "{last}"
+    );
     assert!(!last.contains("SANDBOX_HOST_TOKEN"), "{last}");
 
     // The second run reuses the running VM: no create, no start.
     std::fs::remove_file(l.standin.join("calls")).unwrap();
     std::fs::write(l.standin.join("shell-exit"), "0").unwrap();
-    let out = l.cmd().args(["run", "--backend", "lima", "--", "true"]).output().unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let calls = l.calls();
-    assert!(!calls.contains(" create ") && !calls.contains(" start "), "{calls}");
+    assert!(
+        !calls.contains(" create ") && !calls.contains(" start "),
+        "{calls}"
+    );
 }
 
 #[test]
 fn a_failed_boot_is_125_and_names_the_step_and_log() {
     let l = Lima::new();
     std::fs::write(l.standin.join("mode.start"), "download-fails").unwrap();
-    let out = l.cmd().args(["run", "--backend", "lima", "--", "true"]).output().unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125), "{}", text(&out));
     let t = text(&out);
-    assert!(t.contains("could not be downloaded") && t.contains("ha.stderr.log"), "{t}");
+    assert!(
+        t.contains("could not be downloaded") && t.contains("ha.stderr.log"),
+        "{t}"
+    );
     // Nothing ran in the VM.
     assert!(!l.calls().contains("/run/sandbox-lima/enter"));
 }
@@ -140,8 +187,23 @@ fn lifecycle_commands_and_config() {
         .filter(|l| l.starts_with("{\"event\":\"step\""))
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let names: Vec<&str> = steps.iter().filter(|s| s["step"]["state"] == "started").map(|s| s["step"]["step"].as_str().unwrap()).collect();
-    assert_eq!(names, vec!["creating the VM", "starting the VM", "downloading the image", "connecting over SSH", "provisioning", "checking provisioning"], "{stdout}");
+    let names: Vec<&str> = steps
+        .iter()
+        .filter(|s| s["step"]["state"] == "started")
+        .map(|s| s["step"]["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "creating the VM",
+            "starting the VM",
+            "downloading the image",
+            "connecting over SSH",
+            "provisioning",
+            "checking provisioning"
+        ],
+        "{stdout}"
+    );
 
     let out = l.cmd().args(["lima", "config"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -149,20 +211,46 @@ fn lifecycle_commands_and_config() {
 
     // --edit validates before saving: a mount is refused and the file is not written.
     let editor = l.env.path().join("editor.sh");
-    std::fs::write(&editor, "#!/bin/sh\nprintf 'mounts:\\n- location: \"~\"\\n' >\"$1\"\n").unwrap();
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'mounts:\\n- location: \"~\"\\n' >\"$1\"\n",
+    )
+    .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = l.cmd().env("EDITOR", &editor).args(["lima", "config", "--edit"]).output().unwrap();
+    let out = l
+        .cmd()
+        .env("EDITOR", &editor)
+        .args(["lima", "config", "--edit"])
+        .output()
+        .unwrap();
     assert_ne!(out.status.code(), Some(0));
     assert!(text(&out).contains("nothing saved"), "{}", text(&out));
     std::fs::write(&editor, "#!/bin/sh\nprintf 'vmType: vz\\n' >\"$1\"\n").unwrap();
-    let out = l.cmd().env("EDITOR", &editor).args(["lima", "config", "--edit"]).output().unwrap();
+    let out = l
+        .cmd()
+        .env("EDITOR", &editor)
+        .args(["lima", "config", "--edit"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(text(&out).contains("needs `sandbox lima recreate`"), "{}", text(&out));
+    assert!(
+        text(&out).contains("needs `sandbox lima recreate`"),
+        "{}",
+        text(&out)
+    );
 
     let out = l.cmd().args(["lima", "recreate"]).output().unwrap();
-    assert_ne!(out.status.code(), Some(0), "recreate without --yes and no terminal must not proceed");
-    let out = l.cmd().args(["lima", "recreate", "--yes"]).output().unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "recreate without --yes and no terminal must not proceed"
+    );
+    let out = l
+        .cmd()
+        .args(["lima", "recreate", "--yes"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let out = l.cmd().args(["lima", "stop"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));

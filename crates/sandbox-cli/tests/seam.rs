@@ -324,7 +324,8 @@ fn a_grant_inside_a_trusted_place_is_refused_by_run_and_box_create() {
 #[test]
 fn backends_this_build_lacks_are_refused_not_remembered() {
     let f = Fixture::new();
-    for backend in ["boxlite"] {
+    {
+        let backend = "boxlite";
         let out = f
             .env
             .cmd()

@@ -14,7 +14,17 @@ use crate::common::{git, Repo};
 fn commit_into(repo: &Repo, child: &str, upper: &Path, message: &str) -> String {
     let scratch = repo.base.join("scratch");
     if !scratch.exists() {
-        git(&repo.base, &["clone", "-q", "-b", child, repo.main.to_str().unwrap(), scratch.to_str().unwrap()]);
+        git(
+            &repo.base,
+            &[
+                "clone",
+                "-q",
+                "-b",
+                child,
+                repo.main.to_str().unwrap(),
+                scratch.to_str().unwrap(),
+            ],
+        );
     }
     std::fs::write(scratch.join("file"), message).unwrap();
     git(&scratch, &["add", "file"]);
@@ -67,7 +77,11 @@ fn vm_commits_reach_the_child_branch_and_the_watcher_moves_the_task_branch() {
     q.sync(true).unwrap();
     let report = q.report();
     assert_eq!(git(&repo.main, &["rev-parse", &child]), c1);
-    assert_eq!(git(&repo.main, &["rev-parse", "main"]), before_main, "main must not move");
+    assert_eq!(
+        git(&repo.main, &["rev-parse", "main"]),
+        before_main,
+        "main must not move"
+    );
     assert_eq!(report.refused.len(), 1, "{report:?}");
     drop(q);
     // The layer is the VM's and persists; the host's scratch is gone.
@@ -76,7 +90,12 @@ fn vm_commits_reach_the_child_branch_and_the_watcher_moves_the_task_branch() {
     // The watcher fast-forwards <branch> (`task`) to s/task.
     let deadline = Instant::now() + Duration::from_secs(30);
     while git(&repo.main, &["rev-parse", &view.branch_ref()]) != c1 {
-        assert!(Instant::now() < deadline, "the watcher did not move {}: {:?}", view.branch, rx.try_iter().collect::<Vec<_>>());
+        assert!(
+            Instant::now() < deadline,
+            "the watcher did not move {}: {:?}",
+            view.branch,
+            rx.try_iter().collect::<Vec<_>>()
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -84,7 +103,11 @@ fn vm_commits_reach_the_child_branch_and_the_watcher_moves_the_task_branch() {
     // commit is applied.
     let q = StoreQuarantine::attach(&view.common_dir, Some(&child), &layer, &private).unwrap();
     q.sync(false).unwrap();
-    assert!(q.report().applied.is_empty() && q.report().refused.len() == 1, "{:?}", q.report());
+    assert!(
+        q.report().applied.is_empty() && q.report().refused.len() == 1,
+        "{:?}",
+        q.report()
+    );
     let c2 = commit_into(&repo, &view.child_branch, &upper, "two");
     write_ref(&upper, &child, &c2);
     q.sync(true).unwrap();
@@ -99,6 +122,12 @@ fn a_link_planted_in_place_of_the_layer_is_refused() {
     let layer = view.store_layer_dir();
     std::fs::remove_dir_all(layer.join("upper")).unwrap();
     std::os::unix::fs::symlink(&view.common_dir, layer.join("upper")).unwrap();
-    let err = StoreQuarantine::attach(&view.common_dir, Some(&view.child_ref()), &layer, &repo.base.join("p")).unwrap_err();
+    let err = StoreQuarantine::attach(
+        &view.common_dir,
+        Some(&view.child_ref()),
+        &layer,
+        &repo.base.join("p"),
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");
 }
