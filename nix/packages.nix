@@ -57,10 +57,13 @@ let
   };
 
   # The tools some backend uses, by the variable the CLI reads them from
-  # (crates/sandbox-cli/src/tools.rs). Only nono today: the Lima and BoxLite backends bring
-  # limactl, mke2fs and the guest images with them when they land.
+  # (crates/sandbox-cli/src/tools.rs): nono, and Lima's limactl (the Lima backend falls back to
+  # Ubuntu 24.04 until the NixOS guest image is wired in as SANDBOX_PACKAGE_LIMA_IMAGE, which
+  # would make every build of the CLI build a disk image). BoxLite brings mke2fs when it lands.
   toolPaths = {
     SANDBOX_PACKAGE_NONO = lib.getExe' nono "nono";
+  } // lib.optionalAttrs (pkgs ? lima) {
+    SANDBOX_PACKAGE_LIMACTL = lib.getExe' pkgs.lima "limactl";
   };
 
   # `--set-default`: a value already in the environment wins, so a package that wraps this

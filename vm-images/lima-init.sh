@@ -17,6 +17,41 @@ load_env() {
 load_env "$cidata/lima.env"
 if [ -f "$cidata/param.env" ]; then load_env "$cidata/param.env"; fi
 
+# Older limactl versions do not put LIMA_CIDATA_IID in lima.env: the instance id is then the
+# `instance-id:` of cloud-init's meta-data (nixos-lima does the same).
+iid=${LIMA_CIDATA_IID:-}
+if [ -z "$iid" ]; then
+  iid=$(awk -F': *' '$1 == "instance-id" { print $2; exit }' "$cidata/meta-data")
+  if [ -z "$iid" ]; then
+    echo "sandbox-lima-init: no instance id in lima.env or meta-data" >&2
+    exit 1
+  fi
+fi
+
+# Lima features this image does not implement fail the boot loudly instead of being ignored:
+# a guest that silently lacks a mount type or a provisioning mode is not what was asked for.
+unsupported() {
+  echo "sandbox-lima-init: unsupported Lima feature: $1 (this NixOS image implements 9p and virtiofs mounts and system/user provisioning)" >&2
+  status=1
+}
+for dir in "$cidata"/provision.*; do
+  [ -e "$dir" ] || continue
+  case ${dir##*/} in
+    provision.system | provision.user) ;;
+    *) unsupported "provisioning mode ${dir##*/provision.}" ;;
+  esac
+done
+# lima.env sets these to 1 (or leaves them empty) as the instance's YAML asks.
+if [ "${LIMA_CIDATA_CONTAINERD_SYSTEM:-}" = 1 ] || [ "${LIMA_CIDATA_CONTAINERD_USER:-}" = 1 ]; then
+  unsupported "containerd"
+fi
+if [ "${LIMA_CIDATA_UPGRADE_PACKAGES:-}" = 1 ]; then unsupported "upgradePackages"; fi
+if [ "${LIMA_CIDATA_ROSETTA_ENABLED:-}" = true ] || [ "${LIMA_CIDATA_ROSETTA_ENABLED:-}" = 1 ]; then
+  unsupported "rosetta"
+fi
+if [ "${LIMA_CIDATA_DISKS:-0}" != 0 ]; then unsupported "additionalDisks"; fi
+if env | grep -q '^LIMA_CIDATA_\(DATAFILE\|YQ_PROVISION\)_'; then unsupported "provisioning modes data and yq"; fi
+
 user=$LIMA_CIDATA_USER
 home=$LIMA_CIDATA_HOME
 shell=${LIMA_CIDATA_SHELL:-/bin/bash}
@@ -60,6 +95,10 @@ mounts=$(awk '
 ' "$cidata/user-data")
 while IFS=$'\t' read -r tag mountpoint fstype options; do
   [ -n "$tag" ] || continue
+  case $fstype in
+    9p | virtiofs) ;;
+    *) unsupported "mount type $fstype ($mountpoint)"; continue ;;
+  esac
   mkdir -p "$mountpoint"
   if mountpoint -q "$mountpoint"; then continue; fi
   if ! mount -t "$fstype" -o "$options" "$tag" "$mountpoint"; then
@@ -91,8 +130,8 @@ if [ -d "$cidata/provision.user" ]; then
 fi
 
 # 5. Tell the host agent (it compares the instance id, which changes on every boot).
-echo "$LIMA_CIDATA_IID" >/run/lima-ssh-ready
+echo "$iid" >/run/lima-ssh-ready
 if [ "$status" = 0 ]; then
-  echo "$LIMA_CIDATA_IID" >/run/lima-boot-done
+  echo "$iid" >/run/lima-boot-done
 fi
 exit "$status"

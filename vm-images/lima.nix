@@ -16,7 +16,13 @@
     ++ lib.optional pkgs.stdenv.hostPlatform.isx86_64 "console=ttyS0,115200"
     ++ lib.optional pkgs.stdenv.hostPlatform.isAarch64 "console=ttyAMA0,115200";
 
-  environment.systemPackages = with pkgs; [ bashInteractive coreutils git ];
+  # git for the agent; util-linux (unshare, nsenter, setpriv, findmnt) and sudo for the
+  # sandbox backend's provisioning script and its `enter` helper (crates/sandbox-lima).
+  environment.systemPackages = with pkgs; [ bashInteractive coreutils git util-linux gawk ];
+
+  # Every terminal and hook is one SSH session on Lima's shared connection (the backend's
+  # provisioning checks this and would otherwise fail: /etc/ssh is not writable on NixOS).
+  services.openssh.settings.MaxSessions = 128;
 
   systemd.tmpfiles.rules = [
     # Lima's default login shell is /bin/bash; NixOS only has /bin/sh.

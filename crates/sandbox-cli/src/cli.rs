@@ -58,6 +58,22 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// reports divergence instead of overwriting anything. See docs/views.md.
     #[command(subcommand)]
     View(crate::commands::view::ViewCommand),
+    /// Manage the project's Lima VM: status, create, start, stop, recreate, delete, console,
+    /// and its configuration.
+    ///
+    /// The Lima backend (`--backend lima`) runs each task's commands in one VM per project,
+    /// in the task's sandbox view, through `limactl shell`. The VM is created on the first
+    /// sandboxed spawn; these commands manage it by hand. They act on the project of the
+    /// current directory (or -C DIR).
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  sandbox lima status\n  sandbox lima config\n  \
+sandbox lima config --edit        # cpus, memory, disk, image; validated before saving\n  \
+sandbox lima recreate --yes\n  sandbox lima console\n\n\
+The VM's LIMA_HOME is private (SANDBOX_LIMA_HOME, default ~/.sandbox-lima); limactl is \
+found through SANDBOX_LIMACTL, the package's limactl, then PATH (`sandbox doctor` shows which)."
+    )]
+    Lima(crate::commands::lima::LimaCommand),
     /// Read and change your configuration ($XDG_CONFIG_HOME/sandbox/config.yaml).
     #[command(
         subcommand,
@@ -103,7 +119,8 @@ pub struct SandboxArgs {
     pub workdir: Option<PathBuf>,
 
     /// The isolation backend: native (Landlock+seccomp on Linux, Seatbelt on macOS; also
-    /// `landlock`/`seatbelt`), nono (the nono CLI with a manifest of this policy), custom
+    /// `landlock`/`seatbelt`), nono (the nono CLI with a manifest of this policy), lima (the
+    /// project's Lima VM, on a sandbox view of the task: `sandbox lima --help`), custom
     /// (your launcher, `backends.custom.command`), host (none: explicit opt-out). Default: what
     /// `sandbox use` chose for this worktree, else `backend` in the config, else native.
     #[arg(long, value_name = "NAME")]

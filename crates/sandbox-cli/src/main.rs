@@ -104,6 +104,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         }
         // No Context: `config` must work to repair a configuration that does not parse.
         Command::Config(cmd) => commands::config::run(cmd),
+        Command::Lima(cmd) => {
+            let ctx = Context::load()?;
+            commands::lima::run(cmd, &ctx)
+        }
         Command::Serve(args) => {
             let ctx = Context::load()?;
             commands::serve::run(args, &ctx)

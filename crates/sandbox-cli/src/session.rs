@@ -135,9 +135,33 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
                 source: ctx.loaded.custom_command_source.clone(),
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
+        lima: wants(BackendKind::Lima).then(|| {
+            sandbox_host::backend::ExternalBackend(std::sync::Arc::new(sandbox_lima::LimaBackend {
+                settings: lima_settings(ctx),
+            }))
+        }),
         trusted: trusted_places(&ctx.dirs),
         allow_unix_sockets: config.backends.native.allow_unix_sockets,
         ..BackendOptions::default()
+    }
+}
+
+/// The Lima backend's trusted settings: `limactl` (`SANDBOX_LIMACTL`, the package's, `PATH`),
+/// the private `LIMA_HOME` (`SANDBOX_LIMA_HOME`, else `~/.sandbox-lima`: short, for Lima's
+/// socket paths), the views root, the flake's NixOS image, the per-project overrides.
+pub fn lima_settings(ctx: &Context) -> sandbox_lima::LimaSettings {
+    let home = std::env::var_os("SANDBOX_LIMA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| expand_home(Path::new("~/.sandbox-lima")));
+    sandbox_lima::LimaSettings {
+        limactl: crate::tools::LIMACTL.resolve(None).path,
+        home,
+        views_root: crate::commands::view::views_root(ctx),
+        runtime_dir: ctx.dirs.runtime.clone(),
+        nix_image: crate::tools::LIMA_IMAGE.resolve(None).path,
+        overrides_dir: ctx.dirs.user_config.join("lima"),
+        private_dir: ctx.dirs.runtime.clone(),
     }
 }
 
@@ -290,8 +314,14 @@ impl Session {
             allow_degraded,
             ..self.options.clone()
         };
-        let session = backend::prepare(self.kind, &self.policy, &options, &LogProgress)
-            .map_err(setup_error)?;
+        let session = if self.kind == BackendKind::Lima {
+            // A VM's first spawn takes minutes: each step is shown as it happens.
+            let progress = crate::commands::lima::TermProgress::new(false);
+            backend::prepare(self.kind, &self.policy, &options, &progress)
+        } else {
+            backend::prepare(self.kind, &self.policy, &options, &LogProgress)
+        }
+        .map_err(setup_error)?;
         // A layer this machine cannot give is never dropped silently.
         for downgrade in &session.enforcement().downgrades {
             eprintln!("sandbox: notice: {}: {downgrade}", self.kind);

@@ -28,14 +28,20 @@ pub enum HostError {
 
     #[error(
         "{backend}: this build does not include the {backend} backend yet; `sandbox doctor` \
-         lists the backends it has{}",
-        if *.backend == BackendKind::Lima {
-            " (`sandbox view create` prepares the sandbox view a VM would use)"
-        } else {
-            ""
-        }
+         lists the backends it has"
     )]
     NotInBuild { backend: BackendKind },
+
+    #[error("{backend}: the backend was not set up by this program (no settings for it)")]
+    NotConfigured { backend: BackendKind },
+
+    /// A backend implemented in its own crate (Lima) failed; its message names the step and
+    /// the log to read.
+    #[error("{message}")]
+    External {
+        backend: BackendKind,
+        message: String,
+    },
 
     #[error(
         "{backend}: cannot enforce a domain allow-list ({}); only the nono backend filters by \

@@ -3,6 +3,7 @@
 pub mod config;
 pub mod doctor;
 pub mod hook;
+pub mod lima;
 pub mod policy;
 pub mod ps;
 pub mod run;

@@ -156,20 +156,23 @@ pub fn run(cmd: ViewCommand, ctx: &Context) -> anyhow::Result<i32> {
     }
 }
 
-fn manager(ctx: &Context) -> anyhow::Result<ViewManager> {
-    let root = match &ctx.config().views.root {
-        Some(r) => {
-            let r = crate::config::expand_home(r);
-            if !r.is_absolute() {
-                anyhow::bail!(
-                    "config key views.root: {} is not an absolute path; set it to an absolute path or one starting with ~/",
-                    r.display()
-                );
-            }
-            r
-        }
+/// The views root: `views.root`, else `$XDG_DATA_HOME/sandbox/views` (a relative
+/// `views.root` is refused by [`manager`]).
+pub fn views_root(ctx: &Context) -> std::path::PathBuf {
+    match &ctx.config().views.root {
+        Some(r) => crate::config::expand_home(r),
         None => ctx.dirs.data.join("views"),
-    };
+    }
+}
+
+fn manager(ctx: &Context) -> anyhow::Result<ViewManager> {
+    let root = views_root(ctx);
+    if !root.is_absolute() {
+        anyhow::bail!(
+            "config key views.root: {} is not an absolute path; set it to an absolute path or one starting with ~/",
+            root.display()
+        );
+    }
     Ok(ViewManager::new(root).with_runtime_dir(&ctx.dirs.runtime))
 }
 

@@ -213,6 +213,65 @@ impl StoreQuarantine {
         quarantine.lay_out()
     }
 
+    /// Attaches to a *persistent* writable layer that something else stacks (a VM view's git
+    /// store layer, [`crate::View::store_layer_dir`]): `layer/upper` is read back, `layer/work`
+    /// is the overlay's. The host's own scratch space is a new run directory under `parent`
+    /// (private, removed on drop); the layer itself is kept. Refs already applied by an
+    /// earlier run read as unchanged, since the host holds the same value now.
+    pub fn attach(
+        common: &Path,
+        task_branch: Option<&str>,
+        layer: &Path,
+        parent: &Path,
+    ) -> Result<Self, QuarantineError> {
+        let upper = layer.join("upper");
+        // The layer is writable from inside: never follow a link planted in place of it.
+        for dir in [layer, upper.as_path()] {
+            match dir.symlink_metadata() {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    return Err(QuarantineError::Io {
+                        what: "refusing a layer that is not a directory",
+                        path: dir.to_path_buf(),
+                        source: std::io::Error::other("not a directory"),
+                    })
+                }
+                Err(e) => return Err(io("reading", dir)(e)),
+            }
+        }
+        remove_abandoned(parent);
+        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{}-", std::process::id()))
+            .tempdir_in(parent)
+            .map_err(io("creating a run directory in", parent))?
+            .keep();
+        let mut quarantine = StoreQuarantine {
+            common: common.to_path_buf(),
+            layers: Layers {
+                upper,
+                work: layer.join("work"),
+                snapshot: dir.join("snapshot"),
+                pinned_refs: Vec::new(),
+                unpinned_refs: 0,
+            },
+            dir,
+            task_branch: task_branch.map(str::to_string),
+            start: HashMap::new(),
+            packed_at_start: HashMap::new(),
+            state: Mutex::new(State::default()),
+        };
+        for sub in UPPER_SKELETON {
+            let d = quarantine.layers.upper.join(sub);
+            std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
+        }
+        quarantine.packed_at_start = refs::read_packed(&common.join("packed-refs"))
+            .map_err(io("reading", &common.join("packed-refs")))?
+            .refs;
+        quarantine.start = refs::list(common)?;
+        Ok(quarantine)
+    }
+
     fn lay_out(mut self) -> Result<Self, QuarantineError> {
         for dir in [&self.layers.work, &self.layers.snapshot] {
             std::fs::create_dir(dir).map_err(io("creating", dir))?;

@@ -150,6 +150,13 @@ impl Finished {
 }
 
 impl PreparedCommand {
+    /// A command of a backend implemented outside this crate (Lima): `spec` is what runs on
+    /// the host (`limactl shell …`), judged plainly; `git` is the layout whose pointers are
+    /// checked afterwards.
+    pub fn external(kind: BackendKind, spec: CommandSpec, git: Option<GitLayout>) -> Self {
+        Self::new(kind, spec, None, CommandJudge::Plain, git)
+    }
+
     pub(crate) fn new(
         kind: BackendKind,
         spec: CommandSpec,
@@ -169,13 +176,13 @@ impl PreparedCommand {
     }
 
     /// Gives the command its git store quarantine, finished in [`Self::finish`].
-    pub(crate) fn with_store(mut self, store: Option<LiveQuarantine>) -> Self {
+    pub fn with_store(mut self, store: Option<LiveQuarantine>) -> Self {
         self.store = store;
         self
     }
 
     /// Keeps `value` (a private file, a session's manifest) alive until [`Self::finish`].
-    pub(crate) fn keeping(mut self, value: Arc<dyn Send + Sync>) -> Self {
+    pub fn keeping(mut self, value: Arc<dyn Send + Sync>) -> Self {
         self.keep.push(value);
         self
     }

@@ -89,10 +89,10 @@ impl BackendKind {
         }
     }
 
-    /// Whether this build carries the backend at all. Lima and BoxLite are not built yet:
-    /// they are known names (so `doctor` can say what they need) but cannot be chosen.
+    /// Whether this build carries the backend at all. BoxLite is not built yet: it is a
+    /// known name (so `doctor` can say what it needs) but cannot be chosen.
     pub fn in_build(self) -> bool {
-        !matches!(self, BackendKind::Lima | BackendKind::Boxlite)
+        !matches!(self, BackendKind::Boxlite)
     }
 
     /// Parses a name, accepting this platform's name for the native backend.
@@ -162,6 +162,33 @@ pub struct BackendOptions {
     /// The places no grant may reach (configuration, remembered choices, the daemon's
     /// token); checked by [`check_policy`] for every backend but `host`.
     pub trusted: TrustedPlaces,
+    /// The Lima backend, opened by its own crate (`sandbox-lima`, which builds on this
+    /// seam) with the CLI's trusted settings; `None`: not configured here.
+    pub lima: Option<ExternalBackend>,
+}
+
+/// A backend implemented outside this crate, handed to [`open`] through [`BackendOptions`].
+#[derive(Clone)]
+pub struct ExternalBackend(pub Arc<dyn Backend>);
+
+impl std::fmt::Debug for ExternalBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExternalBackend")
+    }
+}
+
+impl Backend for ExternalBackend {
+    fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
+        self.0.enforcement(policy)
+    }
+
+    fn prepare(
+        &self,
+        policy: &Policy,
+        progress: &dyn Progress,
+    ) -> Result<Arc<dyn BackendSession>, HostError> {
+        self.0.prepare(policy, progress)
+    }
 }
 
 impl BackendOptions {
@@ -267,9 +294,11 @@ pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Box<dyn Backe
         BackendKind::Custom => Box::new(custom::CustomBackend {
             options: options.clone(),
         }),
-        BackendKind::Lima | BackendKind::Boxlite => {
-            return Err(HostError::NotInBuild { backend: kind })
-        }
+        BackendKind::Lima => match &options.lima {
+            Some(lima) => Box::new(lima.clone()),
+            None => return Err(HostError::NotConfigured { backend: kind }),
+        },
+        BackendKind::Boxlite => return Err(HostError::NotInBuild { backend: kind }),
     };
     Ok(backend)
 }

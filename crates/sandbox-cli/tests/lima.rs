@@ -1,0 +1,260 @@
+//! `sandbox run --backend lima` and `sandbox lima …` end to end, against the `limactl`
+//! stand-in of sandbox-lima's tests (it records argv and LIMA_HOME and plays back Lima's real
+//! output): the view, the VM's lifecycle, the command line and the exit code pass-through.
+//! A booted VM cannot be had here (DESIGN §5); sandbox-lima's `real` tests run one where it can.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{text, Env};
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "T")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "T")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+}
+
+struct Lima {
+    env: Env,
+    standin: PathBuf,
+    task: PathBuf,
+}
+
+impl Lima {
+    fn new() -> Self {
+        let env = Env::new();
+        let base = std::fs::canonicalize(env.path()).unwrap();
+        let main = base.join("app");
+        std::fs::create_dir_all(&main).unwrap();
+        git(&main, &["init", "-q", "-b", "main"]);
+        std::fs::write(main.join("README.md"), "hi\n").unwrap();
+        git(&main, &["add", "."]);
+        git(&main, &["commit", "-qm", "initial"]);
+        let task = base.join("app-task");
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "task",
+            ],
+        );
+        let standin = base.join("standin");
+        std::fs::create_dir_all(&standin).unwrap();
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-lima/tests/fixtures");
+        let script = std::fs::read_to_string(fixtures.join("limactl-standin.sh"))
+            .unwrap()
+            .replace("@DIR@", &format!("'{}'", standin.display()));
+        std::fs::write(standin.join("limactl"), script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            standin.join("limactl"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        assert!(Command::new("cp")
+            .arg("-r")
+            .arg(fixtures.join("playback"))
+            .arg(standin.join("playback"))
+            .status()
+            .unwrap()
+            .success());
+        Lima { env, standin, task }
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = self.env.cmd();
+        c.env("SANDBOX_LIMACTL", self.standin.join("limactl"))
+            .env("SANDBOX_LIMA_HOME", self.env.path().join("lh"))
+            .current_dir(&self.task);
+        c
+    }
+
+    fn calls(&self) -> String {
+        std::fs::read_to_string(self.standin.join("calls")).unwrap_or_default()
+    }
+}
+
+#[test]
+fn run_creates_the_vm_and_passes_the_exit_code_through() {
+    let l = Lima::new();
+    std::fs::write(l.standin.join("shell-exit"), "7").unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "make", "test"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", text(&out));
+    let calls = l.calls();
+    let home = format!("LIMA_HOME={}", l.env.path().join("lh").display());
+    assert!(calls.lines().all(|c| c.starts_with(&home)), "{calls}");
+    assert!(calls.contains(" create --name sbx-app-"), "{calls}");
+    assert!(calls.contains(" start sbx-app-"), "{calls}");
+    // The command: limactl shell --workdir <view> <instance> -- enter <id> <view> env … make test.
+    let last = calls.lines().last().unwrap();
+    let view = l
+        .env
+        .path()
+        .join("home/.local/share/sandbox/views/app/app-task-sandbox");
+    let view = std::fs::canonicalize(view).unwrap();
+    assert!(
+        last.contains(&format!("shell --workdir {}", view.display())),
+        "{last}"
+    );
+    assert!(last.contains("/run/sandbox-lima/enter"), "{last}");
+    assert!(
+        last.ends_with(" SANDBOX_BACKEND=lima SANDBOX_TASK=app-task make test"),
+        "{last}"
+    );
+    assert!(!last.contains("SANDBOX_HOST_TOKEN"), "{last}");
+
+    // The second run reuses the running VM: no create, no start.
+    std::fs::remove_file(l.standin.join("calls")).unwrap();
+    std::fs::write(l.standin.join("shell-exit"), "0").unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let calls = l.calls();
+    assert!(
+        !calls.contains(" create ") && !calls.contains(" start "),
+        "{calls}"
+    );
+}
+
+#[test]
+fn a_failed_boot_is_125_and_names_the_step_and_log() {
+    let l = Lima::new();
+    std::fs::write(l.standin.join("mode.start"), "download-fails").unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    let t = text(&out);
+    assert!(
+        t.contains("could not be downloaded") && t.contains("ha.stderr.log"),
+        "{t}"
+    );
+    // Nothing ran in the VM.
+    assert!(!l.calls().contains("/run/sandbox-lima/enter"));
+}
+
+#[test]
+fn a_missing_limactl_is_a_clear_setup_error() {
+    let l = Lima::new();
+    let out = l
+        .cmd()
+        .env("SANDBOX_LIMACTL", l.env.path().join("nowhere/limactl"))
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(text(&out).contains("limactl"), "{}", text(&out));
+}
+
+#[test]
+fn lifecycle_commands_and_config() {
+    let l = Lima::new();
+    let out = l.cmd().args(["lima", "status", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["state"]["state"], "absent");
+    assert_eq!(v["mounts"].as_array().unwrap().len(), 4);
+
+    let out = l.cmd().args(["lima", "start", "--json"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let steps: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"event\":\"step\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = steps
+        .iter()
+        .filter(|s| s["step"]["state"] == "started")
+        .map(|s| s["step"]["step"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        vec![
+            "creating the VM",
+            "starting the VM",
+            "downloading the image",
+            "connecting over SSH",
+            "provisioning",
+            "checking provisioning"
+        ],
+        "{stdout}"
+    );
+
+    let out = l.cmd().args(["lima", "config"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("mountType: 9p"));
+
+    // --edit validates before saving: a mount is refused and the file is not written.
+    let editor = l.env.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nprintf 'mounts:\\n- location: \"~\"\\n' >\"$1\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&editor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = l
+        .cmd()
+        .env("EDITOR", &editor)
+        .args(["lima", "config", "--edit"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    assert!(text(&out).contains("nothing saved"), "{}", text(&out));
+    std::fs::write(&editor, "#!/bin/sh\nprintf 'vmType: vz\\n' >\"$1\"\n").unwrap();
+    let out = l
+        .cmd()
+        .env("EDITOR", &editor)
+        .args(["lima", "config", "--edit"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("needs `sandbox lima recreate`"),
+        "{}",
+        text(&out)
+    );
+
+    let out = l.cmd().args(["lima", "recreate"]).output().unwrap();
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "recreate without --yes and no terminal must not proceed"
+    );
+    let out = l
+        .cmd()
+        .args(["lima", "recreate", "--yes"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = l.cmd().args(["lima", "stop"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = l.cmd().args(["lima", "delete", "--yes"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(l.calls().contains(" delete --force sbx-app-"));
+}
