@@ -268,7 +268,7 @@ impl StoreQuarantine {
         quarantine.packed_at_start = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?
             .refs;
-        quarantine.start = refs::list(common)?;
+        quarantine.start = refs::list(common, &quarantine.packed_at_start);
         Ok(quarantine)
     }
 
