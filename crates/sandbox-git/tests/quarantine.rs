@@ -243,3 +243,44 @@ fn the_layer_is_removed_with_the_quarantine() {
     drop(q);
     assert!(!dir.exists());
 }
+
+#[test]
+fn a_link_in_the_layer_never_makes_the_host_read_its_own_files() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    let commit = commit_into(&repo, &upper, "work");
+    write_ref(&upper, "refs/heads/task", &commit);
+    // The task branch's reflog is a link to a file of the host's whose last line is secret:
+    // the host's reflog (which the sandbox can read) must not get that line.
+    // (A link in a directory component: the final one alone would not be followed anyway.)
+    let secrets = repo.main.parent().unwrap().join("secrets");
+    std::fs::create_dir_all(&secrets).unwrap();
+    std::fs::write(secrets.join("task"), "x\tSECRET-LINE\n").unwrap();
+    let heads = upper.join("logs/refs/heads");
+    std::fs::remove_dir(&heads).unwrap();
+    std::os::unix::fs::symlink(&secrets, &heads).unwrap();
+    // And the whole refs/tags directory a link to a host directory holding a "ref".
+    let elsewhere = repo.main.parent().unwrap().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("planted"), format!("{commit}\n")).unwrap();
+    std::fs::remove_dir(upper.join("refs/tags")).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, upper.join("refs/tags")).unwrap();
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "task"), commit);
+    let reflog = git(
+        &repo.main,
+        &["reflog", "show", "--format=%gs", "-1", "task"],
+    );
+    assert!(!reflog.contains("SECRET"), "{reflog}");
+    assert!(
+        Command::new("git")
+            .args(["rev-parse", "--verify", "-q", "refs/tags/planted"])
+            .current_dir(&repo.main)
+            .status()
+            .unwrap()
+            .code()
+            != Some(0),
+        "a ref read through a link was applied"
+    );
+}

@@ -262,8 +262,7 @@ impl StoreQuarantine {
             state: Mutex::new(State::default()),
         };
         for sub in UPPER_SKELETON {
-            let d = quarantine.layers.upper.join(sub);
-            std::fs::create_dir_all(&d).map_err(io("creating", &d))?;
+            make_dirs_nofollow(&quarantine.layers.upper, sub)?;
         }
         quarantine.packed_at_start = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?
@@ -442,6 +441,31 @@ impl Drop for StoreQuarantine {
     fn drop(&mut self) {
         remove_run_dir(&self.dir);
     }
+}
+
+/// Creates `base/rel` one level at a time, refusing anything in the way that is not a
+/// directory: a layer a guest writes may hold a link planted to lead a host `mkdir` out.
+fn make_dirs_nofollow(base: &Path, rel: &str) -> Result<(), QuarantineError> {
+    let mut dir = base.to_path_buf();
+    for part in rel.split('/') {
+        dir.push(part);
+        match dir.symlink_metadata() {
+            Ok(meta) if meta.is_dir() => {}
+            Ok(_) => {
+                return Err(QuarantineError::Io {
+                    what: "refusing a layer entry that is not a directory",
+                    path: dir,
+                    source: std::io::Error::other("not a directory"),
+                })
+            }
+            Err(_) => match std::fs::create_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(io("creating", &dir)(e)),
+            },
+        }
+    }
+    Ok(())
 }
 
 /// Removes a run directory. overlayfs leaves its `work/work` without permissions.

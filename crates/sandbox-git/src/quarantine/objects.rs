@@ -30,7 +30,7 @@ pub(crate) fn import(
             continue;
         };
         if prefix == "pack" {
-            import_packs(&dir.path(), odb, scratch, state, last)?;
+            import_packs(upper, &dir.path(), odb, scratch, state, last)?;
             continue;
         }
         if prefix.len() != 2 || !prefix.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -57,7 +57,7 @@ pub(crate) fn import(
                 state.seen_objects.insert(name);
                 continue;
             }
-            match read_loose(&file.path()) {
+            match read_loose(upper, &file.path()) {
                 Ok((kind, body)) => {
                     let written = odb
                         .write(kind, &body)
@@ -110,8 +110,8 @@ pub(crate) fn any_new(upper: &Path, state: &State) -> bool {
 }
 
 /// Inflates a loose object: `<type> <size>\0<body>`.
-fn read_loose(path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
-    let compressed = read_untrusted(path, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
+fn read_loose(upper: &Path, path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
+    let compressed = read_untrusted(upper, path, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
     let mut inflated = Vec::new();
     flate2::read::ZlibDecoder::new(compressed.as_slice())
         .take(MAX_OBJECT_BYTES + 64)
@@ -144,6 +144,7 @@ fn read_loose(path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
 /// New packs (a `git gc` or `repack` inside): each is copied out of the layer, indexed by the
 /// host, and its objects the store lacks are written in.
 fn import_packs(
+    upper: &Path,
     dir: &Path,
     odb: &Odb,
     scratch: &Path,
@@ -166,7 +167,7 @@ fn import_packs(
             continue;
         }
         state.seen_packs.insert(name.clone());
-        if let Err(reason) = import_pack(&entry.path(), odb, scratch, state) {
+        if let Err(reason) = import_pack(upper, &entry.path(), odb, scratch, state) {
             state.report.rejected_objects.push(RejectedObject {
                 path: format!("objects/pack/{name}"),
                 reason,
@@ -176,13 +177,19 @@ fn import_packs(
     Ok(())
 }
 
-fn import_pack(pack: &Path, odb: &Odb, scratch: &Path, state: &mut State) -> Result<(), String> {
+fn import_pack(
+    upper: &Path,
+    pack: &Path,
+    odb: &Odb,
+    scratch: &Path,
+    state: &mut State,
+) -> Result<(), String> {
     use std::io::Write;
     // An object directory of its own (`<scratch>/pack/`), read back as an alternate.
     let _ = std::fs::remove_dir_all(scratch);
     let packs = scratch.join("pack");
     std::fs::create_dir_all(&packs).map_err(|e| e.to_string())?;
-    let bytes = read_untrusted(pack, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
+    let bytes = read_untrusted(upper, pack, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
     let mut indexer =
         git2::Indexer::new(Some(odb), &packs, 0o644, true).map_err(|e| e.message().to_string())?;
     indexer

@@ -95,12 +95,19 @@ pub(crate) fn changed(
     packed_at_start: &HashMap<String, Oid>,
 ) -> Vec<(String, Wanted)> {
     let mut found = Vec::new();
-    walk(&upper.join("refs"), "refs", packed_at_start, &mut found);
+    walk(
+        upper,
+        &upper.join("refs"),
+        "refs",
+        packed_at_start,
+        &mut found,
+    );
     found.sort_by(|a, b| a.0.cmp(&b.0));
     found
 }
 
 fn walk(
+    upper: &Path,
     dir: &Path,
     prefix: &str,
     packed: &HashMap<String, Oid>,
@@ -119,28 +126,41 @@ fn walk(
             continue;
         };
         if meta.is_dir() {
-            walk(&entry.path(), &name, packed, found);
+            walk(upper, &entry.path(), &name, packed, found);
         } else if file.ends_with(".lock") {
             // git's own lock files, mid-update.
         } else if meta.file_type().is_char_device() && meta.rdev() == 0 {
             found.push((name.clone(), Wanted::Value(packed.get(&name).copied())));
         } else if meta.is_file() {
-            found.push((name, read_ref(&entry.path())));
+            found.push((name, read_ref(upper, &entry.path())));
         } else {
             found.push((name, Wanted::Unreadable("it is not a regular file".into())));
         }
     }
 }
 
-/// Opens a file the sandbox wrote without following a link or blocking on a FIFO, and reads
-/// at most `limit` bytes of it.
-pub(crate) fn read_untrusted(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+/// Reads at most `limit` bytes of `path`, a file the sandbox wrote in its layer `root`:
+/// resolved beneath `root` with no symbolic link in any component (`openat2`), and without
+/// blocking on a FIFO. A link the sandbox planted can thus never make the host read one of
+/// its own files (whose last line would land in a reflog the sandbox can read).
+pub(crate) fn read_untrusted(root: &Path, path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_flags())
-        .open(path)?;
+    use std::os::fd::FromRawFd;
+    let rel = path
+        .strip_prefix(root)
+        .map_err(|_| std::io::Error::other("outside the layer"))?;
+    let dir = std::fs::File::open(root)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(&dir), rel, how)?;
+    // SAFETY: openat2 returned a fresh descriptor that nothing else owns.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
@@ -149,12 +169,8 @@ pub(crate) fn read_untrusted(path: &Path, limit: u64) -> std::io::Result<Vec<u8>
     Ok(bytes)
 }
 
-fn libc_flags() -> i32 {
-    (nix::fcntl::OFlag::O_NOFOLLOW | nix::fcntl::OFlag::O_NONBLOCK).bits()
-}
-
-fn read_ref(path: &Path) -> Wanted {
-    let bytes = match read_untrusted(path, 256) {
+fn read_ref(upper: &Path, path: &Path) -> Wanted {
+    let bytes = match read_untrusted(upper, path, 256) {
         Ok(bytes) => bytes,
         Err(e) => return Wanted::Unreadable(format!("it cannot be read ({e})")),
     };
@@ -268,7 +284,7 @@ fn describe(oid: Option<Oid>) -> String {
 
 /// The message of the sandbox's last reflog entry for `name`, for the host's reflog.
 pub(crate) fn last_reflog_message(upper: &Path, name: &str) -> String {
-    let message = read_untrusted(&upper.join("logs").join(name), 1 << 20)
+    let message = read_untrusted(upper, &upper.join("logs").join(name), 1 << 20)
         .ok()
         .and_then(|bytes| {
             let text = String::from_utf8_lossy(&bytes).into_owned();

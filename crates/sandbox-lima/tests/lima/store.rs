@@ -131,3 +131,27 @@ fn a_link_planted_in_place_of_the_layer_is_refused() {
     .unwrap_err();
     assert!(err.to_string().contains("not a directory"), "{err}");
 }
+
+#[test]
+fn a_link_planted_inside_the_layer_leads_no_mkdir_out() {
+    let repo = Repo::new("app", "app-task");
+    let view = repo.view(&repo.task);
+    let layer = view.store_layer_dir();
+    let outside = repo.base.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    let refs = layer.join("upper/refs");
+    let _ = std::fs::remove_dir_all(&refs);
+    std::os::unix::fs::symlink(&outside, &refs).unwrap();
+    let err = StoreQuarantine::attach(
+        &view.common_dir,
+        Some(&view.child_ref()),
+        &layer,
+        &repo.base.join("p"),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+    assert!(
+        !outside.join("heads").exists(),
+        "a directory was made through the link"
+    );
+}
