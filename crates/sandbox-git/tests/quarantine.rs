@@ -284,3 +284,30 @@ fn a_link_in_the_layer_never_makes_the_host_read_its_own_files() {
         "a ref read through a link was applied"
     );
 }
+
+#[test]
+fn the_task_branch_moves_forward_over_a_commit_another_run_made() {
+    let repo = repo();
+    let q = StoreQuarantine::prepare(&repo.common, Some("refs/heads/task"), &repo.private).unwrap();
+    let upper = q.layers().upper.clone();
+    // Another run in the same worktree lands a commit first; this run builds on it.
+    let theirs = commit_into(&repo, &upper, "theirs");
+    git(
+        &repo.main,
+        &[
+            "fetch",
+            "-q",
+            repo.scratch.to_str().unwrap(),
+            &format!("{theirs}:refs/heads/task"),
+            "--update-head-ok",
+            "-f",
+        ],
+    );
+    assert_eq!(rev(&repo, "task"), theirs);
+    let ours = commit_into(&repo, &upper, "ours");
+    write_ref(&upper, "refs/heads/task", &ours);
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "task"), ours, "{:?}", q.report());
+    let applied = &q.report().applied[0];
+    assert_eq!(applied.old.as_deref(), Some(theirs.as_str()));
+}

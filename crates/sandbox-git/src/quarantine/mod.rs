@@ -401,15 +401,16 @@ impl StoreQuarantine {
             }
         }
         let message = refs::last_reflog_message(&self.layers.upper, name);
-        match refs::compare_and_swap(repo, name, expected, wanted, &message) {
-            Ok(()) => {
+        let task = Some(name) == self.task_branch.as_deref();
+        match refs::compare_and_swap(repo, name, expected, wanted, task, &message) {
+            Ok(replaced) => {
                 state.applied.insert(name.to_string(), wanted);
-                if expected.is_none() && !self.start.contains_key(name) {
+                if replaced.is_none() && !self.start.contains_key(name) {
                     state.created.insert(name.to_string());
                 }
                 state.report.applied.push(AppliedRef {
                     name: name.to_string(),
-                    old: expected.map(|o| o.to_string()),
+                    old: replaced.map(|o| o.to_string()),
                     new: wanted.map(|o| o.to_string()),
                 });
             }

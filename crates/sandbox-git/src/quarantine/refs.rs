@@ -243,15 +243,18 @@ pub fn judge(
     )
 }
 
-/// Sets (or deletes) `name` only if the repository still has `expected`, under git's own
-/// ref lock, so a concurrent git on the host either sees the whole update or none of it.
+/// Sets (or deletes) `name` only if the repository still has `expected` — or, for an update,
+/// has a commit `wanted` descends from — under git's own ref lock, so a concurrent git on the
+/// host either sees the whole update or none of it, and never loses a commit to it. Returns
+/// the value replaced.
 pub(crate) fn compare_and_swap(
     repo: &Repository,
     name: &str,
     expected: Option<Oid>,
     wanted: Option<Oid>,
+    may_fast_forward: bool,
     message: &str,
-) -> Result<(), String> {
+) -> Result<Option<Oid>, String> {
     let mut tx = repo.transaction().map_err(|e| e.message().to_string())?;
     tx.lock_ref(name)
         .map_err(|e| format!("it is locked on the host ({})", e.message()))?;
@@ -263,7 +266,15 @@ pub(crate) fn compare_and_swap(
         Err(e) if e.code() == git2::ErrorCode::NotFound => None,
         Err(e) => return Err(e.message().to_string()),
     };
-    if now != expected {
+    // The task branch, moved on the host meanwhile (another run in the same worktree, the
+    // user), may still be moved forward: nothing of the host's is lost when the new commit
+    // descends from it. Never another ref: one created meanwhile is someone else's.
+    let fast_forward = match (now, wanted) {
+        _ if !may_fast_forward => false,
+        (Some(now), Some(wanted)) => repo.graph_descendant_of(wanted, now).unwrap_or(false),
+        _ => false,
+    };
+    if now != expected && !fast_forward {
         return Err(format!(
             "it moved on the host during the run (expected {}, found {})",
             describe(expected),
@@ -275,6 +286,7 @@ pub(crate) fn compare_and_swap(
         None => tx.remove(name),
     }
     .and_then(|()| tx.commit())
+    .map(|()| now)
     .map_err(|e| e.message().to_string())
 }
 
