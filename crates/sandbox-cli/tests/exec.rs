@@ -382,3 +382,35 @@ fn the_private_tmpdir_lasts_from_the_probe_to_the_command() {
     assert!(!tmpdir.is_empty());
     assert!(!Path::new(&tmpdir).exists(), "{tmpdir} is left behind");
 }
+
+#[test]
+fn the_nono_backend_keeps_the_same_contract() {
+    if common::nono_path().is_none() {
+        common::skip(format_args!("exec under nono: {}", common::NONO_MISSING));
+        return;
+    }
+    let f = Fixture::new();
+    let input = binary(1 << 20);
+    let out = feed(
+        exec(
+            &f,
+            &[
+                "--backend",
+                "nono",
+                "--probe",
+                "test -f ready",
+                "--provision",
+                "echo PROVISION-OUT; touch ready",
+                "--",
+                "sh",
+                "-c",
+                "printf %s \"$SANDBOX_BACKEND\" > backend; cat",
+            ],
+        ),
+        input.clone(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(read(&f.task.join("backend")), "nono");
+    assert!(stderr(&out).contains("PROVISION-OUT"), "{}", stderr(&out));
+    assert!(out.stdout == input, "stdout is not exactly the input");
+}
