@@ -36,6 +36,43 @@ sandbox run --timeout 5m --env CARGO_HOME -- cargo build"
     Run(RunArgs),
     /// Start an interactive login shell inside the sandbox, on a fresh pseudo-terminal.
     Shell(ShellArgs),
+    /// Run a command in a box as a stdio proxy: prepare the box (probe, provision), then relay
+    /// stdin and stdout byte for byte. For an ACP host or any tool that speaks to a command's
+    /// stdio.
+    ///
+    /// To its caller `sandbox exec … -- AGENT` looks like AGENT itself: stdout carries only the
+    /// command's bytes (every diagnostic, notice and provisioning line goes to stderr), stdin
+    /// reaches it unchanged up to and including EOF, and the exit code is the command's own.
+    /// There is no pseudo-terminal.
+    ///
+    /// The box: with the in-place backends (native, nono, custom, host) it is the sandbox of the
+    /// task worktree (--workdir, default the current directory) with this command's policy.
+    /// --probe runs first, as `/bin/sh -c PROBE` in that sandbox; if it fails, --provision runs
+    /// the same way and the probe is asked again; only then does CMD start. Probe and
+    /// provisioning read no stdin and write to stderr only. --box NAME labels the box
+    /// (SANDBOX_BOX); these backends keep nothing between runs, so the probe decides every
+    /// time whether to provision. (The daemon's named boxes and BoxLite images are not used
+    /// by this command yet.)
+    #[command(after_help = "Examples:\n  \
+# an ACP agent, installed into the task worktree on first use\n  \
+sandbox exec --workdir ~/work/proj-task1 --probe 'test -x .tools/bin/pi-acp' \\\n      \
+--provision 'npm install --prefix .tools pi-acp' -- .tools/bin/pi-acp\n  \
+# one JSON-RPC line in, the agent's answer out, nothing else on stdout\n  \
+echo '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}' | sandbox exec -- python3 agent.py\n  \
+# the nono backend, with a domain allow-list\n  \
+sandbox exec --backend nono --allow-net registry.npmjs.org --probe 'test -d node_modules' \\\n      \
+--provision 'npm ci' -- node server.js\n\n\
+Flags for image-based backends: --image REF and --rootfs DIR choose the box's root file system; \
+the backends in this build run on this machine's file system and refuse them (exit 125), never \
+ignore them. --mount HOST:GUEST: in place, a path can only appear at itself, so GUEST must be \
+HOST, and the mount is a read-write grant (as --allow-write HOST); lima refuses mounts. \
+--allow-net HOST is --allow-domain HOST: only the nono backend can enforce it; the others \
+refuse to run.\n\n\
+Exit codes: the command's own; 125 when nothing ran: the sandbox could not be set up, a flag \
+this backend cannot honour, or the box is not ready (the probe failed without --provision, \
+provisioning failed, or the probe still fails after it); 126/127 the command cannot run; \
+128+N killed by signal N.")]
+    Exec(ExecArgs),
     /// Remember the backend for this task worktree (or show the current choice).
     #[command(
         name = "use",
@@ -196,6 +233,50 @@ pub struct RunArgs {
     pub report_json: Option<PathBuf>,
 
     /// The command and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// The box's name: 1-64 letters, digits, '.', '_' or '-'. Commands see it as SANDBOX_BOX.
+    #[arg(long = "box", value_name = "NAME")]
+    pub box_name: Option<String>,
+
+    /// The OCI image of the box (image-based backends only; refused by the others).
+    #[arg(long, value_name = "REF", conflicts_with = "rootfs")]
+    pub image: Option<String>,
+
+    /// A root file system directory for the box (image-based backends only; refused by the
+    /// others).
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
+
+    /// Make HOST visible at GUEST, read-write (repeatable). In place (native, nono, custom,
+    /// host) GUEST must be HOST itself: the grant is --allow-write HOST.
+    #[arg(long = "mount", value_name = "HOST:GUEST")]
+    pub mount: Vec<String>,
+
+    /// Allow outbound network only to HOST (repeatable): the same as --allow-domain HOST, which
+    /// only the nono backend can enforce.
+    #[arg(long = "allow-net", value_name = "HOST")]
+    pub allow_net: Vec<String>,
+
+    /// A shell command that succeeds when the box is ready (`command -v pi-acp`). Run before
+    /// CMD; its output goes to stderr.
+    #[arg(long, value_name = "CMD")]
+    pub probe: Option<String>,
+
+    /// A shell command that makes the box ready, run when --probe fails; the probe is then
+    /// asked again. Its output goes to stderr. Needs --probe (which decides whether to
+    /// provision at all).
+    #[arg(long, value_name = "CMD", requires = "probe")]
+    pub provision: Option<String>,
+
+    /// The command and its arguments (an argv, not re-parsed by a shell).
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<std::ffi::OsString>,
 }

@@ -34,7 +34,7 @@ fn main() {
             // the wrapper itself is 125 ("nothing ran"), never a code the command could return.
             let wraps = matches!(
                 std::env::args().nth(1).as_deref(),
-                Some("run") | Some("shell")
+                Some("run") | Some("shell") | Some("exec")
             );
             let code = match (err.use_stderr(), wraps) {
                 (false, _) => 0,
@@ -48,7 +48,7 @@ fn main() {
     init_logging();
     let runs_something = matches!(
         cli.command,
-        Command::Run(_) | Command::Shell(_) | Command::Policy(_)
+        Command::Run(_) | Command::Shell(_) | Command::Exec(_) | Command::Policy(_)
     );
     let result = dispatch(cli);
     let code = match result {
@@ -85,6 +85,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
         Command::Shell(args) => {
             let ctx = Context::load()?;
             commands::run::shell(args, &ctx)
+        }
+        Command::Exec(args) => {
+            let ctx = Context::load()?;
+            commands::exec::run(args, &ctx)
         }
         Command::Use(args) => {
             let ctx = Context::load()?;

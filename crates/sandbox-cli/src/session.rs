@@ -54,6 +54,8 @@ pub struct Session {
     pub options: BackendOptions,
     /// The daemon's hook endpoint and this task's sandbox-scoped token, if a daemon runs.
     pub hook: Option<crate::commands::hook::HookLease>,
+    /// `SANDBOX_BOX` for the commands (`sandbox exec --box NAME`); `None` for `run`.
+    pub box_name: Option<String>,
     tmpdir: Option<tempfile::TempDir>,
 }
 
@@ -279,6 +281,7 @@ impl Session {
             task,
             options,
             hook,
+            box_name: None,
             tmpdir,
         })
     }
@@ -287,7 +290,7 @@ impl Session {
     fn identity(&self) -> CommandIdentity {
         CommandIdentity {
             task: self.task.clone(),
-            box_name: None,
+            box_name: self.box_name.clone(),
             hook: self
                 .hook
                 .as_ref()
@@ -369,6 +372,20 @@ impl Session {
     /// (judging a backend failure, restoring tampered git pointers), reports on stderr, and
     /// removes the private TMPDIR.
     pub fn finish(&mut self, command: PreparedCommand, outcome: Option<ExitOutcome>) -> Finished {
+        let finished = self.finish_step(command, outcome);
+        if let Some(tmp) = self.tmpdir.take() {
+            let path = tmp.path().to_path_buf();
+            if let Err(e) = tmp.close() {
+                tracing::debug!(path = %path.display(), error = %e, "could not remove TMPDIR");
+            }
+        }
+        finished
+    }
+
+    /// [`Self::finish`] for one of several commands of the session (`sandbox exec`'s probe
+    /// and provisioning): judged and reported alike, but the private TMPDIR stays for the
+    /// commands that follow.
+    pub fn finish_step(&self, command: PreparedCommand, outcome: Option<ExitOutcome>) -> Finished {
         let finished = command.finish(outcome);
         if let Some(e) = finished.setup_error() {
             eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
@@ -383,12 +400,6 @@ impl Session {
                 );
             } else {
                 eprintln!("sandbox: warning: {line}");
-            }
-        }
-        if let Some(tmp) = self.tmpdir.take() {
-            let path = tmp.path().to_path_buf();
-            if let Err(e) = tmp.close() {
-                tracing::debug!(path = %path.display(), error = %e, "could not remove TMPDIR");
             }
         }
         finished

@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod doctor;
+pub mod exec;
 pub mod hook;
 pub mod lima;
 pub mod policy;
