@@ -86,6 +86,8 @@ fn view_as_bwrap(sandbox: &str, task: &Path, home: &Path, runtime: &Path) -> Opt
                 };
                 args.extend([flag.into(), s("source"), s("target")]);
             }
+            // The git store quarantine has no bwrap form: compared without it.
+            "overlay" | "pin" => {}
             _ => return None,
         }
     }
@@ -150,6 +152,18 @@ fn main() {
             vec![
                 sandbox.clone(),
                 "run".into(),
+                "--".into(),
+                "/bin/true".into(),
+            ],
+        ),
+        // The same without the git store quarantine (its overlay, pins and sync): what the
+        // quarantine costs per run, in the same run.
+        Variant::new(
+            "sandbox run (native, no quarantine)".into(),
+            vec![
+                sandbox.clone(),
+                "run".into(),
+                "--unprotected-git".into(),
                 "--".into(),
                 "/bin/true".into(),
             ],
@@ -239,7 +253,10 @@ fn main() {
                     t.clone(),
                     "/bin/true".into(),
                 ]);
-                variants.push(Variant::new("bwrap (the view's mounts)".into(), argv));
+                variants.push(Variant::new(
+                    "bwrap (the view's mounts, no git overlay)".into(),
+                    argv,
+                ));
             }
             None => skipped.push("bwrap (the view's mounts): no private view here".into()),
         }
