@@ -202,6 +202,23 @@ impl Fixture {
         daemon.run_once(&self.task, params, &["sh", "-c", script])
     }
 
+    /// A second task of the repository: worktree `other-task` on branch `other`.
+    pub fn other_task(&self) -> PathBuf {
+        let other = self.env.path().join("other-task");
+        git(
+            &self.main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                other.to_str().unwrap(),
+                "-b",
+                "other",
+            ],
+        );
+        other
+    }
+
     /// This fixture's daemon, started on first use.
     pub fn daemon(&self) -> &super::daemon::Daemon {
         self.daemon
@@ -650,18 +667,7 @@ pub fn attacks() -> Vec<Attack> {
             needs: None,
             run: |f, b| {
                 // Only worktrees/<this one> is writable: a second task's gitdir is not.
-                let other = f.env.path().join("other-task");
-                git(
-                    &f.main,
-                    &[
-                        "worktree",
-                        "add",
-                        "-q",
-                        other.to_str().unwrap(),
-                        "-b",
-                        "other",
-                    ],
-                );
+                f.other_task();
                 let head = f.common.join("worktrees/other-task/HEAD");
                 let before = std::fs::read_to_string(&head).unwrap();
                 let out = f.run(
@@ -927,18 +933,7 @@ pub fn attacks() -> Vec<Attack> {
             name: "move another task's branch",
             needs: None,
             run: |f, b| {
-                let other = f.env.path().join("other-task");
-                git(
-                    &f.main,
-                    &[
-                        "worktree",
-                        "add",
-                        "-q",
-                        other.to_str().unwrap(),
-                        "-b",
-                        "other",
-                    ],
-                );
+                f.other_task();
                 let before = rev_parse(f, "other");
                 let out = f.run(
                     b,
