@@ -251,3 +251,107 @@ fn the_daemon_reports_the_git_store_in_the_exit_event() {
         b"init\n"
     );
 }
+
+/// The quarantine for an unprivileged user, not only for root (who may remove what overlayfs
+/// leaves without permissions, and mount where others may not): as `nobody`, a commit
+/// reaches the task branch, another branch stays put, and no layer is left behind.
+#[test]
+fn the_quarantine_works_for_an_unprivileged_user() {
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root && !std::path::Path::new("/usr/bin/setpriv").exists() {
+        common::skip("setpriv is missing");
+        return;
+    }
+    let env = common::Env::new();
+    let mode = |p: &std::path::Path, m: u32| {
+        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    mode(env.path(), 0o755);
+    let base = env.path().join("nobody");
+    let home = base.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let bin = env.path().join("sandbox");
+    std::fs::copy(common::BIN, &bin).unwrap();
+    mode(&bin, 0o755);
+    if is_root {
+        let (uid, gid) = (
+            nix::unistd::Uid::from_raw(65534),
+            nix::unistd::Gid::from_raw(65534),
+        );
+        nix::unistd::chown(base.as_path(), Some(uid), Some(gid)).unwrap();
+        nix::unistd::chown(home.as_path(), Some(uid), Some(gid)).unwrap();
+    }
+    let as_user = |dir: &std::path::Path, args: &[&str]| -> std::process::Output {
+        let mut cmd = if is_root {
+            let mut c = std::process::Command::new("/usr/bin/setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.args(args);
+            c
+        } else {
+            let mut c = std::process::Command::new(args[0]);
+            c.args(&args[1..]);
+            c
+        };
+        cmd.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("XDG_RUNTIME_DIR", home.join("run"))
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "n")
+            .env("GIT_AUTHOR_EMAIL", "n@example.com")
+            .env("GIT_COMMITTER_NAME", "n")
+            .env("GIT_COMMITTER_EMAIL", "n@example.com")
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    };
+    let ok = |out: std::process::Output| {
+        assert!(out.status.success(), "{}", common::text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let repo = base.join("repo");
+    ok(as_user(
+        &base,
+        &["git", "init", "-q", "-b", "trunk", repo.to_str().unwrap()],
+    ));
+    ok(as_user(
+        &repo,
+        &["git", "commit", "-q", "--allow-empty", "-m", "init"],
+    ));
+    let task = base.join("task");
+    ok(as_user(
+        &repo,
+        &[
+            "git",
+            "worktree",
+            "add",
+            "-q",
+            task.to_str().unwrap(),
+            "-b",
+            "feature",
+        ],
+    ));
+    let policy = as_user(&task, &[bin.to_str().unwrap(), "policy", "show"]);
+    if !String::from_utf8_lossy(&policy.stdout).contains("git store quarantined") {
+        common::skip("no private view for an unprivileged user here, so no quarantine");
+        return;
+    }
+    let trunk = ok(as_user(&repo, &["git", "rev-parse", "trunk"]));
+    let out = as_user(
+        &task,
+        &[
+            bin.to_str().unwrap(),
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "git commit -q --allow-empty -m mine; git update-ref refs/heads/trunk HEAD; git rev-parse HEAD",
+        ],
+    );
+    let head = ok(out.clone());
+    assert_eq!(ok(as_user(&repo, &["git", "rev-parse", "feature"])), head);
+    assert_eq!(ok(as_user(&repo, &["git", "rev-parse", "trunk"])), trunk);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("could not remove"), "{stderr}");
+}

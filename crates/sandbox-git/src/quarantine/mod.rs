@@ -469,13 +469,26 @@ fn make_dirs_nofollow(base: &Path, rel: &str) -> Result<(), QuarantineError> {
     Ok(())
 }
 
-/// Removes a run directory. overlayfs leaves its `work/work` without permissions.
+/// Removes a run directory. overlayfs leaves directories without permissions in its work
+/// dir (`work/work`, `incompat/volatile`): ours, so made removable first — root removes them
+/// anyway, anyone else would fail.
 fn remove_run_dir(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let inner = dir.join("work/work");
-    let _ = std::fs::set_permissions(&inner, std::fs::Permissions::from_mode(0o700));
+    make_removable(dir);
     if let Err(e) = std::fs::remove_dir_all(dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "could not remove a git quarantine");
+    }
+}
+
+fn make_removable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            make_removable(&entry.path());
+        }
     }
 }
 
