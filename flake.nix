@@ -50,6 +50,7 @@
             vm-escape = import ./tests/vm/escape.nix { inherit self pkgs; };
             vm-tool-paths = import ./tests/vm/tool-paths.nix { inherit self pkgs; };
             vm-home-manager = import ./tests/vm/home-manager.nix { inherit self pkgs home-manager; };
+            vm-lima-boot = import ./tests/vm/lima-boot.nix { inherit pkgs; };
           };
         in
         {

@@ -4,7 +4,8 @@
 # /etc/systemd) and are not used.
 { lib, pkgs, ... }:
 let
-  cidata = "/mnt/lima-cidata";
+  cidataMount = import ./lima-cidata-mount.nix;
+  cidata = cidataMount.mountPoint;
 
   limaInit = pkgs.writeShellApplication {
     name = "sandbox-lima-init";
@@ -19,11 +20,7 @@ let
   };
 in
 {
-  fileSystems.${cidata} = {
-    device = "/dev/disk/by-label/cidata";
-    fsType = "iso9660";
-    options = [ "ro" "mode=0700" "dmode=0700" "overriderockperm" "exec" "uid=0" "nofail" "x-systemd.device-timeout=30s" ];
-  };
+  fileSystems.${cidata} = cidataMount.fileSystem;
 
   systemd.services.sandbox-lima-init = {
     description = "Set up the Lima user, SSH keys and shared directories from cidata";

@@ -65,7 +65,7 @@ in
         let
           c = checks.${system} or { };
           expected = [ "clippy" "fmt" "nextest" "sandbox" "module-home-manager" ]
-            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" ] else [ ]);
+            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" "vm-lima-boot" ] else [ ]);
           missing = requireAttrs "checks.${system}" c expected;
           artifacts = n: c.${n}.drvAttrs.cargoArtifacts.drvPath or "none";
           shared = c.sandbox.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or "none";

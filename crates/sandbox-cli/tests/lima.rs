@@ -8,7 +8,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::daemon::{req, Daemon};
 use common::{text, Env};
+use sandbox_protocol::{BoxState, Incoming};
+use sandbox_service::Client;
+use serde_json::json;
 
 fn git(dir: &Path, args: &[&str]) {
     let out = Command::new("git")
@@ -257,4 +261,155 @@ fn lifecycle_commands_and_config() {
     let out = l.cmd().args(["lima", "delete", "--yes"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(l.calls().contains(" delete --force sbx-app-"));
+}
+
+/// `box.create` with backend "lima" through a real daemon: every named step of preparing the
+/// VM arrives as a `creating` boxState event, in order and before the reply, then `created`.
+fn create_lima_box(l: &Lima, client: &mut Client, name: &str) -> (Vec<Incoming>, Incoming) {
+    let id = client
+        .send(&req(
+            "box.create",
+            json!({"name": name, "backend": "lima", "workdir": l.task}),
+        ))
+        .unwrap();
+    let mut events = Vec::new();
+    loop {
+        let frame = client.next_frame().unwrap();
+        if frame.is_reply() {
+            assert_eq!(frame.id, Some(Some(id)), "{frame:?}");
+            return (events, frame);
+        }
+        assert_eq!(frame.kind.as_deref(), Some("boxState"), "{frame:?}");
+        assert_eq!(frame.name.as_deref(), Some(name), "{frame:?}");
+        events.push(frame);
+    }
+}
+
+/// (step, stepState) of the `creating` events.
+fn steps(events: &[Incoming]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter(|e| e.state == Some(BoxState::Creating))
+        .map(|e| (e.step.clone().unwrap(), e.step_state.clone().unwrap()))
+        .collect()
+}
+
+fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+    list.iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+#[test]
+fn box_create_announces_each_vm_step_as_box_state() {
+    let l = Lima::new();
+    let daemon = Daemon::start_with(&l.env, l.cmd());
+    let mut client = daemon.client();
+    let (events, reply) = create_lima_box(&l, &mut client, "vm");
+    let result = reply.result.unwrap_or_else(|| panic!("{:?}", reply.error));
+    assert_eq!(result["backend"], "lima", "{result}");
+    let box_id = result["boxId"].as_str().unwrap();
+
+    assert_eq!(
+        steps(&events),
+        pairs(&[
+            ("preparing the sandbox view", "started"),
+            ("preparing the sandbox view", "done"),
+            ("checking the VM", "started"),
+            ("checking the VM", "done"),
+            ("creating the VM", "started"),
+            ("creating the VM", "done"),
+            ("starting the VM", "started"),
+            ("starting the VM", "done"),
+            ("downloading the image", "started"),
+            ("downloading the image", "done"),
+            ("connecting over SSH", "started"),
+            ("connecting over SSH", "done"),
+            ("provisioning", "started"),
+            ("provisioning", "done"),
+            ("checking provisioning", "started"),
+            ("checking provisioning", "done"),
+            ("launching", "started"),
+            ("launching", "done"),
+        ]),
+        "{events:#?}"
+    );
+    // The steps come first, then `created`, all for the box the reply names.
+    let last = events.last().unwrap();
+    assert_eq!(last.state, Some(BoxState::Created), "{events:#?}");
+    assert!(events.iter().all(|e| e.box_id.as_deref() == Some(box_id)));
+    // elapsedMs counts from the request and never goes back; a done step has its own time.
+    let elapsed: Vec<u64> = events.iter().map(|e| e.elapsed_ms.unwrap()).collect();
+    assert!(elapsed.windows(2).all(|w| w[0] <= w[1]), "{elapsed:?}");
+    for e in &events {
+        let done = e.step_state.as_deref() == Some("done");
+        assert_eq!(e.step_ms.is_some(), done, "{e:?}");
+    }
+    // The VM really went through limactl.
+    let calls = l.calls();
+    assert!(calls.contains(" create --name sbx-app-"), "{calls}");
+    assert!(calls.contains(" start sbx-app-"), "{calls}");
+
+    // Another box of the same project, from another connection: the VM is running, so it
+    // is only checked, not created or started again.
+    std::fs::remove_file(l.standin.join("calls")).unwrap();
+    let (events, reply) = create_lima_box(&l, &mut daemon.client(), "vm2");
+    assert!(reply.error.is_none(), "{reply:?}");
+    assert_eq!(
+        steps(&events),
+        pairs(&[
+            ("preparing the sandbox view", "started"),
+            ("preparing the sandbox view", "done"),
+            ("checking the VM", "started"),
+            ("checking the VM", "done"),
+            ("checking provisioning", "started"),
+            ("checking provisioning", "done"),
+            ("launching", "started"),
+            ("launching", "done"),
+        ]),
+        "{events:#?}"
+    );
+    let calls = l.calls();
+    assert!(
+        !calls.contains(" create ") && !calls.contains(" start "),
+        "{calls}"
+    );
+    // The first connection saw the second box's steps too (best-effort broadcast).
+    let seen = client.next_event().unwrap();
+    assert_eq!(seen.name.as_deref(), Some("vm2"), "{seen:?}");
+}
+
+#[test]
+fn box_create_announces_the_step_that_failed() {
+    let l = Lima::new();
+    std::fs::write(l.standin.join("mode.start"), "download-fails").unwrap();
+    let daemon = Daemon::start_with(&l.env, l.cmd());
+    let (events, reply) = create_lima_box(&l, &mut daemon.client(), "vm");
+    let error = reply.error.unwrap_or_else(|| panic!("{:?}", reply.result));
+    assert_eq!(error.code, sandbox_protocol::ErrorCode::BackendUnavailable);
+    let steps = steps(&events);
+    // The steps up to the image download, which fails: announced as failed, with why.
+    assert_eq!(
+        steps,
+        pairs(&[
+            ("preparing the sandbox view", "started"),
+            ("preparing the sandbox view", "done"),
+            ("checking the VM", "started"),
+            ("checking the VM", "done"),
+            ("creating the VM", "started"),
+            ("creating the VM", "done"),
+            ("starting the VM", "started"),
+            ("starting the VM", "done"),
+            ("downloading the image", "started"),
+            ("downloading the image", "failed"),
+        ]),
+        "{events:#?}"
+    );
+    let why = events.last().unwrap().step_error.clone().unwrap();
+    assert!(why.contains("could not be downloaded"), "{why}");
+    assert!(
+        error.message.contains("could not be downloaded"),
+        "{error:?}"
+    );
+    assert!(events.iter().all(|e| e.state == Some(BoxState::Creating)));
 }

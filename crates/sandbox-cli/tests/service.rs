@@ -558,7 +558,28 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
         json!({"name": "shared", "workdir": env.work()}),
     );
     assert!(created.error.is_none(), "{created:?}");
-    assert_eq!(events[0].state, Some(sandbox_protocol::BoxState::Created));
+    // The backend's named step as it is prepared, then `created`.
+    let states: Vec<_> = events
+        .iter()
+        .map(|e| (e.state, e.step.as_deref(), e.step_state.as_deref()))
+        .collect();
+    use sandbox_protocol::BoxState::{Created, Creating};
+    assert_eq!(
+        states,
+        vec![
+            (
+                Some(Creating),
+                Some("compile the native sandbox"),
+                Some("started")
+            ),
+            (
+                Some(Creating),
+                Some("compile the native sandbox"),
+                Some("done")
+            ),
+            (Some(Created), None, None),
+        ]
+    );
     a.call("box.start", json!({"name": "shared"}));
     // B sees A's box and runs in it; the output goes to B, who started it.
     let (list, _) = b.call("box.list", json!({}));

@@ -218,7 +218,16 @@ impl Backend for LimaBackend {
         policy: &Policy,
         progress: &dyn Progress,
     ) -> Result<Arc<dyn BackendSession>, HostError> {
-        let session = prepare(&self.settings, policy, progress).map_err(host_err)?;
+        let mut relay = Relay {
+            progress,
+            started: None,
+            current: None,
+        };
+        let session = prepare(&self.settings, policy, &mut relay).map_err(|e| {
+            // The step under way when preparing failed is reported as failed, with why.
+            relay.failed(&e);
+            host_err(e)
+        })?;
         Ok(Arc::new(session))
     }
 }
@@ -227,16 +236,30 @@ impl Backend for LimaBackend {
 struct Relay<'a> {
     progress: &'a dyn Progress,
     started: Option<Instant>,
+    /// The step started and not done yet.
+    current: Option<&'static str>,
 }
 
 impl Relay<'_> {
+    fn failed(&mut self, error: &LimaError) {
+        if let Some(step) = self.current.take() {
+            self.started = None;
+            self.progress.step(Step::Failed {
+                step,
+                error: error.to_string(),
+            });
+        }
+    }
+
     fn event(&mut self, event: VmEvent) {
         match event {
             VmEvent::Step { step } => {
                 self.started = Some(Instant::now());
+                self.current = Some(step);
                 self.progress.step(Step::Started { step });
             }
             VmEvent::Done { step } => {
+                self.current = None;
                 let elapsed_ms = self
                     .started
                     .take()
@@ -251,7 +274,7 @@ impl Relay<'_> {
 fn prepare(
     settings: &LimaSettings,
     policy: &Policy,
-    progress: &dyn Progress,
+    relay: &mut Relay<'_>,
 ) -> Result<LimaSession, LimaError> {
     if matches!(policy.net, NetPolicy::Block { .. }) {
         return Err(LimaError::Step {
@@ -271,10 +294,6 @@ fn prepare(
     let limactl = settings.limactl()?;
     limactl.check_version()?;
     settings.ensure_home()?;
-    let mut relay = Relay {
-        progress,
-        started: None,
-    };
     let mut sink = |e: VmEvent| relay.event(e);
     sink(VmEvent::Step {
         step: "preparing the sandbox view",

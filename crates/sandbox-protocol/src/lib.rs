@@ -604,14 +604,30 @@ pub struct BoxStateEvent {
     pub box_id: String,
     pub name: String,
     pub state: BoxState,
+    /// Since the request that caused the event began (`box.create`: since it was received).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
+    /// `creating` only: the named step of preparing the backend (a VM's "starting the VM").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<String>,
+    /// `creating` only: `started`, `done` or `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_state: Option<String>,
+    /// A `done` step's own duration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_ms: Option<u64>,
+    /// Why a `failed` step failed (the `box.create` error that follows says it too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_error: Option<String>,
 }
 
 /// A box's lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum BoxState {
+    /// Only in `boxState` events, while `box.create` prepares the backend step by step; a box
+    /// is listed from `created` on.
+    Creating,
     Created,
     Running,
     Stopping,
@@ -622,6 +638,7 @@ pub enum BoxState {
 impl BoxState {
     pub fn as_str(self) -> &'static str {
         match self {
+            BoxState::Creating => "creating",
             BoxState::Created => "created",
             BoxState::Running => "running",
             BoxState::Stopping => "stopping",
@@ -764,6 +781,16 @@ pub struct Incoming {
     pub name: Option<String>,
     #[serde(default)]
     pub state: Option<BoxState>,
+    #[serde(default)]
+    pub elapsed_ms: Option<u64>,
+    #[serde(default)]
+    pub step: Option<String>,
+    #[serde(default)]
+    pub step_state: Option<String>,
+    #[serde(default)]
+    pub step_ms: Option<u64>,
+    #[serde(default)]
+    pub step_error: Option<String>,
 }
 
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Id>>, D::Error> {

@@ -14,6 +14,18 @@ let
       memorySize = mkOption { type = types.ints.positive; default = 1024; };
       cores = mkOption { type = types.ints.positive; default = 1; };
       diskSize = mkOption { type = types.ints.positive; default = 1024; };
+      qemu.options = mkOption { type = types.listOf types.str; default = [ ]; };
+      # What replaces `fileSystems` in a test VM (qemu-vm.nix: mkVMOverride cfg.fileSystems).
+      fileSystems = mkOption {
+        type = types.attrsOf (types.submodule {
+          options = {
+            device = mkOption { type = types.nullOr types.str; default = null; };
+            fsType = mkOption { type = types.str; default = "auto"; };
+            options = mkOption { type = types.nonEmptyListOf types.str; default = [ "defaults" ]; };
+          };
+        });
+        default = { };
+      };
     };
   };
 

@@ -108,6 +108,7 @@ let
     shellcheck = package "shellcheck" [ "shellcheck" ];
     skopeo = package "skopeo" [ "skopeo" ];
     util-linux = package "util-linux" [ "mount" "findmnt" ];
+    xorriso = package "xorriso" [ "xorriso" "xorrisofs" "osirrox" ];
     yq-go = package "yq-go" [ "yq" ];
 
     fetchurl = args: standIn args.name (strict "fetchurl" [ "name" "url" "hash" ] args);

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_host::assembly::{self, Defaults, Request as PolicyAsk, TmpdirRequest};
-use sandbox_host::backend::{self, BackendKind, BackendOptions, LogProgress};
+use sandbox_host::backend::{self, BackendKind, BackendOptions, Progress, Step};
 use sandbox_host::HostError;
 use sandbox_protocol::{
     encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,
@@ -74,27 +74,35 @@ pub(super) async fn box_create(
         other => invalid(format!("box {}: {other}", p.name)),
     })?;
     let policy = assembled.policy;
+    let id = crate::token::generate("")
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
+        .to_string();
     // Prepared now, through the seam, so that a box whose boundary cannot be set up (or
     // whose grants reach the daemon's own state) is refused at creation, loudly; every
-    // `box.exec` then runs in this session.
-    let session = backend::prepare(
-        kind,
-        &policy,
-        &BackendOptions {
-            allow_degraded: p.allow_degraded,
-            ..state.opts.backend.clone()
-        },
-        &LogProgress,
-    )
-    .map_err(|e| match e {
+    // `box.exec` then runs in this session. Off the runtime's threads (a VM's first boot
+    // takes minutes), each named step announced as a `creating` boxState as it happens.
+    let options = BackendOptions {
+        allow_degraded: p.allow_degraded,
+        ..state.opts.backend.clone()
+    };
+    let progress = StepEvents {
+        state: state.clone(),
+        conn: conn.clone(),
+        box_id: id.clone(),
+        name: p.name.clone(),
+        started,
+    };
+    let (policy, prepared) = tokio::task::spawn_blocking(move || {
+        let prepared = backend::prepare(kind, &policy, &options, &progress);
+        (policy, prepared)
+    })
+    .await
+    .map_err(|e| RpcError::new(ErrorCode::Internal, format!("box.create: {e}")))?;
+    let session = prepared.map_err(|e| match e {
         HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
         other => unavailable(format!("box {}: {other}", p.name)),
     })?;
     let enforcement = session.enforcement().clone();
-
-    let id = crate::token::generate("")
-        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
-        .to_string();
     {
         let mut boxes = state.boxes.lock().expect("boxes lock");
         if boxes.contains(&p.name) {
@@ -335,6 +343,43 @@ pub(super) fn box_list(state: &State) -> Value {
     serde_json::to_value(list).expect("box info serialises")
 }
 
+/// The backend's named preparation steps as `boxState` events of state `creating`: to the
+/// connection that sent `box.create` (waiting for room, so every step precedes the reply), and
+/// best-effort to every other connection, as [`announce`] does.
+struct StepEvents {
+    state: Arc<State>,
+    conn: Arc<Conn>,
+    box_id: String,
+    name: String,
+    started: Instant,
+}
+
+impl Progress for StepEvents {
+    fn step(&self, step: Step) {
+        let (step, step_state, step_ms, step_error) = match step {
+            Step::Started { step } => (step, "started", None, None),
+            Step::Done { step, elapsed_ms } => (step, "done", Some(elapsed_ms), None),
+            Step::Failed { step, error } => (step, "failed", None, Some(error)),
+        };
+        let frame = encode_event(
+            "boxState",
+            &BoxStateEvent {
+                box_id: self.box_id.clone(),
+                name: self.name.clone(),
+                state: BoxState::Creating,
+                elapsed_ms: Some(self.started.elapsed().as_millis() as u64),
+                step: Some(step.to_string()),
+                step_state: Some(step_state.to_string()),
+                step_ms,
+                step_error,
+            },
+        );
+        // On a blocking thread (box_create's spawn_blocking), never on the runtime's.
+        let _ = self.conn.out.blocking_send(Outbound::Frame(frame.clone()));
+        self.state.broadcast(&frame, Some(self.conn.id));
+    }
+}
+
 /// Emits a `boxState` event: first to the requesting connection (waiting for room, so it
 /// precedes the reply), then to every other connection without waiting.
 pub(super) async fn announce(
@@ -352,6 +397,10 @@ pub(super) async fn announce(
             name: name.to_string(),
             state: st,
             elapsed_ms: elapsed.map(|d| d.as_millis() as u64),
+            step: None,
+            step_state: None,
+            step_ms: None,
+            step_error: None,
         },
     );
     if let Some(conn) = conn {
