@@ -59,10 +59,24 @@
             inherit (built) sandbox-unwrapped nono;
             default = sandbox;
           } // lib.optionalAttrs isLinux (
-            # The guest images of the Lima and BoxLite backends, built on their own: no backend
-            # boots them yet, so the CLI does not depend on them (and `nix run .#sandbox` does
-            # not build a disk image).
-            import ./vm-images { inherit nixpkgs system; }
+            # The guest images of the Lima and BoxLite backends, built on their own, so the
+            # default package never builds a disk image (`nix run .#sandbox` stays cheap).
+            let images = import ./vm-images { inherit nixpkgs system; };
+            in images // {
+              # The variant whose Lima VMs boot the flake's NixOS guest (with its digest)
+              # instead of Ubuntu 24.04: the same CLI, re-wrapped, never recompiled.
+              sandbox-with-lima-image = pkgs.symlinkJoin {
+                name = "sandbox-with-lima-image-${version}";
+                paths = [ sandbox ];
+                nativeBuildInputs = [ pkgs.makeBinaryWrapper ];
+                postBuild = ''
+                  rm "$out/bin/sandbox"
+                  makeBinaryWrapper ${lib.getExe sandbox} "$out/bin/sandbox" \
+                    --set-default SANDBOX_PACKAGE_LIMA_IMAGE ${images.lima-image}
+                '';
+                inherit (sandbox) meta;
+              };
+            }
           );
 
           apps = rec {

@@ -57,9 +57,10 @@ let
   };
 
   # The tools some backend uses, by the variable the CLI reads them from
-  # (crates/sandbox-cli/src/tools.rs): nono, and Lima's limactl (the Lima backend falls back to
-  # Ubuntu 24.04 until the NixOS guest image is wired in as SANDBOX_PACKAGE_LIMA_IMAGE, which
-  # would make every build of the CLI build a disk image). BoxLite brings mke2fs when it lands.
+  # (crates/sandbox-cli/src/tools.rs): nono, and Lima's limactl. The NixOS guest image is set
+  # only by the flake's `sandbox-with-lima-image` variant (else every build of the CLI would
+  # build a disk image; the Lima backend then boots Ubuntu 24.04). BoxLite brings mke2fs when
+  # it lands.
   toolPaths = {
     SANDBOX_PACKAGE_NONO = lib.getExe' nono "nono";
   } // lib.optionalAttrs (pkgs ? lima) {
