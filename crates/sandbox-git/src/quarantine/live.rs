@@ -178,10 +178,6 @@ impl LiveQuarantine {
         }
     }
 
-    pub fn layers(&self) -> &super::Layers {
-        self.store.layers()
-    }
-
     /// Call once every process of the run is gone: stops the live sync, applies what is left,
     /// and returns what was done. The layer is removed when the last reference goes.
     pub fn finish(mut self) -> Result<StoreReport, QuarantineError> {

@@ -126,16 +126,9 @@ impl StoreReport {
     }
 }
 
-/// The layers the private view stacks on the common dir (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layers {
-    pub upper: PathBuf,
-    pub work: PathBuf,
-    pub snapshot: PathBuf,
-    pub pinned_refs: Vec<String>,
-    /// Existing refs not pinned (beyond [`MAX_PINNED_REFS`]): the host still refuses them.
-    pub unpinned_refs: usize,
-}
+/// The layers the private view stacks on the common dir: the view's own description of
+/// them, so what is laid out here is what gets mounted.
+pub use sandbox_policy::compile::view::GitStoreLayers as Layers;
 
 /// What the sync remembers between passes.
 #[derive(Debug, Default)]
@@ -186,29 +179,7 @@ impl StoreQuarantine {
         task_branch: Option<&str>,
         parent: &Path,
     ) -> Result<Self, QuarantineError> {
-        remove_abandoned(parent);
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{}-", std::process::id()))
-            .tempdir_in(parent)
-            .map_err(io("creating a run directory in", parent))?
-            .keep();
-        let layers = Layers {
-            upper: dir.join("upper"),
-            work: dir.join("work"),
-            snapshot: dir.join("snapshot"),
-            pinned_refs: Vec::new(),
-            unpinned_refs: 0,
-        };
-        let quarantine = StoreQuarantine {
-            common: common.to_path_buf(),
-            dir,
-            layers,
-            task_branch: task_branch.map(str::to_string),
-            start: HashMap::new(),
-            packed_at_start: HashMap::new(),
-            state: Mutex::new(State::default()),
-        };
+        let quarantine = Self::with_run_dir(common, task_branch, parent, None)?;
         // From here on, dropping `quarantine` removes the directory.
         quarantine.lay_out()
     }
@@ -239,31 +210,8 @@ impl StoreQuarantine {
                 Err(e) => return Err(io("reading", dir)(e)),
             }
         }
-        remove_abandoned(parent);
-        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-        let dir = tempfile::Builder::new()
-            .prefix(&format!("{}-", std::process::id()))
-            .tempdir_in(parent)
-            .map_err(io("creating a run directory in", parent))?
-            .keep();
-        let mut quarantine = StoreQuarantine {
-            common: common.to_path_buf(),
-            layers: Layers {
-                upper,
-                work: layer.join("work"),
-                snapshot: dir.join("snapshot"),
-                pinned_refs: Vec::new(),
-                unpinned_refs: 0,
-            },
-            dir,
-            task_branch: task_branch.map(str::to_string),
-            start: HashMap::new(),
-            packed_at_start: HashMap::new(),
-            state: Mutex::new(State::default()),
-        };
-        for sub in UPPER_SKELETON {
-            make_dirs_nofollow(&quarantine.layers.upper, sub)?;
-        }
+        let mut quarantine = Self::with_run_dir(common, task_branch, parent, Some(layer))?;
+        quarantine.make_upper_skeleton()?;
         quarantine.packed_at_start = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?
             .refs;
@@ -271,14 +219,50 @@ impl StoreQuarantine {
         Ok(quarantine)
     }
 
+    /// A quarantine with a fresh run directory under `parent` (removed on drop); its layers
+    /// are the run directory's own, or `upper/` and `work/` of a persistent `layer`.
+    fn with_run_dir(
+        common: &Path,
+        task_branch: Option<&str>,
+        parent: &Path,
+        layer: Option<&Path>,
+    ) -> Result<Self, QuarantineError> {
+        remove_abandoned(parent);
+        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("{}-", std::process::id()))
+            .tempdir_in(parent)
+            .map_err(io("creating a run directory in", parent))?
+            .keep();
+        let base = layer.unwrap_or(&dir);
+        Ok(StoreQuarantine {
+            common: common.to_path_buf(),
+            layers: Layers {
+                upper: base.join("upper"),
+                work: base.join("work"),
+                snapshot: dir.join("snapshot"),
+                pinned_refs: Vec::new(),
+            },
+            dir,
+            task_branch: task_branch.map(str::to_string),
+            start: HashMap::new(),
+            packed_at_start: HashMap::new(),
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    fn make_upper_skeleton(&self) -> Result<(), QuarantineError> {
+        for sub in UPPER_SKELETON {
+            make_dirs_nofollow(&self.layers.upper, sub)?;
+        }
+        Ok(())
+    }
+
     fn lay_out(mut self) -> Result<Self, QuarantineError> {
-        for dir in [&self.layers.work, &self.layers.snapshot] {
+        for dir in [&self.layers.upper, &self.layers.work, &self.layers.snapshot] {
             std::fs::create_dir(dir).map_err(io("creating", dir))?;
         }
-        for sub in UPPER_SKELETON {
-            let dir = self.layers.upper.join(sub);
-            std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
-        }
+        self.make_upper_skeleton()?;
         let packed = refs::read_packed(&self.common.join("packed-refs"))
             .map_err(io("reading", &self.common.join("packed-refs")))?;
         let frozen = self.layers.snapshot.join("packed-refs");
@@ -319,17 +303,12 @@ impl StoreQuarantine {
             std::fs::write(&file, content).map_err(io("writing", &file))?;
             pinned.push(name.to_string());
         }
-        self.layers.unpinned_refs = pinnable.len().saturating_sub(MAX_PINNED_REFS);
         self.layers.pinned_refs = pinned;
         Ok(self)
     }
 
     pub fn layers(&self) -> &Layers {
         &self.layers
-    }
-
-    pub fn common_dir(&self) -> &Path {
-        &self.common
     }
 
     /// The writable layer (for the watcher).

@@ -279,21 +279,24 @@ impl NativeSandbox {
             ViewSupport::Available => {
                 let private = private?;
                 let staging = private.join("view");
-                // The quarantine's layers are made and removed on every run: keep them in
-                // memory where this machine allows (see `privdir::memory_scratch`).
-                let scratch =
-                    crate::privdir::memory_scratch(&private, &|dir| !policy.is_writable(dir))
-                        .unwrap_or_else(|| private.clone());
-                let store_dir = scratch.join("git-store");
-                for dir in [&staging, &store_dir] {
-                    if policy.is_writable(dir) {
-                        return Err(HostError::PrivateDirWritable { path: dir.clone() });
-                    }
+                if policy.is_writable(&staging) {
+                    return Err(HostError::PrivateDirWritable { path: staging });
                 }
                 match &policy.workspace.git {
                     Some(git)
                         if git.quarantined(&policy.workspace.root, policy.unprotected_git) =>
                     {
+                        // The quarantine's layers are made and removed on every run: in
+                        // memory where this machine allows (see `privdir::memory_scratch`),
+                        // never where the policy lets the command write.
+                        let scratch = crate::privdir::memory_scratch(&private, &|dir| {
+                            !policy.is_writable(dir)
+                        })
+                        .unwrap_or_else(|| private.clone());
+                        let store_dir = scratch.join("git-store");
+                        if policy.is_writable(&store_dir) {
+                            return Err(HostError::PrivateDirWritable { path: store_dir });
+                        }
                         // Checked now, so a layout the view refuses fails before any command.
                         crate::linux::view::plan(policy, None)?;
                         Some(ViewMode::Quarantined {
@@ -379,14 +382,7 @@ impl NativeSandbox {
                     store_dir,
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
-                let layers = store.layers();
-                let layers = sandbox_policy::compile::view::GitStoreLayers {
-                    upper: layers.upper.clone(),
-                    work: layers.work.clone(),
-                    snapshot: layers.snapshot.clone(),
-                    pinned_refs: layers.pinned_refs.clone(),
-                };
-                let view = PreparedView::prepare(policy, staging, Some(&layers))?;
+                let view = PreparedView::prepare(policy, staging, Some(store.layers()))?;
                 if self.ruleset.is_some() {
                     own_ruleset = landlock::build(plan)?;
                     store_rule = Some(StoreRule {
