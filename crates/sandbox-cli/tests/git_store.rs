@@ -282,18 +282,7 @@ fn the_quarantine_works_for_an_unprivileged_user() {
         nix::unistd::chown(home.as_path(), Some(uid), Some(gid)).unwrap();
     }
     let as_user = |dir: &std::path::Path, args: &[&str]| -> std::process::Output {
-        let mut cmd = if is_root {
-            let mut c = std::process::Command::new("/usr/bin/setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            c.args(args);
-            c
-        } else {
-            let mut c = std::process::Command::new(args[0]);
-            c.args(&args[1..]);
-            c
-        };
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        common::unprivileged(args)
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_RUNTIME_DIR", home.join("run"))

@@ -641,18 +641,7 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
         socket.display().to_string()
     );
     let as_nobody = |args: &[&str]| -> std::process::Output {
-        let mut cmd = if is_root {
-            let mut c = std::process::Command::new("/usr/bin/setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            c.args(args);
-            c
-        } else {
-            let mut c = std::process::Command::new(args[0]);
-            c.args(&args[1..]);
-            c
-        };
-        cmd.env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        common::unprivileged(args)
             .env("HOME", &home)
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_STATE_HOME", home.join(".state"))
