@@ -8,7 +8,11 @@
 //!   need a machine with a current Nix and KVM (docs/nix.md).
 //! - `nix-breakage`: breaks scratch copies of the flake in the ways `nix-check` must catch
 //!   and shows that it fails on each.
+//! - `boxlite-runtime`: BoxLite's runtime files (shim, guest agent, libkrunfw, e2fsprogs) cut
+//!   out of the pinned PyPI wheel, each checked against its pinned sha256
+//!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
 
+mod boxlite_runtime;
 mod breakage;
 mod nix_check;
 mod sources;
@@ -21,6 +25,8 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   nix-check      parse, lint and evaluate the Nix flake offline (see docs/nix.md)
   nix-breakage   break scratch copies of the flake and show that nix-check fails on each
+  boxlite-runtime [--out DIR] [--wheel FILE]
+                 BoxLite's runtime files from the pinned wheel (default target/boxlite-runtime)
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
@@ -58,6 +64,31 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some("boxlite-runtime") => {
+            let mut options = boxlite_runtime::Options {
+                out: None,
+                wheel: None,
+            };
+            let mut rest = args[1..].iter();
+            while let Some(flag) = rest.next() {
+                let value = rest.next().map(PathBuf::from);
+                match (flag.as_str(), value) {
+                    ("--out", Some(v)) => options.out = Some(v),
+                    ("--wheel", Some(v)) => options.wheel = Some(v),
+                    _ => {
+                        eprintln!("{USAGE}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            match nix_check::workspace_root().and_then(|r| boxlite_runtime::run(&r, &options)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: boxlite-runtime: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS
