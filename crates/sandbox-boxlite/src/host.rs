@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The KVM device.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -32,7 +32,7 @@ pub fn kvm_device(device: &Path) -> KvmDevice {
 }
 
 /// The outcome of the boot probe.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BootProbe {
     pub can_boot: bool,
@@ -40,16 +40,22 @@ pub struct BootProbe {
     pub detail: String,
     /// `noKvm`, `kvmCannotBoot`, … (see [`crate::BoxliteError::reason`]); `None` when it booted.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub reason: Option<&'static str>,
+    pub reason: Option<String>,
     pub elapsed_ms: u64,
 }
 
-/// How long the probe waits for the guest agent.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long the probe waits for the guest agent (a good host boots in about a second; libkrun
+/// gives up on a KVM that cannot run the kernel after about 20 s here).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Boots a throwaway box in a scratch home. Blocking; runs its own async runtime.
+/// Boots a throwaway box with its BoxLite home in `home` (emptied first and left behind, so
+/// the log paths a failure names stay readable), or in a temporary directory. Blocking; runs
+/// its own async runtime.
 #[cfg(feature = "boxlite")]
-pub fn probe_boot(runtime: Option<crate::runtime_files::RuntimeLocation>) -> BootProbe {
+pub fn probe_boot(
+    runtime: Option<crate::runtime_files::RuntimeLocation>,
+    home: Option<&Path>,
+) -> BootProbe {
     use crate::engine::{Engine, EngineOptions};
     let started = std::time::Instant::now();
     let finish = |result: Result<String, crate::BoxliteError>| {
@@ -63,7 +69,7 @@ pub fn probe_boot(runtime: Option<crate::runtime_files::RuntimeLocation>) -> Boo
             },
             Err(e) => BootProbe {
                 can_boot: false,
-                reason: Some(e.reason()),
+                reason: Some(e.reason().to_string()),
                 detail: e.to_string(),
                 elapsed_ms,
             },
@@ -115,7 +121,14 @@ pub fn probe_boot(runtime: Option<crate::runtime_files::RuntimeLocation>) -> Boo
             what: "writing the probe image",
             detail: e.to_string(),
         })?;
-        let mut options = EngineOptions::new(scratch.path().join("home"));
+        let home = match home {
+            Some(h) => {
+                let _ = std::fs::remove_dir_all(h);
+                h.to_path_buf()
+            }
+            None => scratch.path().join("home"),
+        };
+        let mut options = EngineOptions::new(home);
         options.runtime = runtime;
         options.ready_timeout = PROBE_TIMEOUT;
         let engine = Engine::open(options)?;
@@ -133,8 +146,11 @@ pub fn probe_boot(runtime: Option<crate::runtime_files::RuntimeLocation>) -> Boo
         };
         let (b, _) = engine.create(&spec).await?;
         let started = engine.start(&spec.name, &b).await;
-        let _ = engine.stop(&spec.name, &b).await;
-        let _ = engine.remove(&spec.name).await;
+        // A failed box stays, so the logs its error names can still be read.
+        if started.is_ok() {
+            let _ = engine.stop(&spec.name, &b).await;
+            let _ = engine.remove(&spec.name).await;
+        }
         let _ = engine.shutdown(Duration::from_secs(5)).await;
         let boot = started?;
         Ok(format!(
@@ -148,11 +164,14 @@ pub fn probe_boot(runtime: Option<crate::runtime_files::RuntimeLocation>) -> Boo
 
 /// Without the engine there is nothing to boot with.
 #[cfg(not(feature = "boxlite"))]
-pub fn probe_boot(_runtime: Option<crate::runtime_files::RuntimeLocation>) -> BootProbe {
+pub fn probe_boot(
+    _runtime: Option<crate::runtime_files::RuntimeLocation>,
+    _home: Option<&Path>,
+) -> BootProbe {
     BootProbe {
         can_boot: false,
         detail: crate::BoxliteError::NotInBuild.to_string(),
-        reason: Some("notInBuild"),
+        reason: Some("notInBuild".into()),
         elapsed_ms: 0,
     }
 }

@@ -20,6 +20,10 @@ pub mod spec;
 #[cfg(feature = "boxlite")]
 pub mod engine;
 
+/// The BoxLite crate itself, for the daemon's commands and streams.
+#[cfg(feature = "boxlite")]
+pub use boxlite;
+
 pub use error::{BoxliteError, LogPaths};
 pub use spec::{BoxSpec, ImageSource, Mount, NetTarget, SpecError};
 
