@@ -137,7 +137,7 @@ fn bridge(paths: &RuntimePaths) -> anyhow::Result<i32> {
 }
 
 /// Connects to the daemon, starting one (detached, logging to the runtime dir) if none runs.
-fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
+pub(crate) fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
     if let Ok(stream) = UnixStream::connect(paths.socket()) {
         return Ok(stream);
     }
