@@ -47,6 +47,7 @@ impl std::fmt::Display for FileProblems {
             write!(f, "{}: ", c.name)?;
             match &c.status {
                 crate::runtime_files::FileStatus::Ok { .. } => f.write_str("ok")?,
+                crate::runtime_files::FileStatus::Patched { .. } => f.write_str("patched")?,
                 crate::runtime_files::FileStatus::Missing => f.write_str("missing")?,
                 crate::runtime_files::FileStatus::Mismatch { sha256, expected } => {
                     write!(f, "sha256 {sha256}, expected {expected}")?

@@ -189,11 +189,24 @@ pub fn workspace_runtime_dir() -> PathBuf {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase", tag = "status")]
 pub enum FileStatus {
-    Ok { sha256: String },
+    Ok {
+        sha256: String,
+    },
+    /// Differs from its pin, and the packager says it patched this file for the system (the
+    /// flake gives `bwrap`, `debugfs` and `mke2fs` Nix's loader): see [`patched_names`].
+    Patched {
+        sha256: String,
+        pinned: String,
+    },
     Missing,
-    Mismatch { sha256: String, expected: String },
+    Mismatch {
+        sha256: String,
+        expected: String,
+    },
     NotExecutable,
-    Unreadable { error: String },
+    Unreadable {
+        error: String,
+    },
 }
 
 /// One line of the runtime check.
@@ -209,24 +222,62 @@ pub struct FileCheck {
 
 impl FileCheck {
     pub fn is_ok(&self) -> bool {
-        matches!(self.status, FileStatus::Ok { .. })
+        matches!(
+            self.status,
+            FileStatus::Ok { .. } | FileStatus::Patched { .. }
+        )
     }
+}
+
+/// The variable (at run time, or baked in at build time) naming runtime files a packager
+/// patched for its system, space-separated: those may differ from their pins. The flake sets
+/// `bwrap debugfs mke2fs`, which it gives Nix's loader with patchelf after checking them.
+pub const PATCHED_ENV: &str = "SANDBOX_BOXLITE_RUNTIME_PATCHED";
+
+/// The files that may differ from their pins (see [`PATCHED_ENV`]).
+pub fn patched_names() -> Vec<String> {
+    let value = std::env::var(PATCHED_ENV)
+        .ok()
+        .or_else(|| option_env!("SANDBOX_BOXLITE_RUNTIME_PATCHED").map(str::to_string))
+        .unwrap_or_default();
+    value.split_whitespace().map(str::to_string).collect()
 }
 
 /// Hashes every pinned file in `dir` and compares it with its pin.
 pub fn check_dir(dir: &Path) -> Vec<FileCheck> {
+    check_dir_allowing(dir, &patched_names())
+}
+
+/// [`check_dir`], with `patched` the names that may differ from their pins.
+pub fn check_dir_allowing(dir: &Path, patched: &[String]) -> Vec<FileCheck> {
     files()
         .iter()
         .map(|f| {
             let path = dir.join(f.name);
+            let status = match check_file(&path, f) {
+                FileStatus::Mismatch { sha256, expected }
+                    if patched.iter().any(|p| p == f.name) && is_executable(&path) =>
+                {
+                    FileStatus::Patched {
+                        sha256,
+                        pinned: expected,
+                    }
+                }
+                other => other,
+            };
             FileCheck {
                 name: f.name,
                 role: f.role,
-                status: check_file(&path, f),
+                status,
                 path,
             }
         })
         .collect()
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o100 != 0)
 }
 
 fn check_file(path: &Path, pin: &RuntimeFile) -> FileStatus {
@@ -329,6 +380,19 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(checks[1..].iter().all(|c| c.status == FileStatus::Missing));
+        // A file the packager declares patched may differ, if it is executable; only that one.
+        std::fs::set_permissions(
+            dir.path().join(first.name),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let allowed = check_dir_allowing(dir.path(), &[first.name.to_string()]);
+        assert!(
+            matches!(allowed[0].status, FileStatus::Patched { .. }),
+            "{allowed:?}"
+        );
+        assert!(allowed[0].is_ok());
+        assert!(!allowed[1].is_ok());
         // An unreadable file says so rather than passing.
         let locked = dir.path().join(files()[1].name);
         std::fs::write(&locked, b"x").unwrap();

@@ -292,6 +292,11 @@ fn print_boxlite(b: &serde_json::Value) {
         let status = f["status"].as_str().unwrap_or("?");
         let hash = f["sha256"].as_str().unwrap_or("");
         match status {
+            "patched" => println!(
+                "           {:<16} sha256 {hash} patched for this system (pinned {})",
+                f["name"].as_str().unwrap_or(""),
+                f["pinned"].as_str().unwrap_or("")
+            ),
             "ok" => println!(
                 "           {:<16} sha256 {hash} ok",
                 f["name"].as_str().unwrap_or("")
