@@ -622,23 +622,33 @@ mod engine {
             let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
             let mut timed_out = false;
             let mut signal = None;
+            // exec.kill without a signal and box.stop: SIGTERM, then the kill after the grace.
+            let mut kill_at: Option<tokio::time::Instant> = None;
+            let mut control_open = true;
             let (mut out_open, mut err_open) = (stdout.is_some(), stderr.is_some());
             let wait = execution.wait();
             tokio::pin!(wait);
             let result = loop {
                 tokio::select! {
                     biased;
-                    ctl = control_rx.recv() => match ctl {
+                    ctl = control_rx.recv(), if control_open => match ctl {
                         Some(Control::Signal(sig)) => {
                             signal = Some(sig as i32);
                             let _ = execution.signal(sig as i32).await;
                         }
-                        Some(Control::Terminate { .. }) => {
-                            signal = Some(libc::SIGKILL);
-                            let _ = execution.kill().await;
+                        Some(Control::Terminate { grace }) => {
+                            signal = Some(libc::SIGTERM);
+                            let _ = execution.signal(libc::SIGTERM).await;
+                            let at = tokio::time::Instant::now() + grace;
+                            kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
                         }
-                        None => {}
+                        None => control_open = false,
                     },
+                    _ = sleep_until(kill_at), if kill_at.is_some() => {
+                        kill_at = None;
+                        signal = Some(libc::SIGKILL);
+                        let _ = execution.kill().await;
+                    }
                     _ = sleep_until(deadline), if deadline.is_some() && !timed_out => {
                         timed_out = true;
                         let _ = execution.kill().await;
