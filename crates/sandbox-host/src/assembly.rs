@@ -10,6 +10,7 @@ use sandbox_policy::{EnvPolicy, GrantReason, Policy, PolicyRequest};
 
 use crate::backend::BackendKind;
 use crate::error::HostError;
+use crate::tmpdir::PrivateTmpdir;
 
 /// Settings from the trusted configuration (`/etc/sandbox`, `$XDG_CONFIG_HOME/sandbox`) that
 /// every policy starts from.
@@ -59,7 +60,7 @@ pub struct TmpdirRequest {
 #[derive(Debug)]
 pub struct Assembled {
     pub policy: Policy,
-    pub tmpdir: Option<tempfile::TempDir>,
+    pub tmpdir: Option<PrivateTmpdir>,
 }
 
 /// A place whose content decides the boundary (configuration, remembered choices, the
@@ -151,7 +152,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         })?;
     }
     let tmpdir = match &request.tmpdir {
-        Some(t) => Some(create_tmpdir(t)?),
+        Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
@@ -187,15 +188,9 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     Ok(Assembled { policy, tmpdir })
 }
 
-fn create_tmpdir(request: &TmpdirRequest) -> Result<tempfile::TempDir, HostError> {
-    let mut builder = tempfile::Builder::new();
-    builder
-        .prefix(&request.prefix)
-        // Private: other local users must not read what the agent leaves here.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+fn create_tmpdir(request: &TmpdirRequest, task: &Path) -> Result<PrivateTmpdir, HostError> {
     let root = request.root.clone().unwrap_or_else(std::env::temp_dir);
-    builder
-        .tempdir_in(&root)
+    PrivateTmpdir::create(&request.prefix, &root, task)
         .map_err(|source| HostError::Tmpdir { root, source })
 }
 

@@ -46,7 +46,7 @@ pub struct BoxEntry {
     pub execs: BTreeSet<u64>,
     pub last_status: Option<AgentStatus>,
     /// The box's private TMPDIR; removed with the box.
-    pub tmpdir: Option<tempfile::TempDir>,
+    pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.
