@@ -344,3 +344,22 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("could not remove"), "{stderr}");
 }
+
+/// The host takes ref locks in the repository that is the view's lower layer (the quarantine
+/// applying this run's commits, the user's own git), and git inside sees them as `<ref>.lock`.
+/// git inside must wait for such a lock rather than give up after its default 100 ms: a commit
+/// failed with "cannot lock ref … File exists" on a busy machine before this.
+#[test]
+fn git_inside_waits_for_ref_locks_the_host_holds() {
+    let f = Fixture::new();
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("git config --get core.filesRefLockTimeout; git config --get core.packedRefsTimeout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "5000\n5000\n");
+}
