@@ -317,23 +317,34 @@ fn main() {
         ],
     ));
     // The native backend without its private view, as on a host without user namespaces:
-    // run inside a user namespace that may create none, against the same wrapper around
+    // run inside one long-lived user namespace that may create none (entered with nsenter, so
+    // that its probe result is cached as on a real host), against the same wrapper around
     // `/bin/true` as its own baseline (the wrapper's cost is not the sandbox's).
-    let nouserns = [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "sh",
-        "-c",
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
-        "sh",
-    ];
+    let mut holder = Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && echo ready && exec sleep infinity")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux)");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(
+        ready.trim(),
+        "ready",
+        "the namespace without user namespaces"
+    );
+    let target = holder.id().to_string();
+    let nouserns = ["nsenter", "--target", target.as_str(), "--user", "--"];
     let wrapped = |rest: &[&str]| -> Vec<String> {
         nouserns.iter().chain(rest).map(|s| s.to_string()).collect()
     };
     let wrapper_base = variants.len();
     variants.push(Variant::new(
-        "no-userns wrapper + /bin/true".into(),
+        "no-userns namespace (nsenter) + /bin/true".into(),
         wrapped(&["/bin/true"]),
     ));
     // The supervisor in the same wrapper: the floor of the variant below (Landlock only).
@@ -342,7 +353,7 @@ fn main() {
         variants.push(Variant {
             base: wrapper_base,
             ..Variant::new(
-                "minimal C supervisor (no-userns wrapper)".into(),
+                "minimal C supervisor (no-userns namespace)".into(),
                 wrapped(&argv),
             )
         });
@@ -496,6 +507,8 @@ fn main() {
     for s in skipped {
         println!("skipped: {s}");
     }
+    let _ = holder.kill();
+    let _ = holder.wait();
     if let Some((mut daemon, client)) = lease {
         drop(client);
         let _ = nix::sys::signal::kill(
