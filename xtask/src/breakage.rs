@@ -46,8 +46,8 @@ const CASES: &[Breakage] = &[
     Breakage {
         what: "a nonexistent package",
         file: "vm-images/box-image.nix",
-        from: "[ pkgs.skopeo ]",
-        to: "[ pkgs.skopeo-cli ]",
+        from: "[ pkgs.skopeo pkgs.jq ]",
+        to: "[ pkgs.skopeo-cli pkgs.jq ]",
         expect: "attribute 'skopeo-cli' missing",
     },
     Breakage {
