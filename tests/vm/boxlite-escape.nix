@@ -57,7 +57,7 @@ in
 
     def boxed(script, box, flags):
         # The marker tells "the box ran the command" apart from "no box started" (125).
-        inner = "echo BOX-STARTED; uname -r; " + script
+        inner = 'echo "BOX-STARTED $(uname -r)"; ' + script
         return as_alice(
             f"cd {WORKTREE} && sandbox exec --backend boxlite --box {box} --rootfs {IMAGE} "
             f"--mount {WORKTREE}:{WORKTREE} --workdir {WORKTREE} {flags} "
@@ -68,10 +68,9 @@ in
     def in_box(what, script, box="escape", flags=""):
         status, output = machine.execute(boxed(script, box, flags))
         machine.log(f"[{box} {flags}] [{what}] exit {status}: {output}")
-        lines = output.splitlines()
-        assert "BOX-STARTED" in lines, f"{what}: the command never ran in a box (exit {status}): {output}"
-        guest_kernel = lines[lines.index("BOX-STARTED") + 1]
-        assert guest_kernel != HOST_KERNEL, f"{what}: ran on the host's kernel {HOST_KERNEL}, not in a box"
+        started = [line.split()[1:] for line in output.splitlines() if line.startswith("BOX-STARTED")]
+        assert started, f"{what}: the command never ran in a box (exit {status}): {output}"
+        assert started[0] != [HOST_KERNEL], f"{what}: ran on the host's kernel {HOST_KERNEL}, not in a box"
         assert status != 125, f"{what}: the box was not ready: {output}"
         return status, output
 
