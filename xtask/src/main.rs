@@ -8,7 +8,10 @@
 //!   need a machine with a current Nix and KVM (docs/nix.md).
 //! - `nix-breakage`: breaks scratch copies of the flake in the ways `nix-check` must catch
 //!   and shows that it fails on each.
+//! - `box-image`: the BoxLite backend's offline image, an OCI image layout directory built
+//!   from Debian packages (`box_image`).
 
+mod box_image;
 mod breakage;
 mod nix_check;
 mod sources;
@@ -21,11 +24,17 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   nix-check      parse, lint and evaluate the Nix flake offline (see docs/nix.md)
   nix-breakage   break scratch copies of the flake and show that nix-check fails on each
+  box-image [--out DIR]
+                 build the box image: an OCI image layout directory of a small Debian
+                 userland (mmdebstrap); default DIR target/box-image; prints DIR
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
                        default ../shared/nixpkgs-lib beside the repository (the evaluation
                        steps are skipped when neither exists)
+  SANDBOX_BOX_IMAGE_MIRROR
+                       the Debian mirror box-image installs from (default
+                       http://deb.debian.org/debian)
   CI=true              a missing tool or lib is an error instead of a skipped step";
 
 fn main() -> ExitCode {
@@ -55,6 +64,13 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(err) => {
                 eprintln!("error: nix-breakage could not run: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("box-image") => match box_image::run(&args[1..]) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: box-image: {err:#}");
                 ExitCode::FAILURE
             }
         },
