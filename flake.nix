@@ -52,13 +52,23 @@
             vm-home-manager = import ./tests/vm/home-manager.nix { inherit self pkgs home-manager; };
             vm-lima-boot = import ./tests/vm/lima-boot.nix { inherit pkgs; };
           };
+
+          # Where the BoxLite variant exists (x86_64-linux): a box booted from the flake's
+          # image, inside the test VM (nested KVM).
+          boxliteTests = lib.optionalAttrs (built.boxlite != { }) {
+            vm-boxlite-escape = import ./tests/vm/boxlite-escape.nix { inherit self pkgs; };
+          };
         in
         {
           packages = {
             inherit sandbox;
             inherit (built) sandbox-unwrapped nono;
             default = sandbox;
-          } // lib.optionalAttrs isLinux (
+          }
+          # `sandbox-boxlite` (the CLI with the BoxLite backend, its runtime and the box image
+          # baked in) and `boxlite-runtime`: x86_64-linux, the one system with a pinned wheel.
+          // built.boxlite
+          // lib.optionalAttrs isLinux (
             # The guest images of the Lima and BoxLite backends, built on their own, so the
             # default package never builds a disk image (`nix run .#sandbox` stays cheap).
             let images = import ./vm-images { inherit nixpkgs system; };
@@ -88,7 +98,7 @@
             default = sandbox;
           };
 
-          checks = built.crateChecks // moduleChecks // vmTests // { inherit sandbox; };
+          checks = built.crateChecks // moduleChecks // vmTests // boxliteTests // { inherit sandbox; };
 
           devShells.default = built.craneLib.devShell {
             checks = built.crateChecks;

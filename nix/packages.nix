@@ -30,14 +30,12 @@ let
   cargoArtifacts = craneLib.buildDepsOnly commonArgs;
 
   # The CLI with no tool paths: what it compiles does not depend on any tool, so a tool
-  # bump never recompiles it.
-  sandbox-unwrapped = craneLib.buildPackage (commonArgs // {
-    inherit cargoArtifacts;
-    pname = "sandbox-unwrapped";
-    cargoExtraArgs = "--locked --package sandbox-cli";
+  # bump never recompiles it. `args` are the dependency build's (`cargoArtifacts`) plus what
+  # differs for a variant.
+  cli = args: craneLib.buildPackage (args // {
     # The workspace's tests run once, in checks.nextest.
     doCheck = false;
-    nativeBuildInputs = [ pkgs.installShellFiles ];
+    nativeBuildInputs = (args.nativeBuildInputs or [ ]) ++ [ pkgs.installShellFiles ];
     postInstall = lib.optionalString (pkgs.stdenv.buildPlatform.canExecute pkgs.stdenv.hostPlatform) ''
       installShellCompletion --cmd sandbox \
         --bash <("$out/bin/sandbox" completions bash) \
@@ -47,6 +45,12 @@ let
       installManPage sandbox.1
     '';
     meta = meta // { description = "${meta.description} (without tool paths)"; };
+  });
+
+  sandbox-unwrapped = cli (commonArgs // {
+    inherit cargoArtifacts;
+    pname = "sandbox-unwrapped";
+    cargoExtraArgs = "--locked --package sandbox-cli";
   });
 
   meta = {
@@ -59,8 +63,8 @@ let
   # The tools some backend uses, by the variable the CLI reads them from
   # (crates/sandbox-cli/src/tools.rs): nono, and Lima's limactl. The NixOS guest image is set
   # only by the flake's `sandbox-with-lima-image` variant (else every build of the CLI would
-  # build a disk image; the Lima backend then boots Ubuntu 24.04). BoxLite brings mke2fs when
-  # it lands.
+  # build a disk image; the Lima backend then boots Ubuntu 24.04), BoxLite's runtime and image
+  # only by `sandbox-boxlite` (below).
   toolPaths = {
     SANDBOX_PACKAGE_NONO = lib.getExe' nono "nono";
   } // lib.optionalAttrs (pkgs ? lima) {
@@ -70,18 +74,62 @@ let
   # `--set-default`: a value already in the environment wins, so a package that wraps this
   # one can still choose its own tools. The user's override is SANDBOX_NONO, which the CLI
   # reads before these (docs/nix.md, "Tool paths").
-  sandbox = pkgs.symlinkJoin {
-    name = "sandbox-${version}";
-    paths = [ sandbox-unwrapped ];
+  wrap = { name, unwrapped, tools, passthru ? { } }: pkgs.symlinkJoin {
+    inherit name;
+    paths = [ unwrapped ];
     nativeBuildInputs = [ pkgs.makeBinaryWrapper ];
     postBuild = ''
       rm "$out/bin/sandbox"
-      makeBinaryWrapper ${lib.getExe sandbox-unwrapped} "$out/bin/sandbox" \
-        ${lib.concatStringsSep " \\\n    " (lib.mapAttrsToList (name: path: "--set-default ${name} ${path}") toolPaths)}
+      makeBinaryWrapper ${lib.getExe unwrapped} "$out/bin/sandbox" \
+        ${lib.concatStringsSep " \\\n    " (lib.mapAttrsToList (var: path: "--set-default ${var} ${path}") tools)}
     '';
-    passthru = { inherit sandbox-unwrapped toolPaths nono; };
+    passthru = { toolPaths = tools; inherit nono; sandbox-unwrapped = unwrapped; } // passthru;
     inherit meta;
   };
+
+  sandbox = wrap {
+    name = "sandbox-${version}";
+    unwrapped = sandbox-unwrapped;
+    tools = toolPaths;
+  };
+
+  # The BoxLite backend: the CLI built with the `boxlite` feature (the crate is pinned
+  # `=0.10.8`), wrapped with the runtime files of the matching PyPI wheel and the flake's box
+  # image. Only the x86_64 Linux wheel is pinned, so only that system has it.
+  #
+  # The crate's build script would download its runtime from GitHub; BOXLITE_DEPS_STUB=1 skips
+  # that (the runtime is found at run time through SANDBOX_BOXLITE_RUNTIME), and its protocol
+  # buffers need protoc. A dependency build of its own: the default package's must not carry
+  # BoxLite's build settings, nor rebuild when they change.
+  boxlite = lib.optionalAttrs (pkgs.stdenv.hostPlatform.system == "x86_64-linux") (
+    let
+      boxlite-runtime = pkgs.callPackage ./boxlite-runtime.nix { };
+      box-image = import ../vm-images/box-image.nix { inherit pkgs; };
+      args = commonArgs // {
+        pname = "sandbox-boxlite";
+        cargoExtraArgs = "--locked --package sandbox-cli --features boxlite";
+        nativeBuildInputs = [ pkgs.protobuf ];
+        PROTOC = lib.getExe' pkgs.protobuf "protoc";
+        BOXLITE_DEPS_STUB = "1";
+      };
+      unwrapped = cli (args // {
+        cargoArtifacts = craneLib.buildDepsOnly args;
+        pname = "sandbox-boxlite-unwrapped";
+      });
+    in
+    {
+      inherit boxlite-runtime;
+      sandbox-boxlite = wrap {
+        name = "sandbox-boxlite-${version}";
+        inherit unwrapped;
+        tools = toolPaths // {
+          SANDBOX_BOXLITE_RUNTIME = "${boxlite-runtime}";
+          SANDBOX_PACKAGE_BOX_IMAGE = "${box-image}";
+        };
+        passthru = { inherit boxlite-runtime box-image; };
+      };
+    }
+  );
 
   crateChecks = {
     clippy = craneLib.cargoClippy (commonArgs // {
@@ -100,5 +148,5 @@ let
   };
 in
 {
-  inherit sandbox sandbox-unwrapped nono craneLib crateChecks toolchainFor;
+  inherit sandbox sandbox-unwrapped nono craneLib crateChecks toolchainFor boxlite;
 }

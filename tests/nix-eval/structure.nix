@@ -19,7 +19,12 @@ let
 
   # The variables the CLI reads tool paths from (crates/sandbox-cli/src/tools.rs): compiled
   # in (the old scheme) or set on a build, they would make a tool bump recompile the CLI.
-  compiledToolVars = [ "SANDBOX_NONO" "SANDBOX_LIMACTL" "SANDBOX_MKE2FS" "SANDBOX_LIMA_IMAGE" "SANDBOX_BOX_IMAGE" "SANDBOX_PACKAGE_NONO" ];
+  compiledToolVars = [ "SANDBOX_NONO" "SANDBOX_LIMACTL" "SANDBOX_MKE2FS" "SANDBOX_LIMA_IMAGE" "SANDBOX_BOX_IMAGE" "SANDBOX_PACKAGE_NONO" "SANDBOX_BOXLITE_RUNTIME" "SANDBOX_PACKAGE_BOX_IMAGE" ];
+
+  # The BoxLite variant exists where a wheel with its runtime files is pinned.
+  hasBoxlite = system: system == "x86_64-linux";
+
+  storePath = drv: builtins.unsafeDiscardStringContext drv.outPath;
 
   versionAtLeast = a: b: builtins.compareVersions a b >= 0;
 
@@ -32,7 +37,8 @@ in
         let
           p = packages.${system} or { };
           expected = [ "sandbox" "default" "sandbox-unwrapped" "nono" ]
-            ++ (if isLinux system then [ "lima-image" "box-image" ] else [ ]);
+            ++ (if isLinux system then [ "lima-image" "box-image" ] else [ ])
+            ++ (if hasBoxlite system then [ "sandbox-boxlite" "boxlite-runtime" ] else [ ]);
           missing = requireAttrs "packages.${system}" p expected;
           env = drv: drv.drvAttrs;
           has = drv: var: hasAttr var (env drv);
@@ -54,8 +60,41 @@ in
         ++ require (deps != null) "packages.${system}.sandbox-unwrapped does not reuse dependency artifacts (cargoArtifacts)"
         ++ (if deps == null then [ ] else
         concatMap (v: require (!(has deps v)) "the dependency build (${deps.name}) sets ${v}") compiledToolVars
-        # Dead build settings of the BoxLite crate, which is not in the workspace.
-        ++ concatMap (v: require (!(has deps v)) "the dependency build sets ${v}, which nothing in the workspace reads") [ "PROTOC" "BOXLITE_DEPS_STUB" ]);
+        # BoxLite's build settings belong to the variant that enables the crate.
+        ++ concatMap (v: require (!(has deps v)) "the dependency build sets ${v}, which only the boxlite feature reads") [ "PROTOC" "BOXLITE_DEPS_STUB" ])
+        ++ (if hasBoxlite system then boxlite system p else require (!(p ? sandbox-boxlite)) "packages.${system}.sandbox-boxlite exists, but no BoxLite wheel is pinned for ${system}");
+
+      # The BoxLite variant: the same CLI with the feature on, its own dependency build with
+      # the crate's build settings, and a wrapper that adds the runtime files and the box image
+      # to the default package's tools.
+      boxlite = system: p:
+        let
+          what = "packages.${system}.sandbox-boxlite";
+          variant = p.sandbox-boxlite;
+          tools = variant.toolPaths or { };
+          unwrapped = variant.sandbox-unwrapped;
+          env = unwrapped.drvAttrs;
+          deps = env.cargoArtifacts.drvAttrs or { };
+          runtime = p.boxlite-runtime;
+        in
+        require (removeAttrs tools [ "SANDBOX_BOXLITE_RUNTIME" "SANDBOX_PACKAGE_BOX_IMAGE" ] == (p.sandbox.toolPaths or { }))
+          "${what} does not wrap the default package's tools (it wraps ${toString (attrNames tools)})"
+        ++ require ((tools.SANDBOX_BOXLITE_RUNTIME or null) == storePath runtime)
+          "${what} sets SANDBOX_BOXLITE_RUNTIME to ${tools.SANDBOX_BOXLITE_RUNTIME or "nothing"}, not packages.${system}.boxlite-runtime"
+        ++ require ((tools.SANDBOX_PACKAGE_BOX_IMAGE or null) == storePath p.box-image)
+          "${what} sets SANDBOX_PACKAGE_BOX_IMAGE to ${tools.SANDBOX_PACKAGE_BOX_IMAGE or "nothing"}, not packages.${system}.box-image"
+        ++ require (builtins.match ".*--features boxlite.*" (env.cargoExtraArgs or "") != null)
+          "${what} is not built with --features boxlite (cargoExtraArgs: ${env.cargoExtraArgs or ""})"
+        ++ concatMap (v: require (!(hasAttr v env)) "${what}'s CLI build sets ${v}: a tool bump would recompile it") compiledToolVars
+        ++ require ((deps.BOXLITE_DEPS_STUB or null) == "1") "${what}'s dependency build does not set BOXLITE_DEPS_STUB=1 (the crate's build script would download its runtime)"
+        ++ require (builtins.match ".*/bin/protoc" (deps.PROTOC or "") != null) "${what}'s dependency build does not point PROTOC at a protoc"
+        ++ require ((env.cargoArtifacts.drvPath or "") != (p.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or ""))
+          "${what} shares the default package's dependency build, which lacks the boxlite crate"
+        ++ require (builtins.match "https://files\\.pythonhosted\\.org/packages/.*/boxlite-${runtime.version}-cp311-cp311-manylinux_2_28_x86_64\\.whl" (runtime.wheelUrl or "") != null)
+          "packages.${system}.boxlite-runtime does not fetch the ${runtime.version or "?"} wheel from PyPI (url: ${runtime.wheelUrl or "none"})"
+        # (`hash` is what fetchurl takes; the real one passes it on as outputHash.)
+        ++ require (builtins.match "sha256-.{43}=" (runtime.wheel.drvAttrs.outputHash or runtime.wheel.drvAttrs.hash or "") != null)
+          "packages.${system}.boxlite-runtime's wheel has no pinned sha256 (a fixed-output fetch needs one)";
     in
     report (map (s: "packages.${s}") systems) (concatMap perSystem systems);
 
@@ -65,7 +104,8 @@ in
         let
           c = checks.${system} or { };
           expected = [ "clippy" "fmt" "nextest" "sandbox" "module-home-manager" ]
-            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" "vm-lima-boot" ] else [ ]);
+            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" "vm-lima-boot" ] else [ ])
+            ++ (if hasBoxlite system then [ "vm-boxlite-escape" ] else [ ]);
           missing = requireAttrs "checks.${system}" c expected;
           artifacts = n: c.${n}.drvAttrs.cargoArtifacts.drvPath or "none";
           shared = c.sandbox.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or "none";
@@ -74,7 +114,12 @@ in
         concatMap (n: instantiates "checks.${system}.${n}" c.${n}) (attrNames c)
         ++ concatMap (n: require (artifacts n == shared) "checks.${system}.${n} does not reuse the package's dependency artifacts") [ "clippy" "nextest" ]
         ++ require ((c.nextest.drvAttrs.SANDBOX_PACKAGE_NONO or null) == (c.sandbox.toolPaths.SANDBOX_PACKAGE_NONO or "none")) "checks.${system}.nextest does not run with the package's nono"
-        ++ concatMap (n: require ((c.${n}.type or null) == "derivation") "checks.${system}.${n} is not a derivation") (attrNames c);
+        ++ concatMap (n: require ((c.${n}.type or null) == "derivation") "checks.${system}.${n} is not a derivation") (attrNames c)
+        # Every VM test is scheduled on a builder with KVM (the BoxLite one boots a guest in
+        # its guest).
+        ++ concatMap
+          (n: require (builtins.elem "kvm" (c.${n}.drvAttrs.requiredSystemFeatures or [ ])) "checks.${system}.${n} does not require the kvm system feature")
+          (filter (n: builtins.match "vm-.*" n != null) (attrNames c));
     in
     report (map (s: "checks.${s}") systems) (concatMap perSystem systems);
 

@@ -8,10 +8,13 @@
 //!   need a machine with a current Nix and KVM (docs/nix.md).
 //! - `nix-breakage`: breaks scratch copies of the flake in the ways `nix-check` must catch
 //!   and shows that it fails on each.
+//! - `box-image`: the BoxLite backend's offline image, an OCI image layout directory built
+//!   from Debian packages (`box_image`).
 //! - `boxlite-runtime`: BoxLite's runtime files (shim, guest agent, libkrunfw, e2fsprogs) cut
 //!   out of the pinned PyPI wheel, each checked against its pinned sha256
 //!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
 
+mod box_image;
 mod boxlite_runtime;
 mod breakage;
 mod nix_check;
@@ -27,11 +30,17 @@ tasks:
   nix-breakage   break scratch copies of the flake and show that nix-check fails on each
   boxlite-runtime [--out DIR] [--wheel FILE]
                  BoxLite's runtime files from the pinned wheel (default target/boxlite-runtime)
+  box-image [--out DIR]
+                 build the box image: an OCI image layout directory of a small Debian
+                 userland (mmdebstrap); default DIR target/box-image; prints DIR
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
                        default ../shared/nixpkgs-lib beside the repository (the evaluation
                        steps are skipped when neither exists)
+  SANDBOX_BOX_IMAGE_MIRROR
+                       the Debian mirror box-image installs from (default
+                       http://deb.debian.org/debian)
   CI=true              a missing tool or lib is an error instead of a skipped step";
 
 fn main() -> ExitCode {
@@ -89,6 +98,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some("box-image") => match box_image::run(&args[1..]) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: box-image: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

@@ -71,7 +71,9 @@ impl Reporter {
     }
 
     fn skipped(&mut self, reason: impl AsRef<str>) {
-        println!("skipped: {}", reason.as_ref());
+        if !self.quiet {
+            println!("skipped: {}", reason.as_ref());
+        }
         self.summary.skipped += 1;
     }
 
@@ -340,7 +342,138 @@ fn evaluate(sh: &Shell, root: &Path, nix: &Path, lib: &Path, report: &mut Report
         "crate sources: every file a test reads is in the crane source (packages.sandbox-unwrapped.src)",
         crate_source(&eval, copy.path()),
     );
+    let pins = copy.path().join(BOXLITE_PINS);
+    if pins.is_file() {
+        report.record(
+            format!("BoxLite runtime: nix/boxlite-runtime.nix cuts the files {BOXLITE_PINS} pins"),
+            boxlite_pins(&eval, &pins),
+        );
+    } else {
+        report.skipped(format!(
+            "BoxLite runtime pins: {BOXLITE_PINS} is not in this tree, so there is nothing to \
+             compare nix/boxlite-runtime.nix with"
+        ));
+    }
+    // Said on every run, so a green nix-check is not read as more than it is.
+    report.skipped(
+        "builds and VM tests: no nixpkgs can be fetched and no guest can boot here (DESIGN §5); \
+         `nix flake check -L` on a Linux host with KVM builds every package (sandbox-boxlite, \
+         boxlite-runtime and the images included) and runs the VM tests (vm-boxlite-escape \
+         also needs nested KVM)",
+    );
     Ok(())
+}
+
+/// Where `cargo xtask boxlite-runtime` and `sandbox doctor` take the wheel's and the runtime
+/// files' pins from.
+const BOXLITE_PINS: &str = "crates/sandbox-boxlite/src/runtime_files.rs";
+
+/// The flake's BoxLite runtime (`packages.x86_64-linux.boxlite-runtime`) fetches the wheel the
+/// Rust side pins, with the same sha256, and cuts the same files at the same offsets with the
+/// same hashes: two copies of one recipe, kept equal here.
+fn boxlite_pins(eval: &Eval, pins: &Path) -> Result<String> {
+    let rust = std::fs::read_to_string(pins)?;
+    let capture = |pattern: &str, text: &str| -> Result<Vec<String>> {
+        let caps = regex::Regex::new(pattern)?
+            .captures(text)
+            .with_context(|| format!("{BOXLITE_PINS}: no match for {pattern}"))?;
+        Ok(caps
+            .iter()
+            .skip(1)
+            .map(|m| m.map_or(String::new(), |m| m.as_str().to_owned()))
+            .collect())
+    };
+    let version = capture(r#"pub const VERSION: &str = "([^"]+)";"#, &rust)?.remove(0);
+    let wheel = capture(
+        r#"LINUX_X86_64_WHEEL: Wheel = Wheel \{\s*file_name: "([^"]+)",\s*sha256: "([0-9a-f]{64})",\s*member: "([^"]+)""#,
+        &rust,
+    )?;
+    let start = rust
+        .find("const LINUX_X86_64_FILES")
+        .with_context(|| format!("{BOXLITE_PINS}: no LINUX_X86_64_FILES"))?;
+    let list = &rust[start..start + rust[start..].find("];").unwrap_or(rust.len() - start)];
+    let file = regex::Regex::new(
+        r#"RuntimeFile \{\s*name: "([^"]+)",\s*offset: ([0-9_]+),\s*size: ([0-9_]+),\s*sha256: "([0-9a-f]{64})""#,
+    )?;
+    let number = |s: &str| s.replace('_', "").parse::<u64>();
+    let mut rust_files = std::collections::BTreeSet::new();
+    for c in file.captures_iter(list) {
+        rust_files.insert((
+            c[1].to_owned(),
+            number(&c[2])?,
+            number(&c[3])?,
+            c[4].to_owned(),
+        ));
+    }
+    if rust_files.is_empty() {
+        bail!("{BOXLITE_PINS}: found no RuntimeFile in LINUX_X86_64_FILES");
+    }
+
+    let nix = eval.apply(
+        "packages",
+        "p: let r = p.x86_64-linux.boxlite-runtime; in { inherit (r) version member files \
+         wheelSha256 wheelUrl; wheelName = r.wheel.name; \
+         hash = r.wheel.drvAttrs.outputHash or r.wheel.drvAttrs.hash; }",
+    )?;
+    let text = |key: &str| nix[key].as_str().unwrap_or_default().to_owned();
+    let mut nix_files = std::collections::BTreeSet::new();
+    for f in nix["files"].as_array().context("no files")? {
+        nix_files.insert((
+            f["name"].as_str().unwrap_or_default().to_owned(),
+            f["offset"].as_u64().unwrap_or(u64::MAX),
+            f["size"].as_u64().unwrap_or(u64::MAX),
+            f["sha256"].as_str().unwrap_or_default().to_owned(),
+        ));
+    }
+    let sri = {
+        let (nix_bin, hex) = (eval.nix, &wheel[1]);
+        cmd!(
+            eval.sh,
+            "{nix_bin} {NIX_FEATURES...} hash to-sri --type sha256 {hex}"
+        )
+        .quiet()
+        .read()
+        .context("nix hash to-sri")?
+    };
+
+    let mut problems = Vec::new();
+    let mut differ = |what: &str, rust: &str, nix: &str| {
+        if rust != nix {
+            problems.push(format!(
+                "{what}: {BOXLITE_PINS} has {rust}, the flake {nix}"
+            ));
+        }
+    };
+    differ("version", &version, &text("version"));
+    differ("wheel", &wheel[0], &text("wheelName"));
+    differ("wheel sha256", &wheel[1], &text("wheelSha256"));
+    differ("wheel hash (SRI)", sri.trim(), &text("hash"));
+    differ("module", &wheel[2], &text("member"));
+    if !text("wheelUrl").ends_with(&format!("/{}", wheel[0])) {
+        problems.push(format!(
+            "the flake fetches {}, not {}",
+            text("wheelUrl"),
+            wheel[0]
+        ));
+    }
+    for f in rust_files.symmetric_difference(&nix_files) {
+        let side = if rust_files.contains(f) {
+            BOXLITE_PINS
+        } else {
+            "the flake"
+        };
+        problems.push(format!(
+            "only {side} has {} at {} ({} bytes, sha256 {})",
+            f.0, f.1, f.2, f.3
+        ));
+    }
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    Ok(format!(
+        "{version}: the wheel's sha256 and {} files",
+        rust_files.len()
+    ))
 }
 pub fn workspace_root() -> Result<PathBuf> {
     let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

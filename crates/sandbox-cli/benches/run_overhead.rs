@@ -23,6 +23,9 @@ struct Variant {
     base: usize,
     /// Extra environment (the hook endpoint and token of `sandbox hook`).
     env: Vec<(String, String)>,
+    /// The minimal supervisor this one is compared with (`None`: the plain one). A variant
+    /// run inside a wrapper is compared with the supervisor in the same wrapper.
+    floor: Option<usize>,
 }
 
 impl Variant {
@@ -34,6 +37,7 @@ impl Variant {
             samples: Vec::new(),
             base: 0,
             env: Vec::new(),
+            floor: None,
         }
     }
 }
@@ -169,6 +173,16 @@ fn main() {
             ],
         ),
     ];
+    // `sandbox exec` with the in-place backend: the stdio proxy's own cost per invocation.
+    variants.push(Variant::new(
+        "sandbox exec (native)".into(),
+        vec![
+            sandbox.clone(),
+            "exec".into(),
+            "--".into(),
+            "/bin/true".into(),
+        ],
+    ));
     let mut skipped = Vec::new();
     // The floor: a minimal supervisor in C (fork, setsid, a two-rule Landlock ruleset, a
     // one-rule seccomp filter, exec, wait), built here with the system's C compiler.
@@ -303,27 +317,51 @@ fn main() {
         ],
     ));
     // The native backend without its private view, as on a host without user namespaces:
-    // run inside a user namespace that may create none, against the same wrapper around
+    // run inside one long-lived user namespace that may create none (entered with nsenter, so
+    // that its probe result is cached as on a real host), against the same wrapper around
     // `/bin/true` as its own baseline (the wrapper's cost is not the sandbox's).
-    let nouserns = [
-        "unshare",
-        "--user",
-        "--map-root-user",
-        "sh",
-        "-c",
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec \"$@\"",
-        "sh",
-    ];
+    let mut holder = Command::new("unshare")
+        .args(["--user", "--map-root-user", "sh", "-c"])
+        .arg("echo 0 > /proc/sys/user/max_user_namespaces && echo ready && exec sleep infinity")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("unshare (util-linux)");
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(
+        ready.trim(),
+        "ready",
+        "the namespace without user namespaces"
+    );
+    let target = holder.id().to_string();
+    let nouserns = ["nsenter", "--target", target.as_str(), "--user", "--"];
     let wrapped = |rest: &[&str]| -> Vec<String> {
         nouserns.iter().chain(rest).map(|s| s.to_string()).collect()
     };
     let wrapper_base = variants.len();
     variants.push(Variant::new(
-        "no-userns wrapper + /bin/true".into(),
+        "no-userns namespace (nsenter) + /bin/true".into(),
         wrapped(&["/bin/true"]),
     ));
+    // The supervisor in the same wrapper: the floor of the variant below (Landlock only).
+    let wrapped_floor = floor_index.map(|i| {
+        let argv: Vec<&str> = variants[i].argv.iter().map(String::as_str).collect();
+        variants.push(Variant {
+            base: wrapper_base,
+            ..Variant::new(
+                "minimal C supervisor (no-userns namespace)".into(),
+                wrapped(&argv),
+            )
+        });
+        variants.len() - 1
+    });
     variants.push(Variant {
         base: wrapper_base,
+        floor: wrapped_floor,
         ..Variant::new(
             "sandbox run (native, no view)".into(),
             wrapped(&[&sandbox, "run", "--", "/bin/true"]),
@@ -434,28 +472,28 @@ fn main() {
         "run overhead: {} invocations per variant ({ROUNDS} interleaved rounds of {PER_ROUND})",
         ROUNDS * PER_ROUND
     );
-    // Each variant's whole time as a multiple of the C supervisor's (the measure),
-    // and its added time as a multiple of the supervisor's added time.
-    let floor = floor_index.map(|i| medians[i]);
+    // Each variant's whole time as a multiple of its C supervisor's (the measure),
+    // and its added time as a multiple of that supervisor's added time.
     println!(
-        "{:<32} {:>10} {:>10} {:>9} {:>12} {:>9} {:>10}  over",
+        "{:<40} {:>10} {:>10} {:>9} {:>12} {:>9} {:>10}  over",
         "variant", "median", "p90", "ratio", "added", "x floor", "x added"
     );
     for (v, median) in variants.iter().zip(&medians) {
         let over = medians[v.base];
         let added = median.as_secs_f64() - over.as_secs_f64();
-        let (x_floor, x_added) = match floor {
-            Some(f) => (
-                format!("{:.2}x", median.as_secs_f64() / f.as_secs_f64()),
-                format!(
-                    "{:.2}x",
-                    added / (f.as_secs_f64() - base.as_secs_f64()).max(f64::EPSILON)
-                ),
-            ),
+        let (x_floor, x_added) = match v.floor.or(floor_index) {
+            Some(i) => {
+                let f = medians[i].as_secs_f64();
+                let f_added = f - medians[variants[i].base].as_secs_f64();
+                (
+                    format!("{:.2}x", median.as_secs_f64() / f),
+                    format!("{:.2}x", added / f_added.max(f64::EPSILON)),
+                )
+            }
             None => ("-".into(), "-".into()),
         };
         println!(
-            "{:<32} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms {:>9} {:>10}  {}",
+            "{:<40} {:>8.3}ms {:>8.3}ms {:>8.2}x {:>10.3}ms {:>9} {:>10}  {}",
             v.name,
             median.as_secs_f64() * 1e3,
             percentile(&v.samples, 0.9).as_secs_f64() * 1e3,
@@ -469,6 +507,8 @@ fn main() {
     for s in skipped {
         println!("skipped: {s}");
     }
+    let _ = holder.kill();
+    let _ = holder.wait();
     if let Some((mut daemon, client)) = lease {
         drop(client);
         let _ = nix::sys::signal::kill(

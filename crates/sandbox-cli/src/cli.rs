@@ -25,14 +25,41 @@ pub struct Cli {
     pub command: Command,
 }
 
+const RUN_ABOUT: &str =
+    "Run a command inside the sandbox; its stdio passes through, its exit code is returned.";
+const RUN_AFTER_HELP: &str = "Everything after `--` is the command, run as an argv (no shell). \
+Use `sandbox run -- sh -c '…'` when you want a shell.\n\nExamples:\n  sandbox run -- make test\n  \
+sandbox run --timeout 5m --env CARGO_HOME -- cargo build";
+
+/// `sandbox run …` parsed on its own: the same `run` subcommand as [`Cli`]'s, without building
+/// the arguments of every other subcommand first (most of clap's work at start-up, paid by
+/// every agent command). `main` uses it when the first argument is `run`; a test keeps its
+/// help and errors identical to the full parser's.
+#[derive(Debug, Parser)]
+#[command(name = "sandbox", version)]
+pub struct RunCli {
+    #[command(subcommand)]
+    command: RunOnly,
+}
+
+#[derive(Debug, Subcommand)]
+enum RunOnly {
+    #[command(about = RUN_ABOUT, after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
+}
+
+impl From<RunCli> for Cli {
+    fn from(run: RunCli) -> Self {
+        let RunOnly::Run(args) = run.command;
+        Cli {
+            command: Command::Run(args),
+        }
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command inside the sandbox; its stdio passes through, its exit code is returned.
-    #[command(
-        after_help = "Everything after `--` is the command, run as an argv (no shell). Use \
-`sandbox run -- sh -c '…'` when you want a shell.\n\nExamples:\n  sandbox run -- make test\n  \
-sandbox run --timeout 5m --env CARGO_HOME -- cargo build"
-    )]
+    #[command(about = RUN_ABOUT, after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
     /// Start an interactive login shell inside the sandbox, on a fresh pseudo-terminal.
     Shell(ShellArgs),
@@ -352,4 +379,50 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err("a timeout of zero would kill the command before it starts".into());
     }
     Ok(d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What clap prints for `argv`: the parsed value's debug form, or the rendered error
+    /// (help, usage errors).
+    fn outcome<P: Parser + std::fmt::Debug>(argv: &[&str]) -> String {
+        match P::try_parse_from(argv) {
+            Ok(parsed) => format!("{parsed:?}"),
+            Err(err) => format!("{:?}: {}", err.kind(), err.render()),
+        }
+    }
+
+    #[test]
+    fn the_run_only_parser_answers_as_the_full_one() {
+        let cases: &[&[&str]] = &[
+            &["sandbox", "run", "--help"],
+            &["sandbox", "run", "-h"],
+            &["sandbox", "run"],
+            &["sandbox", "run", "--bogus", "--", "true"],
+            &["sandbox", "run", "--timeout", "soon", "--", "true"],
+            &["sandbox", "run", "--version"],
+        ];
+        for argv in cases {
+            assert_eq!(outcome::<RunCli>(argv), outcome::<Cli>(argv), "{argv:?}");
+        }
+        let argv = [
+            "sandbox",
+            "run",
+            "-C",
+            "/tmp",
+            "--env",
+            "A=1",
+            "--block-net",
+            "--",
+            "sh",
+            "-c",
+            "x",
+        ];
+        let fast = Cli::from(RunCli::try_parse_from(argv).unwrap());
+        let full = Cli::try_parse_from(argv).unwrap();
+        assert_eq!(format!("{fast:?}"), format!("{full:?}"));
+        assert!(matches!(fast.command, Command::Run(_)));
+    }
 }

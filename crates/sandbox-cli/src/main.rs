@@ -27,7 +27,14 @@ fn init_logging() {
 }
 
 fn main() {
-    let cli = match Cli::try_parse() {
+    // `sandbox run` is what agents call thousands of times: parse it without building every
+    // other subcommand's arguments.
+    let parsed = if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
+        cli::RunCli::try_parse().map(Cli::from)
+    } else {
+        Cli::try_parse()
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(err) => {
             // `run` and `shell` wrap a command: like env(1) and timeout(1), a usage error of

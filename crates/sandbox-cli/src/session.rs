@@ -56,7 +56,7 @@ pub struct Session {
     pub hook: Option<crate::commands::hook::HookLease>,
     /// `SANDBOX_BOX` for the commands (`sandbox exec --box NAME`); `None` for `run`.
     pub box_name: Option<String>,
-    tmpdir: Option<tempfile::TempDir>,
+    tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
 }
 
 /// The places that decide the boundary — configuration, remembered backend choices, the

@@ -344,3 +344,70 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("could not remove"), "{stderr}");
 }
+
+/// The host takes ref locks in the repository that is the view's lower layer (the quarantine
+/// applying this run's commits, the user's own git), and git inside sees them as `<ref>.lock`.
+/// git inside must wait for such a lock rather than give up after its default 100 ms: a commit
+/// failed with "cannot lock ref … File exists" on a busy machine before this.
+#[test]
+fn git_inside_waits_for_ref_locks_the_host_holds() {
+    let f = Fixture::new();
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("git config --get core.filesRefLockTimeout; git config --get core.packedRefsTimeout")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "5000\n5000\n");
+}
+
+/// A ref lock the host takes during the run (the quarantine's own sync takes the task
+/// branch's) must never be seen inside: overlayfs keeps a lower-layer file it once looked up,
+/// so a lock seen once would stay "held" inside after the host released it, and every later
+/// git command of the run would fail on it.
+#[test]
+fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    let lock = f.common.join("refs/heads/feature.lock");
+    let common = f.common.to_str().unwrap().to_string();
+    let mut child = KillOnDrop(
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c"])
+            .arg(format!(
+                "read a; test -e '{common}/refs/heads/feature.lock' && echo seen || echo absent; \
+                 read b; git commit --allow-empty -qm 'after the lock' && git rev-parse HEAD"
+            ))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    // The host holds the task branch's lock while the command looks at it…
+    std::fs::write(&lock, "").unwrap();
+    stdin.write_all(b"look\n").unwrap();
+    let mut seen = String::new();
+    stdout.read_line(&mut seen).unwrap();
+    // …then releases it before the command commits.
+    std::fs::remove_file(&lock).unwrap();
+    stdin.write_all(b"commit\n").unwrap();
+    let mut head = String::new();
+    stdout.read_line(&mut head).unwrap();
+    drop(stdin);
+    let out = child.wait();
+    assert_eq!(seen.trim(), "absent", "the host's lock showed inside");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(head.trim().len(), 40, "{out:?}");
+    assert_eq!(escape::rev_parse(&f, "feature"), head.trim());
+}

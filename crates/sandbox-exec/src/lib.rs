@@ -7,8 +7,11 @@
 //!   ([`output`]); [`Running::wait_with_output`] bounds the post-exit drain;
 //! * an admission policy ([`CommandPolicy`], [`WorkspaceGuard`]) gates every request;
 //! * interactive runs get a fresh pty relayed to the user's terminal ([`pty`]);
-//! * a [`ChildSetup`] hook applies a sandbox between fork and exec.
+//! * a [`ChildSetup`] hook applies a sandbox between fork and exec;
+//! * a command the caller only starts and waits for runs without an async runtime and without
+//!   copying the caller's memory ([`direct`]).
 
+pub mod direct;
 pub mod error;
 pub mod output;
 pub mod policy;
@@ -20,6 +23,7 @@ pub mod spawn;
 pub mod spec;
 pub mod status;
 
+pub use direct::{spawn_direct, DirectChild, SignalPipe};
 pub use error::ExecError;
 pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 pub use policy::{AllowAll, CommandPolicy, WorkspaceGuard};

@@ -151,6 +151,15 @@ impl SetupFailure {
         }
     }
 
+    /// A report as read from the pipe.
+    pub(crate) fn from_raw(step: u32, errno: i32, detail: u32) -> Self {
+        SetupFailure {
+            step: SetupStep::from_u32(step),
+            errno: Errno::from_raw(errno),
+            detail,
+        }
+    }
+
     /// For `map_err`: tags an errno with its step.
     pub fn at(step: SetupStep) -> impl Fn(Errno) -> SetupFailure {
         move |errno| SetupFailure {
@@ -509,31 +518,51 @@ impl SetupReport {
     /// Child side: reports `failure` to the parent and returns the error that makes the
     /// spawn fail. Async-signal safe.
     pub(crate) fn fail(fd: RawFd, failure: SetupFailure) -> std::io::Error {
+        Self::send(
+            fd,
+            failure.step as u32,
+            failure.errno as i32,
+            failure.detail,
+        );
+        std::io::Error::from_raw_os_error(failure.errno as i32)
+    }
+
+    /// Child side: writes one report (a step number, an errno, the step's item). Async-signal
+    /// safe.
+    pub(crate) fn send(fd: RawFd, step: u32, errno: i32, detail: u32) {
         let mut bytes = [0u8; 12];
-        bytes[..4].copy_from_slice(&(failure.step as u32).to_ne_bytes());
-        bytes[4..8].copy_from_slice(&(failure.errno as i32).to_ne_bytes());
-        bytes[8..].copy_from_slice(&failure.detail.to_ne_bytes());
+        bytes[..4].copy_from_slice(&step.to_ne_bytes());
+        bytes[4..8].copy_from_slice(&errno.to_ne_bytes());
+        bytes[8..].copy_from_slice(&detail.to_ne_bytes());
         // SAFETY: write(2) of a 12-byte stack buffer to an fd that is open in the child (it
         // was inherited across fork and is closed by exec only). 12 bytes are below PIPE_BUF,
         // so the write is atomic.
         unsafe {
             libc::write(fd, bytes.as_ptr().cast(), bytes.len());
         }
-        std::io::Error::from_raw_os_error(failure.errno as i32)
     }
 
     /// Parent side, after spawn returned: closes our write end, reads what the child sent.
-    pub(crate) fn finish(mut self) -> Option<SetupFailure> {
+    pub(crate) fn finish(self) -> Option<SetupFailure> {
+        self.finish_raw()
+            .map(|(step, errno, detail)| SetupFailure::from_raw(step, errno, detail))
+    }
+
+    /// [`Self::finish`] with the step as sent: a caller may send steps of its own (the direct
+    /// spawn's "exec failed").
+    pub(crate) fn finish_raw(mut self) -> Option<(u32, i32, u32)> {
         drop(self.write.take());
         let mut bytes = [0u8; 12];
         // The write end is closed in the parent and closed by exec (or exit) in the child, so
         // this read returns 0 or 12 bytes without blocking once spawn has returned.
         let n = nix::unistd::read(self.read.as_raw_fd(), &mut bytes).unwrap_or(0);
         let word = |i: usize| -> [u8; 4] { bytes[i..i + 4].try_into().expect("4 bytes") };
-        (n == 12).then(|| SetupFailure {
-            step: SetupStep::from_u32(u32::from_ne_bytes(word(0))),
-            errno: Errno::from_raw(i32::from_ne_bytes(word(4))),
-            detail: u32::from_ne_bytes(word(8)),
+        (n == 12).then(|| {
+            (
+                u32::from_ne_bytes(word(0)),
+                i32::from_ne_bytes(word(4)),
+                u32::from_ne_bytes(word(8)),
+            )
         })
     }
 }

@@ -10,6 +10,7 @@ use sandbox_policy::{EnvPolicy, GrantReason, Policy, PolicyRequest};
 
 use crate::backend::BackendKind;
 use crate::error::HostError;
+use crate::tmpdir::PrivateTmpdir;
 
 /// Settings from the trusted configuration (`/etc/sandbox`, `$XDG_CONFIG_HOME/sandbox`) that
 /// every policy starts from.
@@ -59,7 +60,7 @@ pub struct TmpdirRequest {
 #[derive(Debug)]
 pub struct Assembled {
     pub policy: Policy,
-    pub tmpdir: Option<tempfile::TempDir>,
+    pub tmpdir: Option<PrivateTmpdir>,
 }
 
 /// A place whose content decides the boundary (configuration, remembered choices, the
@@ -151,7 +152,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         })?;
     }
     let tmpdir = match &request.tmpdir {
-        Some(t) => Some(create_tmpdir(t)?),
+        Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
@@ -187,15 +188,9 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     Ok(Assembled { policy, tmpdir })
 }
 
-fn create_tmpdir(request: &TmpdirRequest) -> Result<tempfile::TempDir, HostError> {
-    let mut builder = tempfile::Builder::new();
-    builder
-        .prefix(&request.prefix)
-        // Private: other local users must not read what the agent leaves here.
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+fn create_tmpdir(request: &TmpdirRequest, task: &Path) -> Result<PrivateTmpdir, HostError> {
     let root = request.root.clone().unwrap_or_else(std::env::temp_dir);
-    builder
-        .tempdir_in(&root)
+    PrivateTmpdir::create(&request.prefix, &root, task)
         .map_err(|source| HostError::Tmpdir { root, source })
 }
 
@@ -245,7 +240,50 @@ pub fn command_env(
     {
         env.set_var("GIT_CONFIG_GLOBAL", "/dev/null");
     }
-    Ok(env.resolve(from))
+    let mut resolved = env.resolve(from);
+    if policy.workspace.git.is_some() && kind != BackendKind::Host {
+        wait_longer_for_ref_locks(&mut resolved);
+    }
+    Ok(resolved)
+}
+
+/// How long git inside waits for a ref lock (`core.filesRefLockTimeout`) or for
+/// `packed-refs.lock` (`core.packedRefsTimeout`), in milliseconds.
+const REF_LOCK_WAIT_MS: &str = "5000";
+
+/// Lets git inside wait for a ref lock the host holds instead of failing at once. Under the
+/// git store quarantine the repository is the lower layer of the view's overlay, so a lock the
+/// host takes — the quarantine applying this run's own commit to the task branch, or the user's
+/// git — is visible inside as `<ref>.lock`, and git gives up after 100 ms by default (a commit
+/// then fails with "cannot lock ref … File exists" on a busy machine). Added through
+/// `GIT_CONFIG_COUNT`, after any the caller already passes.
+fn wait_longer_for_ref_locks(env: &mut Vec<(OsString, OsString)>) {
+    let count_at = env.iter().position(|(n, _)| n == "GIT_CONFIG_COUNT");
+    let count: usize = match count_at {
+        None => 0,
+        Some(i) => match env[i].1.to_str().and_then(|c| c.parse().ok()) {
+            Some(count) => count,
+            // git refuses a count it cannot read; adding to it would only change the error.
+            None => return,
+        },
+    };
+    let settings = [
+        ("core.filesRefLockTimeout", REF_LOCK_WAIT_MS),
+        ("core.packedRefsTimeout", REF_LOCK_WAIT_MS),
+    ];
+    for (i, (key, value)) in settings.iter().enumerate() {
+        env.push((format!("GIT_CONFIG_KEY_{}", count + i).into(), key.into()));
+        env.push((
+            format!("GIT_CONFIG_VALUE_{}", count + i).into(),
+            value.into(),
+        ));
+    }
+    let total = OsString::from((count + settings.len()).to_string());
+    match count_at {
+        Some(i) => env[i].1 = total,
+        None => env.push(("GIT_CONFIG_COUNT".into(), total)),
+    }
+    env.sort();
 }
 
 #[cfg(test)]
@@ -347,5 +385,43 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("covers"), "{err}");
+    }
+
+    #[test]
+    fn ref_lock_waits_are_added_after_the_callers_own_git_config() {
+        let var = |env: &[(OsString, OsString)], name: &str| {
+            env.iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.to_string_lossy().into_owned())
+        };
+        let mut env = vec![("PATH".into(), "/usr/bin".into())];
+        wait_longer_for_ref_locks(&mut env);
+        assert_eq!(var(&env, "GIT_CONFIG_COUNT").as_deref(), Some("2"));
+        assert_eq!(
+            var(&env, "GIT_CONFIG_KEY_0").as_deref(),
+            Some("core.filesRefLockTimeout")
+        );
+        assert_eq!(var(&env, "GIT_CONFIG_VALUE_1").as_deref(), Some("5000"));
+
+        let mut env: Vec<(OsString, OsString)> = vec![
+            ("GIT_CONFIG_COUNT".into(), "1".into()),
+            ("GIT_CONFIG_KEY_0".into(), "user.name".into()),
+            ("GIT_CONFIG_VALUE_0".into(), "Mine".into()),
+        ];
+        wait_longer_for_ref_locks(&mut env);
+        assert_eq!(var(&env, "GIT_CONFIG_COUNT").as_deref(), Some("3"));
+        assert_eq!(var(&env, "GIT_CONFIG_VALUE_0").as_deref(), Some("Mine"));
+        assert_eq!(
+            var(&env, "GIT_CONFIG_KEY_2").as_deref(),
+            Some("core.packedRefsTimeout")
+        );
+
+        let mut env: Vec<(OsString, OsString)> = vec![("GIT_CONFIG_COUNT".into(), "x".into())];
+        wait_longer_for_ref_locks(&mut env);
+        assert_eq!(
+            env.len(),
+            1,
+            "an unreadable count is left for git to refuse"
+        );
     }
 }

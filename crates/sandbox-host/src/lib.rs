@@ -25,6 +25,7 @@ pub mod placement;
 pub mod privdir;
 pub mod report;
 pub mod seatbelt;
+pub mod tmpdir;
 
 pub use backend::{
     Backend, BackendKind, BackendOptions, BackendSession, Finished, PreparedCommand, RunEnd,

@@ -23,6 +23,7 @@ in
     };
 
     networking.hostName = opt types.str "nixos";
+    networking.firewall.allowedTCPPorts = opt (types.listOf types.port) [ ];
     documentation.enable = opt types.bool true;
 
     boot.isContainer = opt types.bool false;
@@ -64,6 +65,7 @@ in
     users.users = opt
       (types.attrsOf (types.submodule {
         options.isNormalUser = opt types.bool false;
+        options.extraGroups = opt (types.listOf types.str) [ ];
       }))
       { };
 

@@ -58,11 +58,23 @@ let
     cfg.nodes;
 
   script = if builtins.isFunction cfg.testScript then cfg.testScript { inherit nodes; } else cfg.testScript;
+
+  # The test derivation's arguments, as nixos/lib/testing/run.nix makes them (the scheduling
+  # features included), and `overrideTestDerivation`, which extends them as the real one does.
+  testDerivation = args:
+    standIn "vm-test-run-${cfg.name}" (args // {
+      passthru = args.passthru // {
+        overrideTestDerivation = f:
+          let changes = if builtins.isFunction f then f args else f; in
+          testDerivation (args // changes);
+      };
+    });
 in
 assert lib.all (n: n.checked) (lib.attrValues nodes);
-standIn "vm-test-run-${cfg.name}" {
+testDerivation {
   testScript = script;
   globalTimeout = toString cfg.globalTimeout;
   nodeNames = lib.attrNames nodes;
+  requiredSystemFeatures = [ "nixos-test" ] ++ lib.optionals pkgs.stdenv.hostPlatform.isLinux [ "kvm" ];
   passthru = { testScript = script; inherit (cfg) globalTimeout; };
 }

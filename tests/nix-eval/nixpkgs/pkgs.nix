@@ -70,8 +70,10 @@ let
     interpreter = "${package "python3" [ "python3" ]}/bin/python3";
   };
 
+  glibc = package "glibc" [ "ldd" ];
+
   pkgs = {
-    inherit lib python3;
+    inherit lib python3 glibc;
     stdenv = {
       hostPlatform = {
         inherit system isLinux;
@@ -80,6 +82,8 @@ let
         isAarch64 = builtins.match "aarch64-.*" system != null;
       };
       buildPlatform.canExecute = platform: platform.system == system;
+      # The loader patchelf points foreign binaries at (nixpkgs: the bintools wrapper's).
+      cc.bintools.dynamicLinker = "${glibc}/lib/" + (if builtins.match "x86_64-.*" system != null then "ld-linux-x86-64.so.2" else "ld-linux-aarch64.so.1");
     };
 
     callPackage = fn: overrides:
@@ -100,13 +104,17 @@ let
     gnugrep = package "gnugrep" [ "grep" ];
     installShellFiles = package "install-shell-files" [ ];
     jq = package "jq" [ "jq" ];
+    libcap = package "libcap" [ "capsh" "getcap" "setcap" ];
     libiconv = package "libiconv" [ ];
     makeBinaryWrapper = package "make-binary-wrapper-hook" [ ];
     nixpkgs-fmt = package "nixpkgs-fmt" [ "nixpkgs-fmt" ];
+    patchelf = package "patchelf" [ "patchelf" ];
+    protobuf = package "protobuf" [ "protoc" ];
     rust-analyzer = package "rust-analyzer" [ "rust-analyzer" ];
     shadow = package "shadow" [ "useradd" "usermod" "groupadd" ];
     shellcheck = package "shellcheck" [ "shellcheck" ];
     skopeo = package "skopeo" [ "skopeo" ];
+    unzip = package "unzip" [ "unzip" "zipinfo" ];
     util-linux = package "util-linux" [ "mount" "findmnt" ];
     xorriso = package "xorriso" [ "xorriso" "xorrisofs" "osirrox" ];
     yq-go = package "yq-go" [ "yq" ];

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sandbox_exec::{process_group, ExitOutcome, SignalRelay, SpawnOptions};
+use sandbox_exec::{process_group, ExitOutcome, SignalPipe, SpawnOptions};
 use sandbox_host::Finished;
 
 use crate::cli::{RunArgs, ShellArgs};
@@ -43,15 +43,17 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     if let Err(e) = process_group::become_subreaper() {
         tracing::debug!(error = %e, "could not become a child subreaper");
     }
-    let outcome = runtime()?.block_on(async {
-        let mut relay = SignalRelay::install()?;
+    // No async runtime and no fork of this process: start, wait, relay signals (the
+    // per-command cost is the product's latency; BENCHMARKS.md).
+    let outcome = (|| {
+        let relay = SignalPipe::install()?;
         let options = SpawnOptions {
             die_with_parent: true,
             ..SpawnOptions::default()
         };
-        let mut running = command.spawn(options)?;
-        running.wait_relaying(&mut relay).await
-    });
+        let mut child = command.spawn_direct(options)?;
+        child.wait_relaying(&relay)
+    })();
     // Every process of the run is gone before the seam judges it and checks the pointers.
     process_group::kill_orphans(&[]);
     let finished = session.finish(command, outcome.as_ref().ok().copied());

@@ -304,7 +304,42 @@ impl StoreQuarantine {
             pinned.push(name.to_string());
         }
         self.layers.pinned_refs = pinned;
+        self.freeze_refs()?;
         Ok(self)
+    }
+
+    /// Makes `refs/` inside the refs of the start: every loose ref is copied into the snapshot
+    /// layer (the pinned ones already are) and the snapshot's `refs` is made opaque, so the
+    /// repository's own `refs/` never shows through the overlay. What the host does to its refs
+    /// during the run stays out of sight — above all the `<ref>.lock` it holds while it applies
+    /// this run's commits: overlayfs keeps a lower-layer file it once saw, so a lock seen
+    /// inside would stay "held" there after the host released it, and git inside would fail
+    /// with "cannot lock ref … File exists" until the run ends.
+    fn freeze_refs(&self) -> Result<(), QuarantineError> {
+        let refs_dir = self.layers.snapshot.join("refs");
+        for sub in ["heads", "tags"] {
+            let dir = refs_dir.join(sub);
+            std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        }
+        for (name, target) in &self.start {
+            let copy = self.layers.snapshot.join(name);
+            // Packed-only refs are in the frozen packed-refs; copies exist for the pinned.
+            if copy.exists() || !self.common.join(name).is_file() {
+                continue;
+            }
+            let content = match target {
+                Some(oid) => format!("{oid}\n"),
+                None => match refs::symbolic_target(&self.common, name) {
+                    Some(to) => format!("ref: {to}\n"),
+                    None => continue,
+                },
+            };
+            if let Some(parent) = copy.parent() {
+                std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+            }
+            std::fs::write(&copy, content).map_err(io("writing", &copy))?;
+        }
+        set_opaque(&refs_dir).map_err(io("marking opaque", &refs_dir))
     }
 
     pub fn layers(&self) -> &Layers {
@@ -490,5 +525,27 @@ fn remove_abandoned(parent: &Path) {
         if gone {
             remove_run_dir(&entry.path());
         }
+    }
+}
+
+/// Marks `dir` of a layer opaque for an overlay mounted with `userxattr`: nothing of the
+/// layers below shows through it.
+fn set_opaque(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    // SAFETY: lsetxattr(2) with NUL-terminated strings and a one-byte value of ours.
+    let rc = unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            c"user.overlay.opaque".as_ptr(),
+            b"y".as_ptr().cast(),
+            1,
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }

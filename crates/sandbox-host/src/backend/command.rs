@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use sandbox_exec::{
-    ChildSetup, CommandSpec, ExecError, ExitOutcome, PtyOptions, Running, SpawnOptions,
+    ChildSetup, CommandSpec, DirectChild, ExecError, ExitOutcome, PtyOptions, Running, SpawnOptions,
 };
 use sandbox_policy::GitLayout;
 use serde::Serialize;
@@ -202,6 +202,13 @@ impl PreparedCommand {
     pub fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
         options.setup = self.setup.clone();
         sandbox_exec::spawn(&self.spec, options)
+    }
+
+    /// Spawns the command with inherited (or null) stdio and no async runtime, for a caller
+    /// that only waits for it (`sandbox run`): see [`sandbox_exec::direct`].
+    pub fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
+        options.setup = self.setup.clone();
+        sandbox_exec::spawn_direct(&self.spec, options)
     }
 
     /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits.

@@ -414,16 +414,28 @@ impl NativeSandbox {
 
 const CAP_SETPCAP: u32 = 8;
 
-/// Whether this process holds `cap` in its effective set (`CapEff` in `/proc/self/status`).
+/// Whether this process holds `cap` in its effective set.
 fn has_effective_cap(cap: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("CapEff:"))
-                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        })
-        .is_some_and(|mask| mask & (1u64 << cap) != 0)
+    // capget(2) rather than parsing /proc/self/status, which the kernel formats in full for
+    // every read (measurable on every run as root).
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capget(2) with a version-3 header and room for its two data words.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::addr_of_mut!(header),
+            data.as_mut_ptr(),
+        )
+    };
+    rc == 0 && cap < 64 && data[(cap / 32) as usize].effective & (1u32 << (cap % 32)) != 0
 }
 
 /// The highest capability this kernel knows (`/proc/sys/kernel/cap_last_cap`).
@@ -606,5 +618,27 @@ impl NativeSandbox {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capget_agrees_with_the_kernels_status_file() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let mask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+            .unwrap();
+        for cap in 0..=last_capability() {
+            assert_eq!(
+                has_effective_cap(cap),
+                mask & (1u64 << cap) != 0,
+                "capability {cap} (CapEff {mask:#x})"
+            );
+        }
     }
 }

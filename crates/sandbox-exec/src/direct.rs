@@ -1,0 +1,551 @@
+//! Running one command without an async runtime: the path of `sandbox run`, where the CLI
+//! starts a command, waits for it and exits. Agents run thousands of short commands, so the
+//! per-command cost of the supervisor is the product's latency (BENCHMARKS.md).
+//!
+//! Two things make it cheaper than [`crate::spawn`]:
+//! * the child is started with `clone(CLONE_VM | CLONE_VFORK)`, as `posix_spawn` does: no page
+//!   tables are copied and neither side takes copy-on-write faults afterwards. `fork` of the
+//!   `sandbox` process costs about a millisecond on a nested-virtualisation host, most of it
+//!   page-table work, and a vfork-style child about a third of that;
+//! * waiting is a `poll` on a pidfd and on a signal pipe, instead of a Tokio runtime with its
+//!   event loop, signal driver and timer.
+//!
+//! The child keeps every guarantee of [`crate::spawn`]: its own session and process group,
+//! `PR_SET_PDEATHSIG`, the [`ChildSetup`] hook (which is already restricted to what is sound
+//! between fork and exec: no allocation, no locks), the setup-failure report, the whole group
+//! killed at the end and on timeout. Only inherited or null stdio is supported: a caller that
+//! needs pipes uses [`crate::spawn`].
+
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::error::ExecError;
+use crate::process_group;
+use crate::resolve::resolve_program;
+use crate::spawn::{
+    check_cwd, classify_spawn_error, ChildSetup, OutputMode, SetupFailure, SetupReport, SetupStep,
+    SpawnOptions, StdinMode,
+};
+use crate::spec::CommandSpec;
+use crate::status::ExitOutcome;
+
+/// The child's stack. Only the pages the setup touches are ever allocated; the view's setup
+/// keeps a `PATH_MAX` buffer on it, nothing more than a few KiB.
+const CHILD_STACK: usize = 1 << 20;
+
+/// Relays SIGINT, SIGTERM and SIGHUP received by this process to the running child's group,
+/// without a runtime: the handlers write the signal's number to a pipe that
+/// [`DirectChild::wait_relaying`] polls. Install it before spawning; once installed these
+/// signals no longer end this process, so none is lost before the wait begins.
+pub struct SignalPipe {
+    read: OwnedFd,
+    _write: OwnedFd,
+    ids: Vec<signal_hook_registry::SigId>,
+}
+
+impl SignalPipe {
+    pub fn install() -> Result<Self, ExecError> {
+        let (read, write) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
+                .map_err(|e| ExecError::io("creating the signal pipe", e.into()))?;
+        let fd = write.as_raw_fd();
+        let mut ids = Vec::new();
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let byte = signal as u8;
+            // SAFETY: the action runs in a signal handler; it only calls write(2), which is
+            // async-signal safe, on a non-blocking pipe that lives as long as the registration
+            // (both are dropped together). A full pipe drops the byte: the same signal is
+            // already waiting to be relayed.
+            let id = unsafe {
+                signal_hook_registry::register(signal, move || {
+                    libc::write(fd, std::ptr::addr_of!(byte).cast(), 1);
+                })
+            }
+            .map_err(|e| ExecError::io("installing the signal relay", e))?;
+            ids.push(id);
+        }
+        Ok(SignalPipe {
+            read,
+            _write: write,
+            ids,
+        })
+    }
+
+    /// The signals received since the last call.
+    fn drain(&self) -> Vec<Signal> {
+        let mut buf = [0u8; 64];
+        let mut signals = Vec::new();
+        while let Ok(n) = nix::unistd::read(self.read.as_raw_fd(), &mut buf) {
+            if n == 0 {
+                break;
+            }
+            signals.extend(
+                buf[..n]
+                    .iter()
+                    .filter_map(|&b| Signal::try_from(i32::from(b)).ok()),
+            );
+        }
+        signals
+    }
+}
+
+impl Drop for SignalPipe {
+    fn drop(&mut self) {
+        for id in self.ids.drain(..) {
+            signal_hook_registry::unregister(id);
+        }
+    }
+}
+
+/// A command started by [`spawn_direct`]. Dropping it before it was waited for kills its
+/// whole group and reaps it.
+pub struct DirectChild {
+    pid: Pid,
+    pidfd: OwnedFd,
+    program: String,
+    started: Instant,
+    timeout: Option<Duration>,
+    kill_grace: Duration,
+    outcome: Option<ExitOutcome>,
+}
+
+/// Everything the child reads, built in the parent: it may not allocate.
+struct ChildContext<'a> {
+    path: &'a CString,
+    argv: &'a [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
+    cwd: &'a CString,
+    /// `/dev/null`, dup'ed onto the descriptors in `null_targets`.
+    null: RawFd,
+    null_targets: [bool; 3],
+    report_fd: RawFd,
+    die_with_parent: bool,
+    parent_pid: libc::pid_t,
+    setup: Option<&'a dyn ChildSetup>,
+}
+
+/// The step number sent through the report pipe when `execve` itself failed: the errno is
+/// then the exec's, classified as the command's own (126/127), not the sandbox's.
+const EXEC_FAILED: u32 = u32::MAX;
+
+fn cstring(bytes: &OsStr, what: &str) -> Result<CString, ExecError> {
+    CString::new(bytes.as_bytes())
+        .map_err(|_| ExecError::InvalidRequest(format!("{what} contains a NUL byte")))
+}
+
+/// Starts `spec` as [`crate::spawn`] does, without a runtime and without copying this
+/// process's memory. Only [`StdinMode::Inherit`]/[`StdinMode::Null`] and
+/// [`OutputMode::Inherit`]/[`OutputMode::Null`] are supported.
+pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectChild, ExecError> {
+    let stdin_null = match options.stdin {
+        StdinMode::Inherit => false,
+        StdinMode::Null => true,
+        StdinMode::Piped => {
+            return Err(ExecError::InvalidRequest(
+                "spawn_direct: piped stdin needs the async spawn".into(),
+            ))
+        }
+    };
+    let output_null = match options.output {
+        OutputMode::Inherit => false,
+        OutputMode::Null => true,
+        OutputMode::Capture(_) => {
+            return Err(ExecError::InvalidRequest(
+                "spawn_direct: captured output needs the async spawn".into(),
+            ))
+        }
+    };
+    if let Some(policy) = &options.policy {
+        policy.admit(spec)?;
+    }
+    check_cwd(&spec.cwd)?;
+    let resolved = resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
+    let program = spec.display_program();
+
+    // argv[0] is what the caller wrote; the kernel gets the resolved path.
+    let path = cstring(resolved.as_os_str(), "the program's path")?;
+    let argv_owned: Vec<CString> = std::iter::once(spec.program.as_os_str())
+        .chain(spec.args.iter().map(|a| a.as_os_str()))
+        .map(|a| cstring(a, "an argument"))
+        .collect::<Result<_, _>>()?;
+    let envp_owned: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| {
+            let mut entry = k.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(v.as_bytes());
+            CString::new(entry).map_err(|_| {
+                ExecError::InvalidRequest("an environment variable contains a NUL byte".into())
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    let argv: Vec<*const libc::c_char> = argv_owned
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = envp_owned
+        .iter()
+        .map(|e| e.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let cwd = cstring(spec.cwd.as_os_str(), "the working directory")?;
+    let null = if stdin_null || output_null {
+        Some(
+            std::fs::File::options()
+                .read(true)
+                .write(true)
+                .open("/dev/null")
+                .map_err(|e| ExecError::io("opening /dev/null", e))?,
+        )
+    } else {
+        None
+    };
+
+    let report = SetupReport::new()?;
+    let context = ChildContext {
+        path: &path,
+        argv: &argv,
+        envp: &envp,
+        cwd: &cwd,
+        null: null.as_ref().map_or(-1, |f| f.as_raw_fd()),
+        null_targets: [stdin_null, output_null, output_null],
+        report_fd: report.write_fd(),
+        die_with_parent: options.die_with_parent,
+        parent_pid: std::process::id() as libc::pid_t,
+        setup: options.setup.as_deref(),
+    };
+    let cloned = clone_vfork(&context);
+    let reported = report.finish_raw();
+    drop(null);
+    let pid = cloned.map_err(|e| ExecError::Spawn {
+        program: program.clone(),
+        cause: format!("clone: {e}"),
+    })?;
+    if let Some((step, errno, detail)) = reported {
+        // The child exited without exec; collect it.
+        let _ = nix::sys::wait::waitpid(pid, None);
+        let (error, failure) = if step == EXEC_FAILED {
+            (std::io::Error::from_raw_os_error(errno), None)
+        } else {
+            let failure = SetupFailure::from_raw(step, errno, detail);
+            (std::io::Error::from_raw_os_error(errno), Some(failure))
+        };
+        return Err(classify_spawn_error(
+            error,
+            failure,
+            &program,
+            &resolved,
+            options.setup.as_deref(),
+        ));
+    }
+    let pidfd = pidfd_open(pid).map_err(|e| {
+        process_group::signal_group(pid, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(pid, None);
+        ExecError::io("pidfd_open (Linux 5.3 or later is required)", e.into())
+    })?;
+    tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
+    Ok(DirectChild {
+        pid,
+        pidfd,
+        program,
+        started: Instant::now(),
+        timeout: spec.timeout,
+        kill_grace: options.kill_grace,
+        outcome: None,
+    })
+}
+
+fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
+    // SAFETY: pidfd_open(2) takes a pid and flags; on success it returns a new descriptor
+    // that nothing else owns.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Starts the child on its own stack, sharing our memory, and returns once it has called
+/// `execve` or exited (`CLONE_VFORK` suspends us until then).
+fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
+    // SAFETY: an anonymous private mapping of CHILD_STACK bytes, unmapped below once the
+    // child no longer uses it (after exec or exit, when clone returns).
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHILD_STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    // A guard page at the low end: an overflow faults instead of writing into our heap.
+    // SAFETY: mprotect(2) of the first page of the mapping made above.
+    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+
+    // Every signal is blocked across the clone: a handler of ours must never run in the
+    // child, which shares our memory. The child resets the handlers, then unblocks.
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut saved = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and fills `saved`.
+    unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), saved.as_mut_ptr());
+    }
+    // SAFETY: the stack grows down from the end of the mapping (16-byte aligned, as mmap
+    // returns page-aligned memory). `context` lives on our stack frame, which stays valid
+    // because CLONE_VFORK suspends this thread until the child has exec'ed or exited. The
+    // child runs `child_main`, which only makes async-signal-safe calls and never returns
+    // into our frames.
+    let pid = unsafe {
+        libc::clone(
+            child_main,
+            stack.cast::<u8>().add(CHILD_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(context).cast_mut().cast(),
+        )
+    };
+    let clone_errno = Errno::last();
+    // SAFETY: restores the mask saved above; unmaps the child's stack, which it no longer
+    // uses (it has exec'ed into a new address space or exited).
+    unsafe {
+        libc::pthread_sigmask(libc::SIG_SETMASK, saved.as_ptr(), std::ptr::null_mut());
+        libc::munmap(stack, CHILD_STACK);
+    }
+    if pid < 0 {
+        return Err(clone_errno);
+    }
+    Ok(Pid::from_raw(pid))
+}
+
+/// The child: reset signals, stdio, working directory, session, the setup, exec. Reports a
+/// failure through the pipe and exits 127; never returns.
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildContext` the parent passed to clone; the parent is
+    // suspended until we exec or exit, so it outlives every use here.
+    let context = unsafe { &*arg.cast::<ChildContext<'_>>() };
+    let (step, failure) = match child_steps(context) {
+        Err(failure) => (failure.step as u32, failure),
+        // execve returned: it failed.
+        Ok(()) => (
+            EXEC_FAILED,
+            SetupFailure {
+                step: SetupStep::Other,
+                errno: Errno::last(),
+                detail: 0,
+            },
+        ),
+    };
+    SetupReport::send(
+        context.report_fd,
+        step,
+        failure.errno as i32,
+        failure.detail,
+    );
+    // SAFETY: _exit(2) ends the child without running our atexit handlers or destructors,
+    // which belong to the parent whose memory we share.
+    unsafe { libc::_exit(127) }
+}
+
+/// The steps of the child up to `execve`; returns `Ok` only when `execve` failed.
+fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
+    reset_signals();
+    for (target, wanted) in context.null_targets.iter().enumerate() {
+        // SAFETY: dup2(2) of the /dev/null descriptor opened by the parent.
+        if *wanted && unsafe { libc::dup2(context.null, target as RawFd) } < 0 {
+            return Err(SetupFailure::last(SetupStep::Other));
+        }
+    }
+    // SAFETY: chdir(2) on a NUL-terminated path built by the parent.
+    if unsafe { libc::chdir(context.cwd.as_ptr()) } != 0 {
+        return Err(SetupFailure::last(SetupStep::WorkingDirectory));
+    }
+    // A new session: no controlling terminal, own process group (pgid == pid), so TIOCSTI on
+    // the user's terminal is refused and killpg reaches every descendant.
+    // SAFETY: setsid(2) takes no arguments.
+    if unsafe { libc::setsid() } < 0 {
+        return Err(SetupFailure::last(SetupStep::NewSession));
+    }
+    if context.die_with_parent {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+        if unsafe {
+            libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                libc::SIGKILL as libc::c_ulong,
+                0,
+                0,
+                0,
+            )
+        } < 0
+        {
+            return Err(SetupFailure::last(SetupStep::ParentDeathSignal));
+        }
+        // SAFETY: getppid(2) takes no arguments. The parent may have died before prctl.
+        if unsafe { libc::getppid() } != context.parent_pid {
+            return Err(SetupFailure {
+                step: SetupStep::ParentDeathSignal,
+                errno: Errno::ESRCH,
+                detail: 0,
+            });
+        }
+    }
+    if let Some(setup) = context.setup {
+        setup.apply_in_child()?;
+    }
+    // SAFETY: execve(2) with a NUL-terminated path and NULL-terminated arrays of
+    // NUL-terminated strings, all built by the parent and alive while it is suspended.
+    unsafe {
+        libc::execve(
+            context.path.as_ptr(),
+            context.argv.as_ptr(),
+            context.envp.as_ptr(),
+        )
+    };
+    Ok(())
+}
+
+/// Every caught signal back to its default action, SIGPIPE too (this process ignores it, the
+/// command must not inherit that), then an empty mask — as `std::process::Command` leaves a
+/// child. Ignored signals stay ignored, as exec keeps them.
+fn reset_signals() {
+    // SAFETY: sigaction(2) queries and sets dispositions with structs on our stack;
+    // sigprocmask(2) with an empty set. Numbers the C library reserves for itself are refused
+    // with EINVAL, which is harmless here.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        for signal in 1..libc::SIGRTMAX() {
+            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+                continue;
+            }
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
+                continue;
+            }
+            let caught =
+                current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN;
+            if caught || signal == libc::SIGPIPE {
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+}
+
+impl DirectChild {
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Waits for the command to exit or its timeout, relaying the signals `relay` receives
+    /// to its group; then kills what is left of the group.
+    pub fn wait_relaying(&mut self, relay: &SignalPipe) -> Result<ExitOutcome, ExecError> {
+        if let Some(outcome) = self.outcome {
+            return Ok(outcome);
+        }
+        let deadline = self.timeout.map(|t| self.started + t);
+        let outcome = loop {
+            let wait_ms = match deadline {
+                None => -1,
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break self.kill_after_timeout();
+                    }
+                    // Rounded up: waking before the deadline would only loop once more.
+                    left.as_millis().saturating_add(1).min(i32::MAX as u128) as i32
+                }
+            };
+            let mut fds = [
+                libc::pollfd {
+                    fd: self.pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: relay.read.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: poll(2) on two pollfd structs of ours.
+            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
+            if ready < 0 {
+                let errno = Errno::last();
+                if errno == Errno::EINTR {
+                    continue;
+                }
+                return Err(ExecError::io(
+                    format!("waiting for {}", self.program),
+                    errno.into(),
+                ));
+            }
+            for signal in relay.drain() {
+                process_group::signal_group(self.pid, signal);
+            }
+            if fds[0].revents != 0 {
+                break self.reap()?;
+            }
+        };
+        self.outcome = Some(outcome);
+        // Descendants left in the group (`sleep 100 &`) do not outlive the run.
+        process_group::terminate_group_blocking(self.pid, self.kill_grace);
+        Ok(outcome)
+    }
+
+    fn reap(&self) -> Result<ExitOutcome, ExecError> {
+        let mut status = 0;
+        loop {
+            // SAFETY: waitpid(2) for our own child, writing its status into `status`.
+            let rc = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
+            if rc >= 0 {
+                return Ok(ExitOutcome::from_status(
+                    std::process::ExitStatus::from_raw(status),
+                ));
+            }
+            let errno = Errno::last();
+            if errno != Errno::EINTR {
+                return Err(ExecError::io(
+                    format!("waiting for {}", self.program),
+                    errno.into(),
+                ));
+            }
+        }
+    }
+
+    fn kill_after_timeout(&self) -> ExitOutcome {
+        let after = self.timeout.unwrap_or_default();
+        tracing::debug!(pid = %self.pid, ?after, "timeout; terminating group");
+        process_group::terminate_group_blocking(self.pid, self.kill_grace);
+        // The leader is dead or SIGKILLed now; collect it so it is not left a zombie.
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        let _ = self.reap();
+        ExitOutcome::TimedOut(after)
+    }
+}
+
+impl Drop for DirectChild {
+    fn drop(&mut self) {
+        if self.outcome.is_none() {
+            process_group::signal_group(self.pid, Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+            let _ = self.reap();
+        }
+    }
+}
