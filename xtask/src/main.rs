@@ -10,8 +10,12 @@
 //!   and shows that it fails on each.
 //! - `box-image`: the BoxLite backend's offline image, an OCI image layout directory built
 //!   from Debian packages (`box_image`).
+//! - `boxlite-runtime`: BoxLite's runtime files (shim, guest agent, libkrunfw, e2fsprogs) cut
+//!   out of the pinned PyPI wheel, each checked against its pinned sha256
+//!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
 
 mod box_image;
+mod boxlite_runtime;
 mod breakage;
 mod nix_check;
 mod sources;
@@ -24,6 +28,8 @@ const USAGE: &str = "usage: cargo xtask <task>
 tasks:
   nix-check      parse, lint and evaluate the Nix flake offline (see docs/nix.md)
   nix-breakage   break scratch copies of the flake and show that nix-check fails on each
+  boxlite-runtime [--out DIR] [--wheel FILE]
+                 BoxLite's runtime files from the pinned wheel (default target/boxlite-runtime)
   box-image [--out DIR]
                  build the box image: an OCI image layout directory of a small Debian
                  userland (mmdebstrap); default DIR target/box-image; prints DIR
@@ -67,6 +73,31 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some("boxlite-runtime") => {
+            let mut options = boxlite_runtime::Options {
+                out: None,
+                wheel: None,
+            };
+            let mut rest = args[1..].iter();
+            while let Some(flag) = rest.next() {
+                let value = rest.next().map(PathBuf::from);
+                match (flag.as_str(), value) {
+                    ("--out", Some(v)) => options.out = Some(v),
+                    ("--wheel", Some(v)) => options.wheel = Some(v),
+                    _ => {
+                        eprintln!("{USAGE}");
+                        return ExitCode::from(2);
+                    }
+                }
+            }
+            match nix_check::workspace_root().and_then(|r| boxlite_runtime::run(&r, &options)) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(err) => {
+                    eprintln!("error: boxlite-runtime: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some("box-image") => match box_image::run(&args[1..]) {
             Ok(_) => ExitCode::SUCCESS,
             Err(err) => {

@@ -46,7 +46,13 @@ pub fn files_read_by_tests(root: &Path) -> Result<Vec<PathBuf>> {
             }
         }
     }
-    let mut found: Vec<PathBuf> = found.into_iter().flatten().collect();
+    // Build outputs a test may use when present (`target/box-image`, `target/boxlite-runtime`)
+    // are not sources.
+    let mut found: Vec<PathBuf> = found
+        .into_iter()
+        .flatten()
+        .filter(|p| !p.starts_with("target"))
+        .collect();
     found.sort();
     found.dedup();
     Ok(found)

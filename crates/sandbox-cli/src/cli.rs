@@ -89,12 +89,17 @@ echo '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}' | sandbox exec -
 # the nono backend, with a domain allow-list\n  \
 sandbox exec --backend nono --allow-net registry.npmjs.org --probe 'test -d node_modules' \\\n      \
 --provision 'npm ci' -- node server.js\n\n\
-Flags for image-based backends: --image REF and --rootfs DIR choose the box's root file system; \
-the backends in this build run on this machine's file system and refuse them (exit 125), never \
-ignore them. --mount HOST:GUEST: in place, a path can only appear at itself, so GUEST must be \
-HOST, and the mount is a read-write grant (as --allow-write HOST); lima refuses mounts. \
---allow-net HOST is --allow-domain HOST: only the nono backend can enforce it; the others \
-refuse to run.\n\n\
+# a BoxLite microVM (builds with the `boxlite` feature), through the daemon, reused by name\n  \
+sandbox exec --backend boxlite --box agent --rootfs target/box-image \\\n      \
+--mount ~/work/proj:/work/proj --allow-net registry.npmjs.org -- pi-acp\n\n\
+Flags for image-based backends: --image REF and --rootfs DIR choose the box's root file system: \
+boxlite boots it; the backends that run on this machine's file system refuse them (exit 125), \
+never ignore them. --mount HOST:GUEST: with boxlite, HOST appears at GUEST in the VM; in place, \
+a path can only appear at itself, so GUEST must be HOST, and the mount is a read-write grant (as \
+--allow-write HOST); lima refuses mounts. --allow-net HOST: boxlite's allow-list (names, \
+CIDRs); otherwise --allow-domain HOST, which only nono can enforce; the others refuse to run. \
+With boxlite the daemon owns the box (started if none runs); its steps and failures, with the \
+box's log paths, go to stderr (docs/boxlite.md).\n\n\
 Exit codes: the command's own; 125 when nothing ran: the sandbox could not be set up, a flag \
 this backend cannot honour, or the box is not ready (the probe failed without --provision, \
 provisioning failed, or the probe still fails after it); 126/127 the command cannot run; \
@@ -270,25 +275,28 @@ pub struct ExecArgs {
     pub sandbox: SandboxArgs,
 
     /// The box's name: 1-64 letters, digits, '.', '_' or '-'. Commands see it as SANDBOX_BOX.
+    /// With boxlite, the daemon's named box: created on first use, reused (with what was
+    /// installed in it) by every later exec of the same name; default `exec-<task dir>`.
     #[arg(long = "box", value_name = "NAME")]
     pub box_name: Option<String>,
 
-    /// The OCI image of the box (image-based backends only; refused by the others).
+    /// The OCI image of the box, a registry reference (boxlite only; refused by the others).
     #[arg(long, value_name = "REF", conflicts_with = "rootfs")]
     pub image: Option<String>,
 
-    /// A root file system directory for the box (image-based backends only; refused by the
-    /// others).
+    /// An OCI image layout directory for the box, no registry needed (boxlite only, e.g. the
+    /// output of `cargo xtask box-image`; refused by the others).
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
 
     /// Make HOST visible at GUEST, read-write (repeatable). In place (native, nono, custom,
-    /// host) GUEST must be HOST itself: the grant is --allow-write HOST.
+    /// host) GUEST must be HOST itself: the grant is --allow-write HOST. With boxlite, a mount
+    /// into the VM at GUEST (the task worktree is always mounted at its own path).
     #[arg(long = "mount", value_name = "HOST:GUEST")]
     pub mount: Vec<String>,
 
     /// Allow outbound network only to HOST (repeatable): the same as --allow-domain HOST, which
-    /// only the nono backend can enforce.
+    /// nono enforces through its proxy; with boxlite, the box's allow-list (names or CIDRs).
     #[arg(long = "allow-net", value_name = "HOST")]
     pub allow_net: Vec<String>,
 

@@ -27,8 +27,10 @@ pub enum HostError {
     WrongPlatform { name: String, here: &'static str },
 
     #[error(
-        "{backend}: this build does not include the {backend} backend yet; `sandbox doctor` \
-         lists the backends it has"
+        "{backend}: this build does not include the {backend} backend: build with the cargo \
+         feature `{backend}` (`cargo build -p sandbox-cli --features {backend}`, see \
+         docs/boxlite.md) or use the flake's package that has it; `sandbox doctor` lists the \
+         backends this build has"
     )]
     NotInBuild { backend: BackendKind },
 

@@ -212,6 +212,38 @@ pub struct BoxCreateParams {
     pub unprotected_git: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_degraded: bool,
+    /// Image-based backends (boxlite): a registry reference for the box's root file system.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Image-based backends: an OCI image layout directory instead of `image` (no registry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rootfs: Option<PathBuf>,
+    /// VM backends: virtual CPUs, memory and disk of the box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_mib: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_size_gb: Option<u64>,
+    /// VM backends: host directories shown in the box (the workdir is always mounted at its
+    /// own path).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<MountParam>,
+    /// VM backends: the only hosts (names or CIDR blocks) the box may reach; empty: all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_net: Vec<String>,
+}
+
+/// One `box.create` mount.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct MountParam {
+    pub host: PathBuf,
+    /// Where it appears in the box; default: `host`, the same path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guest: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -311,7 +343,8 @@ pub struct TokenIssueParams {
 pub enum Request {
     Hello(HelloParams),
     Describe(DescribeParams),
-    BoxCreate(BoxCreateParams),
+    /// Boxed: the largest parameters by far (the VM fields).
+    BoxCreate(Box<BoxCreateParams>),
     BoxStart(BoxNameParams),
     BoxExec(BoxExecParams),
     ExecStdin(ExecStdinParams),
@@ -491,7 +524,7 @@ pub fn decode_frame(frame: &Frame) -> Decoded {
     let request = match m {
         "host.hello" => typed(m, p).map(Request::Hello),
         "host.describe" => params(m, p).map(Request::Describe),
-        "box.create" => typed(m, p).map(Request::BoxCreate),
+        "box.create" => typed(m, p).map(|p| Request::BoxCreate(Box::new(p))),
         "box.start" => typed(m, p).map(Request::BoxStart),
         "box.exec" => typed(m, p).map(Request::BoxExec),
         "exec.stdin" => typed(m, p).map(Request::ExecStdin),

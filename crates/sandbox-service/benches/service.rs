@@ -51,6 +51,8 @@ fn main() {
         kill_grace: Duration::from_secs(2),
         backend: Default::default(),
         box_tmp_root: Some(dir.path().to_path_buf()),
+        boxlite_home: dir.path().join("boxlite"),
+        boxlite_ready_timeout: None,
     };
     std::thread::spawn(move || daemon::run(opts).unwrap());
     let mut client = loop {

@@ -47,6 +47,9 @@ pub struct BoxEntry {
     pub last_status: Option<AgentStatus>,
     /// The box's private TMPDIR; removed with the box.
     pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    /// A VM box's engine handle (the daemon's `microvm` module knows its type); `None` for
+    /// boxes whose commands run on the host through the seam.
+    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.

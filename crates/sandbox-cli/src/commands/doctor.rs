@@ -82,7 +82,9 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         Err(e) => json!({"path": dir, "git": "error", "problem": e.to_string()}),
     };
 
+    let boxlite = boxlite_report(ctx);
     let report = json!({
+        "boxlite": boxlite,
         "private_view": view,
         "backends": backends,
         "tools": tools,
@@ -95,6 +97,10 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     }
     for b in &backends {
         let name = b["name"].as_str().unwrap_or("?");
+        if name == "boxlite" {
+            // Its own section below: files, KVM and the boot probe.
+            continue;
+        }
         if b["available"].as_bool() == Some(true) {
             let e = &b["enforcement"];
             let abi = e["landlock_abi"]
@@ -135,6 +141,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             }
         }
     }
+    print_boxlite(&boxlite);
     match view["available"].as_bool() {
         Some(true) => println!(
             "\nprivate view: available (native runs in user + mount namespaces where only the \
@@ -191,4 +198,136 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         println!("\nconfiguration: {}", files.join(", "));
     }
     Ok(0)
+}
+
+/// BoxLite: whether it is built, its runtime files (each with its hash), the KVM device, and
+/// whether this host can boot its guests — a real boot of a throwaway box, remembered in the
+/// runtime directory for this kernel and BoxLite version (it takes seconds, and the answer
+/// changes only with them).
+fn boxlite_report(ctx: &Context) -> serde_json::Value {
+    use sandbox_boxlite::{host, runtime_files};
+    let location = runtime_files::locate();
+    let files = location
+        .as_ref()
+        .map(|l| runtime_files::check_dir(&l.dir))
+        .unwrap_or_default();
+    let files_ok = !files.is_empty() && files.iter().all(|f| f.is_ok());
+    let kvm = host::kvm_device(std::path::Path::new("/dev/kvm"));
+    let boot = if !sandbox_boxlite::IN_BUILD {
+        host::probe_boot(None, None)
+    } else if location.is_none() {
+        host::BootProbe {
+            can_boot: false,
+            detail: sandbox_boxlite::BoxliteError::RuntimeNotFound.to_string(),
+            reason: Some("runtimeNotFound".into()),
+            elapsed_ms: 0,
+        }
+    } else if !files_ok {
+        host::BootProbe {
+            can_boot: false,
+            detail: "the runtime files do not match their pins (see files)".into(),
+            reason: Some("runtimeFilesMismatch".into()),
+            elapsed_ms: 0,
+        }
+    } else {
+        cached_boot_probe(ctx, location.clone())
+    };
+    json!({
+        "inBuild": sandbox_boxlite::IN_BUILD,
+        "version": sandbox_boxlite::VERSION,
+        "runtime": location,
+        "files": files,
+        "kvm": kvm,
+        "boot": boot,
+    })
+}
+
+fn cached_boot_probe(
+    ctx: &Context,
+    location: Option<sandbox_boxlite::runtime_files::RuntimeLocation>,
+) -> sandbox_boxlite::host::BootProbe {
+    let kernel = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let key = format!("{} {kernel}", sandbox_boxlite::VERSION);
+    let cache = ctx.dirs.runtime.join("boxlite-boot-probe.json");
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if v["key"] == json!(key) {
+                if let Ok(probe) = serde_json::from_value(v["probe"].clone()) {
+                    return probe;
+                }
+            }
+        }
+    }
+    let probe =
+        sandbox_boxlite::host::probe_boot(location, Some(&ctx.dirs.runtime.join("boxlite-probe")));
+    if std::fs::create_dir_all(&ctx.dirs.runtime).is_ok() {
+        let _ = std::fs::write(&cache, json!({ "key": key, "probe": probe }).to_string());
+    }
+    probe
+}
+
+fn print_boxlite(b: &serde_json::Value) {
+    let version = b["version"].as_str().unwrap_or("?");
+    if b["inBuild"] == json!(false) {
+        println!(
+            "boxlite  not in this build (BoxLite {version}): build with the cargo feature \
+             `boxlite` (docs/boxlite.md)"
+        );
+    } else {
+        println!("boxlite  BoxLite {version} microVMs, through the daemon (sandbox exec --backend boxlite)");
+    }
+    match b["runtime"]["dir"].as_str() {
+        Some(dir) => println!(
+            "         runtime files: {dir} ({})",
+            b["runtime"]["source"].as_str().unwrap_or("")
+        ),
+        None => println!(
+            "         runtime files: not found (run `cargo xtask boxlite-runtime` or set \
+             SANDBOX_BOXLITE_RUNTIME)"
+        ),
+    }
+    for f in b["files"].as_array().into_iter().flatten() {
+        let status = f["status"].as_str().unwrap_or("?");
+        let hash = f["sha256"].as_str().unwrap_or("");
+        match status {
+            "patched" => println!(
+                "           {:<16} sha256 {hash} patched for this system (pinned {})",
+                f["name"].as_str().unwrap_or(""),
+                f["pinned"].as_str().unwrap_or("")
+            ),
+            "ok" => println!(
+                "           {:<16} sha256 {hash} ok",
+                f["name"].as_str().unwrap_or("")
+            ),
+            other => println!(
+                "           {:<16} {other}{}",
+                f["name"].as_str().unwrap_or(""),
+                f["expected"]
+                    .as_str()
+                    .map(|e| format!(": sha256 {hash}, expected {e}"))
+                    .unwrap_or_default()
+            ),
+        }
+    }
+    match b["kvm"]["state"].as_str() {
+        Some("usable") => println!("         /dev/kvm: present and usable"),
+        Some("missing") => println!("         /dev/kvm: missing"),
+        _ => println!(
+            "         /dev/kvm: cannot be opened: {}",
+            b["kvm"]["detail"].as_str().unwrap_or("")
+        ),
+    }
+    if b["boot"]["canBoot"] == json!(true) {
+        println!(
+            "         guests: boot here ({})",
+            b["boot"]["detail"].as_str().unwrap_or("")
+        );
+    } else {
+        println!(
+            "         guests: CANNOT boot here: {}",
+            b["boot"]["detail"].as_str().unwrap_or("")
+        );
+    }
 }

@@ -55,8 +55,7 @@ pub enum BoxError {
     MountUnsupported(String),
     #[error(
         "the {backend} backend takes no {flag}: {flag} chooses the root file system of an \
-         image-based backend (boxlite, not in this build); {backend} runs on this machine's own \
-         file system"
+         image-based backend (boxlite); {backend} runs on this machine's own file system"
     )]
     TakesNoImage {
         backend: BackendKind,
@@ -231,6 +230,13 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         // The daemon's rule for box names: safe in file names, log lines and URLs.
         sandbox_service::registry::validate_name("--box", name)
             .map_err(|e| Failure::setup(e.message))?;
+    }
+    // BoxLite boxes belong to the daemon: this command becomes its client.
+    let root =
+        crate::session::task_root(&crate::session::workdir(args.sandbox.workdir.as_deref())?);
+    let (kind, _) = crate::session::choose_backend(args.sandbox.backend.as_deref(), ctx, &root)?;
+    if kind == BackendKind::Boxlite {
+        return super::exec_box::run(args, ctx);
     }
     // A mount is a grant, so it must be in the policy from the start; whether the chosen
     // backend can take mounts at all is judged once it is known (`check_backend`).

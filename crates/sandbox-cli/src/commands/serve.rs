@@ -74,7 +74,18 @@ fn options(
         kill_grace: sandbox_exec::process_group::DEFAULT_KILL_GRACE,
         backend: crate::session::backend_options(ctx, None),
         box_tmp_root,
+        boxlite_home: boxlite_home(ctx),
+        boxlite_ready_timeout: None,
     })
+}
+
+/// BoxLite's home for this user's daemon: `SANDBOX_BOXLITE_HOME`, else
+/// `$XDG_DATA_HOME/sandbox/boxlite` (persistent: named boxes and the image cache live there).
+pub fn boxlite_home(ctx: &Context) -> PathBuf {
+    std::env::var_os("SANDBOX_BOXLITE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| ctx.dirs.data.join("boxlite"))
 }
 
 /// Authenticates a connection for the client on stdin/stdout, then copies bytes both ways
@@ -126,7 +137,7 @@ fn bridge(paths: &RuntimePaths) -> anyhow::Result<i32> {
 }
 
 /// Connects to the daemon, starting one (detached, logging to the runtime dir) if none runs.
-fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
+pub(crate) fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
     if let Ok(stream) = UnixStream::connect(paths.socket()) {
         return Ok(stream);
     }

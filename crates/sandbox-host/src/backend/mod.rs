@@ -89,10 +89,11 @@ impl BackendKind {
         }
     }
 
-    /// Whether this build carries the backend at all. BoxLite is not built yet: it is a
-    /// known name (so `doctor` can say what it needs) but cannot be chosen.
+    /// Whether this build carries the backend at all. BoxLite is built only with the cargo
+    /// feature `boxlite` (it needs `protoc` and its runtime files); without it, it is a known
+    /// name (so `doctor` can say what it needs) but cannot be chosen.
     pub fn in_build(self) -> bool {
-        !matches!(self, BackendKind::Boxlite)
+        !matches!(self, BackendKind::Boxlite) || cfg!(feature = "boxlite")
     }
 
     /// Parses a name, accepting this platform's name for the native backend.
@@ -298,6 +299,16 @@ pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Box<dyn Backe
             Some(lima) => Box::new(lima.clone()),
             None => return Err(HostError::NotConfigured { backend: kind }),
         },
+        BackendKind::Boxlite if kind.in_build() => {
+            return Err(HostError::External {
+                backend: kind,
+                message: "boxlite: microVM boxes belong to the sandbox daemon (one BoxLite \
+                          runtime per home): use `sandbox exec --backend boxlite` or the \
+                          protocol's box.create; `sandbox run` and `sandbox shell` run in \
+                          process and start no VM"
+                    .to_string(),
+            })
+        }
         BackendKind::Boxlite => return Err(HostError::NotInBuild { backend: kind }),
     };
     Ok(backend)

@@ -43,6 +43,13 @@ pub(super) async fn box_create(
     if let Some(reused) = reuse(state, &p)? {
         return Ok(reused);
     }
+    if kind == BackendKind::Boxlite {
+        #[cfg(feature = "boxlite")]
+        return super::microvm::box_create(state, conn, p, workdir, started).await;
+        #[cfg(not(feature = "boxlite"))]
+        return Err(super::microvm::not_in_build());
+    }
+    super::microvm::refuse_vm_fields(&p, kind.as_str())?;
 
     // The one policy assembly `sandbox run` uses: the trusted defaults, this box's grants,
     // and the hook endpoint kept reachable under a network block.
@@ -138,6 +145,7 @@ pub(super) async fn box_create(
             execs: Default::default(),
             last_status: None,
             tmpdir: assembled.tmpdir,
+            vm: None,
         });
     }
     let elapsed = started.elapsed();
@@ -189,7 +197,15 @@ fn reuse(state: &State, p: &BoxCreateParams) -> Result<Option<Value>, RpcError> 
     })))
 }
 
-pub(super) async fn box_start(state: &State, conn: &Conn, name: &str) -> Result<Value, RpcError> {
+pub(super) async fn box_start(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+) -> Result<Value, RpcError> {
+    #[cfg(feature = "boxlite")]
+    if let Some(vm) = vm_of(state, name)? {
+        return super::microvm::box_start(state, conn, name, vm).await;
+    }
     let (id, changed) = {
         let mut boxes = state.boxes.lock().expect("boxes lock");
         let entry = boxes.get_mut(name)?;
@@ -286,6 +302,10 @@ pub(super) async fn stop_box(
         let want = if own { Phase::Reported } else { Phase::Ended };
         let _ = phase.wait_for(|p| *p >= want).await;
     }
+    #[cfg(feature = "boxlite")]
+    if let Ok(Some(vm)) = vm_of(state, name) {
+        super::microvm::stop_vm(name, &vm).await;
+    }
     {
         let mut boxes = state.boxes.lock().expect("boxes lock");
         if let Ok(entry) = boxes.get_mut(name) {
@@ -332,9 +352,31 @@ pub(super) async fn box_remove(
         ));
     };
     state.tokens.revoke(&Scope::Box(name.to_string()));
+    #[cfg(feature = "boxlite")]
+    if let Some(vm) = entry.vm.clone() {
+        if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
+            super::microvm::remove_vm(name, &vm).await?;
+        }
+    }
     announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
     drop(entry); // removes its TMPDIR
     Ok(json!({ "ok": true }))
+}
+
+/// The engine handle of a VM box; `None` for the others.
+#[cfg(feature = "boxlite")]
+pub(super) fn vm_of(
+    state: &State,
+    name: &str,
+) -> Result<Option<Arc<super::microvm::Vm>>, RpcError> {
+    let vm = state
+        .boxes
+        .lock()
+        .expect("boxes lock")
+        .get(name)?
+        .vm
+        .clone();
+    Ok(vm.and_then(|vm| vm.downcast::<super::microvm::Vm>().ok()))
 }
 
 /// `box.list`: every box, whoever created it.

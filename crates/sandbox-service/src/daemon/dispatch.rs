@@ -40,7 +40,7 @@ pub(super) async fn handle(
         Request::Hello(_) | Request::Describe(_) | Request::ExecStdin(_) => {
             unreachable!("handled by the reader")
         }
-        Request::BoxCreate(p) => box_create(state, conn, p).await,
+        Request::BoxCreate(p) => box_create(state, conn, *p).await,
         Request::BoxStart(p) => box_start(state, conn, &p.name).await,
         Request::BoxExec(p) => box_exec(state, conn, p, after).await,
         Request::ExecKill(p) => exec_kill(state, p).await,

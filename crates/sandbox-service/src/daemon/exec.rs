@@ -52,6 +52,23 @@ pub(super) async fn box_exec(
              shell` for an interactive shell",
         ));
     }
+    #[cfg(feature = "boxlite")]
+    {
+        let vm = {
+            let boxes = state.boxes.lock().expect("boxes lock");
+            let entry = boxes.get(&p.name)?;
+            running(entry)?;
+            entry
+                .vm
+                .clone()
+                .map(|vm| (vm, entry.policy.workspace.root.clone()))
+        };
+        if let Some((vm, workdir)) = vm {
+            if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
+                return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
+            }
+        }
+    }
     let (box_id, kind, policy, token, session) = {
         let boxes = state.boxes.lock().expect("boxes lock");
         let entry = boxes.get(&p.name)?;
@@ -248,7 +265,7 @@ fn running(entry: &BoxEntry) -> Result<(), RpcError> {
 /// of `docs/protocol.md`: once an exec's `exit` is queued, every request served afterwards, on
 /// any connection, finds the exec gone — `box.list`'s `runningExecs`, `box.remove`'s busy
 /// check, `box.stop`, `exec.kill` and `exec.stdin` all read these two tables under their locks.
-fn forget_exec(
+pub(super) fn forget_exec(
     state: &State,
     conn: &Conn,
     box_name: &str,

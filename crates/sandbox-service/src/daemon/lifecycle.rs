@@ -119,6 +119,8 @@ async fn serve(
         shutting_down: AtomicBool::new(false),
         hook_port,
         opts,
+        #[cfg(feature = "boxlite")]
+        boxlite: tokio::sync::Mutex::new(None),
     });
     tokio::spawn(crate::hooks::serve(hook_listener, state.clone()));
     eprintln!(
@@ -174,4 +176,5 @@ pub(super) async fn stop_everything(state: &Arc<State>) {
     for name in names {
         let _ = stop_box(state, &name, false, None).await;
     }
+    super::microvm::shutdown(state).await;
 }

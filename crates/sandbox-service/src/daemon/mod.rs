@@ -24,6 +24,7 @@ mod dispatch;
 mod exec;
 mod frames;
 mod lifecycle;
+mod microvm;
 mod spawner;
 
 use std::collections::HashMap;
@@ -64,6 +65,11 @@ pub struct DaemonOptions {
     /// supervisor passes a directory it removes after the daemon is gone, so a killed daemon
     /// leaks nothing.
     pub box_tmp_root: Option<PathBuf>,
+    /// BoxLite's home: its lock (one runtime per home: this daemon's), images, disks, boxes
+    /// and logs. Persistent, so named boxes are kept across daemons.
+    pub boxlite_home: PathBuf,
+    /// How long `box.start` waits for a BoxLite guest's agent (default: the engine's).
+    pub boxlite_ready_timeout: Option<Duration>,
 }
 
 /// Why the daemon could not start.
@@ -110,6 +116,9 @@ pub(crate) struct State {
     shutting_down: AtomicBool,
     pub(crate) hook_port: u16,
     opts: DaemonOptions,
+    /// The one BoxLite runtime of `opts.boxlite_home`, opened on first use.
+    #[cfg(feature = "boxlite")]
+    boxlite: tokio::sync::Mutex<Option<std::sync::Arc<sandbox_boxlite::engine::Engine>>>,
 }
 
 impl State {

@@ -1,0 +1,34 @@
+//! The BoxLite backend: microVM boxes booted from OCI images by the `boxlite` crate.
+//!
+//! - [`runtime_files`]: the pinned runtime files (shim, guest agent, libkrunfw, e2fsprogs),
+//!   where they come from and whether a directory holds exactly them;
+//! - [`spec`]: a box's description (image or OCI layout, sizes, mounts, network allow-list,
+//!   environment), checked before anything touches the machine;
+//! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
+//! - [`error`]: every failure, with the box's log paths;
+//! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes.
+//!
+//! Everything but the engine is built without the feature, so `doctor`, the daemon and
+//! `cargo xtask boxlite-runtime` can describe BoxLite in every build.
+
+pub mod error;
+pub mod host;
+pub mod layout;
+pub mod runtime_files;
+pub mod spec;
+
+#[cfg(feature = "boxlite")]
+pub mod engine;
+
+/// The BoxLite crate itself, for the daemon's commands and streams.
+#[cfg(feature = "boxlite")]
+pub use boxlite;
+
+pub use error::{BoxliteError, LogPaths};
+pub use spec::{BoxSpec, ImageSource, Mount, NetTarget, SpecError};
+
+/// Whether this build carries the BoxLite engine (cargo feature `boxlite`).
+pub const IN_BUILD: bool = cfg!(feature = "boxlite");
+
+/// BoxLite's version (the crate's and the runtime files').
+pub const VERSION: &str = runtime_files::VERSION;
