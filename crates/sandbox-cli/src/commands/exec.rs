@@ -18,7 +18,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
 use sandbox_exec::{
-    process_group, ExitOutcome, OutputLimits, OutputMode, SignalRelay, SpawnOptions, StdinMode,
+    process_group, ExitOutcome, OutputLimits, OutputMode, SignalPipe, SignalRelay, SpawnOptions,
+    StdinMode,
 };
 use sandbox_host::backend::BackendKind;
 use sandbox_host::BackendSession;
@@ -256,16 +257,27 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     if let Err(e) = process_group::become_subreaper() {
         tracing::debug!(error = %e, "could not become a child subreaper");
     }
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    let mut relay = runtime.block_on(async { SignalRelay::install() })?;
-
+    // Installed first: from here on a signal reaches the command's group (or ends a step)
+    // instead of ending us.
+    let signals = SignalPipe::install()?;
+    // Probe and provisioning copy their output to stderr through an async runtime; a plain
+    // `exec` without them never builds one (every invocation pays for what it starts).
+    let mut steps: Option<(tokio::runtime::Runtime, SignalRelay)> = None;
     let ready = ensure_ready(
         args.probe.as_deref(),
         args.provision.as_deref(),
-        |phase, script| step(&session, &*backend, &runtime, &mut relay, phase, script),
+        |phase, script| {
+            if steps.is_none() {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .context("starting the async runtime")?;
+                let relay = runtime.block_on(async { SignalRelay::install() })?;
+                steps = Some((runtime, relay));
+            }
+            let (runtime, relay) = steps.as_mut().expect("built above");
+            step(&session, &*backend, runtime, relay, phase, script)
+        },
     );
     match ready {
         // Dropping the session removes its private TMPDIR.
@@ -287,16 +299,17 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     }
     let program = command.display_program();
     tracing::debug!(backend = %command.kind, spec = ?command.spec, "exec");
-    let outcome = runtime.block_on(async {
-        // Inherited stdio: the caller's descriptors themselves, so every byte and the EOF
-        // reach the command unchanged and nothing of ours can interleave with its stdout.
+    // Inherited stdio: the caller's descriptors themselves, so every byte and the EOF reach
+    // the command unchanged and nothing of ours can interleave with its stdout. Started and
+    // waited for as `sandbox run` does (no runtime, no fork of this process).
+    let outcome = (|| {
         let options = SpawnOptions {
             die_with_parent: true,
             ..SpawnOptions::default()
         };
-        let mut running = command.spawn(options)?;
-        running.wait_relaying(&mut relay).await
-    });
+        let mut child = command.spawn_direct(options)?;
+        child.wait_relaying(&signals)
+    })();
     process_group::kill_orphans(&[]);
     let finished = session.finish(command, outcome.as_ref().ok().copied());
     let outcome = outcome?;
