@@ -6,6 +6,7 @@
 //!     cargo bench -p sandbox-cli --bench run_overhead
 //!
 //! Prints median / p90 per invocation, the ratio to the direct run and the time added.
+//! `SANDBOX_BENCH_COMPARE=/path/to/sandbox` adds another build's run variants (before/after).
 //! A variant whose tool is missing is reported as "skipped: <reason>".
 
 use std::path::{Path, PathBuf};
@@ -183,6 +184,21 @@ fn main() {
             "/bin/true".into(),
         ],
     ));
+    // Another build of the CLI, for a before/after comparison in the same interleaved run:
+    // SANDBOX_BENCH_COMPARE=/path/to/an/older/sandbox.
+    if let Some(other) = std::env::var_os("SANDBOX_BENCH_COMPARE") {
+        let other = other.to_string_lossy().into_owned();
+        for (name, args) in [
+            ("host", &["run", "--backend", "host"][..]),
+            ("native", &["run"][..]),
+            ("native, no quarantine", &["run", "--unprotected-git"][..]),
+        ] {
+            let mut argv = vec![other.clone()];
+            argv.extend(args.iter().map(|a| a.to_string()));
+            argv.extend(["--".into(), "/bin/true".into()]);
+            variants.push(Variant::new(format!("compared build: {name}"), argv));
+        }
+    }
     let mut skipped = Vec::new();
     // The floor: a minimal supervisor in C (fork, setsid, a two-rule Landlock ruleset, a
     // one-rule seccomp filter, exec, wait), built here with the system's C compiler.

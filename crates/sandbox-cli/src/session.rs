@@ -186,12 +186,15 @@ pub fn workdir(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
         .map_err(|e| Failure::setup(format!("workdir {}: {e}", dir.display())))
 }
 
-/// The worktree root that `sandbox use` keys on: the git worktree's top level, else the dir.
+/// The worktree root that `sandbox use` keys on: the nearest directory at or above `dir` that
+/// holds a `.git` (a main worktree's directory or a linked worktree's pointer file) — where
+/// the policy's git discovery puts the workspace root — else the dir. Read directly, without
+/// opening the repository: `sandbox exec` asks before the policy's own discovery runs.
 pub fn task_root(dir: &Path) -> PathBuf {
-    match sandbox_policy::git::discover(dir) {
-        Ok(Some(found)) => found.root,
-        _ => dir.to_path_buf(),
-    }
+    dir.ancestors()
+        .find(|d| d.join(".git").symlink_metadata().is_ok())
+        .unwrap_or(dir)
+        .to_path_buf()
 }
 
 /// Picks the backend: `--backend`, then `sandbox use`, then the config, then native.
@@ -414,5 +417,50 @@ fn absolute(path: &Path) -> PathBuf {
         std::env::current_dir()
             .map(|cwd| cwd.join(&path))
             .unwrap_or(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let ok = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    }
+
+    #[test]
+    fn the_task_root_is_where_the_policys_discovery_puts_the_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(dir.path()).unwrap();
+        let main = base.join("main");
+        std::fs::create_dir_all(main.join("src/deep")).unwrap();
+        git(&main, &["init", "-q"]);
+        git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        git(&main, &["worktree", "add", "-q", "../task", "-b", "task"]);
+        std::fs::create_dir_all(base.join("task/sub")).unwrap();
+        std::fs::create_dir_all(base.join("plain/x")).unwrap();
+        for dir in [
+            main.clone(),
+            main.join("src/deep"),
+            base.join("task"),
+            base.join("task/sub"),
+        ] {
+            let discovered = sandbox_policy::git::discover(&dir).unwrap().unwrap().root;
+            assert_eq!(task_root(&dir), discovered, "{}", dir.display());
+        }
+        let plain = base.join("plain/x");
+        assert!(sandbox_policy::git::discover(&plain).unwrap().is_none());
+        assert_eq!(task_root(&plain), plain);
     }
 }
