@@ -289,19 +289,9 @@ impl StoreQuarantine {
         });
         let mut pinned = Vec::new();
         for (name, target) in pinnable.iter().take(MAX_PINNED_REFS) {
-            let content = match target {
-                Some(oid) => format!("{oid}\n"),
-                None => match refs::symbolic_target(&self.common, name) {
-                    Some(to) => format!("ref: {to}\n"),
-                    None => continue,
-                },
-            };
-            let file = self.layers.snapshot.join(name);
-            if let Some(parent) = file.parent() {
-                std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+            if self.copy_ref(name, target)? {
+                pinned.push(name.to_string());
             }
-            std::fs::write(&file, content).map_err(io("writing", &file))?;
-            pinned.push(name.to_string());
         }
         self.layers.pinned_refs = pinned;
         self.freeze_refs()?;
@@ -322,24 +312,32 @@ impl StoreQuarantine {
             std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
         }
         for (name, target) in &self.start {
-            let copy = self.layers.snapshot.join(name);
             // Packed-only refs are in the frozen packed-refs; copies exist for the pinned.
-            if copy.exists() || !self.common.join(name).is_file() {
-                continue;
+            let loose =
+                std::fs::symlink_metadata(self.common.join(name)).is_ok_and(|m| m.is_file());
+            if loose && !self.layers.snapshot.join(name).exists() {
+                self.copy_ref(name, target)?;
             }
-            let content = match target {
-                Some(oid) => format!("{oid}\n"),
-                None => match refs::symbolic_target(&self.common, name) {
-                    Some(to) => format!("ref: {to}\n"),
-                    None => continue,
-                },
-            };
-            if let Some(parent) = copy.parent() {
-                std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-            }
-            std::fs::write(&copy, content).map_err(io("writing", &copy))?;
         }
         set_opaque(&refs_dir).map_err(io("marking opaque", &refs_dir))
+    }
+
+    /// Writes ref `name` with its value at the start into the snapshot layer; `false` for a
+    /// symbolic ref whose target cannot be read (nothing written).
+    fn copy_ref(&self, name: &str, target: &Option<Oid>) -> Result<bool, QuarantineError> {
+        let content = match target {
+            Some(oid) => format!("{oid}\n"),
+            None => match refs::symbolic_target(&self.common, name) {
+                Some(to) => format!("ref: {to}\n"),
+                None => return Ok(false),
+            },
+        };
+        let file = self.layers.snapshot.join(name);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+        }
+        std::fs::write(&file, content).map_err(io("writing", &file))?;
+        Ok(true)
     }
 
     pub fn layers(&self) -> &Layers {
