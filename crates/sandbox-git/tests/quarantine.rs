@@ -311,3 +311,25 @@ fn the_task_branch_moves_forward_over_a_commit_another_run_made() {
     let applied = &q.report().applied[0];
     assert_eq!(applied.old.as_deref(), Some(theirs.as_str()));
 }
+
+#[test]
+fn a_planted_packed_ref_name_never_leads_a_write_out_of_the_snapshot() {
+    let r = repo();
+    // An earlier run that could write packed-refs left a "ref" whose name climbs out.
+    let trunk = rev(&r, "trunk");
+    let packed = r.common.join("packed-refs");
+    let mut text = std::fs::read_to_string(&packed).unwrap_or_default();
+    text.push_str(&format!("{trunk} refs/heads/../../../../escaped\n"));
+    std::fs::write(&packed, text).unwrap();
+    let q = StoreQuarantine::prepare(&r.common, Some("refs/heads/task"), &r.private).unwrap();
+    let snapshot = &q.layers().snapshot;
+    // Where the name would have led from the snapshot and from its parents.
+    for base in snapshot.ancestors().take(6) {
+        assert!(!base.join("escaped").exists(), "{}", base.display());
+    }
+    assert!(
+        !q.layers().pinned_refs.iter().any(|n| n.contains("..")),
+        "{:?}",
+        q.layers().pinned_refs
+    );
+}

@@ -28,10 +28,18 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
         .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
         .filter_map(|l| {
             let (oid, name) = l.split_once(' ')?;
+            // The names become paths in the snapshot layer: never one that is not a ref's
+            // (`refs/heads/../../x`, written by an earlier run that had `packed-refs` writable).
+            valid_ref_name(name).then_some(())?;
             Some((name.to_string(), Oid::from_str(oid).ok()?))
         })
         .collect();
     Ok(Packed { bytes, refs })
+}
+
+/// A ref under `refs/` with a name git accepts (no `..`, no control characters, …).
+fn valid_ref_name(name: &str) -> bool {
+    name.starts_with("refs/") && git2::Reference::is_valid_name(name)
 }
 
 /// Every ref of the store (loose over packed), with its direct target (`None`: symbolic),
@@ -216,7 +224,7 @@ pub fn judge(
     if wanted == current {
         return RefVerdict::Unchanged;
     }
-    if !name.starts_with("refs/") || !git2::Reference::is_valid_name(name) {
+    if !valid_ref_name(name) {
         return RefVerdict::Refuse("not a valid ref name".into());
     }
     if Some(name) == task_branch {
