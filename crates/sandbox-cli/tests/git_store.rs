@@ -345,10 +345,9 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     assert!(!stderr.contains("could not remove"), "{stderr}");
 }
 
-/// The host takes ref locks in the repository that is the view's lower layer (the quarantine
-/// applying this run's commits, the user's own git), and git inside sees them as `<ref>.lock`.
-/// git inside must wait for such a lock rather than give up after its default 100 ms: a commit
-/// failed with "cannot lock ref … File exists" on a busy machine before this.
+/// git inside waits for a lock the host holds (`packed-refs.lock` still shows through the
+/// overlay; without the quarantine the refs are shared) rather than giving up after git's
+/// default 100 ms.
 #[test]
 fn git_inside_waits_for_ref_locks_the_host_holds() {
     let f = Fixture::new();

@@ -251,12 +251,12 @@ pub fn command_env(
 /// `packed-refs.lock` (`core.packedRefsTimeout`), in milliseconds.
 const REF_LOCK_WAIT_MS: &str = "5000";
 
-/// Lets git inside wait for a ref lock the host holds instead of failing at once. Under the
-/// git store quarantine the repository is the lower layer of the view's overlay, so a lock the
-/// host takes — the quarantine applying this run's own commit to the task branch, or the user's
-/// git — is visible inside as `<ref>.lock`, and git gives up after 100 ms by default (a commit
-/// then fails with "cannot lock ref … File exists" on a busy machine). Added through
-/// `GIT_CONFIG_COUNT`, after any the caller already passes.
+/// Lets git inside wait for a lock the host holds instead of failing after git's default
+/// 100 ms: without the quarantine the host's git and the sandbox's share the refs, and under it
+/// `packed-refs.lock` in the common dir still shows through the overlay (the quarantine hides
+/// the host's `refs/`, see `sandbox_git::quarantine`). On a busy machine 100 ms is short for a
+/// lock the quarantine's own sync holds. Added through `GIT_CONFIG_COUNT`, after any the caller
+/// already passes.
 fn wait_longer_for_ref_locks(env: &mut Vec<(OsString, OsString)>) {
     let count_at = env.iter().position(|(n, _)| n == "GIT_CONFIG_COUNT");
     let count: usize = match count_at {
