@@ -4,6 +4,8 @@
 //!   where they come from and whether a directory holds exactly them;
 //! - [`spec`]: a box's description (image or OCI layout, sizes, mounts, network allow-list,
 //!   environment), checked before anything touches the machine;
+//! - [`git`]: how a worktree's git data is mounted so that a box cannot write what the
+//!   host's git runs;
 //! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
 //! - [`error`]: every failure, with the box's log paths;
 //! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes.
@@ -12,6 +14,7 @@
 //! `cargo xtask boxlite-runtime` can describe BoxLite in every build.
 
 pub mod error;
+pub mod git;
 pub mod host;
 pub mod layout;
 pub mod runtime_files;

@@ -90,6 +90,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         "name": name, "backend": "boxlite", "workdir": root,
         "mounts": mounts, "allowNet": allow_net, "env": env,
         "blockNet": args.sandbox.block_net,
+        "unprotectedGit": args.sandbox.unprotected_git,
     });
     if let Some(image) = &args.image {
         params["image"] = json!(image);

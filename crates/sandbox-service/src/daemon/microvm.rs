@@ -14,6 +14,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[cfg(feature = "boxlite")]
+use sandbox_boxlite::git::{check_against_git, git_mounts, order_for_guest, GitData};
+#[cfg(feature = "boxlite")]
 use sandbox_boxlite::spec::{self, BoxSpec, Mount, NetTarget};
 #[cfg(feature = "boxlite")]
 use sandbox_protocol::ErrorCode;
@@ -25,9 +27,9 @@ use super::{invalid, unavailable};
 
 #[cfg(feature = "boxlite")]
 /// The box's description checked and compiled into a [`BoxSpec`]: the workdir mounted at its
-/// own path read-write; for a linked worktree, the repository's git data at its own path
-/// read-only (commits from inside a box are refused rather than trusted: BoxLite's virtiofs
-/// mounts cannot carry the native backend's quarantine); the requested mounts.
+/// own path read-write; the worktree's git data read-only at its own paths, stacked on the
+/// workdir where it lies inside it (`sandbox_boxlite::git`: nothing the host's git runs can
+/// be written from a box); the requested mounts, none of them a writable way to that data.
 pub(super) fn box_spec(
     p: &BoxCreateParams,
     workdir: &std::path::Path,
@@ -37,11 +39,27 @@ pub(super) fn box_spec(
     let sizes = spec::check_sizes(p.cpus, p.memory_mib, p.disk_size_gb).map_err(bad)?;
     spec::check_env(&p.env).map_err(bad)?;
     let mut mounts = vec![spec::check_mount(workdir, workdir, false).map_err(bad)?];
-    if let Ok(Some(found)) = sandbox_policy::git::discover(workdir) {
-        let common = &found.layout.common_dir;
-        if !common.starts_with(workdir) {
-            mounts.push(spec::check_mount(common, common, true).map_err(bad)?);
+    let git = match sandbox_policy::git::discover(workdir) {
+        Ok(Some(found)) => Some(GitData {
+            common_dir: found.layout.common_dir.clone(),
+            pointers: found
+                .layout
+                .pointers
+                .iter()
+                .map(|f| f.path.clone())
+                .collect(),
+        }),
+        Ok(None) => None,
+        Err(e) => {
+            return Err(invalid(format!(
+                "box {}: boxlite: reading the git layout of {}: {e}",
+                p.name,
+                workdir.display()
+            )))
         }
+    };
+    if let Some(git) = &git {
+        mounts.extend(git_mounts(git, p.unprotected_git).map_err(bad)?);
     }
     for m in &p.mounts {
         let guest = m.guest.clone().unwrap_or_else(|| m.host.clone());
@@ -53,8 +71,12 @@ pub(super) fn box_spec(
                 checked.guest.display()
             )));
         }
+        if let (Some(git), false) = (&git, p.unprotected_git) {
+            check_against_git(&checked, git).map_err(bad)?;
+        }
         mounts.push(checked);
     }
+    order_for_guest(&mut mounts);
     let allow_net = p
         .allow_net
         .iter()
@@ -364,11 +386,15 @@ mod engine {
                     "outbound network only to allowNet".into()
                 },
             ],
-            notes: vec![
-                "git data of a linked worktree is mounted read-only: commits from inside the box \
-                 are refused"
-                    .into(),
-            ],
+            notes: vec![if p.unprotected_git {
+                "unprotected git: the repository's git directory is writable from the box \
+                     (hooks and config included)"
+                    .into()
+            } else {
+                "git data is mounted read-only (the .git pointer too): git in the box reads \
+                     history and cannot commit"
+                    .into()
+            }],
             ..Default::default()
         };
         {
@@ -736,5 +762,145 @@ mod engine {
             Some(at) => tokio::time::sleep_until(at).await,
             None => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(all(test, feature = "boxlite"))]
+mod tests {
+    //! The git rules of a box's mounts, against real repositories and worktrees.
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {out:?}");
+    }
+
+    /// A repository with one commit, and a linked worktree `task` beside it.
+    fn repo(root: &Path) -> (PathBuf, PathBuf) {
+        let main = root.join("repo");
+        std::fs::create_dir(&main).unwrap();
+        git(&main, &["init", "-q", "-b", "main"]);
+        git(
+            &main,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "-q",
+                "--allow-empty",
+                "-m",
+                "first",
+            ],
+        );
+        let task = root.join("task");
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "task",
+                task.to_str().unwrap(),
+            ],
+        );
+        let layout = root.join("layout");
+        std::fs::create_dir(&layout).unwrap();
+        std::fs::write(layout.join("oci-layout"), "{}").unwrap();
+        std::fs::write(layout.join("index.json"), "{}").unwrap();
+        (main.canonicalize().unwrap(), task.canonicalize().unwrap())
+    }
+
+    fn params(root: &Path, mounts: serde_json::Value, unprotected: bool) -> BoxCreateParams {
+        serde_json::from_value(json!({
+            "name": "b", "backend": "boxlite", "rootfs": root.join("layout"),
+            "mounts": mounts, "unprotectedGit": unprotected,
+        }))
+        .unwrap()
+    }
+
+    fn seen(spec: &BoxSpec) -> Vec<(PathBuf, bool)> {
+        spec.mounts
+            .iter()
+            .inspect(|m| assert_eq!(m.host, m.guest, "git data sits at its own path"))
+            .map(|m| (m.host.clone(), m.read_only))
+            .collect()
+    }
+
+    #[test]
+    fn a_main_worktree_gets_its_git_dir_read_only_on_top_of_the_writable_tree() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, _) = repo(t.path());
+        let spec = box_spec(&params(t.path(), json!([]), false), &main).unwrap();
+        assert_eq!(
+            seen(&spec),
+            [(main.clone(), false), (main.join(".git"), true)]
+        );
+        let unprotected = box_spec(&params(t.path(), json!([]), true), &main).unwrap();
+        assert_eq!(
+            seen(&unprotected),
+            [(main.clone(), false), (main.join(".git"), false)]
+        );
+    }
+
+    #[test]
+    fn a_linked_worktree_gets_the_common_dir_and_its_pointer_read_only() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        let spec = box_spec(&params(t.path(), json!([]), false), &task).unwrap();
+        assert_eq!(
+            seen(&spec),
+            [
+                (task.clone(), false),
+                (main.join(".git"), true),
+                (task.join(".git"), true)
+            ]
+        );
+        assert!(task.join(".git").is_file(), "the pointer is a file mount");
+    }
+
+    #[test]
+    fn a_writable_mount_that_reaches_git_data_is_refused_and_a_read_only_one_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        for (host, names) in [
+            (&main, ".git"),
+            (&main.join(".git/hooks"), ".git"),
+            (&task, "pointer"),
+        ] {
+            let mounts = json!([{"host": host, "guest": "/elsewhere"}]);
+            let e = box_spec(&params(t.path(), mounts, false), &task)
+                .unwrap_err()
+                .message;
+            assert!(e.contains("writable") && e.contains(names), "{e}");
+            let ro = json!([{"host": host, "guest": "/elsewhere", "readOnly": true}]);
+            box_spec(&params(t.path(), ro, false), &task).unwrap();
+            let rw = json!([{"host": host, "guest": "/elsewhere"}]);
+            box_spec(&params(t.path(), rw, true), &task).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_mount_on_a_parent_of_the_worktree_is_made_before_it() {
+        let t = tempfile::tempdir().unwrap();
+        let (_, task) = repo(t.path());
+        let empty = t.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let parent = task.parent().unwrap();
+        let mounts = json!([{"host": empty, "guest": parent}]);
+        let spec = box_spec(&params(t.path(), mounts, false), &task).unwrap();
+        assert_eq!(spec.mounts[0].guest, parent, "{:?}", spec.mounts);
     }
 }
