@@ -17,7 +17,7 @@ use super::connection::{Conn, Outbound};
 use super::exec::{denied, refuse_host_token};
 use super::spawner::{Control, Phase};
 use super::{invalid, unavailable, State};
-use crate::registry::{self, BoxEntry};
+use crate::registry::{self, BoxEntry, Registry};
 use crate::token::Scope;
 
 pub(super) async fn box_create(
@@ -127,38 +127,89 @@ pub(super) async fn box_create(
                 )
             });
         }
-        let token = state
-            .tokens
-            .issue(Scope::Box(p.name.clone()))
-            .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
-        boxes.insert(BoxEntry {
-            id: id.clone(),
-            name: p.name.clone(),
-            kind,
-            allow_degraded: p.allow_degraded,
-            params: p.clone(),
-            policy,
-            session,
-            state: BoxState::Created,
-            token,
-            created_at_ms: registry::now_ms(),
-            execs: Default::default(),
-            last_status: None,
-            tmpdir: assembled.tmpdir,
-            vm: None,
-        });
+        insert(
+            state,
+            &mut boxes,
+            &p,
+            Prepared {
+                id: id.clone(),
+                kind,
+                policy,
+                session,
+                tmpdir: assembled.tmpdir,
+                vm: None,
+            },
+        )?;
     }
+    Ok(announce_created(state, conn, &p, &id, kind, started, &enforcement, json!({})).await)
+}
+
+/// A box its backend has prepared, ready for the registry.
+pub(super) struct Prepared {
+    pub id: String,
+    pub kind: BackendKind,
+    pub policy: sandbox_policy::Policy,
+    pub session: Arc<dyn sandbox_host::BackendSession>,
+    pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    /// A VM box's engine handle (see [`BoxEntry::vm`]).
+    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
+}
+
+/// Registers a prepared box under `p.name` with a fresh box token. The caller holds the
+/// registry's lock and has made sure the name is free.
+pub(super) fn insert(
+    state: &State,
+    boxes: &mut Registry,
+    p: &BoxCreateParams,
+    new: Prepared,
+) -> Result<(), RpcError> {
+    let token = state
+        .tokens
+        .issue(Scope::Box(p.name.clone()))
+        .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
+    boxes.insert(BoxEntry {
+        id: new.id,
+        name: p.name.clone(),
+        kind: new.kind,
+        allow_degraded: p.allow_degraded,
+        params: p.clone(),
+        policy: new.policy,
+        session: new.session,
+        state: BoxState::Created,
+        token,
+        created_at_ms: registry::now_ms(),
+        execs: Default::default(),
+        last_status: None,
+        tmpdir: new.tmpdir,
+        vm: new.vm,
+    });
+    Ok(())
+}
+
+/// Announces a registered box as `created` and returns `box.create`'s reply: the fields every
+/// backend gives, then the backend's own `extra` ones.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn announce_created(
+    state: &State,
+    conn: &Arc<Conn>,
+    p: &BoxCreateParams,
+    id: &str,
+    kind: BackendKind,
+    started: Instant,
+    enforcement: &sandbox_host::report::Enforcement,
+    extra: Value,
+) -> Value {
     let elapsed = started.elapsed();
     announce(
         state,
         Some(conn),
-        &id,
+        id,
         &p.name,
         BoxState::Created,
         Some(elapsed),
     )
     .await;
-    Ok(json!({
+    let mut reply = json!({
         "boxId": id,
         "name": p.name,
         "backend": kind.as_str(),
@@ -166,7 +217,11 @@ pub(super) async fn box_create(
         "state": BoxState::Created,
         "elapsedMs": elapsed.as_millis() as u64,
         "enforcement": enforcement,
-    }))
+    });
+    if let (Some(reply), Value::Object(extra)) = (reply.as_object_mut(), extra) {
+        reply.extend(extra);
+    }
+    reply
 }
 
 /// A box of this name exists: reuse it if it was created with the same parameters, refuse

@@ -183,15 +183,13 @@ mod engine {
     use serde_json::Value;
     use tokio::sync::{mpsc, oneshot, watch};
 
-    use super::super::boxes::announce;
+    use super::super::boxes::{announce, announce_created, insert, Prepared};
     use super::super::connection::{Conn, Outbound};
     use super::super::dispatch::After;
     use super::super::exec::{refuse_host_token, ExecHandle};
     use super::super::spawner::{Control, ExecEnd, Phase, StdinMsg};
     use super::super::State;
     use super::*;
-    use crate::registry::{self, BoxEntry};
-    use crate::token::Scope;
 
     /// The engine's handle on one box.
     pub(crate) struct Vm {
@@ -408,49 +406,36 @@ mod engine {
                     ),
                 ));
             }
-            let token = state
-                .tokens
-                .issue(Scope::Box(p.name.clone()))
-                .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
-            boxes.insert(BoxEntry {
-                id: id.clone(),
-                name: p.name.clone(),
-                kind: sandbox_host::BackendKind::Boxlite,
-                allow_degraded: p.allow_degraded,
-                params: p.clone(),
-                policy,
-                session: Arc::new(VmSession(enforcement.clone())),
-                state: BoxState::Created,
-                token,
-                created_at_ms: registry::now_ms(),
-                execs: Default::default(),
-                last_status: None,
-                tmpdir: None,
-                vm: Some(vm.clone() as Arc<dyn std::any::Any + Send + Sync>),
-            });
+            insert(
+                state,
+                &mut boxes,
+                &p,
+                Prepared {
+                    id: id.clone(),
+                    kind: sandbox_host::BackendKind::Boxlite,
+                    policy,
+                    session: Arc::new(VmSession(enforcement.clone())),
+                    tmpdir: None,
+                    vm: Some(vm.clone() as Arc<dyn std::any::Any + Send + Sync>),
+                },
+            )?;
         }
-        let elapsed = started.elapsed();
-        announce(
-            state,
-            Some(conn),
-            &id,
-            &p.name,
-            BoxState::Created,
-            Some(elapsed),
-        )
-        .await;
-        Ok(json!({
-            "boxId": id,
-            "name": p.name,
-            "backend": "boxlite",
-            "created": true,
+        let extra = json!({
             "kept": !new_in_boxlite,
             "vmId": vm_id,
-            "state": BoxState::Created,
-            "elapsedMs": elapsed.as_millis() as u64,
-            "enforcement": enforcement,
             "logs": engine.log_paths(Some(&vm.vm_id)),
-        }))
+        });
+        Ok(announce_created(
+            state,
+            conn,
+            &p,
+            &id,
+            sandbox_host::BackendKind::Boxlite,
+            started,
+            &enforcement,
+            extra,
+        )
+        .await)
     }
 
     /// The session a VM box holds for the generic registry: its commands never run on the
