@@ -504,8 +504,11 @@ impl DirectChild {
             }
         };
         self.outcome = Some(outcome);
-        // Descendants left in the group (`sleep 100 &`) do not outlive the run.
-        process_group::terminate_group_blocking(self.pid, self.kill_grace);
+        // Descendants left in the group (`sleep 100 &`) do not outlive the run (after a
+        // timeout, `kill_after_timeout` has already ended the whole group).
+        if !matches!(outcome, ExitOutcome::TimedOut(_)) {
+            process_group::terminate_group_blocking(self.pid, self.kill_grace);
+        }
         Ok(outcome)
     }
 
