@@ -53,6 +53,7 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     "delete trunk",
     "add objects/info/alternates pointing outside",
     "move another task's branch",
+    "switch HEAD to another task's branch, then move it in the next run",
 ];
 
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {

@@ -29,6 +29,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
+use sandbox_git::quarantine::refs::{head_allowed, is_object_id};
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
@@ -227,6 +228,77 @@ pub fn check_and_restore(layout: &GitLayout) -> Vec<Tampering> {
     found
 }
 
+/// A linked worktree's `HEAD` when a quarantined command started.
+///
+/// The quarantine lets a run move the task branch — the branch `HEAD` names at the start —
+/// and nothing else. `HEAD` itself lies in the worktree's own git dir, which the run writes
+/// (a checkout, a rebase), so a run could leave it naming another task's branch or `main`,
+/// and the *next* run would take that branch for its task branch and move it. After the run,
+/// [`check_head`] puts `HEAD` back unless it names a branch this run may own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadAtStart {
+    path: PathBuf,
+    content: String,
+}
+
+impl HeadAtStart {
+    /// Reads `HEAD` of a linked worktree (a main worktree's is pinned read-only in the view).
+    pub fn read(layout: &GitLayout) -> Option<Self> {
+        if !layout.is_linked {
+            return None;
+        }
+        let path = layout.worktree_gitdir.join("HEAD");
+        let (dir, name) = open_parent(&path).ok()?;
+        let content = describe(&dir, name);
+        content
+            .starts_with("ref: ")
+            .then_some(())
+            .or_else(|| is_object_id(content.trim_end()).then_some(()))?;
+        Some(HeadAtStart { path, content })
+    }
+}
+
+/// Puts `HEAD` back as it was at `start` when the run left it naming a branch it may not move
+/// (see [`HeadAtStart`]); `created`: the refs this run created on the host.
+pub fn check_head(start: &HeadAtStart, layout: &GitLayout, created: &[&str]) -> Option<Tampering> {
+    let parent = open_parent(&start.path);
+    let now = match &parent {
+        Ok((dir, name)) => describe(dir, name),
+        Err(e) => format!("(its directory cannot be opened: {e})"),
+    };
+    if now == start.content
+        || head_allowed(&now, layout.task_branch.as_deref(), created, |name| {
+            ref_exists(&layout.common_dir, name)
+        })
+    {
+        return None;
+    }
+    let mut t = Tampering {
+        path: start.path.clone(),
+        found: now,
+        restored: false,
+        quarantined: None,
+        error: None,
+    };
+    match parent {
+        Ok((dir, name)) => restore(&dir, &start.path, name, &start.content, &mut t),
+        Err(e) => t.error = Some(format!("opening its directory: {e}")),
+    }
+    Some(t)
+}
+
+/// Whether ref `name` (a valid ref name) exists in the repository: loose, or in `packed-refs`.
+fn ref_exists(common: &Path, name: &str) -> bool {
+    if common.join(name).symlink_metadata().is_ok() {
+        return true;
+    }
+    std::fs::read_to_string(common.join("packed-refs")).is_ok_and(|packed| {
+        packed
+            .lines()
+            .any(|line| line.split_once(' ').is_some_and(|(_, n)| n == name))
+    })
+}
+
 /// True if `extensions.worktreeConfig` is on now but was off before the run.
 pub fn worktree_config_enabled_since(layout: &GitLayout) -> bool {
     if layout.worktree_config {
@@ -293,6 +365,71 @@ mod tests {
     }
 
     const ORIGINAL: &str = "gitdir: /repo/.git/worktrees/t\n";
+
+    /// A linked worktree on branch `task`, with `main` existing beside it.
+    fn on_task(dir: &Path) -> (GitLayout, HeadAtStart) {
+        let mut l = layout(dir);
+        l.task_branch = Some("refs/heads/task".into());
+        std::fs::create_dir_all(l.common_dir.join("refs/heads")).unwrap();
+        std::fs::create_dir_all(&l.worktree_gitdir).unwrap();
+        std::fs::write(
+            l.common_dir.join("refs/heads/main"),
+            format!("{}\n", "a".repeat(40)),
+        )
+        .unwrap();
+        std::fs::write(l.worktree_gitdir.join("HEAD"), "ref: refs/heads/task\n").unwrap();
+        let start = HeadAtStart::read(&l).unwrap();
+        (l, start)
+    }
+
+    #[test]
+    fn head_left_on_an_existing_branch_is_put_back_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let (l, start) = on_task(dir.path());
+        let head = l.worktree_gitdir.join("HEAD");
+        std::fs::write(&head, "ref: refs/heads/main\n").unwrap();
+        let t = check_head(&start, &l, &[]).expect("reported");
+        assert!(t.restored, "{t}");
+        assert!(t.found.contains("refs/heads/main"), "{t}");
+        assert_eq!(read(&head), "ref: refs/heads/task\n");
+        // A link planted in its place is replaced as a link, never followed.
+        let target = dir.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        std::fs::remove_file(&head).unwrap();
+        std::os::unix::fs::symlink(&target, &head).unwrap();
+        assert!(check_head(&start, &l, &[]).unwrap().restored);
+        assert_eq!(read(&target), "keep");
+        assert!(std::fs::symlink_metadata(&head).unwrap().is_file());
+    }
+
+    #[test]
+    fn head_on_the_runs_own_or_a_new_branch_or_detached_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let (l, start) = on_task(dir.path());
+        let head = l.worktree_gitdir.join("HEAD");
+        for (content, created) in [
+            ("ref: refs/heads/task\n", &[][..]),
+            ("ref: refs/heads/feature\n", &["refs/heads/feature"][..]),
+            ("ref: refs/heads/unborn\n", &[][..]),
+            (&*format!("{}\n", "b".repeat(40)), &[][..]),
+        ] {
+            std::fs::write(&head, content).unwrap();
+            assert_eq!(check_head(&start, &l, created), None, "{content}");
+            assert_eq!(read(&head), content);
+        }
+        // `main` only in packed-refs still exists.
+        std::fs::remove_file(l.common_dir.join("refs/heads/main")).unwrap();
+        std::fs::write(
+            l.common_dir.join("packed-refs"),
+            format!(
+                "# pack-refs with: peeled\n{} refs/heads/main\n",
+                "a".repeat(40)
+            ),
+        )
+        .unwrap();
+        std::fs::write(&head, "ref: refs/heads/main\n").unwrap();
+        assert!(check_head(&start, &l, &[]).is_some());
+    }
 
     fn read(path: &Path) -> String {
         std::fs::read_to_string(path).unwrap()

@@ -951,6 +951,33 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "switch HEAD to another task's branch, then move it in the next run",
+            needs: None,
+            run: |f, b| {
+                f.other_task();
+                let before = rev_parse(f, "other");
+                // The next run takes the branch HEAD names for its task branch.
+                let first = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git symbolic-ref HEAD refs/heads/other"),
+                );
+                if let Err(v) = ran(&first) {
+                    return v;
+                }
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git commit -q --allow-empty -m evil"),
+                );
+                judge(
+                    &out,
+                    rev_parse(f, "other") != before,
+                    "the other task's branch moved in the second run",
+                )
+            },
+        },
+        Attack {
             name: "read a key from the user's keyring (@u)",
             needs: Some("/usr/bin/keyctl"),
             run: |f, b| {

@@ -38,7 +38,7 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
 }
 
 /// A ref under `refs/` with a name git accepts (no `..`, no control characters, …).
-fn valid_ref_name(name: &str) -> bool {
+pub fn valid_ref_name(name: &str) -> bool {
     name.starts_with("refs/") && git2::Reference::is_valid_name(name)
 }
 
@@ -191,6 +191,34 @@ fn read_ref(upper: &Path, path: &Path) -> Wanted {
         Ok(oid) if text.len() == 40 || text.len() == 64 => Wanted::Value(Some(oid)),
         _ => Wanted::Unreadable("it does not hold an object id".into()),
     }
+}
+
+/// A full object id (SHA-1 or SHA-256), as a detached `HEAD` holds it.
+pub fn is_object_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether a run may end with its worktree's `HEAD` reading `found`. The next run takes the
+/// branch `HEAD` names for its task branch, so `HEAD` may be left detached (a commit id) or
+/// naming the task branch, a ref this run `created`, or a branch that does not exist
+/// (`exists` asks the host) — never another existing branch. Pure.
+pub fn head_allowed(
+    found: &str,
+    task_branch: Option<&str>,
+    created: &[&str],
+    exists: impl Fn(&str) -> bool,
+) -> bool {
+    let found = found.trim_end();
+    if is_object_id(found) {
+        return true;
+    }
+    let Some(name) = found.strip_prefix("ref: ") else {
+        return false;
+    };
+    if !name.starts_with("refs/heads/") || !valid_ref_name(name) {
+        return false;
+    }
+    Some(name) == task_branch || created.contains(&name) || !exists(name)
 }
 
 /// What the host does with one changed ref.
@@ -357,6 +385,33 @@ mod tests {
             &applied,
             &created,
         )
+    }
+
+    #[test]
+    fn head_may_be_left_on_the_runs_own_branches_or_detached_only() {
+        let exists =
+            |name: &str| ["refs/heads/main", "refs/heads/task", "refs/heads/new"].contains(&name);
+        let task = Some("refs/heads/task");
+        let allowed = |found: &str| head_allowed(found, task, &["refs/heads/new"], exists);
+        assert!(allowed("ref: refs/heads/task\n"));
+        assert!(allowed("ref: refs/heads/new\n"), "created by the run");
+        assert!(
+            allowed("ref: refs/heads/unborn\n"),
+            "does not exist: only a commit makes it"
+        );
+        assert!(allowed(&format!("{}\n", oid(7))), "detached");
+        assert!(
+            !allowed("ref: refs/heads/main\n"),
+            "another existing branch"
+        );
+        assert!(!allowed("ref: refs/tags/v1\n"), "not a branch");
+        assert!(!allowed("ref: refs/heads/../../x\n"), "not a ref name");
+        assert!(!allowed("(symlink to /elsewhere)"));
+        assert!(!allowed("(missing)"));
+        assert!(
+            !head_allowed("ref: refs/heads/main\n", None, &[], exists),
+            "detached at the start"
+        );
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct PreparedCommand {
     keep: Vec<Arc<dyn Send + Sync>>,
     /// The git store quarantine of this command (native with the private view).
     store: Option<LiveQuarantine>,
+    /// The worktree's `HEAD` when the quarantined command started.
+    head: Option<gitguard::HeadAtStart>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -172,11 +174,16 @@ impl PreparedCommand {
             git,
             keep: Vec::new(),
             store: None,
+            head: None,
         }
     }
 
     /// Gives the command its git store quarantine, finished in [`Self::finish`].
     pub fn with_store(mut self, store: Option<LiveQuarantine>) -> Self {
+        self.head = store
+            .as_ref()
+            .and(self.git.as_ref())
+            .and_then(gitguard::HeadAtStart::read);
         self.store = store;
         self
     }
@@ -247,7 +254,7 @@ impl PreparedCommand {
             }
             _ => RunEnd::Command,
         };
-        let (tampering, worktree_config_enabled) = match &self.git {
+        let (mut tampering, worktree_config_enabled) = match &self.git {
             Some(git) => (
                 gitguard::check_and_restore(git),
                 gitguard::worktree_config_enabled_since(git).then(|| WorktreeConfigEnabled {
@@ -261,6 +268,16 @@ impl PreparedCommand {
         let git_store = self
             .store
             .map(|store| store.finish().map_err(|e| e.to_string()));
+        // With the store synced, `HEAD` may name a branch the run created.
+        if let (Some(git), Some(head), Some(Ok(report))) = (&self.git, &self.head, &git_store) {
+            let created: Vec<&str> = report
+                .applied
+                .iter()
+                .filter(|a| a.old.is_none())
+                .map(|a| a.name.as_str())
+                .collect();
+            tampering.extend(gitguard::check_head(head, git, &created));
+        }
         drop(self.keep);
         Finished {
             end,
