@@ -56,8 +56,17 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     "switch HEAD to another task's branch, then move it in the next run",
 ];
 
+/// Every backend: the worktree is writable, and a `.git` directory is a directory like any
+/// other to Landlock and to mounts. docs/security.md, "Known limits".
+const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsmonitor` or a \
+     hook in its worktree; git run on the host *in that directory* uses that repository. No \
+     file rule can refuse a name, and no check after the run walks the whole tree yet";
+
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
     let backend = backend.trim_end_matches(escape::DAEMON);
+    if attack == escape::PLANTED_REPOSITORY {
+        return Some(PLANTED_REPOSITORY_GAP);
+    }
     if matches!(backend, "nono" | escape::NATIVE_NOUSERNS) && GIT_STORE_ATTACKS.contains(&attack) {
         return Some(NO_QUARANTINE);
     }

@@ -20,6 +20,10 @@ use super::Env;
 pub const SECRET: &str = "-----BEGIN OPENSSH PRIVATE KEY----- sandbox-test-secret";
 pub const MARK: &str = "ATTEMPTED";
 
+/// An attack no backend stops yet (see `escape.rs`, `PLANTED_REPOSITORY_GAP`).
+pub const PLANTED_REPOSITORY: &str =
+    "plant a repository in the worktree whose config runs code for the user's git";
+
 /// A fresh home, repository, linked worktree and outside directory.
 pub struct Fixture {
     pub env: Env,
@@ -974,6 +978,42 @@ pub fn attacks() -> Vec<Attack> {
                     &out,
                     rev_parse(f, "other") != before,
                     "the other task's branch moved in the second run",
+                )
+            },
+        },
+        Attack {
+            name: PLANTED_REPOSITORY,
+            needs: None,
+            run: |f, b| {
+                let n = unique();
+                let mark = f.outside.join(format!("planted-repo-ran-{n}"));
+                let sub = f.task.join(format!("planted-{n}"));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir -p '{sub}' && cd '{sub}' && git init -q . && \
+                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
+                         chmod +x .git/fsmonitor && \
+                         git config core.fsmonitor \"$PWD/.git/fsmonitor\"",
+                        sub = sub.display(),
+                        mark = mark.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                // Later, the user's own git (or a shell prompt running it) in that directory.
+                let _ = Command::new("git")
+                    .arg("-C")
+                    .arg(&sub)
+                    .arg("status")
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                    .output();
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git ran the planted fsmonitor",
                 )
             },
         },
