@@ -156,7 +156,47 @@ pub struct StoreQuarantine {
     start: HashMap<String, Option<Oid>>,
     /// Packed refs at the start (the frozen `packed-refs` the sandbox keeps seeing).
     packed_at_start: HashMap<String, Oid>,
+    /// The writable layer as read back: held open since it was checked (see [`HeldDir`]).
+    held_upper: Option<HeldDir>,
     state: Mutex<State>,
+}
+
+/// A directory held by a descriptor and reached through `/proc/self/fd/<n>`, a name that
+/// resolves to that very directory whatever happens to its path. A persistent layer lies in a
+/// directory the guest writes: after the host checked `upper`, the guest could rename it and
+/// plant a link to another repository's `.git` under its name, and a sync reading paths would
+/// then import that repository's objects and refs into this one — where the guest can read
+/// them. Every read of the layer goes through the held name instead.
+#[derive(Debug)]
+struct HeldDir {
+    _fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl HeldDir {
+    /// Opens `dir`, refusing a link in its place (`O_NOFOLLOW`).
+    fn open(dir: &Path) -> Result<Self, QuarantineError> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .open(dir)
+            .map_err(io(
+                "opening the writable layer (a directory, not a link)",
+                dir,
+            ))?;
+        let fd = OwnedFd::from(file);
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        if !path.is_dir() {
+            return Err(QuarantineError::Io {
+                what: "reaching the writable layer through /proc/self/fd (is /proc mounted?)",
+                path,
+                source: std::io::Error::other("not a directory"),
+            });
+        }
+        Ok(HeldDir { _fd: fd, path })
+    }
 }
 
 /// Dirs made in the writable layer up front, so the watcher sees the first ref update there
@@ -211,6 +251,7 @@ impl StoreQuarantine {
             }
         }
         let mut quarantine = Self::with_run_dir(common, task_branch, parent, Some(layer))?;
+        quarantine.held_upper = Some(HeldDir::open(&upper)?);
         quarantine.make_upper_skeleton()?;
         quarantine.packed_at_start = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?
@@ -247,13 +288,14 @@ impl StoreQuarantine {
             task_branch: task_branch.map(str::to_string),
             start: HashMap::new(),
             packed_at_start: HashMap::new(),
+            held_upper: None,
             state: Mutex::new(State::default()),
         })
     }
 
     fn make_upper_skeleton(&self) -> Result<(), QuarantineError> {
         for sub in UPPER_SKELETON {
-            make_dirs_nofollow(&self.layers.upper, sub)?;
+            make_dirs_nofollow(self.upper(), sub)?;
         }
         Ok(())
     }
@@ -262,6 +304,7 @@ impl StoreQuarantine {
         for dir in [&self.layers.upper, &self.layers.work, &self.layers.snapshot] {
             std::fs::create_dir(dir).map_err(io("creating", dir))?;
         }
+        self.held_upper = Some(HeldDir::open(&self.layers.upper)?);
         self.make_upper_skeleton()?;
         let packed = refs::read_packed(&self.common.join("packed-refs"))
             .map_err(io("reading", &self.common.join("packed-refs")))?;
@@ -344,9 +387,11 @@ impl StoreQuarantine {
         &self.layers
     }
 
-    /// The writable layer (for the watcher).
+    /// The writable layer, as every read of it goes: through the held directory.
     pub(crate) fn upper(&self) -> &Path {
-        &self.layers.upper
+        self.held_upper
+            .as_ref()
+            .map_or(&self.layers.upper, |held| &held.path)
     }
 
     /// Reads the writable layer back and applies what is allowed: objects first (a ref is
@@ -354,15 +399,16 @@ impl StoreQuarantine {
     /// is over, so what is still incomplete is reported instead of retried.
     pub fn sync(&self, last: bool) -> Result<(), QuarantineError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let changed = refs::changed(&self.layers.upper, &self.packed_at_start);
+        let upper = self.upper();
+        let changed = refs::changed(upper, &self.packed_at_start);
         // Most commands write nothing to the store: no repository open for them.
-        if changed.is_empty() && !objects::any_new(&self.layers.upper, &state) {
+        if changed.is_empty() && !objects::any_new(upper, &state) {
             return Ok(());
         }
         let repo = Repository::open_bare(&self.common).map_err(git("opening the repository"))?;
         let odb = repo.odb().map_err(git("opening the object store"))?;
         let scratch = self.dir.join("incoming");
-        objects::import(&self.layers.upper, &odb, &scratch, &mut state, last)?;
+        objects::import(upper, &odb, &scratch, &mut state, last)?;
         for (name, wanted) in changed {
             self.apply(&repo, &odb, &mut state, &name, wanted, last);
         }
@@ -412,7 +458,7 @@ impl StoreQuarantine {
                 return;
             }
         }
-        let message = refs::last_reflog_message(&self.layers.upper, name);
+        let message = refs::last_reflog_message(self.upper(), name);
         let task = Some(name) == self.task_branch.as_deref();
         match refs::compare_and_swap(repo, name, expected, wanted, task, &message) {
             Ok(replaced) => {

@@ -155,3 +155,57 @@ fn a_link_planted_inside_the_layer_leads_no_mkdir_out() {
         "a directory was made through the link"
     );
 }
+
+/// The guest writes the directory holding its layer: after the host attached, it renames
+/// `upper` and plants a link to another repository's `.git` under that name. The sync keeps
+/// reading the directory it checked, so nothing of that repository — which the guest could
+/// then read through the common dir — is imported, and what the guest really wrote still is.
+#[test]
+fn a_layer_swapped_for_a_link_after_attach_leads_the_sync_nowhere_else() {
+    let repo = Repo::new("app", "app-task");
+    let view = repo.view(&repo.task);
+    let layer = view.store_layer_dir();
+    let upper = layer.join("upper");
+    let child = view.child_ref();
+    // Another repository of the user's, with a commit and a branch of its own.
+    let secret = repo.base.join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    git(&secret, &["init", "-q", "-b", "secret-branch"]);
+    std::fs::write(secret.join("key"), "the user's secret").unwrap();
+    git(&secret, &["add", "key"]);
+    git(&secret, &["commit", "-qm", "secret"]);
+    let secret_head = git(&secret, &["rev-parse", "HEAD"]);
+
+    let q = StoreQuarantine::attach(
+        &view.common_dir,
+        Some(&child),
+        &layer,
+        &repo.base.join("private"),
+    )
+    .unwrap();
+    let moved = layer.join("moved");
+    std::fs::rename(&upper, &moved).unwrap();
+    std::os::unix::fs::symlink(secret.join(".git"), &upper).unwrap();
+    let c1 = commit_into(&repo, &view.child_branch, &moved, "one");
+    write_ref(&moved, &child, &c1);
+    q.sync(true).unwrap();
+
+    let has_secret = std::process::Command::new("git")
+        .current_dir(&repo.main)
+        .args(["cat-file", "-e", &secret_head])
+        .status()
+        .unwrap();
+    assert!(
+        !has_secret.success(),
+        "the other repository's commit was imported"
+    );
+    let refs = git(&repo.main, &["for-each-ref", "--format=%(refname)"]);
+    assert!(!refs.contains("secret-branch"), "{refs}");
+    assert_eq!(
+        git(&repo.main, &["rev-parse", &child]),
+        c1,
+        "what the guest wrote in the layer it holds is still taken"
+    );
+    let report = q.report();
+    assert!(report.refused.is_empty(), "{report:?}");
+}
