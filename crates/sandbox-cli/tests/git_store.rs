@@ -200,6 +200,54 @@ fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
     assert_eq!(json["exitCode"], 0);
 }
 
+/// The report often goes into the worktree, which the previous run could write: a link left
+/// at its name must not make the host write the report (with strings the agent chose, such
+/// as a pointer's content) into a file the link names — `~/.bashrc` would run them.
+#[test]
+fn the_json_report_replaces_a_link_planted_at_its_name() {
+    let f = Fixture::new();
+    let victim = f.home.join(".bashrc-victim");
+    std::fs::write(&victim, "# the user's file\n").unwrap();
+    let plant = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "ln", "-s"])
+        .arg(&victim)
+        .arg("report.json")
+        .output()
+        .unwrap();
+    assert!(plant.status.success(), "{}", common::text(&plant));
+    assert!(f.task.join("report.json").is_symlink());
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args([
+            "run",
+            "--backend",
+            "native",
+            "--report-json",
+            "report.json",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "# the user's file\n"
+    );
+    let report = f.task.join("report.json");
+    assert!(
+        !report.is_symlink(),
+        "the link was written through, not replaced"
+    );
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(json["exitCode"], 0);
+}
+
 #[test]
 fn the_daemon_reports_the_git_store_in_the_exit_event() {
     let f = Fixture::new();

@@ -83,9 +83,33 @@ fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> 
     if path.as_os_str() == "-" {
         eprint!("{text}");
     } else {
-        std::fs::write(path, text)
+        write_replacing(path, text.as_bytes())
             .map_err(|e| anyhow::anyhow!("writing the report {}: {e}", path.display()))?;
     }
+    Ok(())
+}
+
+/// Writes `bytes` to `path` as a new file renamed into place. The report often goes into the
+/// worktree, where an earlier sandboxed run may have left a link at that name (to
+/// `~/.bashrc`, say): the link is replaced, never written through. Nothing of the run is
+/// alive by now to swap anything between the two steps.
+fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let mut file = tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tmp")
+        .permissions(std::fs::Permissions::from_mode(0o644))
+        .tempfile_in(dir)?;
+    file.write_all(bytes)?;
+    file.persist(path).map_err(|e| e.error)?;
     Ok(())
 }
 
