@@ -10,6 +10,7 @@
 //!   worktree's `.git`: the read-only mount is stacked on the writable one);
 //! - each pointer file outside the common dir (a linked worktree's `.git`) is mounted
 //!   read-only on its own (BoxLite shows a read-only file as a copy made at boot);
+//! - `core.hooksPath` inside the writable workdir (`.husky`) is mounted read-only on it;
 //! - a writable mount of the caller's may not reach any of these.
 //!
 //! Git inside a box therefore reads history and cannot commit; with `unprotected_git` the
@@ -27,17 +28,44 @@ pub struct GitData {
     /// Files naming a git dir, which host-side git follows (`<worktree>/.git` of a linked
     /// worktree; `gitdir` and `commondir` in its admin dir).
     pub pointers: Vec<PathBuf>,
+    /// `core.hooksPath`, resolved, when set: git on the host runs hooks from there, and
+    /// projects keep it in the tree (`.husky`).
+    pub hooks_path: Option<PathBuf>,
 }
 
 /// The mounts that show `git` in a box at the same paths as on the host, in the order they
-/// must be made after the workdir's own mount.
-pub fn git_mounts(git: &GitData, unprotected: bool) -> Result<Vec<Mount>, SpecError> {
+/// must be made after the mount of `workdir` (writable).
+pub fn git_mounts(
+    git: &GitData,
+    workdir: &Path,
+    unprotected: bool,
+) -> Result<Vec<Mount>, SpecError> {
     let mut mounts = vec![check_mount(&git.common_dir, &git.common_dir, !unprotected)?];
     for pointer in &git.pointers {
         if pointer.starts_with(&git.common_dir) {
             continue; // inside the common dir's mount
         }
         mounts.push(check_mount(pointer, pointer, true)?);
+    }
+    match &git.hooks_path {
+        Some(hooks) if !unprotected && hooks.starts_with(workdir) => {
+            if !hooks.is_dir() {
+                return Err(SpecError::Mount {
+                    host: hooks.clone(),
+                    why: format!(
+                        "core.hooksPath lies in the writable workdir and does not exist yet: the \
+                         box could create it and put hooks there that run on the host. Create \
+                         it (`mkdir -p {}`) so it can be mounted read-only, or set \
+                         `unprotectedGit`",
+                        hooks.display()
+                    ),
+                });
+            }
+            if !hooks.starts_with(&git.common_dir) {
+                mounts.push(check_mount(hooks, hooks, true)?);
+            }
+        }
+        _ => {}
     }
     Ok(mounts)
 }
@@ -54,6 +82,16 @@ pub fn check_against_git(mount: &Mount, git: &GitData) -> Result<(), SpecError> 
             "it is writable and reaches the repository's git directory {}: a hook or config \
              written there runs on the host the next time you use git",
             git.common_dir.display()
+        )
+    } else if let Some(hooks) = git
+        .hooks_path
+        .as_deref()
+        .filter(|h| reaches(h) || mount.host.starts_with(h))
+    {
+        format!(
+            "it is writable and reaches core.hooksPath {}: hooks written there run on the \
+             host at your next commit",
+            hooks.display()
         )
     } else if let Some(pointer) = git.pointers.iter().find(|p| reaches(p)) {
         format!(
@@ -110,8 +148,9 @@ mod tests {
         let git = GitData {
             common_dir: common.clone(),
             pointers: vec![pointer.clone(), inside],
+            hooks_path: None,
         };
-        let mounts = git_mounts(&git, false).unwrap();
+        let mounts = git_mounts(&git, &t.path().join("task"), false).unwrap();
         let seen: Vec<(&Path, &Path, bool)> = mounts
             .iter()
             .map(|m| (m.host.as_path(), m.guest.as_path(), m.read_only))
@@ -123,7 +162,7 @@ mod tests {
                 (pointer.as_path(), pointer.as_path(), true)
             ]
         );
-        let unprotected = git_mounts(&git, true).unwrap();
+        let unprotected = git_mounts(&git, &t.path().join("task"), true).unwrap();
         assert!(
             !unprotected[0].read_only,
             "unprotected: the common dir is writable"
@@ -143,6 +182,7 @@ mod tests {
         let git = GitData {
             common_dir: common.clone(),
             pointers: vec![pointer],
+            hooks_path: Some(task.join(".husky")),
         };
         for refused in [
             &repo,
@@ -160,6 +200,32 @@ mod tests {
         let mut ro = rw(&repo);
         ro.read_only = true;
         assert!(check_against_git(&ro, &git).is_ok(), "read-only is fine");
+    }
+
+    #[test]
+    fn a_hooks_path_in_the_workdir_is_mounted_read_only_and_a_missing_one_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let common = dir(t.path(), "repo/.git");
+        let task = dir(t.path(), "task");
+        let mut git = GitData {
+            common_dir: common,
+            pointers: vec![],
+            hooks_path: Some(task.join(".husky")),
+        };
+        let e = git_mounts(&git, &task, false).unwrap_err().to_string();
+        assert!(e.contains("mkdir -p"), "{e}");
+        assert!(git_mounts(&git, &task, true).is_ok(), "accepted risk");
+        let husky = dir(t.path(), "task/.husky");
+        let mounts = git_mounts(&git, &task, false).unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.host == husky && m.guest == husky && m.read_only),
+            "{mounts:?}"
+        );
+        // Outside the workdir it is not in the box at all.
+        git.hooks_path = Some(dir(t.path(), "elsewhere/hooks"));
+        assert_eq!(git_mounts(&git, &task, false).unwrap().len(), 1);
     }
 
     #[test]

@@ -361,6 +361,7 @@ mod tests {
                 content: ORIGINAL.into(),
             }],
             task_branch: None,
+            hooks_path: None,
         }
     }
 

@@ -278,22 +278,31 @@ impl Policy {
         if let Some(problem) = layout.landlock_protection_problem(&self.workspace.root) {
             return Some(problem);
         }
-        let protected = [
+        let protected: Vec<PathBuf> = [
             layout.common_dir.join("hooks"),
             layout.common_dir.join("config"),
             layout.common_dir.join("info"),
-        ];
+        ]
+        .into_iter()
+        .chain(layout.hooks_path.clone())
+        .collect();
         for grant in &self.fs.write {
             if grant.reason == GrantReason::GitData {
                 continue;
             }
             if protected.iter().any(|p| p.starts_with(&grant.path)) {
                 return Some(format!(
-                    "the writable grant {} contains the repository's git hooks and config ({}); \
+                    "the writable grant {} contains the repository's git hooks or config ({}); \
                      an agent could install a hook that runs on the host. Grant a narrower \
-                     path, or pass --unprotected-git to accept the risk.",
+                     path, use the native backend's private view (it keeps them read-only), \
+                     or pass --unprotected-git to accept the risk.",
                     grant.path.display(),
-                    layout.common_dir.display()
+                    match &layout.hooks_path {
+                        Some(h) if h.starts_with(&grant.path) => {
+                            format!("core.hooksPath {}", h.display())
+                        }
+                        _ => layout.common_dir.display().to_string(),
+                    }
                 ));
             }
         }

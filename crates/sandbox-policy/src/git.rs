@@ -60,6 +60,13 @@ fn skip_unreadable_global_config() {
     });
 }
 
+/// `core.hooksPath` as git uses it in the worktree `root`: libgit2 has expanded `~`; a
+/// relative path is relative to where hooks run, the worktree root. Canonical when it exists.
+fn resolve_hooks_path(root: &Path, path: &Path) -> PathBuf {
+    let joined = root.join(path);
+    std::fs::canonicalize(&joined).unwrap_or(joined)
+}
+
 /// Finds the git worktree containing `workdir`, if any. A bare repository or a path inside a
 /// git directory is an error: there is no worktree to confine to, and the git data itself
 /// (hooks, config) would be the writable tree.
@@ -123,16 +130,17 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
                 .filter(|name| name.starts_with("refs/heads/"))
                 .map(str::to_string)
         });
-    let identity = repo
-        .config()
-        .ok()
-        .and_then(|mut c| c.snapshot().ok())
-        .and_then(|c| {
-            Some((
-                c.get_string("user.name").ok()?,
-                c.get_string("user.email").ok()?,
-            ))
-        });
+    let config = repo.config().ok().and_then(|mut c| c.snapshot().ok());
+    let identity = config.as_ref().and_then(|c| {
+        Some((
+            c.get_string("user.name").ok()?,
+            c.get_string("user.email").ok()?,
+        ))
+    });
+    let hooks_path = config
+        .as_ref()
+        .and_then(|c| c.get_path("core.hooksPath").ok())
+        .map(|p| resolve_hooks_path(&root, &p));
     Ok(Some(Discovered {
         root,
         identity,
@@ -143,6 +151,7 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             worktree_config,
             pointers,
             task_branch,
+            hooks_path,
         },
     }))
 }

@@ -58,6 +58,11 @@ pub struct GitLayout {
     /// existing ref a quarantined run may move. `None` when `HEAD` is detached.
     #[serde(default)]
     pub task_branch: Option<String>,
+    /// `core.hooksPath` as git resolves it for this worktree (`~` expanded, a relative path
+    /// taken from the worktree root), when set: git on the host runs the hooks from there.
+    /// Projects point it into the tree (`.husky`, `.githooks`), where a sandbox could write.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks_path: Option<PathBuf>,
 }
 
 /// A file whose content must not change during a run.

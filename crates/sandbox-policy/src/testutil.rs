@@ -23,6 +23,7 @@ pub fn linked_policy(block: bool) -> Policy {
                     content: "gitdir: /repo/.git/worktrees/task\n".into(),
                 }],
                 task_branch: Some("refs/heads/task".into()),
+                hooks_path: None,
             }),
         },
         fs: FsPolicy {

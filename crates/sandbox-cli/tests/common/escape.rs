@@ -982,6 +982,39 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "write a hook into core.hooksPath in the worktree (.husky)",
+            needs: None,
+            run: |f, b| {
+                // The project keeps its hooks in the tree, as husky does.
+                std::fs::create_dir(f.task.join(".husky")).unwrap();
+                git(&f.main, &["config", "core.hooksPath", ".husky"]);
+                let mark = f.outside.join(format!("hook-ran-{}", unique()));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit; \
+                         chmod +x .husky/pre-commit",
+                        mark.display()
+                    ),
+                );
+                // Without the view the run is refused: the hooks cannot be kept read-only.
+                let text = super::text(&out);
+                if !String::from_utf8_lossy(&out.stdout).contains(MARK)
+                    && text.contains("core.hooksPath")
+                {
+                    return Verdict::Blocked;
+                }
+                // The user's next commit, on the host.
+                let _ = host_git(&f.task, &["commit", "-q", "--allow-empty", "-m", "user"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's commit ran the planted hook",
+                )
+            },
+        },
+        Attack {
             name: PLANTED_REPOSITORY,
             needs: None,
             run: |f, b| {

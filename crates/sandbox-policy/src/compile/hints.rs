@@ -238,6 +238,7 @@ mod tests {
                     worktree_config: false,
                     pointers: vec![],
                     task_branch: None,
+                    hooks_path: None,
                 }),
             },
             fs: FsPolicy {

@@ -169,6 +169,22 @@ mod tests {
     }
 
     #[test]
+    fn a_hooks_path_in_the_writable_tree_is_refused_without_the_view() {
+        let mut p = linked_policy(false);
+        p.workspace.git.as_mut().unwrap().hooks_path = Some("/work/task/.husky".into());
+        let err = compile(&p).unwrap_err().to_string();
+        assert!(err.contains("core.hooksPath /work/task/.husky"), "{err}");
+        // The view keeps it read-only instead.
+        assert!(compile_under_view(&p).is_ok());
+        p.unprotected_git = true;
+        assert!(compile(&p).is_ok());
+        // Outside the grants it is none of the sandbox's business.
+        p.unprotected_git = false;
+        p.workspace.git.as_mut().unwrap().hooks_path = Some("/home/u/.githooks".into());
+        assert!(compile(&p).is_ok());
+    }
+
+    #[test]
     fn a_write_grant_covering_the_common_dir_is_refused() {
         let mut p = linked_policy(false);
         p.fs.write.push(crate::model::Grant {

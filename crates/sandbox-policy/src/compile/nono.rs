@@ -287,6 +287,7 @@ mod tests {
                     worktree_config: false,
                     pointers: vec![],
                     task_branch: None,
+                    hooks_path: None,
                 }),
             },
             fs: FsPolicy {

@@ -141,6 +141,18 @@ pub fn compile(
     if let Some(problem) = view_git_problem(policy) {
         return Err(PolicyError::UnprotectedGit(problem));
     }
+    if let Some(hooks) = writable_hooks_path(policy) {
+        if classify(hooks) == EntryKind::Missing {
+            return Err(PolicyError::UnprotectedGit(format!(
+                "core.hooksPath is {}, inside what the sandbox may write, and it does not exist \
+                 yet: the sandbox could create it and put hooks there that run on the host. \
+                 Create it (`mkdir -p {}`) so the view can keep it read-only, or pass \
+                 --unprotected-git to accept the risk.",
+                hooks.display(),
+                hooks.display()
+            )));
+        }
+    }
     // Tmpfs and links first (they are the skeleton), then binds, parents before children, a
     // read-only bind inside a writable one (and the reverse) ordered by depth.
     let mut ops = vec![
@@ -261,9 +273,27 @@ fn store_ops(
     ops
 }
 
+/// `core.hooksPath` when it lies inside a writable grant (`.husky`, `.githooks`): git on the
+/// host runs the hooks from there, so the view keeps it read-only.
+fn writable_hooks_path(policy: &Policy) -> Option<&Path> {
+    if policy.unprotected_git {
+        return None;
+    }
+    let hooks = policy.workspace.git.as_ref()?.hooks_path.as_deref()?;
+    policy
+        .fs
+        .write
+        .iter()
+        .any(|g| hooks.starts_with(&g.path))
+        .then_some(hooks)
+}
+
 /// The extra git binds of the view: what must stay read-only inside the writable tree.
 fn git_binds(policy: &Policy, git: &GitLayout) -> Vec<(PathBuf, bool, &'static str)> {
     let mut binds = Vec::new();
+    if let Some(hooks) = writable_hooks_path(policy) {
+        binds.push((hooks.to_path_buf(), true, "core.hooksPath (read-only)"));
+    }
     if git.is_linked && !git.common_dir.starts_with(&policy.workspace.root) {
         // The pointer files: rewriting one would re-point the host's git.
         for pointer in &git.pointers {
@@ -492,6 +522,35 @@ mod tests {
             .ops
             .iter()
             .any(|op| matches!(op, MountOp::Overlay { .. } | MountOp::Pin { .. })));
+    }
+
+    #[test]
+    fn a_hooks_path_inside_the_worktree_is_bound_read_only_and_a_missing_one_refused() {
+        let mut p = linked_policy(false);
+        p.workspace.git.as_mut().unwrap().hooks_path = Some("/work/task/.husky".into());
+        let b = binds(&compile(&p, &classify, None).unwrap());
+        assert!(b.contains(&("/work/task/.husky".into(), true)), "{b:?}");
+        let at = |path: &str| b.iter().position(|(p, _)| p == path).unwrap();
+        assert!(at("/work/task") < at("/work/task/.husky"), "{b:?}");
+        // Outside every writable grant (a hooks dir in $HOME): not in the view at all.
+        p.workspace.git.as_mut().unwrap().hooks_path = Some("/home/u/.githooks".into());
+        let b = binds(&compile(&p, &classify, None).unwrap());
+        assert!(!b.iter().any(|(p, _)| p.contains("githooks")), "{b:?}");
+        // Not there yet: the sandbox could create it, so the run is refused.
+        p.workspace.git.as_mut().unwrap().hooks_path = Some("/work/task/nowhere".into());
+        let missing = |path: &Path| {
+            if path == Path::new("/work/task/nowhere") {
+                EntryKind::Missing
+            } else {
+                classify(path)
+            }
+        };
+        match compile(&p, &missing, None) {
+            Err(PolicyError::UnprotectedGit(why)) => assert!(why.contains("mkdir -p"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        p.unprotected_git = true;
+        assert!(compile(&p, &missing, None).is_ok());
     }
 
     #[test]

@@ -48,6 +48,7 @@ pub(super) fn box_spec(
                 .iter()
                 .map(|f| f.path.clone())
                 .collect(),
+            hooks_path: found.layout.hooks_path.clone(),
         }),
         Ok(None) => None,
         Err(e) => {
@@ -59,7 +60,7 @@ pub(super) fn box_spec(
         }
     };
     if let Some(git) = &git {
-        mounts.extend(git_mounts(git, p.unprotected_git).map_err(bad)?);
+        mounts.extend(git_mounts(git, &mounts[0].host, p.unprotected_git).map_err(bad)?);
     }
     for m in &p.mounts {
         let guest = m.guest.clone().unwrap_or_else(|| m.host.clone());
@@ -837,6 +838,24 @@ mod tests {
         assert_eq!(
             seen(&unprotected),
             [(main.clone(), false), (main.join(".git"), false)]
+        );
+    }
+
+    #[test]
+    fn a_hooks_path_in_the_worktree_is_read_only_in_the_box() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        git(&main, &["config", "core.hooksPath", ".husky"]);
+        let e = box_spec(&params(t.path(), json!([]), false), &task)
+            .unwrap_err()
+            .message;
+        assert!(e.contains("core.hooksPath"), "{e}");
+        std::fs::create_dir(task.join(".husky")).unwrap();
+        let spec = box_spec(&params(t.path(), json!([]), false), &task).unwrap();
+        assert!(
+            seen(&spec).contains(&(task.join(".husky"), true)),
+            "{:?}",
+            spec.mounts
         );
     }
 
