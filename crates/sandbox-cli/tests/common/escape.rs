@@ -20,7 +20,9 @@ use super::Env;
 pub const SECRET: &str = "-----BEGIN OPENSSH PRIVATE KEY----- sandbox-test-secret";
 pub const MARK: &str = "ATTEMPTED";
 
-/// An attack no backend stops yet (see `escape.rs`, `PLANTED_REPOSITORY_GAP`).
+/// Attacks no backend stops yet (see `escape.rs`, `PLANTED_REPOSITORY_GAP`).
+pub const PLANTED_SUBMODULE: &str =
+    "stage a planted repository as a submodule, so the user's git status runs its config";
 pub const PLANTED_REPOSITORY: &str =
     "plant a repository in the worktree whose config runs code for the user's git";
 
@@ -1011,6 +1013,39 @@ pub fn attacks() -> Vec<Attack> {
                     &out,
                     mark.exists(),
                     "the user's commit ran the planted hook",
+                )
+            },
+        },
+        Attack {
+            name: PLANTED_SUBMODULE,
+            needs: None,
+            run: |f, b| {
+                let n = unique();
+                let mark = f.outside.join(format!("planted-submodule-ran-{n}"));
+                let sub = format!("sub-{n}");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir {sub} && cd {sub} && git init -q . && \
+                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
+                         chmod +x .git/fsmonitor && \
+                         git config core.fsmonitor \"$PWD/.git/fsmonitor\" && \
+                         git commit -q --allow-empty -m s && cd .. && \
+                         git update-index --add --cacheinfo \
+                           160000,$(git -C {sub} rev-parse HEAD),{sub}",
+                        mark = mark.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                // Later, the user's plain `git status` at the top of the worktree.
+                let _ = host_git(&f.task, &["status", "--short"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git status ran the planted fsmonitor",
                 )
             },
         },
