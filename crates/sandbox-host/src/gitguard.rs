@@ -29,7 +29,7 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
-use sandbox_git::quarantine::refs::{head_allowed, is_object_id};
+use sandbox_git::quarantine::refs::{head_allowed, is_object_id, ref_exists};
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
@@ -202,30 +202,40 @@ fn restore(dir: &File, path: &Path, name: &OsStr, content: &str, t: &mut Tamperi
 
 /// Compares every recorded pointer with the filesystem and restores the changed ones.
 pub fn check_and_restore(layout: &GitLayout) -> Vec<Tampering> {
-    let mut found = Vec::new();
-    for pointer in &layout.pointers {
-        let parent = open_parent(&pointer.path);
-        let now = match &parent {
-            Ok((dir, name)) => describe(dir, name),
-            Err(e) => format!("(its directory cannot be opened: {e})"),
-        };
-        if now == pointer.content {
-            continue;
-        }
-        let mut t = Tampering {
-            path: pointer.path.clone(),
-            found: now,
-            restored: false,
-            quarantined: None,
-            error: None,
-        };
-        match parent {
-            Ok((dir, name)) => restore(&dir, &pointer.path, name, &pointer.content, &mut t),
-            Err(e) => t.error = Some(format!("opening its directory: {e}")),
-        }
-        found.push(t);
+    layout
+        .pointers
+        .iter()
+        .filter_map(|pointer| {
+            restore_unless(&pointer.path, &pointer.content, |now| {
+                now == pointer.content
+            })
+        })
+        .collect()
+}
+
+/// Reads what is at `path` and, unless `keep` accepts it, puts `content` back there (see the
+/// module comment); the change found, if any.
+fn restore_unless(path: &Path, content: &str, keep: impl Fn(&str) -> bool) -> Option<Tampering> {
+    let parent = open_parent(path);
+    let now = match &parent {
+        Ok((dir, name)) => describe(dir, name),
+        Err(e) => format!("(its directory cannot be opened: {e})"),
+    };
+    if keep(&now) {
+        return None;
     }
-    found
+    let mut t = Tampering {
+        path: path.to_path_buf(),
+        found: now,
+        restored: false,
+        quarantined: None,
+        error: None,
+    };
+    match parent {
+        Ok((dir, name)) => restore(&dir, path, name, content, &mut t),
+        Err(e) => t.error = Some(format!("opening its directory: {e}")),
+    }
+    Some(t)
 }
 
 /// A linked worktree's `HEAD` when a quarantined command started.
@@ -261,41 +271,11 @@ impl HeadAtStart {
 /// Puts `HEAD` back as it was at `start` when the run left it naming a branch it may not move
 /// (see [`HeadAtStart`]); `created`: the refs this run created on the host.
 pub fn check_head(start: &HeadAtStart, layout: &GitLayout, created: &[&str]) -> Option<Tampering> {
-    let parent = open_parent(&start.path);
-    let now = match &parent {
-        Ok((dir, name)) => describe(dir, name),
-        Err(e) => format!("(its directory cannot be opened: {e})"),
-    };
-    if now == start.content
-        || head_allowed(&now, layout.task_branch.as_deref(), created, |name| {
-            ref_exists(&layout.common_dir, name)
-        })
-    {
-        return None;
-    }
-    let mut t = Tampering {
-        path: start.path.clone(),
-        found: now,
-        restored: false,
-        quarantined: None,
-        error: None,
-    };
-    match parent {
-        Ok((dir, name)) => restore(&dir, &start.path, name, &start.content, &mut t),
-        Err(e) => t.error = Some(format!("opening its directory: {e}")),
-    }
-    Some(t)
-}
-
-/// Whether ref `name` (a valid ref name) exists in the repository: loose, or in `packed-refs`.
-fn ref_exists(common: &Path, name: &str) -> bool {
-    if common.join(name).symlink_metadata().is_ok() {
-        return true;
-    }
-    std::fs::read_to_string(common.join("packed-refs")).is_ok_and(|packed| {
-        packed
-            .lines()
-            .any(|line| line.split_once(' ').is_some_and(|(_, n)| n == name))
+    restore_unless(&start.path, &start.content, |now| {
+        now == start.content
+            || head_allowed(now, layout.task_branch.as_deref(), created, |name| {
+                ref_exists(&layout.common_dir, name)
+            })
     })
 }
 

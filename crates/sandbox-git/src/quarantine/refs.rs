@@ -42,6 +42,13 @@ pub fn valid_ref_name(name: &str) -> bool {
     name.starts_with("refs/") && git2::Reference::is_valid_name(name)
 }
 
+/// Whether ref `name` (a valid ref name) exists in the store at `common`: loose, or in
+/// `packed-refs`.
+pub fn ref_exists(common: &Path, name: &str) -> bool {
+    common.join(name).symlink_metadata().is_ok()
+        || read_packed(&common.join("packed-refs")).is_ok_and(|p| p.refs.contains_key(name))
+}
+
 /// Every ref of the store (loose over packed), with its direct target (`None`: symbolic),
 /// read from the files as git lays them out: no repository open (and its config reads) on
 /// every run's start.
