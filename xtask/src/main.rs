@@ -17,6 +17,7 @@
 mod box_image;
 mod boxlite_runtime;
 mod breakage;
+mod nix_builders;
 mod nix_check;
 mod sources;
 
