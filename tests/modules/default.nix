@@ -65,16 +65,21 @@ let
     assert lib.all (what: expect (fails (fileOf (evaluate { enable = true; settings = badSettings.${what}; }))) "${kind}: ${what} was accepted") (lib.attrNames badSettings);
     fileOf good;
 
-  # Build-time half: the YAML file holds exactly `settings`.
+  # Build-time half: the YAML file holds exactly `settings`. Read with PyYAML, which Debian
+  # has too, so `cargo xtask nix-check` runs this body on the file the evaluation wrote.
   compareFile = name: file: pkgs.runCommand name
     {
-      nativeBuildInputs = [ pkgs.yq-go pkgs.jq ];
+      nativeBuildInputs = [ (pkgs.python3.withPackages (ps: [ ps.pyyaml ])) ];
       expected = builtins.toJSON settings;
       passAsFile = [ "expected" ];
     } ''
-    yq --output-format=json . ${file} | jq --sort-keys . > actual.json
-    jq --sort-keys . "$expectedPath" > expected.json
-    diff -u expected.json actual.json
+    python3 - ${file} "$expectedPath" <<'EOF'
+    import json, sys, yaml
+    actual = json.dumps(yaml.safe_load(open(sys.argv[1])), indent=2, sort_keys=True)
+    expected = json.dumps(json.load(open(sys.argv[2])), indent=2, sort_keys=True)
+    if actual != expected:
+        sys.exit(f"the module wrote\n{actual}\nnot\n{expected}")
+    EOF
     touch "$out"
   '';
 

@@ -146,21 +146,11 @@ pub fn run_script(
         let bin = local.join("bin");
         std::fs::create_dir_all(&bin)?;
         let needed = native.contains_key(reference);
-        for binary in package["binaries"].as_array().into_iter().flatten() {
-            let binary = binary.as_str().unwrap_or_default();
-            match host_tool(binary) {
-                Ok(host) => {
-                    let link = bin.join(binary);
-                    if !link.exists() {
-                        std::os::unix::fs::symlink(&host, &link)?;
-                    }
-                }
-                Err(reason) if needed => {
-                    return Ok(Outcome::Unavailable(format!(
-                        "its nativeBuildInputs need {binary} from {pname}: {reason}"
-                    )))
-                }
-                Err(_) => {}
+        if let Err(reason) = link_tools(package, &bin) {
+            if needed {
+                return Ok(Outcome::Unavailable(format!(
+                    "its nativeBuildInputs need {pname}: {reason}"
+                )));
             }
         }
         if needed {
@@ -182,17 +172,12 @@ pub fn run_script(
         let pname = package["name"].as_str().unwrap_or("package");
         let bin = dir.join("inputs").join(pname).join("bin");
         std::fs::create_dir_all(&bin)?;
-        for binary in package["binaries"].as_array().into_iter().flatten() {
-            let binary = binary.as_str().unwrap_or_default();
-            match host_tool(binary) {
-                Ok(host) => std::os::unix::fs::symlink(&host, bin.join(binary))?,
-                Err(reason) => {
-                    return Ok(Outcome::Unavailable(format!(
-                        "its nativeBuildInputs need {binary} from {pname}: {reason}"
-                    )))
-                }
-            }
+        if let Err(reason) = link_tools(package, &bin) {
+            return Ok(Outcome::Unavailable(format!(
+                "its nativeBuildInputs need {pname}: {reason}"
+            )));
         }
+        provided.push(format!("{} (host tools)", pname.trim_end_matches("-stand-in")));
         path_dirs.push(bin);
     }
     path_dirs.push(stdenv_tools(scratch)?);
@@ -315,9 +300,37 @@ fn fetched(fetch: &Value, workspace: &Path) -> Result<std::result::Result<PathBu
     }
 }
 
-/// The host's `binary`, or why it cannot stand for nixpkgs'.
-fn host_tool(binary: &str) -> std::result::Result<PathBuf, String> {
-    let path = which(binary).ok_or_else(|| format!("{binary} is not on this host's PATH"))?;
+/// Links the host's copies of a stand-in package's binaries into `bin`. Fails when the host has
+/// none of them, or one that is another implementation than nixpkgs' (a binary the host
+/// lacks is left out: a script that runs it fails with 127, visibly).
+fn link_tools(package: &Value, bin: &Path) -> std::result::Result<(), String> {
+    let mut linked = 0;
+    let mut missing = Vec::new();
+    for binary in package["binaries"].as_array().into_iter().flatten() {
+        let binary = binary.as_str().unwrap_or_default();
+        match host_tool(binary) {
+            Ok(host) => {
+                let link = bin.join(binary);
+                if !link.exists() {
+                    std::os::unix::fs::symlink(&host, &link).map_err(|e| e.to_string())?;
+                }
+                linked += 1;
+            }
+            Err((true, reason)) => return Err(reason),
+            Err((false, reason)) => missing.push(reason),
+        }
+    }
+    if linked == 0 && !missing.is_empty() {
+        return Err(missing.join("; "));
+    }
+    Ok(())
+}
+
+/// The host's `binary`, or why it cannot stand for nixpkgs' (true: it is another tool of the
+/// same name).
+fn host_tool(binary: &str) -> std::result::Result<PathBuf, (bool, String)> {
+    let path =
+        which(binary).ok_or_else(|| (false, format!("{binary} is not on this host's PATH")))?;
     if let Some((_, marker, wanted)) = IMPLEMENTATIONS.iter().find(|(b, _, _)| *b == binary) {
         let version = Command::new(&path)
             .arg("--version")
@@ -325,10 +338,13 @@ fn host_tool(binary: &str) -> std::result::Result<PathBuf, String> {
             .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
             .unwrap_or_default();
         if !version.contains(marker) {
-            return Err(format!(
-                "{} is not {wanted} (--version: {})",
-                path.display(),
-                version.trim()
+            return Err((
+                true,
+                format!(
+                    "{} is not {wanted} (--version: {})",
+                    path.display(),
+                    version.trim()
+                ),
             ));
         }
     }

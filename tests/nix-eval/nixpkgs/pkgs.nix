@@ -86,7 +86,12 @@ let
 
   python3 = package "python3" [ "python3" "python" ] // {
     interpreter = "${package "python3" [ "python3" ]}/bin/python3";
+    # An environment with the packages `f` picks from python3Packages (by name here).
+    withPackages = f: package "python3-${lib.concatMapStringsSep "-" (p: p.pname) (f python3Packages)}-env" [ "python3" "python" ];
   };
+
+  # The python3Packages our expressions use.
+  python3Packages = { pyyaml = { pname = "pyyaml"; }; };
 
   glibc = package "glibc" [ "ldd" ];
 
