@@ -28,6 +28,9 @@ struct Breakage {
     needs: Option<&'static str>,
     /// Caught by a lint of nix-check that is stricter than upstream, not by what upstream does.
     lint: bool,
+    /// Caught by running a builder script: only these cases run the (slow: the BoxLite wheel
+    /// is unpacked each time) builder scripts step; the control runs it too.
+    scripts: bool,
 }
 
 const CASES: &[Breakage] = &[
@@ -39,6 +42,7 @@ const CASES: &[Breakage] = &[
         expect: "security.sudo.wheelNeedPassword' does not exist",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt NixOS option in a VM test node",
@@ -48,6 +52,7 @@ const CASES: &[Breakage] = &[
         expect: "isNormaUser' does not exist",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt option of the sandbox module",
@@ -57,6 +62,7 @@ const CASES: &[Breakage] = &[
         expect: "settings.read_folder' does not exist",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a nonexistent package",
@@ -66,6 +72,7 @@ const CASES: &[Breakage] = &[
         expect: "attribute 'skopeo-cli' missing",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt crane argument (real crane passes it to mkDerivation)",
@@ -75,6 +82,7 @@ const CASES: &[Breakage] = &[
         expect: "lint (stricter than upstream): crane.cargoClippy: cargoClipyExtraArgs is not an argument crane takes",
         needs: None,
         lint: true,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt runNixOSTest argument",
@@ -84,6 +92,7 @@ const CASES: &[Breakage] = &[
         expect: "globalTimout' does not exist",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a wrong getExe' binary name",
@@ -93,6 +102,7 @@ const CASES: &[Breakage] = &[
         expect: "has no bin/nono-cli",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a Python syntax error in a VM test script",
@@ -102,6 +112,7 @@ const CASES: &[Breakage] = &[
         expect: "SyntaxError",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a file a test reads left out of the crane source",
@@ -111,6 +122,7 @@ const CASES: &[Breakage] = &[
         expect: "crates/sandbox-cli/schema",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the BoxLite variant's wrapper without its runtime files",
@@ -120,6 +132,7 @@ const CASES: &[Breakage] = &[
         expect: "sets SANDBOX_BOXLITE_RUNTIME to nothing",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the BoxLite VM test no longer scheduled on a KVM builder",
@@ -129,6 +142,7 @@ const CASES: &[Breakage] = &[
         expect: "vm-boxlite-escape does not require the kvm system feature",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt dockerTools argument in the box image",
@@ -138,6 +152,7 @@ const CASES: &[Breakage] = &[
         expect: "unknown argument(s) fakeRootCommand",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the flake cutting a BoxLite runtime file at another offset than the pins",
@@ -147,6 +162,7 @@ const CASES: &[Breakage] = &[
         expect: "only the flake has mke2fs at 78719005",
         needs: Some("crates/sandbox-boxlite/src/runtime_files.rs"),
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the module's settings schema out of step with the CLI's cases",
@@ -156,6 +172,7 @@ const CASES: &[Breakage] = &[
         expect: "tilde path (CLI: valid)",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a pipe that SIGPIPEs under stdenv's pipefail (tail | head in the BoxLite runtime's builder)",
@@ -165,6 +182,7 @@ const CASES: &[Breakage] = &[
         expect: "exited with 141 (141: a command died of SIGPIPE",
         needs: Some("crates/sandbox-boxlite/src/runtime_files.rs"),
         lint: false,
+        scripts: true,
     },
     Breakage {
         what: "a home-manager module check that assumes home-manager installs nothing of its own",
@@ -174,6 +192,7 @@ const CASES: &[Breakage] = &[
         expect: "home-manager: package = null still installs the sandbox package",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a module writing another configuration file than its settings (caught by running the check's builder)",
@@ -183,6 +202,7 @@ const CASES: &[Breakage] = &[
         expect: "the module wrote",
         needs: None,
         lint: false,
+        scripts: true,
     },
     Breakage {
         what: "a `pkgs ? lima` branch in the default wrapper (nixpkgs has lima on every system)",
@@ -192,6 +212,7 @@ const CASES: &[Breakage] = &[
         expect: "wraps SANDBOX_PACKAGE_LIMACTL SANDBOX_PACKAGE_NONO, not exactly SANDBOX_PACKAGE_NONO",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "nono built with nixpkgs' rustc instead of the pinned toolchain",
@@ -201,6 +222,7 @@ const CASES: &[Breakage] = &[
         expect: "nono is not built with the pinned toolchain",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the checks built with the package's dist profile",
@@ -210,6 +232,7 @@ const CASES: &[Breakage] = &[
         expect: "checks.x86_64-linux.clippy builds with CARGO_PROFILE dist, not dev",
         needs: None,
         lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the nested-KVM BoxLite test back in `checks`",
@@ -219,6 +242,7 @@ const CASES: &[Breakage] = &[
         expect: "vm-boxlite-escape is in checks, but it needs nested KVM",
         needs: None,
         lint: false,
+        scripts: false,
     },
 ];
 
@@ -229,6 +253,7 @@ pub fn run() -> Result<bool> {
         ci: true,
         quiet: true,
         evaluation_only: true,
+        builder_scripts: true,
         lib_base: root.clone(),
     };
 
@@ -304,7 +329,11 @@ fn check(sh: &Shell, root: &Path, case: &Breakage, options: &Options) -> Result<
         );
     }
     std::fs::write(&file, text.replacen(case.from, case.to, 1))?;
-    let summary = nix_check::run(copy.path(), options)?;
+    let options = Options {
+        builder_scripts: case.scripts,
+        ..options.clone()
+    };
+    let summary = nix_check::run(copy.path(), &options)?;
     if summary.failed == 0 {
         bail!("nix-check passed the broken copy");
     }

@@ -53,6 +53,7 @@ fn main() -> ExitCode {
                     ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
                     quiet: false,
                     evaluation_only: false,
+                    builder_scripts: true,
                     lib_base: root.clone(),
                 };
                 nix_check::run(&root, &options)

@@ -125,7 +125,10 @@ pub fn run_script(
         if let Some(fetch) = fetches.get(reference) {
             match fetched(fetch, workspace)? {
                 Ok(local) => {
-                    provided.push(format!("{} (downloaded)", fetch["name"].as_str().unwrap_or("?")));
+                    provided.push(format!(
+                        "{} (downloaded)",
+                        fetch["name"].as_str().unwrap_or("?")
+                    ));
                     substitute.insert(reference.clone(), local);
                 }
                 Err(reason) => return Ok(Outcome::Unavailable(reason)),
@@ -155,7 +158,10 @@ pub fn run_script(
         }
         if needed {
             path_dirs.push(bin);
-            provided.push(format!("{} (host tools)", pname.trim_end_matches("-stand-in")));
+            provided.push(format!(
+                "{} (host tools)",
+                pname.trim_end_matches("-stand-in")
+            ));
         } else {
             provided.push(format!(
                 "{} (only named: an empty directory)",
@@ -177,7 +183,10 @@ pub fn run_script(
                 "its nativeBuildInputs need {pname}: {reason}"
             )));
         }
-        provided.push(format!("{} (host tools)", pname.trim_end_matches("-stand-in")));
+        provided.push(format!(
+            "{} (host tools)",
+            pname.trim_end_matches("-stand-in")
+        ));
         path_dirs.push(bin);
     }
     path_dirs.push(stdenv_tools(scratch)?);
@@ -249,7 +258,7 @@ pub fn run_script(
     }
 
     let mut compared = format!("ran on {}", provided.join(", "));
-    if !script["patched"].as_array().map_or(true, Vec::is_empty) || name == "boxlite-runtime" {
+    if !script["patched"].as_array().is_none_or(Vec::is_empty) || name == "boxlite-runtime" {
         compared.push_str("; ");
         compared.push_str(&boxlite_output(script, &out, &substitute, env)?);
     }
@@ -276,10 +285,14 @@ fn env_value(value: &Value) -> String {
 fn fetched(fetch: &Value, workspace: &Path) -> Result<std::result::Result<PathBuf, String>> {
     let url = fetch["url"].as_str().unwrap_or_default();
     let Some(pin) = runtime_files::wheel() else {
-        return Ok(Err(format!("it fetches {url}; no BoxLite wheel is pinned for this host")));
+        return Ok(Err(format!(
+            "it fetches {url}; no BoxLite wheel is pinned for this host"
+        )));
     };
     if !url.ends_with(&format!("/{}", pin.file_name)) {
-        return Ok(Err(format!("it fetches {url}, which this check cannot download")));
+        return Ok(Err(format!(
+            "it fetches {url}, which this check cannot download"
+        )));
     }
     match crate::boxlite_runtime::download(workspace, &pin) {
         Ok(wheel) => {
@@ -335,7 +348,13 @@ fn host_tool(binary: &str) -> std::result::Result<PathBuf, (bool, String)> {
         let version = Command::new(&path)
             .arg("--version")
             .output()
-            .map(|o| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+            .map(|o| {
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                )
+            })
             .unwrap_or_default();
         if !version.contains(marker) {
             return Err((
@@ -354,9 +373,10 @@ fn host_tool(binary: &str) -> std::result::Result<PathBuf, (bool, String)> {
 fn which(binary: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt as _;
     std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(binary))
-            .find(|p| p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+        std::env::split_paths(&p).map(|d| d.join(binary)).find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
     })
 }
 
@@ -371,7 +391,9 @@ fn stdenv_tools(scratch: &Path) -> Result<PathBuf> {
         .arg("-L")
         .args(STDENV_DEBIAN_PACKAGES)
         .output()
-        .context("dpkg -L (the builder scripts step takes stdenv's tools from Debian's packages)")?;
+        .context(
+            "dpkg -L (the builder scripts step takes stdenv's tools from Debian's packages)",
+        )?;
     for line in String::from_utf8_lossy(&listed.stdout).lines() {
         let path = Path::new(line);
         let in_bin = path
@@ -428,7 +450,10 @@ fn boxlite_output(
     let made: BTreeSet<String> = std::fs::read_dir(out)?
         .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect();
-    let extra: Vec<&String> = made.iter().filter(|m| !pinned.contains(m.as_str())).collect();
+    let extra: Vec<&String> = made
+        .iter()
+        .filter(|m| !pinned.contains(m.as_str()))
+        .collect();
     if !extra.is_empty() {
         bail!("the runtime it made has files no pin names: {extra:?}");
     }

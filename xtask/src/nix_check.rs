@@ -117,6 +117,7 @@ impl Reporter {
 }
 
 /// How a run is set up.
+#[derive(Clone)]
 pub struct Options {
     /// A failure instead of a skip when a tool or the nixpkgs lib is missing.
     pub ci: bool,
@@ -128,6 +129,9 @@ pub struct Options {
     /// Only the evaluation steps (the breakage test's mutations are all caught there or in
     /// parsing, and linting a scratch copy again would only repeat the main run).
     pub evaluation_only: bool,
+    /// Run the builder scripts step (the breakage test skips it where a case cannot be caught
+    /// there).
+    pub builder_scripts: bool,
 }
 
 /// Checks the repository at `root` (the workspace, or a scratch copy of it).
@@ -164,7 +168,7 @@ pub fn run(root: &Path, options: &Options) -> Result<Summary> {
             return Ok(finish(report, options));
         }
     };
-    evaluate(&sh, &root, &nix, &lib, &options.lib_base, &mut report)?;
+    evaluate(&sh, &root, &nix, &lib, options, &mut report)?;
     Ok(finish(report, options))
 }
 
@@ -310,7 +314,7 @@ fn evaluate(
     root: &Path,
     nix: &Path,
     lib: &Path,
-    workspace: &Path,
+    options: &Options,
     report: &mut Reporter,
 ) -> Result<()> {
     let copy = flake_copy(sh, root)?;
@@ -368,7 +372,9 @@ fn evaluate(
              compare nix/boxlite-runtime.nix with"
         ));
     }
-    builder_scripts(&eval, copy.path(), lib, workspace, report)?;
+    if options.builder_scripts {
+        builder_scripts(&eval, copy.path(), lib, &options.lib_base, report)?;
+    }
     // Said on every run, so a green nix-check is not read as more than it is.
     report.skipped(
         "builds and VM tests: no nixpkgs can be fetched and no guest can boot here (DESIGN §5); \
@@ -447,8 +453,16 @@ fn builder_scripts(
             let what = format!(
                 "builder script: {output}.{system}.{name} under `bash -e -u -o pipefail`, as stdenv runs it"
             );
-            match crate::nix_builders::run_script(name, script, &packages, workspace, scratch.path()) {
-                Ok(crate::nix_builders::Outcome::Ran(detail)) => report.ok(format!("{what} ({detail})")),
+            match crate::nix_builders::run_script(
+                name,
+                script,
+                &packages,
+                workspace,
+                scratch.path(),
+            ) {
+                Ok(crate::nix_builders::Outcome::Ran(detail)) => {
+                    report.ok(format!("{what} ({detail})"))
+                }
                 Ok(crate::nix_builders::Outcome::Unavailable(reason)) => {
                     report.unavailable(format!("{what}: {reason}"))
                 }
