@@ -13,19 +13,19 @@ let
 in
 listToAttrs (map
   (n:
-    let
-      d = top.${n};
-      passthru = d.passthru or { };
-    in
-    {
-      name = n;
-      value = {
-        drvName = d.name;
-        env = d.drvAttrs;
-        nativeBuildInputs = map describe (d.drvAttrs.nativeBuildInputs or [ ]);
-        fetches = map (f: { inherit (f) name; path = f.outPath; url = f.drvAttrs.url; })
-          (filter (v: isDrv v && v.drvAttrs ? url) (map (k: passthru.${k}) (attrNames passthru)));
-        patched = passthru.patched or [ ];
-      };
-    })
+  let
+    d = top.${n};
+    passthru = d.passthru or { };
+  in
+  {
+    name = n;
+    value = {
+      drvName = d.name;
+      env = d.drvAttrs;
+      nativeBuildInputs = map describe (d.drvAttrs.nativeBuildInputs or [ ]);
+      fetches = map (f: { inherit (f) name; path = f.outPath; url = f.drvAttrs.url; })
+        (filter (v: isDrv v && v.drvAttrs ? url) (map (k: passthru.${k}) (attrNames passthru)));
+      patched = passthru.patched or [ ];
+    };
+  })
   withScript)
