@@ -494,3 +494,83 @@ fn boxlite_output(
         patched.join(" ")
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn script(body: &str) -> Value {
+        serde_json::json!({
+            "drvName": "test",
+            "env": { "buildCommand": body, "name": "test", "passAsFile": ["expected"], "expected": "hello" },
+            "nativeBuildInputs": [],
+            "fetches": [],
+            "patched": [],
+        })
+    }
+
+    fn run(body: &str) -> Result<Outcome> {
+        let scratch = scratch_dir();
+        let result = run_script(
+            "t",
+            &script(body),
+            &serde_json::json!({}),
+            &scratch,
+            &scratch,
+        );
+        let _ = std::fs::remove_dir_all(&scratch);
+        result
+    }
+
+    fn scratch_dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "nix-builders-test-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_pipe_whose_reader_stops_early_fails_as_under_stdenv() {
+        // `yes` writes forever; `head` stops after one byte, so `yes` dies of SIGPIPE and,
+        // under pipefail, the pipeline fails with 141, as `tail | head -c` did.
+        let err = match run("yes | head -c 1 > \"$out\"") {
+            Err(err) => format!("{err:#}"),
+            Ok(_) => panic!("a SIGPIPE under pipefail passed"),
+        };
+        assert!(err.contains("exited with 141"), "{err}");
+    }
+
+    #[test]
+    fn unset_variables_fail_and_pass_as_file_attributes_are_files() {
+        let err = match run("echo \"$notSet\" > \"$out\"") {
+            Err(err) => format!("{err:#}"),
+            Ok(_) => panic!("an unset variable passed under -u"),
+        };
+        assert!(err.contains("notSet: unbound variable"), "{err}");
+        match run("test \"$(cat \"$expectedPath\")\" = hello && touch \"$out\"") {
+            Ok(Outcome::Ran(_)) => {}
+            Ok(_) => panic!("skipped"),
+            Err(err) => panic!("{err:#}"),
+        }
+    }
+
+    #[test]
+    fn only_stdenv_tools_and_native_inputs_are_on_path() {
+        // jq is on this host, but not in the (empty) nativeBuildInputs.
+        if which("jq").is_none() {
+            eprintln!("skipped: no jq on this host to leave out");
+            return;
+        }
+        let err = match run("jq --version > \"$out\"") {
+            Err(err) => format!("{err:#}"),
+            Ok(_) => panic!("a tool outside nativeBuildInputs was found"),
+        };
+        assert!(err.contains("exited with 127"), "{err}");
+    }
+}
