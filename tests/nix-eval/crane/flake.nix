@@ -90,7 +90,11 @@
             inputsFrom = builtins.attrValues (args.checks or { }) ++ (args.inputsFrom or [ ]);
           });
         };
+
+        # lib/default.nix: crane supports nixpkgs 26.05 and later and warns on every
+        # evaluation below that (the modules build with the user's nixpkgs: docs/nix.md).
+        current = lib.concatStringsSep "." (lib.lists.sublist 0 2 (lib.splitVersion lib.version));
       in
-      self;
+      lib.warnIf (lib.versionOlder current "26.05") "crane requires at least nixpkgs-26.05, supplied nixpkgs-${current}" self;
   };
 }
