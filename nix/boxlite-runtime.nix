@@ -2,7 +2,8 @@
 # `boxlite` crate the CLI is built with, taken from the PyPI wheel of the same version, as
 # `cargo xtask boxlite-runtime` does (xtask/src/boxlite_runtime.rs): the wheel's one native
 # module carries them as payloads at fixed offsets, so each is cut out by offset and length and
-# checked against its own sha256. Nothing is run and no Python is imported.
+# checked against its own sha256 (with `dd`, see `cut`). Nothing is run and no Python is
+# imported.
 #
 # The wheel is a fixed-output fetch with its pinned hash; the offsets, sizes and hashes are
 # those of crates/sandbox-boxlite/src/runtime_files.rs (`cargo xtask nix-check` compares the
@@ -47,8 +48,12 @@ let
     mke2fs = [ glibc ];
   };
 
+  # One `dd` per file, no pipe: stdenv runs this body under `set -eu -o pipefail`, and in
+  # `tail -c +N … | head -c SIZE` head stops reading early, so tail dies of SIGPIPE (exit 141)
+  # and the build aborts. `cargo xtask nix-check` runs this body on the real wheel that way.
   cut = f: ''
-    tail -c +${toString (f.offset + 1)} module.so | head -c ${toString f.size} > "$out/${f.name}"
+    dd if=module.so of="$out/${f.name}" bs=1M iflag=skip_bytes,count_bytes \
+      skip=${toString f.offset} count=${toString f.size} status=none
     echo "${f.sha256}  $out/${f.name}" | sha256sum --check --quiet --strict -
     chmod 0555 "$out/${f.name}"
   '';

@@ -11,9 +11,13 @@
 # pulls in D-Bus, which the nono backend does not use. nono's own test suite needs a
 # writable /usr/bin and a network-capable proxy (nixpkgs' package skips ~60 of its tests),
 # so it does not run here; the VM tests run this binary as the nono backend instead.
-{ lib, rustPlatform, fetchurl }:
+#
+# Built with `toolchain`, the pinned Rust the CLI is built with (nix/packages.nix): nono
+# 0.81.0 declares rust-version 1.95, which nixpkgs' rustc need not have.
+{ lib, makeRustPlatform, fetchurl, toolchain }:
 let
   version = "0.81.0";
+  rustPlatform = makeRustPlatform { cargo = toolchain; rustc = toolchain; };
 in
 rustPlatform.buildRustPackage {
   pname = "nono";
@@ -28,6 +32,8 @@ rustPlatform.buildRustPackage {
   cargoLock.lockFile = ./nono-Cargo.lock;
   buildNoDefaultFeatures = true;
   doCheck = false;
+
+  passthru = { inherit toolchain; };
 
   meta = {
     description = "Kernel-enforced sandbox for AI agents (the CLI the sandbox nono backend drives)";

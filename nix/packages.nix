@@ -11,23 +11,34 @@ let
   # releases, and `clippy -D warnings` must not start failing when nixpkgs moves. 1.95.0 is
   # what CI's rustup installs too. A function, so crane can splice it for cross builds.
   toolchainFor = p: (rust-overlay.lib.mkRustBin { } p).stable."1.95.0".default;
+  toolchain = toolchainFor pkgs;
   craneLib = (crane.mkLib pkgs).overrideToolchain toolchainFor;
 
-  nono = pkgs.callPackage ./nono.nix { };
+  # nono 0.81.0 needs Rust 1.95 (its Cargo.toml's rust-version); nixpkgs' rustc may be older,
+  # so it is built with the same pinned toolchain as the CLI.
+  nono = pkgs.callPackage ./nono.nix { inherit toolchain; };
 
-  # Shared by the dependency build and every derivation that reuses it: changing anything
-  # here rebuilds all dependencies.
+  # Shared by every crane derivation.
   commonArgs = {
     pname = "sandbox";
     inherit version src;
     strictDeps = true;
     buildInputs = lib.optionals pkgs.stdenv.hostPlatform.isDarwin [ pkgs.libiconv ];
-    # The shipped build: fat LTO (Cargo.toml); `release` is the quick local profile.
-    CARGO_PROFILE = "dist";
   };
 
-  # Workspace dependencies, built once and shared by the package and the checks.
-  cargoArtifacts = craneLib.buildDepsOnly commonArgs;
+  # The shipped build: the `dist` profile (fat LTO, Cargo.toml). Changing anything here
+  # rebuilds the package's dependencies.
+  packageArgs = commonArgs // { CARGO_PROFILE = "dist"; };
+
+  # The checks build what `.ci/run` builds: cargo's `dev` profile, with debug assertions and
+  # overflow checks (crane's default would be `release`). Their own dependency build, shared
+  # by clippy and nextest; `dist`'s fat LTO would test other code, slower.
+  checkArgs = commonArgs // { CARGO_PROFILE = "dev"; };
+
+  # Workspace dependencies, built once per profile: one for the package (and the BoxLite
+  # variant's own, below), one shared by the checks.
+  cargoArtifacts = craneLib.buildDepsOnly packageArgs;
+  checkArtifacts = craneLib.buildDepsOnly checkArgs;
 
   # The CLI with no tool paths: what it compiles does not depend on any tool, so a tool
   # bump never recompiles it. `args` are the dependency build's (`cargoArtifacts`) plus what
@@ -47,7 +58,7 @@ let
     meta = meta // { description = "${meta.description} (without tool paths)"; };
   });
 
-  sandbox-unwrapped = cli (commonArgs // {
+  sandbox-unwrapped = cli (packageArgs // {
     inherit cargoArtifacts;
     pname = "sandbox-unwrapped";
     cargoExtraArgs = "--locked --package sandbox-cli";
@@ -60,15 +71,28 @@ let
     platforms = lib.platforms.linux ++ lib.platforms.darwin;
   };
 
-  # The tools some backend uses, by the variable the CLI reads them from
-  # (crates/sandbox-cli/src/tools.rs): nono, and Lima's limactl. The NixOS guest image is set
-  # only by the flake's `sandbox-with-lima-image` variant (else every build of the CLI would
-  # build a disk image; the Lima backend then boots Ubuntu 24.04), BoxLite's runtime and image
-  # only by `sandbox-boxlite` (below).
+  # The tools the default package bakes in, by the variable the CLI reads them from
+  # (crates/sandbox-cli/src/tools.rs): nono only, so `nix run .#sandbox` stays small. Lima's
+  # limactl (nixpkgs has `lima` on every system, and it pulls in QEMU) is baked in by the
+  # Lima variants only (`limaTools`, below; the default package finds a limactl on PATH),
+  # BoxLite's runtime and image by `sandbox-boxlite` only.
   toolPaths = {
     SANDBOX_PACKAGE_NONO = lib.getExe' nono "nono";
-  } // lib.optionalAttrs (pkgs ? lima) {
+  };
+
+  # The Lima variants' tools: limactl, and the NixOS guest image when one is given (the
+  # flake's `sandbox-with-lima-image`; without it the Lima backend boots Ubuntu 24.04).
+  limaTools = limaImage: toolPaths // {
     SANDBOX_PACKAGE_LIMACTL = lib.getExe' pkgs.lima "limactl";
+  } // lib.optionalAttrs (limaImage != null) {
+    SANDBOX_PACKAGE_LIMA_IMAGE = "${limaImage}";
+  };
+
+  # `sandbox-lima` (limaImage = null) and `sandbox-with-lima-image`: the same CLI, re-wrapped.
+  lima = { name, limaImage ? null }: wrap {
+    name = "${name}-${version}";
+    unwrapped = sandbox-unwrapped;
+    tools = limaTools limaImage;
   };
 
   # `--set-default`: a value already in the environment wins, so a package that wraps this
@@ -83,7 +107,7 @@ let
       makeBinaryWrapper ${lib.getExe unwrapped} "$out/bin/sandbox" \
         ${lib.concatStringsSep " \\\n    " (lib.mapAttrsToList (var: path: "--set-default ${var} ${path}") tools)}
     '';
-    passthru = { toolPaths = tools; inherit nono; sandbox-unwrapped = unwrapped; } // passthru;
+    passthru = { toolPaths = tools; inherit nono toolchain; sandbox-unwrapped = unwrapped; } // passthru;
     inherit meta;
   };
 
@@ -105,7 +129,7 @@ let
     let
       boxlite-runtime = pkgs.callPackage ./boxlite-runtime.nix { };
       box-image = import ../vm-images/box-image.nix { inherit pkgs; };
-      args = commonArgs // {
+      args = packageArgs // {
         pname = "sandbox-boxlite";
         cargoExtraArgs = "--locked --package sandbox-cli --features boxlite";
         nativeBuildInputs = [ pkgs.protobuf ];
@@ -135,15 +159,15 @@ let
   );
 
   crateChecks = {
-    clippy = craneLib.cargoClippy (commonArgs // {
-      inherit cargoArtifacts;
+    clippy = craneLib.cargoClippy (checkArgs // {
+      cargoArtifacts = checkArtifacts;
       cargoClippyExtraArgs = "--all-targets -- --deny warnings";
     });
 
     fmt = craneLib.cargoFmt { inherit (commonArgs) pname version src; };
 
-    nextest = craneLib.cargoNextest (commonArgs // toolPaths // {
-      inherit cargoArtifacts;
+    nextest = craneLib.cargoNextest (checkArgs // toolPaths // {
+      cargoArtifacts = checkArtifacts;
       # Tests build real repositories (DESIGN §7) and run the packaged nono.
       nativeBuildInputs = [ pkgs.git ];
       cargoNextestExtraArgs = "--no-tests=pass";
@@ -151,5 +175,5 @@ let
   };
 in
 {
-  inherit sandbox sandbox-unwrapped nono craneLib crateChecks toolchainFor boxlite;
+  inherit sandbox sandbox-unwrapped nono lima craneLib crateChecks toolchainFor boxlite;
 }

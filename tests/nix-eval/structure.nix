@@ -36,8 +36,8 @@ in
       perSystem = system:
         let
           p = packages.${system} or { };
-          expected = [ "sandbox" "default" "sandbox-unwrapped" "nono" ]
-            ++ (if isLinux system then [ "lima-image" "box-image" ] else [ ])
+          expected = [ "sandbox" "default" "sandbox-unwrapped" "nono" "sandbox-lima" ]
+            ++ (if isLinux system then [ "lima-image" "box-image" "sandbox-with-lima-image" ] else [ ])
             ++ (if hasBoxlite system then [ "sandbox-boxlite" "boxlite-runtime" ] else [ ]);
           missing = requireAttrs "packages.${system}" p expected;
           env = drv: drv.drvAttrs;
@@ -56,6 +56,12 @@ in
         ++ require (builtins.match "${builtins.unsafeDiscardStringContext p.nono.outPath}/bin/nono" (toolPaths.SANDBOX_PACKAGE_NONO or "") != null)
           "packages.${system}.sandbox points SANDBOX_PACKAGE_NONO at ${toolPaths.SANDBOX_PACKAGE_NONO or "nothing"}, not packages.${system}.nono's bin/nono"
         ++ require (versionAtLeast (p.nono.version or "0") "0.81.0") "packages.${system}.nono is ${p.nono.version or "unversioned"}; the nono backend needs 0.81.0 or later"
+        # nono 0.81.0 needs Rust 1.95: built with the CLI's pinned toolchain, not nixpkgs' rustc.
+        ++ require (builtins.elem (storePath sandbox.toolchain) (map storePath ((env p.nono).nativeBuildInputs or [ ])))
+          "packages.${system}.nono is not built with the pinned toolchain (${sandbox.toolchain.name or "none"}); nixpkgs' rustc may be older than nono's rust-version"
+        # The shipped build is `dist` (fat LTO).
+        ++ require (((env unwrapped).CARGO_PROFILE or null) == "dist") "packages.${system}.sandbox-unwrapped is not built with CARGO_PROFILE = \"dist\" (it has ${(env unwrapped).CARGO_PROFILE or "crane's default, release"})"
+        ++ lima system p
         ++ concatMap (v: require (!(has unwrapped v)) "packages.${system}.sandbox-unwrapped sets ${v}: a tool bump would recompile the CLI") compiledToolVars
         ++ require (deps != null) "packages.${system}.sandbox-unwrapped does not reuse dependency artifacts (cargoArtifacts)"
         ++ (if deps == null then [ ] else
@@ -63,6 +69,25 @@ in
         # BoxLite's build settings belong to the variant that enables the crate.
         ++ concatMap (v: require (!(has deps v)) "the dependency build sets ${v}, which only the boxlite feature reads") [ "PROTOC" "BOXLITE_DEPS_STUB" ])
         ++ (if hasBoxlite system then boxlite system p else require (!(p ? sandbox-boxlite)) "packages.${system}.sandbox-boxlite exists, but no BoxLite wheel is pinned for ${system}");
+
+      # The Lima variants: the default package's tools plus limactl from nixpkgs' lima, and
+      # (Linux) the flake's guest image; the same CLI, never recompiled.
+      lima = system: p:
+        let
+          variant = name: extra:
+            let
+              what = "packages.${system}.${name}";
+              tools = p.${name}.toolPaths or { };
+            in
+            require (removeAttrs tools ([ "SANDBOX_PACKAGE_LIMACTL" ] ++ attrNames extra) == (p.sandbox.toolPaths or { }))
+              "${what} does not wrap the default package's tools plus Lima's (it wraps ${toString (attrNames tools)})"
+            ++ require (builtins.match "/nix/store/[^/]*-lima-[^/]*/bin/limactl" (tools.SANDBOX_PACKAGE_LIMACTL or "") != null)
+              "${what} sets SANDBOX_PACKAGE_LIMACTL to ${tools.SANDBOX_PACKAGE_LIMACTL or "nothing"}, not nixpkgs' lima's bin/limactl"
+            ++ concatMap (v: require ((tools.${v} or null) == extra.${v}) "${what} sets ${v} to ${tools.${v} or "nothing"}, not ${extra.${v}}") (attrNames extra)
+            ++ require ((p.${name}.sandbox-unwrapped.drvPath or "") == p.sandbox-unwrapped.drvPath) "${what} compiles the CLI again instead of re-wrapping sandbox-unwrapped";
+        in
+        variant "sandbox-lima" { }
+        ++ (if isLinux system then variant "sandbox-with-lima-image" { SANDBOX_PACKAGE_LIMA_IMAGE = storePath p.lima-image; } else [ ]);
 
       # The BoxLite variant: the same CLI with the feature on, its own dependency build with
       # the crate's build settings, and a wrapper that adds the runtime files and the box image
@@ -104,16 +129,24 @@ in
         let
           c = checks.${system} or { };
           expected = [ "clippy" "fmt" "nextest" "sandbox" "module-home-manager" ]
-            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" "vm-lima-boot" ] else [ ])
-            ++ (if hasBoxlite system then [ "vm-boxlite-escape" ] else [ ]);
+            ++ (if isLinux system then [ "module-nixos" "vm-escape" "vm-tool-paths" "vm-home-manager" "vm-lima-boot" ] else [ ]);
           missing = requireAttrs "checks.${system}" c expected;
           artifacts = n: c.${n}.drvAttrs.cargoArtifacts.drvPath or "none";
-          shared = c.sandbox.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or "none";
+          packageArtifacts = c.sandbox.sandbox-unwrapped.drvAttrs.cargoArtifacts.drvPath or "none";
+          profile = n: c.${n}.drvAttrs.CARGO_PROFILE or "crane's default, release";
         in
         if missing != [ ] then missing else
         concatMap (n: instantiates "checks.${system}.${n}" c.${n}) (attrNames c)
-        ++ concatMap (n: require (artifacts n == shared) "checks.${system}.${n} does not reuse the package's dependency artifacts") [ "clippy" "nextest" ]
+        # clippy and nextest build what .ci/run builds (the dev profile), from one dependency
+        # build of their own: the package's is `dist`, fat LTO without debug assertions.
+        ++ concatMap (n: require (profile n == "dev") "checks.${system}.${n} builds with CARGO_PROFILE ${profile n}, not dev (what .ci/run tests)") [ "clippy" "nextest" ]
+        ++ require (artifacts "clippy" == artifacts "nextest") "checks.${system}.clippy and nextest do not share one dependency build"
+        ++ require ((c.clippy.drvAttrs.cargoArtifacts.drvAttrs.CARGO_PROFILE or null) == "dev") "checks.${system}.clippy's dependency build is not the dev profile"
+        ++ require (artifacts "clippy" != packageArtifacts) "checks.${system}.clippy reuses the package's dist-profile dependency build"
         ++ require ((c.nextest.drvAttrs.SANDBOX_PACKAGE_NONO or null) == (c.sandbox.toolPaths.SANDBOX_PACKAGE_NONO or "none")) "checks.${system}.nextest does not run with the package's nono"
+        ++ require (!(c.nextest.drvAttrs ? SANDBOX_PACKAGE_LIMACTL)) "checks.${system}.nextest sets SANDBOX_PACKAGE_LIMACTL: the tests would run limactl inside the build sandbox"
+        # Needs nested KVM, which a builder with `kvm` need not have (legacyPackages, below).
+        ++ require (!(c ? vm-boxlite-escape)) "checks.${system}.vm-boxlite-escape is in checks, but it needs nested KVM, which `nix flake check` on a KVM builder need not have"
         ++ concatMap (n: require ((c.${n}.type or null) == "derivation") "checks.${system}.${n} is not a derivation") (attrNames c)
         # Every VM test is scheduled on a builder with KVM (the BoxLite one boots a guest in
         # its guest).
@@ -122,6 +155,21 @@ in
           (filter (n: builtins.match "vm-.*" n != null) (attrNames c));
     in
     report (map (s: "checks.${s}") systems) (concatMap perSystem systems);
+
+  # Tests `nix flake check` does not build: those that need nested KVM.
+  legacyPackages = legacyPackages:
+    let
+      perSystem = system:
+        let l = legacyPackages.${system} or { }; in
+        if !(hasBoxlite system) then require (!(l ? vm-boxlite-escape)) "legacyPackages.${system}.vm-boxlite-escape exists without the BoxLite variant"
+        else
+          requireAttrs "legacyPackages.${system}" l [ "vm-boxlite-escape" ]
+          ++ (if l ? vm-boxlite-escape then
+            instantiates "legacyPackages.${system}.vm-boxlite-escape" l.vm-boxlite-escape
+            ++ require (builtins.elem "kvm" (l.vm-boxlite-escape.drvAttrs.requiredSystemFeatures or [ ])) "legacyPackages.${system}.vm-boxlite-escape does not require the kvm system feature"
+          else [ ]);
+    in
+    report (map (s: "legacyPackages.${s}") systems) (concatMap perSystem systems);
 
   apps = apps:
     let

@@ -12,7 +12,8 @@
 //! 3. Read the zip member `boxlite/boxlite.cpython-311-x86_64-linux-gnu.so` (stored deflated).
 //! 4. For each pinned file, take `size` bytes at `offset` of that member, check their sha256,
 //!    and write them with mode 0755 under the file's name. (In a shell:
-//!    `tail -c +$((offset+1)) boxlite.so | head -c $size > name`.)
+//!    `dd if=boxlite.so of=name bs=1M iflag=skip_bytes,count_bytes skip=$offset count=$size`;
+//!    never `tail | head`, which SIGPIPEs under `set -o pipefail`.)
 //! 5. Into a fresh directory renamed into place at the end, so a half-written runtime is never
 //!    found.
 //!
@@ -127,7 +128,7 @@ pub fn run(root: &Path, options: &Options) -> anyhow::Result<PathBuf> {
 
 /// The wheel in `target/boxlite-wheel/`, downloaded with pip unless a copy with the pinned hash
 /// is already there.
-fn download(root: &Path, pin: &runtime_files::Wheel) -> anyhow::Result<PathBuf> {
+pub(crate) fn download(root: &Path, pin: &runtime_files::Wheel) -> anyhow::Result<PathBuf> {
     let dir = root.join("target/boxlite-wheel");
     let wheel = dir.join(pin.file_name);
     if wheel.is_file() && sha256_file(&wheel)? == pin.sha256 {

@@ -1,8 +1,12 @@
 //! `cargo xtask nix-breakage`: proof that `nix-check` can fail. Each case breaks a scratch
-//! copy of the repository in one way a real `nix flake check` would catch (and that the old
-//! stand-ins let through), runs the evaluation steps of `nix-check` on it, and requires a
-//! failure whose details contain the expected text. The unbroken repository must pass the
-//! same steps, or the failures would prove nothing.
+//! copy of the repository in one way, runs the evaluation steps of `nix-check` on it (builder
+//! scripts included), and requires a failure whose details contain the expected text. The
+//! unbroken repository must pass the same steps, or the failures would prove nothing.
+//!
+//! Most cases are mistakes a real `nix flake check` (or `nix build`) fails on, because the
+//! stand-ins do what upstream does at the pinned revisions. Those marked `lint: true` are
+//! caught only because nix-check is stricter than upstream (crane and most nixpkgs builders
+//! pass an unknown argument on to mkDerivation): a real check would let them through.
 
 use std::path::Path;
 
@@ -22,6 +26,11 @@ struct Breakage {
     /// A file the check needs; without it the case is skipped (the BoxLite pins arrive with
     /// the backend crate).
     needs: Option<&'static str>,
+    /// Caught by a lint of nix-check that is stricter than upstream, not by what upstream does.
+    lint: bool,
+    /// Caught by running a builder script: only these cases run the (slow: the BoxLite wheel
+    /// is unpacked each time) builder scripts step; the control runs it too.
+    scripts: bool,
 }
 
 const CASES: &[Breakage] = &[
@@ -32,6 +41,8 @@ const CASES: &[Breakage] = &[
         to: "security.sudo.wheelNeedPassword = false;",
         expect: "security.sudo.wheelNeedPassword' does not exist",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt NixOS option in a VM test node",
@@ -40,6 +51,8 @@ const CASES: &[Breakage] = &[
         to: "users.users.alice.isNormaUser = true;",
         expect: "isNormaUser' does not exist",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt option of the sandbox module",
@@ -48,6 +61,8 @@ const CASES: &[Breakage] = &[
         to: "read_folder = [ \"~/reference\" ];",
         expect: "settings.read_folder' does not exist",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a nonexistent package",
@@ -56,14 +71,18 @@ const CASES: &[Breakage] = &[
         to: "[ pkgs.skopeo-cli pkgs.jq ]",
         expect: "attribute 'skopeo-cli' missing",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
-        what: "a misspelt crane argument",
+        what: "a misspelt crane argument (real crane passes it to mkDerivation)",
         file: "nix/packages.nix",
         from: "cargoClippyExtraArgs = ",
         to: "cargoClipyExtraArgs = ",
-        expect: "unknown argument(s) cargoClipyExtraArgs",
+        expect: "lint (stricter than upstream): crane.cargoClippy: cargoClipyExtraArgs is not an argument crane takes",
         needs: None,
+        lint: true,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt runNixOSTest argument",
@@ -72,14 +91,18 @@ const CASES: &[Breakage] = &[
         to: "globalTimout = ",
         expect: "globalTimout' does not exist",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
-        what: "a wrong getExe' binary name",
+        what: "a wrong getExe' binary name (upstream only the VM test that runs it fails)",
         file: "nix/packages.nix",
         from: "lib.getExe' nono \"nono\"",
         to: "lib.getExe' nono \"nono-cli\"",
         expect: "has no bin/nono-cli",
         needs: None,
+        lint: true,
+        scripts: false,
     },
     Breakage {
         what: "a Python syntax error in a VM test script",
@@ -88,6 +111,8 @@ const CASES: &[Breakage] = &[
         to: "    def protected_state()",
         expect: "SyntaxError",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a file a test reads left out of the crane source",
@@ -96,6 +121,8 @@ const CASES: &[Breakage] = &[
         to: "          ./crates/sandbox-cli/src\n          ./crates/sandbox-cli/Cargo.toml\n          ./crates/sandbox-exec\n          ./crates/sandbox-git\n          ./crates/sandbox-host\n          ./crates/sandbox-policy\n          ./crates/sandbox-protocol\n          ./crates/sandbox-service\n",
         expect: "crates/sandbox-cli/schema",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the BoxLite variant's wrapper without its runtime files",
@@ -104,6 +131,8 @@ const CASES: &[Breakage] = &[
         to: "",
         expect: "sets SANDBOX_BOXLITE_RUNTIME to nothing",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the BoxLite VM test no longer scheduled on a KVM builder",
@@ -112,6 +141,8 @@ const CASES: &[Breakage] = &[
         to: "[ \"nixos-test\" ]",
         expect: "vm-boxlite-escape does not require the kvm system feature",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "a misspelt dockerTools argument in the box image",
@@ -120,6 +151,8 @@ const CASES: &[Breakage] = &[
         to: "fakeRootCommand = ",
         expect: "unknown argument(s) fakeRootCommand",
         needs: None,
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the flake cutting a BoxLite runtime file at another offset than the pins",
@@ -128,6 +161,8 @@ const CASES: &[Breakage] = &[
         to: "offset = 78719005;",
         expect: "only the flake has mke2fs at 78719005",
         needs: Some("crates/sandbox-boxlite/src/runtime_files.rs"),
+        lint: false,
+        scripts: false,
     },
     Breakage {
         what: "the module's settings schema out of step with the CLI's cases",
@@ -136,6 +171,78 @@ const CASES: &[Breakage] = &[
         to: "\"pattern\": \"/.*\"",
         expect: "tilde path (CLI: valid)",
         needs: None,
+        lint: false,
+        scripts: false,
+    },
+    Breakage {
+        what: "a pipe that SIGPIPEs under stdenv's pipefail (tail | head in the BoxLite runtime's builder)",
+        file: "nix/boxlite-runtime.nix",
+        from: "dd if=module.so of=\"$out/${f.name}\" bs=1M iflag=skip_bytes,count_bytes \\\n      skip=${toString f.offset} count=${toString f.size} status=none",
+        to: "tail -c +${toString (f.offset + 1)} module.so | head -c ${toString f.size} > \"$out/${f.name}\"",
+        expect: "exited with 141 (141: a command died of SIGPIPE",
+        needs: Some("crates/sandbox-boxlite/src/runtime_files.rs"),
+        lint: false,
+        scripts: true,
+    },
+    Breakage {
+        what: "a home-manager module check that assumes home-manager installs nothing of its own",
+        file: "tests/modules/default.nix",
+        from: "ours (packagesOf noPackage) == [ ]",
+        to: "packagesOf noPackage == [ ]",
+        expect: "home-manager: package = null still installs the sandbox package",
+        needs: None,
+        lint: false,
+        scripts: false,
+    },
+    Breakage {
+        what: "a module writing another configuration file than its settings (caught by running the check's builder)",
+        file: "nixos-modules/common.nix",
+        from: "configFile = settings: yaml.generate \"sandbox-config.yaml\" (settingsType.prune settings);",
+        to: "configFile = settings: yaml.generate \"sandbox-config.yaml\" (settingsType.prune settings // { extra = true; });",
+        expect: "the module wrote",
+        needs: None,
+        lint: false,
+        scripts: true,
+    },
+    Breakage {
+        what: "a `pkgs ? lima` branch in the default wrapper (nixpkgs has lima on every system)",
+        file: "nix/packages.nix",
+        from: "    SANDBOX_PACKAGE_NONO = lib.getExe' nono \"nono\";\n  };\n",
+        to: "    SANDBOX_PACKAGE_NONO = lib.getExe' nono \"nono\";\n  } // lib.optionalAttrs (pkgs ? lima) {\n    SANDBOX_PACKAGE_LIMACTL = lib.getExe' pkgs.lima \"limactl\";\n  };\n",
+        expect: "wraps SANDBOX_PACKAGE_LIMACTL SANDBOX_PACKAGE_NONO, not exactly SANDBOX_PACKAGE_NONO",
+        needs: None,
+        lint: false,
+        scripts: false,
+    },
+    Breakage {
+        what: "nono built with nixpkgs' rustc instead of the pinned toolchain",
+        file: "nix/packages.nix",
+        from: "nono = pkgs.callPackage ./nono.nix { inherit toolchain; };",
+        to: "nono = pkgs.callPackage ./nono.nix { toolchain = pkgs.rustc; };",
+        expect: "nono is not built with the pinned toolchain",
+        needs: None,
+        lint: false,
+        scripts: false,
+    },
+    Breakage {
+        what: "the checks built with the package's dist profile",
+        file: "nix/packages.nix",
+        from: "checkArgs = commonArgs // { CARGO_PROFILE = \"dev\"; };",
+        to: "checkArgs = packageArgs;",
+        expect: "checks.x86_64-linux.clippy builds with CARGO_PROFILE dist, not dev",
+        needs: None,
+        lint: false,
+        scripts: false,
+    },
+    Breakage {
+        what: "the nested-KVM BoxLite test back in `checks`",
+        file: "flake.nix",
+        from: "checks = built.crateChecks // moduleChecks // vmTests // { inherit sandbox; };",
+        to: "checks = built.crateChecks // moduleChecks // vmTests // nestedKvmTests // { inherit sandbox; };",
+        expect: "vm-boxlite-escape is in checks, but it needs nested KVM",
+        needs: None,
+        lint: false,
+        scripts: false,
     },
 ];
 
@@ -146,6 +253,7 @@ pub fn run() -> Result<bool> {
         ci: true,
         quiet: true,
         evaluation_only: true,
+        builder_scripts: true,
         lib_base: root.clone(),
     };
 
@@ -176,7 +284,16 @@ pub fn run() -> Result<bool> {
             continue;
         }
         match check(&sh, &root, case, &options) {
-            Ok(()) => println!("ok: caught: {} ({})", case.what, case.file),
+            Ok(()) => println!(
+                "ok: caught{}: {} ({})",
+                if case.lint {
+                    " by a lint stricter than upstream"
+                } else {
+                    ""
+                },
+                case.what,
+                case.file
+            ),
             Err(err) => {
                 all_caught = false;
                 println!("FAILED: not caught: {} ({}): {err:#}", case.what, case.file);
@@ -212,7 +329,11 @@ fn check(sh: &Shell, root: &Path, case: &Breakage, options: &Options) -> Result<
         );
     }
     std::fs::write(&file, text.replacen(case.from, case.to, 1))?;
-    let summary = nix_check::run(copy.path(), options)?;
+    let options = Options {
+        builder_scripts: case.scripts,
+        ..options.clone()
+    };
+    let summary = nix_check::run(copy.path(), &options)?;
     if summary.failed == 0 {
         bail!("nix-check passed the broken copy");
     }

@@ -17,6 +17,7 @@
 mod box_image;
 mod boxlite_runtime;
 mod breakage;
+mod nix_builders;
 mod nix_check;
 mod sources;
 
@@ -52,6 +53,7 @@ fn main() -> ExitCode {
                     ci: std::env::var("CI").is_ok_and(|v| v == "true" || v == "1"),
                     quiet: false,
                     evaluation_only: false,
+                    builder_scripts: true,
                     lib_base: root.clone(),
                 };
                 nix_check::run(&root, &options)

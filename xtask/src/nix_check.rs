@@ -25,6 +25,7 @@ const OUTPUTS: &[&str] = &[
     "packages",
     "apps",
     "checks",
+    "legacyPackages",
     "devShells",
     "overlays",
     "nixosModules",
@@ -36,6 +37,7 @@ const OUTPUTS: &[&str] = &[
 const STRUCTURE: &[(&str, &str)] = &[
     ("packages", "packages"),
     ("checks", "checks"),
+    ("legacyPackages", "legacyPackages"),
     ("apps", "apps"),
     ("devShells", "devShells"),
     ("overlays", "overlays"),
@@ -115,6 +117,7 @@ impl Reporter {
 }
 
 /// How a run is set up.
+#[derive(Clone)]
 pub struct Options {
     /// A failure instead of a skip when a tool or the nixpkgs lib is missing.
     pub ci: bool,
@@ -126,6 +129,9 @@ pub struct Options {
     /// Only the evaluation steps (the breakage test's mutations are all caught there or in
     /// parsing, and linting a scratch copy again would only repeat the main run).
     pub evaluation_only: bool,
+    /// Run the builder scripts step (the breakage test skips it where a case cannot be caught
+    /// there).
+    pub builder_scripts: bool,
 }
 
 /// Checks the repository at `root` (the workspace, or a scratch copy of it).
@@ -162,7 +168,7 @@ pub fn run(root: &Path, options: &Options) -> Result<Summary> {
             return Ok(finish(report, options));
         }
     };
-    evaluate(&sh, &root, &nix, &lib, &mut report)?;
+    evaluate(&sh, &root, &nix, &lib, options, &mut report)?;
     Ok(finish(report, options))
 }
 
@@ -303,7 +309,14 @@ fn nixpkgs_lib(root: &Path) -> std::result::Result<PathBuf, String> {
 
 /// 3 to 6: the flake against the stand-ins, the VM test scripts, the modules, the sources
 /// the tests read.
-fn evaluate(sh: &Shell, root: &Path, nix: &Path, lib: &Path, report: &mut Reporter) -> Result<()> {
+fn evaluate(
+    sh: &Shell,
+    root: &Path,
+    nix: &Path,
+    lib: &Path,
+    options: &Options,
+    report: &mut Reporter,
+) -> Result<()> {
     let copy = flake_copy(sh, root)?;
     let flake = format!("path:{}", copy.path().display());
     let overrides = stand_in_overrides(copy.path(), lib);
@@ -332,6 +345,11 @@ fn evaluate(sh: &Shell, root: &Path, nix: &Path, lib: &Path, report: &mut Report
         test_scripts(&eval, "x86_64-linux"),
     );
     report.record(
+        "lint (stricter than upstream): no builder argument that crane or nixpkgs would pass \
+         on to mkDerivation unnoticed (tests/nix-eval/lints.nix)",
+        builder_lints(&eval),
+    );
+    report.record(
         format!(
             "module evaluation: shared settings cases and option docs (lib.evalModules from {})",
             lib.display()
@@ -354,13 +372,107 @@ fn evaluate(sh: &Shell, root: &Path, nix: &Path, lib: &Path, report: &mut Report
              compare nix/boxlite-runtime.nix with"
         ));
     }
+    if options.builder_scripts {
+        builder_scripts(&eval, copy.path(), lib, &options.lib_base, report)?;
+    }
     // Said on every run, so a green nix-check is not read as more than it is.
     report.skipped(
         "builds and VM tests: no nixpkgs can be fetched and no guest can boot here (DESIGN §5); \
-         `nix flake check -L` on a Linux host with KVM builds every package (sandbox-boxlite, \
-         boxlite-runtime and the images included) and runs the VM tests (vm-boxlite-escape \
-         also needs nested KVM)",
+         `nix flake check -L` on a Linux host with KVM builds `checks` (the CLI, clippy, \
+         nextest, the module checks, the VM tests); the workflow also builds sandbox-boxlite, \
+         the images and the Lima variants with `nix build`, and runs vm-boxlite-escape, which \
+         needs nested KVM (docs/nix.md)",
     );
+    Ok(())
+}
+
+/// The lint of tests/nix-eval/lints.nix over the outputs that hold derivations.
+fn builder_lints(eval: &Eval) -> Result<String> {
+    let text = std::fs::read_to_string(eval.structure.with_file_name("lints.nix"))?;
+    let mut failures = Vec::new();
+    let mut looked = Vec::new();
+    for output in ["packages", "checks", "legacyPackages"] {
+        let result = eval.apply(output, &format!("(\n{text}\n)"))?;
+        failures.extend(strings(&result["failures"]));
+        looked.push(output);
+    }
+    failures.sort();
+    failures.dedup();
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n"));
+    }
+    Ok(looked.join(", "))
+}
+
+/// Runs the x86_64-linux `runCommand` bodies whose inputs can be had here, one step each
+/// (xtask/src/nix_builders.rs).
+fn builder_scripts(
+    eval: &Eval,
+    copy: &Path,
+    lib: &Path,
+    workspace: &Path,
+    report: &mut Reporter,
+) -> Result<()> {
+    let system = "x86_64-linux";
+    let text = std::fs::read_to_string(eval.structure.with_file_name("builders.nix"))?;
+    let packages_expr = format!(
+        "import {} {{ realLib = import {}; system = \"{system}\"; }}",
+        copy.join("tests/nix-eval/stand-in-packages.nix").display(),
+        lib.join("lib").display()
+    );
+    let (nix, sh) = (eval.nix, eval.sh);
+    let out = cmd!(
+        sh,
+        "{nix} {NIX_FEATURES...} eval --json --impure --expr {packages_expr}"
+    )
+    .quiet()
+    .ignore_status()
+    .output()?;
+    if !out.status.success() {
+        report.failed(
+            "builder scripts: listing the stand-in packages",
+            stderr(&out),
+        );
+        return Ok(());
+    }
+    let packages: Value = serde_json::from_slice(&out.stdout).context("no JSON")?;
+    let scratch = sh.create_temp_dir()?;
+    for output in ["packages", "checks"] {
+        let function = format!("o: (\n{text}\n) o \"{system}\"");
+        let scripts = match eval.apply(output, &function) {
+            Ok(s) => s,
+            Err(err) => {
+                report.failed(
+                    format!("builder scripts: listing the runCommand bodies of {output}.{system}"),
+                    format!("{err:#}"),
+                );
+                continue;
+            }
+        };
+        for (name, script) in scripts.as_object().into_iter().flatten() {
+            let what = format!(
+                "builder script: {output}.{system}.{name} under `bash -e -u -o pipefail`, as stdenv runs it"
+            );
+            match crate::nix_builders::run_script(
+                name,
+                script,
+                &packages,
+                workspace,
+                scratch.path(),
+            ) {
+                Ok(crate::nix_builders::Outcome::Ran(detail)) => {
+                    report.ok(format!("{what} ({detail})"))
+                }
+                Ok(crate::nix_builders::Outcome::Unavailable(reason)) => {
+                    report.unavailable(format!("{what}: {reason}"))
+                }
+                Ok(crate::nix_builders::Outcome::NeedsBuild(reason)) => {
+                    report.skipped(format!("{what}: {reason}"))
+                }
+                Err(err) => report.failed(what, format!("{err:#}")),
+            }
+        }
+    }
     Ok(())
 }
 
@@ -652,8 +764,13 @@ fn test_scripts(eval: &Eval, system: &str) -> Result<String> {
         bail!("python3 not found (apt-get install python3)");
     };
     let text = std::fs::read_to_string(eval.structure)?;
-    let scripts = eval.apply("checks", &format!("(\n{text}\n).testScripts \"{system}\""))?;
-    let scripts = scripts.as_object().context("no test scripts")?;
+    let mut scripts = serde_json::Map::new();
+    // The nested-KVM tests live in legacyPackages (`nix flake check` does not build them).
+    for output in ["checks", "legacyPackages"] {
+        let found = eval.apply(output, &format!("(\n{text}\n).testScripts \"{system}\""))?;
+        scripts.extend(found.as_object().context("no test scripts")?.clone());
+    }
+    let scripts = &scripts;
     if scripts.is_empty() {
         bail!("no VM tests in checks.{system}");
     }

@@ -1,7 +1,10 @@
 # STAND-IN for home-manager, used only by `cargo xtask nix-check` (see ../nixpkgs/flake.nix).
-# The real module system with declarations of the home-manager options our module and tests
-# set (options.nix), as a standalone configuration (`lib.homeManagerConfiguration`) and as
-# the NixOS module (`home-manager.users.<name>`), so a misspelt option fails.
+# Follows home-manager at the pinned revision e705714e918c3b11affcdd15db2cbe3a070420a0
+# (flake.lock): the real module system with declarations of the home-manager options our
+# module and tests set (options.nix) and the packages home-manager adds of its own
+# (own-packages.nix), as a standalone configuration (`lib.homeManagerConfiguration`,
+# lib/default.nix) and as the NixOS module (`home-manager.users.<name>`, nixos/default.nix),
+# so a misspelt option fails and "no packages" is never what a configuration has.
 {
   description = "offline stand-in for home-manager (tests/nix-eval)";
 
@@ -10,7 +13,7 @@
   outputs = { nixpkgs, ... }:
     let
       inherit (nixpkgs) lib;
-      homeOptions = import ./options.nix;
+      homeOptions = { imports = [ ./options.nix ./own-packages.nix ]; };
     in
     {
       lib.homeManagerConfiguration = { pkgs, modules, extraSpecialArgs ? { } }:

@@ -1,5 +1,6 @@
 # Declarations of the home-manager options our module and tests set, with home-manager's
-# types (modules/home-environment.nix, modules/misc/xdg.nix, modules/misc/assertions.nix).
+# types (modules/home-environment.nix, modules/misc/xdg.nix, modules/misc/assertions.nix at
+# e705714e, flake.lock). What home-manager adds to home.packages itself: own-packages.nix.
 { lib, ... }:
 let
   inherit (lib) mkOption types;

@@ -1,5 +1,6 @@
 # STAND-IN for nixpkgs, used only by `cargo xtask nix-check` on a machine that cannot download
-# nixpkgs. `lib` is the REAL nixpkgs lib (the `nixpkgs-lib` input, which nix-check points at
+# nixpkgs; it follows nixpkgs at the pinned revision e2587caef70cea85dd97d7daab492899902dbf5d
+# (flake.lock), file by file as each stand-in names. `lib` is the REAL nixpkgs lib (the `nixpkgs-lib` input, which nix-check points at
 # an unmodified nixpkgs.lib checkout, ../shared/nixpkgs-lib), with two parts replaced because
 # nix 2.8 cannot run them or they live outside lib (lib.nix). The packages are derivations
 # that refuse to build (pkgs.nix), and NixOS is the real module system with declarations of

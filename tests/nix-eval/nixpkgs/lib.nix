@@ -1,8 +1,11 @@
-# The real nixpkgs lib with the parts it cannot provide offline replaced:
+# The real nixpkgs lib (../shared/nixpkgs-lib: nixpkgs.lib at de42d442, 2026-06-14, five weeks
+# older than the pinned nixpkgs' lib; lib/ changes slowly) with the parts it cannot provide
+# offline replaced:
 #   - fileset: needs builtins.readFileType (nix >= 2.14); here a file set is a list of path
 #     strings, and toSource really copies exactly those files (so a missing file shows);
-#   - getExe': checks the binary name against the stand-in package's list of binaries,
-#     which the real one cannot do before building;
+#   - getExe': checks the binary name against the stand-in package's list of binaries.
+#     A LINT, stricter than upstream: the real getExe' only builds the path, the wrapper
+#     builds with a wrong name, and only a VM test running the binary fails;
 #   - nixosSystem: added to lib by nixpkgs' flake; here the real module system with the
 #     NixOS option declarations of nixos.nix.
 { realLib, pkgsFor }:

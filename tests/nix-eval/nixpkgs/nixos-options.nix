@@ -1,5 +1,6 @@
 # Declarations of the NixOS options that nixos-modules/, vm-images/ and the tests' nodes set,
-# with the types NixOS declares them with (nixos/modules/… in nixpkgs). A submodule lists only
+# with the types NixOS declares them with (nixos/modules/… in nixpkgs at the pinned revision
+# e2587cae, flake.lock). A submodule lists only
 # the sub-options we use and has no freeform type unless NixOS's has one, so a misspelt name
 # is an error, as in NixOS.
 { lib, config, pkgs, ... }:
@@ -7,7 +8,7 @@ let
   inherit (lib) mkOption types;
   opt = type: default: mkOption { inherit type default; };
   unitOption = types.oneOf [ types.str types.bool types.int (types.listOf types.str) ];
-  stub = name: pkgs.runCommand name { } "exit 1";
+  stub = name: pkgs.standInDerivation name { };
 in
 {
   options = {

@@ -1,5 +1,5 @@
 # STAND-IN for `pkgs.testers.runNixOSTest`: the test is a module of the NixOS test framework
-# (nixos/lib/testing/*.nix), evaluated with the real module system against declarations of
+# (nixos/lib/testing/*.nix at nixpkgs e2587cae, flake.lock), evaluated with the real module system against declarations of
 # the framework options we use, so a misspelt one fails; each node is a stand-in NixOS system
 # (nixos.nix) with the test-VM options our nodes set. The result is a derivation that cannot
 # be built; it carries the test script (passthru.testScript), which nix-check byte-compiles.

@@ -1,4 +1,5 @@
-# STAND-IN for `lib.nixosSystem`: the real module system (lib.evalModules) over the given
+# STAND-IN for `lib.nixosSystem` (nixpkgs flake.nix and nixos/lib/eval-config.nix at the pinned
+# revision e2587cae, flake.lock): the real module system (lib.evalModules) over the given
 # modules plus declarations of the NixOS options they set (nixos-options.nix). Setting an
 # option that is not declared there fails as it would in NixOS ("The option `…' does not
 # exist"); so does a value of the wrong type. Only options our modules and tests set are

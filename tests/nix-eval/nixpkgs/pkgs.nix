@@ -1,10 +1,21 @@
-# STAND-IN for the packages and builders the flake, its modules and its tests use. Each
+# STAND-IN for the packages and builders the flake, its modules and its tests use, following
+# nixpkgs at the pinned revision e2587caef70cea85dd97d7daab492899902dbf5d (flake.lock). Each
 # package is a derivation that refuses to build and lists the binaries the real one installs
-# (`standInBinaries`, checked by the stand-in lib.getExe'). The builders take only the
-# arguments the real ones do (a misspelt one fails) and keep them as the derivation's
-# environment, so instantiating an output checks that every string it interpolates
-# evaluates. An attribute missing here is a package nixpkgs lacks too, or one to add here
-# after checking that the pinned nixpkgs has it under that name.
+# (`standInBinaries`, checked by the stand-in lib.getExe'). The builders keep their arguments
+# as the derivation's environment, so instantiating an output checks that every string it
+# interpolates evaluates.
+#
+# Arguments: where the real builder's argument list is closed (writeShellApplication,
+# dockerTools.streamLayeredImage) an unknown argument fails, as it does upstream. Where the
+# real one hands unknown arguments on to mkDerivation (runCommand, symlinkJoin, fetchurl,
+# rustPlatform.buildRustPackage), they are passed on here too and recorded in
+# `standInUnknownArgs`, which `cargo xtask nix-check` reports as a LINT (stricter than
+# nixpkgs; tests/nix-eval/lints.nix).
+#
+# Packages: every package the flake tests for (`pkgs ? X`) or uses is here if the pinned
+# nixpkgs has it, on the systems it has it on (`lima`: every system), so a branch on a
+# package's presence takes the branch it takes upstream. An attribute missing here is one
+# nixpkgs lacks too, or one to add after checking the pinned nixpkgs has it by that name.
 { lib, system }:
 let
   inherit (builtins) attrNames removeAttrs;
@@ -15,7 +26,7 @@ let
   # reads only its name.
   standIn = name: env:
     let
-      drv = derivation (removeAttrs env [ "passthru" "meta" ] // {
+      drv = derivation (removeAttrs env [ "passthru" "meta" "standInUnknownArgs" ] // {
         inherit name system;
         builder = "/bin/sh";
         args = [ "-c" "echo 'stand-in derivation ${name} from tests/nix-eval: it cannot be built' >&2; exit 1" ];
@@ -26,6 +37,7 @@ let
       passthru = env.passthru or { };
       meta = env.meta or { };
       standInBinaries = env.standInBinaries or bins;
+      standInUnknownArgs = env.standInUnknownArgs or [ ];
     };
 
   package = name: binaries: standIn "${name}-stand-in" {
@@ -33,15 +45,21 @@ let
     standInBinaries = binaries;
   };
 
-  # Rejects arguments outside `allowed` (and, where real nixpkgs passes unknown arguments on to
-  # mkDerivation as environment variables, those in capitals: a misspelt camelCase name is
-  # a mistake, an environment variable is meant).
+  # Lower-case arguments outside `allowed` (names in capitals are environment variables).
+  unknownOf = allowed: args:
+    lib.filter (n: !(builtins.elem n allowed) && builtins.match "[A-Z][A-Z0-9_]*" n == null) (attrNames args);
+
+  # A builder whose real argument list is closed: an unknown argument fails, as upstream.
   strict = what: allowed: args:
-    let
-      unknown = lib.filter (n: !(builtins.elem n allowed) && builtins.match "[A-Z][A-Z0-9_]*" n == null) (attrNames args);
-    in
+    let unknown = unknownOf allowed args; in
     if unknown == [ ] then args
     else throw "${what}: unknown argument(s) ${lib.concatStringsSep ", " unknown} (stand-in knows: ${lib.concatStringsSep ", " allowed})";
+
+  # A builder whose real one passes unknown arguments on to mkDerivation: passed on, and
+  # recorded for the lint.
+  passOn = what: allowed: args: args // {
+    standInUnknownArgs = map (n: "${what}: ${n} is not an argument it takes (nixpkgs passes it to mkDerivation as an environment variable)") (unknownOf allowed args);
+  };
 
   # The stdenv.mkDerivation attributes our expressions pass.
   mkDerivationArgs = [
@@ -68,12 +86,31 @@ let
 
   python3 = package "python3" [ "python3" "python" ] // {
     interpreter = "${package "python3" [ "python3" ]}/bin/python3";
+    # An environment with the packages `f` picks from python3Packages (by name here).
+    withPackages = f: package "python3-${lib.concatMapStringsSep "-" (p: p.pname) (f python3Packages)}-env" [ "python3" "python" ];
   };
+
+  # The python3Packages our expressions use.
+  python3Packages = { pyyaml = { pname = "pyyaml"; }; };
 
   glibc = package "glibc" [ "ldd" ];
 
+  # nixpkgs' own Rust (pkgs.rustc, pkgs.cargo).
+  rustc = package "rustc" [ "rustc" ];
+  cargo = package "cargo" [ "cargo" ];
+
+  makeRustPlatform = { cargo, rustc }: {
+    buildRustPackage = args: standIn "${args.pname}-${args.version}" (removeAttrs
+      (passOn "rustPlatform.buildRustPackage"
+        ([ "cargoLock" "cargoHash" "buildNoDefaultFeatures" "buildFeatures" "cargoBuildFlags" "checkFlags" ] ++ mkDerivationArgs)
+        args) [ "cargoLock" ] // {
+      cargoLockFile = builtins.readFile args.cargoLock.lockFile;
+      nativeBuildInputs = (args.nativeBuildInputs or [ ]) ++ [ cargo rustc ];
+    });
+  };
+
   pkgs = {
-    inherit lib python3 glibc;
+    inherit lib python3 glibc rustc cargo;
     stdenv = {
       hostPlatform = {
         inherit system isLinux;
@@ -106,6 +143,8 @@ let
     jq = package "jq" [ "jq" ];
     libcap = package "libcap" [ "capsh" "getcap" "setcap" ];
     libiconv = package "libiconv" [ ];
+    # pkgs/by-name/li/lima: Linux and Darwin.
+    lima = package "lima" [ "limactl" "lima" ];
     makeBinaryWrapper = package "make-binary-wrapper-hook" [ ];
     nixpkgs-fmt = package "nixpkgs-fmt" [ "nixpkgs-fmt" ];
     patchelf = package "patchelf" [ "patchelf" ];
@@ -119,11 +158,11 @@ let
     xorriso = package "xorriso" [ "xorriso" "xorrisofs" "osirrox" ];
     yq-go = package "yq-go" [ "yq" ];
 
-    fetchurl = args: standIn args.name (strict "fetchurl" [ "name" "url" "hash" ] args);
+    fetchurl = args: standIn args.name (passOn "fetchurl" [ "name" "url" "hash" ] args);
 
-    runCommand = name: env: buildCommand: standIn name (strict "runCommand ${name}" mkDerivationArgs env // { inherit buildCommand; });
+    runCommand = name: env: buildCommand: standIn name (passOn "runCommand ${name}" mkDerivationArgs env // { inherit buildCommand; });
 
-    symlinkJoin = args: standIn args.name (strict "symlinkJoin" ([ "paths" ] ++ mkDerivationArgs) args // {
+    symlinkJoin = args: standIn args.name (passOn "symlinkJoin" ([ "paths" ] ++ mkDerivationArgs) args // {
       paths = map toString args.paths;
     });
 
@@ -135,12 +174,11 @@ let
       inputDerivations = args.inputsFrom or [ ];
     });
 
-    rustPlatform.buildRustPackage = args: standIn "${args.pname}-${args.version}" (removeAttrs
-      (strict "rustPlatform.buildRustPackage"
-        ([ "cargoLock" "cargoHash" "buildNoDefaultFeatures" "buildFeatures" "cargoBuildFlags" "checkFlags" ] ++ mkDerivationArgs)
-        args) [ "cargoLock" ] // {
-      cargoLockFile = builtins.readFile args.cargoLock.lockFile;
-    });
+    rustPlatform = makeRustPlatform { inherit cargo rustc; };
+
+    # pkgs/development/compilers/rust/make-rust-platform.nix: a rustPlatform whose
+    # buildRustPackage builds with the given cargo and rustc (in nativeBuildInputs).
+    inherit makeRustPlatform;
 
     dockerTools = {
       binSh = package "bin-sh" [ "sh" ];

@@ -1,6 +1,7 @@
-# STAND-IN for oxalica/rust-overlay, used only by `cargo xtask nix-check`. `lib.mkRustBin`
-# gives the `rust-bin` attribute set; the stable versions listed are those the pinned revision
-# fe212439 has manifests for (manifests/stable/, 1.85.0 and later), so pinning one it lacks
+# STAND-IN for oxalica/rust-overlay, used only by `cargo xtask nix-check`, following the pinned
+# revision fe2124391e739e7b3e8720cd8a73f06edd0aceba (flake.lock; flake.nix, lib/). `lib.mkRustBin`
+# gives the `rust-bin` attribute set; the stable versions listed are those that revision
+# has manifests for (manifests/stable/, 1.85.0 and later), so pinning one it lacks
 # fails here too.
 {
   description = "offline stand-in for rust-overlay (tests/nix-eval)";
@@ -31,10 +32,9 @@
           "1.97.0"
           "1.97.1"
         ];
-        toolchain = version: profile: pkgs.runCommand "rust-${profile}-${version}"
-          {
-            passthru.standInBinaries = [ "cargo" "rustc" "cargo-clippy" "rustfmt" ];
-          } "exit 1";
+        toolchain = version: profile: pkgs.standInDerivation "rust-${profile}-${version}" {
+          standInBinaries = [ "cargo" "rustc" "cargo-clippy" "rustfmt" ];
+        };
       in
       {
         stable = nixpkgs.lib.genAttrs versions (v: {
