@@ -213,6 +213,10 @@ fn describe_mount(op: &compile::view::MountOp) -> String {
             upper.display()
         ),
         MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
+        MountOp::Devpts { target } => format!(
+            "devpts {}  (a private instance: new ptys only, none of the host's)",
+            target.display()
+        ),
     }
 }
 

@@ -34,6 +34,9 @@ pub struct NativeOptions {
 pub struct NativeSandbox {
     view: Option<ViewMode>,
     ruleset: Option<OwnedFd>,
+    /// What `ruleset` was built from: a command whose child adds a rule of its own (for a
+    /// mount only its view has) builds a ruleset of its own from it.
+    landlock: compile::landlock::LandlockPlan,
     filters: Vec<BpfProgram>,
     /// Set when running as root: the highest capability number to drop from the bounding
     /// set. Root keeps `CAP_SYS_PTRACE`, `CAP_DAC_OVERRIDE` and friends otherwise, and some
@@ -66,16 +69,15 @@ enum ViewMode {
 pub struct NativeChild {
     sandbox: Arc<NativeSandbox>,
     view: Option<Arc<PreparedView>>,
-    /// With a quarantined store: the command's own ruleset, and the rule the child adds for
-    /// the overlay once it exists.
+    /// With mounts only the child's view has (the git store's overlay, the private devpts):
+    /// the command's own ruleset, and the rules the child adds for them once they exist.
     own_ruleset: Option<OwnedFd>,
-    store_rule: Option<StoreRule>,
+    child_rules: Vec<ChildRule>,
 }
 
-/// A Landlock rule for the git store's overlay, added in the child after the view is built:
-/// the overlay exists only there, and Landlock does not consult a rule on the mount point an
-/// overlay covers.
-struct StoreRule {
+/// A Landlock rule added in the child after the view is built, for a directory mounted only
+/// there: Landlock does not consult a rule on the mount point such a mount covers.
+struct ChildRule {
     path: std::ffi::CString,
     access: u64,
 }
@@ -89,7 +91,19 @@ struct PathBeneathAttr {
 
 const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 
-impl StoreRule {
+impl ChildRule {
+    fn new(path: &std::path::Path, access: u64) -> Result<Self, HostError> {
+        Ok(ChildRule {
+            path: std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+                HostError::ViewPath {
+                    path: path.to_path_buf(),
+                    cause: "contains a NUL byte".into(),
+                }
+            })?,
+            access,
+        })
+    }
+
     fn add(&self, ruleset: &OwnedFd) -> Result<(), SetupFailure> {
         let fail = || SetupFailure::last(SetupStep::LandlockAddRule);
         // SAFETY: open(2) of a NUL-terminated path, O_PATH: no access to the content.
@@ -192,6 +206,9 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
 /// unix sockets, since a pathname socket (tmux, D-Bus, docker) would reach the host.
 fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions) -> SeccompPlan {
     let mut plan = compile::seccomp::compile(policy);
+    plan.rules.extend(compile::seccomp::chown_rules(
+        nix::unistd::geteuid().as_raw(),
+    ));
     if matches!(support, ViewSupport::Unavailable { .. }) && !options.allow_unix_sockets {
         plan.rules.push(compile::seccomp::unix_socket_rule());
     }
@@ -348,6 +365,7 @@ impl NativeSandbox {
         Ok(NativeSandbox {
             view,
             ruleset,
+            landlock: plan,
             filters,
             drop_caps_up_to,
             enforcement,
@@ -363,14 +381,14 @@ impl NativeSandbox {
     pub fn command(
         self: &Arc<Self>,
     ) -> Result<(NativeChild, Option<sandbox_git::quarantine::LiveQuarantine>), HostError> {
-        let mut own_ruleset = None;
-        let mut store_rule = None;
+        let mut child_rules = Vec::new();
+        let mut plan = &self.landlock;
         let (view, store) = match &self.view {
             None => (None, None),
             Some(ViewMode::Shared(view)) => (Some(view.clone()), None),
             Some(ViewMode::Quarantined {
                 policy,
-                landlock: plan,
+                landlock,
                 staging,
                 store_dir,
                 common,
@@ -383,29 +401,34 @@ impl NativeSandbox {
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
                 let view = PreparedView::prepare(policy, staging, Some(store.layers()))?;
-                if self.ruleset.is_some() {
-                    own_ruleset = landlock::build(plan)?;
-                    store_rule = Some(StoreRule {
-                        path: std::ffi::CString::new(common.as_os_str().as_encoded_bytes())
-                            .map_err(|_| HostError::ViewPath {
-                                path: common.clone(),
-                                cause: "contains a NUL byte".into(),
-                            })?,
-                        access: landlock::read_write_dir_bits(abi::landlock_abi()),
-                    });
-                }
+                plan = landlock;
+                child_rules.push(ChildRule::new(
+                    common,
+                    landlock::read_write_dir_bits(abi::landlock_abi()),
+                )?);
                 (
                     Some(Arc::new(view)),
                     Some(sandbox_git::quarantine::LiveQuarantine::start(store)),
                 )
             }
         };
+        if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
+            child_rules.push(ChildRule::new(
+                devpts,
+                landlock::device_dir_bits(abi::landlock_abi()),
+            )?);
+        }
+        // The child's rules must not land in the ruleset other commands share.
+        let own_ruleset = match (&self.ruleset, child_rules.is_empty()) {
+            (Some(_), false) => landlock::build(plan)?,
+            _ => None,
+        };
         Ok((
             NativeChild {
                 sandbox: self.clone(),
                 view,
                 own_ruleset,
-                store_rule,
+                child_rules,
             },
             store,
         ))
@@ -551,8 +574,10 @@ impl ChildSetup for NativeChild {
             view.apply_in_child()?;
         }
         let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
-        if let (Some(rule), Some(ruleset)) = (&self.store_rule, ruleset) {
-            rule.add(ruleset)?;
+        if let Some(ruleset) = &self.own_ruleset {
+            for rule in &self.child_rules {
+                rule.add(ruleset)?;
+            }
         }
         self.sandbox.apply_limits(ruleset)
     }

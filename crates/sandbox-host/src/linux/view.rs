@@ -60,7 +60,14 @@ enum Step {
     },
     /// A bind of a path of the view over itself, read-only.
     Pin(CString),
+    /// A private devpts instance.
+    Devpts(CString),
 }
+
+/// A devpts of the view's own: a new instance (no host pty in it) whose `ptmx` anyone in the
+/// view may open; new slaves get the opener's ids and mode 0620. No `gid=5`: the host's tty
+/// group is not mapped in the user namespace.
+const DEVPTS_OPTIONS: &std::ffi::CStr = c"newinstance,ptmxmode=0666,mode=0620";
 
 /// The view of one policy, ready to be built in a child.
 #[derive(Debug)]
@@ -280,6 +287,22 @@ impl PreparedView {
                         format!("read-only pin of {} ({why})", target.display()),
                     );
                 }
+                MountOp::Devpts { target } => {
+                    made.insert(target.clone());
+                    if !on_host(&mounted, target) {
+                        push(
+                            &mut steps,
+                            Step::Mkdir(inside(target)?),
+                            format!("mount point {}", target.display()),
+                        );
+                    }
+                    mounted.insert(target.clone(), false);
+                    push(
+                        &mut steps,
+                        Step::Devpts(inside(target)?),
+                        format!("private devpts on {}", target.display()),
+                    );
+                }
                 MountOp::Symlink { link, target } => {
                     made.insert(link.clone());
                     push(
@@ -307,6 +330,16 @@ impl PreparedView {
 
     pub fn plan(&self) -> &ViewPlan {
         &self.plan
+    }
+
+    /// Where the view mounts its private devpts, if it has one: a mount made only in the
+    /// child, so the Landlock rule that lets the command open new ptys there is added in the
+    /// child too.
+    pub fn devpts(&self) -> Option<&Path> {
+        self.plan.ops.iter().find_map(|op| match op {
+            MountOp::Devpts { target } => Some(target.as_path()),
+            _ => None,
+        })
     }
 
     /// What step `detail` of the view was, for an error message.
@@ -482,6 +515,18 @@ fn run(step: &Step) -> Result<(), Errno> {
                     c"overlay".as_ptr(),
                     libc::MS_NOSUID | libc::MS_NODEV,
                     data.as_ptr().cast(),
+                )
+            })
+        }
+        Step::Devpts(target) => {
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+            check(unsafe {
+                libc::mount(
+                    c"devpts".as_ptr(),
+                    target.as_ptr(),
+                    c"devpts".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NOEXEC,
+                    DEVPTS_OPTIONS.as_ptr().cast(),
                 )
             })
         }
