@@ -232,12 +232,28 @@ fn report(
                 0,
                 "private view (user + mount namespaces, a new root): only the policy's paths \
                  exist — no unix socket, $HOME or /run of the host; a private /tmp; a minimal \
-                 /dev; git hooks, config and pointer files bound read-only"
+                 /dev with its device nodes bound read-only and a private devpts (new ptys \
+                 work, the user's other terminals do not exist); git hooks, config and \
+                 pointer files bound read-only"
+                    .into(),
+            );
+            e.notes.push(
+                "metadata: inside the view a run can change mode bits (never setuid/setgid), \
+                 times and group of what it may write (the worktree, git data, TMPDIR, \
+                 grants); the read-only binds refuse any change elsewhere"
                     .into(),
             );
         }
         ViewSupport::Unavailable { reason } => {
             let layer = format!("no private view: {reason}");
+            e.downgrades.push(
+                "metadata: without the view, Landlock does not mediate chmod, chown or utime: \
+                 a run can change the mode bits (never setuid/setgid: seccomp), times and group \
+                 of any file its user owns anywhere on the host (a private key made \
+                 world-readable, /dev/null's mode as root), and the user's other terminals in \
+                 /dev/pts are reachable"
+                    .into(),
+            );
             if options.allow_unix_sockets {
                 e.downgrades.push(format!(
                     "{layer}; unix sockets are allowed (--allow-unix-sockets), so a pathname \
