@@ -458,3 +458,97 @@ fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
     assert_eq!(head.trim().len(), 40, "{out:?}");
     assert_eq!(escape::rev_parse(&f, "feature"), head.trim());
 }
+
+/// A small loose object that inflates to 1 GiB (1 MB of compressed zeros, written inside the
+/// way git writes one) is imported into the repository with the host's `sandbox` process
+/// staying far below the object's size: the host streams it. Measured from outside: the
+/// peak resident size of the `sandbox` process (`ru_maxrss` of `wait4`, which also covers
+/// what it waited for — the command inside, a small python).
+#[test]
+fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        common::skip("python3 is missing");
+        return;
+    }
+    const GIB: u64 = 1 << 30;
+    let script = format!(
+        "import hashlib, os, subprocess, zlib\n\
+         n = {GIB}\n\
+         head = b'blob %d\\0' % n\n\
+         h = hashlib.sha1(head)\n\
+         z = zlib.compressobj(1)\n\
+         chunk = bytes(1 << 20)\n\
+         parts = [z.compress(head)]\n\
+         for _ in range(n >> 20):\n    h.update(chunk)\n    parts.append(z.compress(chunk))\n\
+         parts.append(z.flush())\n\
+         oid = h.hexdigest()\n\
+         common = subprocess.check_output(['git', 'rev-parse', '--git-common-dir']).decode().strip()\n\
+         d = os.path.join(common, 'objects', oid[:2])\n\
+         os.makedirs(d, exist_ok=True)\n\
+         with open(os.path.join(d, 'tmp_obj_x'), 'wb') as out:\n    out.write(b''.join(parts))\n\
+         os.rename(os.path.join(d, 'tmp_obj_x'), os.path.join(d, oid[2:]))\n\
+         print('OID', oid, sum(map(len, parts)))\n"
+    );
+    let child = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--", "/usr/bin/python3", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdout = child.stdout.unwrap();
+    let mut stderr = child.stderr.unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let mut shown = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut shown).unwrap();
+    let errors = reader.join().unwrap();
+    let mut status = 0;
+    // SAFETY: wait4(2) on our own child, writing one int and one rusage to our stack.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}: {shown}\n{errors}"
+    );
+    let oid = shown
+        .split_whitespace()
+        .skip_while(|w| *w != "OID")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no object id: {shown}\n{errors}"))
+        .to_string();
+    // The object is in the repository now, whole.
+    let size = std::process::Command::new("git")
+        .args(["cat-file", "-s", &oid])
+        .current_dir(&f.main)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&size.stdout).trim(),
+        GIB.to_string(),
+        "{}\n{errors}",
+        common::text(&size)
+    );
+    let peak_kib = usage.ru_maxrss as u64;
+    common::report(format_args!(
+        "importing a 1 GiB loose object: sandbox's peak RSS {} MiB",
+        peak_kib / 1024
+    ));
+    assert!(
+        peak_kib < 256 * 1024,
+        "the host's sandbox process peaked at {peak_kib} KiB importing a 1 GiB object"
+    );
+}
