@@ -201,6 +201,10 @@ pub struct NativeBackendConfig {
     )]
     #[schemars(with = "Option<bool>")]
     pub allow_unix_sockets: bool,
+    /// The size of a run's git store layer (the tmpfs that takes the objects and refs a
+    /// quarantined run writes), in MiB; default 1024. A run that fills it sees ENOSPC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_store_size_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -384,6 +388,10 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
     base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
+    opt(
+        &mut base.backends.native.git_store_size_mib,
+        over.backends.native.git_store_size_mib,
+    );
     base
 }
 

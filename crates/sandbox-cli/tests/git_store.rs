@@ -552,3 +552,71 @@ fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
         "the host's sandbox process peaked at {peak_kib} KiB importing a 1 GiB object"
     );
 }
+
+/// Filling the git store layer: the run's writes to the store stop at its bound with ENOSPC
+/// inside, `sandbox` says afterwards that the layer was full and how to raise the bound, and
+/// nothing of it lands in the host's memory-backed directories (`/dev/shm`). The control: the
+/// same write under a bound large enough goes through.
+#[test]
+fn filling_the_git_store_layer_stops_at_its_bound_with_a_clear_error() {
+    let write_24_mib = "head -c 25165824 /dev/urandom > big && git add big && echo added";
+    for (mib, fits) in [(8, false), (128, true)] {
+        let f = Fixture::new();
+        if let Some(why) = quarantine_unavailable(&f) {
+            common::skip(why);
+            return;
+        }
+        f.env.write_config(&format!(
+            "backends:\n  native:\n    git_store_size_mib: {mib}\n"
+        ));
+        let shm = |uid: u32| {
+            let dir = std::path::Path::new("/dev/shm").join(format!("sandbox-{uid}"));
+            walk_size(&dir)
+        };
+        let uid = nix::unistd::geteuid().as_raw();
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--", "sh", "-c", write_24_mib])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if fits {
+            assert!(stdout.contains("added"), "{}", common::text(&out));
+            assert!(!stderr.contains("layer was full"), "{}", common::text(&out));
+            continue;
+        }
+        assert!(!stdout.contains("added"), "{}", common::text(&out));
+        assert!(
+            stderr.contains("No space left on device"),
+            "{}",
+            common::text(&out)
+        );
+        assert!(
+            stderr.contains("git store layer was full (8 MiB)")
+                && stderr.contains("git_store_size_mib"),
+            "{}",
+            common::text(&out)
+        );
+        // The layer was the run's own tmpfs: nothing of it was ever in the host's /dev/shm.
+        assert!(shm(uid) < 1 << 20, "{} bytes in /dev/shm", shm(uid));
+    }
+}
+
+/// The bytes of the regular files under `dir` (0 if it does not exist).
+fn walk_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => walk_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}

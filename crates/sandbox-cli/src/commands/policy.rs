@@ -170,6 +170,10 @@ fn native_forms(session: &Session, allow_degraded: bool) -> NativeForms {
             allow_degraded,
             allow_unix_sockets: session.options.allow_unix_sockets,
             private_dir: session.options.private_dir(),
+            git_store_bytes: session
+                .options
+                .git_store_bytes
+                .unwrap_or(sandbox_host::linux::native::DEFAULT_GIT_STORE_BYTES),
         },
     );
     NativeForms {

@@ -27,7 +27,12 @@ pub struct NativeOptions {
     pub allow_unix_sockets: bool,
     /// Our private directory: the probe's cache and the view's staging directory live here.
     pub private_dir: PathBuf,
+    /// The bound of a run's git store layer, in bytes (a tmpfs of this size per command).
+    pub git_store_bytes: u64,
 }
+
+/// The git store layer's bound when the configuration names none.
+pub const DEFAULT_GIT_STORE_BYTES: u64 = 1 << 30;
 
 /// A prepared native sandbox: everything compiled once per session. Each command gets a
 /// [`NativeChild`] from [`NativeSandbox::command`].
@@ -60,6 +65,8 @@ enum ViewMode {
         staging: PathBuf,
         /// Where each command's quarantine directory is made.
         store_dir: PathBuf,
+        /// The bound of each command's writable layer.
+        store_bytes: u64,
         common: PathBuf,
         task_branch: Option<String>,
     },
@@ -337,6 +344,7 @@ impl NativeSandbox {
                             landlock: landlock_plan(policy, &support)?,
                             staging,
                             store_dir,
+                            store_bytes: options.git_store_bytes,
                             common: git.common_dir.clone(),
                             task_branch: git.task_branch.clone(),
                         })
@@ -407,16 +415,25 @@ impl NativeSandbox {
                 landlock,
                 staging,
                 store_dir,
+                store_bytes,
                 common,
                 task_branch,
             }) => {
-                let store = sandbox_git::quarantine::StoreQuarantine::prepare(
+                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare(
                     common,
                     task_branch.as_deref(),
                     store_dir,
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
-                let view = PreparedView::prepare(policy, staging, Some(store.layers()))?;
+                let layer = store
+                    .bound_layer(*store_bytes)
+                    .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                let view = PreparedView::prepare_with_layer(
+                    policy,
+                    staging,
+                    Some(store.layers()),
+                    Some(layer),
+                )?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
