@@ -494,6 +494,8 @@ fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
          os.rename(os.path.join(d, 'tmp_obj_x'), os.path.join(d, oid[2:]))\n\
          print('OID', oid, sum(map(len, parts)))\n"
     );
+    // Reaped by wait4 below, which also returns its peak RSS.
+    #[allow(clippy::zombie_processes)]
     let child = f
         .env
         .cmd()

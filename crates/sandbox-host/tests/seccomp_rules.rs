@@ -1083,7 +1083,7 @@ fn file_owner_rows() -> Vec<Row> {
             why_control: "the struct is read first: EFAULT",
         },
     ];
-    let chown: [(&'static str, &'static str, fn() -> i32, &'static str); 4] = [
+    let chown: [ChownRow; 4] = [
         (
             "chown",
             "chown(missing, another uid, -1)",
@@ -1133,6 +1133,9 @@ fn file_owner_rows() -> Vec<Row> {
     }
     rows
 }
+
+/// (syscall, what, call, why_control) of a chown row.
+type ChownRow = (&'static str, &'static str, fn() -> i32, &'static str);
 
 const NO_DIR: &str = "no such directory: ENOENT";
 
