@@ -196,9 +196,10 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
             // The layers a run would make, named as they would be (a run directory of each
             // command's own replaces `<run>`).
             let run = options.private_dir.join("git-store/<run>");
+            // `layer/` is the run's bounded tmpfs (mounted in the child).
             let layers = sandbox_policy::compile::view::GitStoreLayers {
-                upper: run.join("upper"),
-                work: run.join("work"),
+                upper: run.join("layer/upper"),
+                work: run.join("layer/work"),
                 snapshot: run.join("snapshot"),
                 pinned_refs: Vec::new(),
             };
