@@ -204,6 +204,7 @@ pub struct NativeBackendConfig {
     /// The size of a run's git store layer (the tmpfs that takes the objects and refs a
     /// quarantined run writes), in MiB; default 1024. A run that fills it sees ENOSPC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1048576))]
     pub git_store_size_mib: Option<u64>,
 }
 
@@ -335,6 +336,14 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
         check("timeout", t, &formats::DURATION)?;
         humantime::parse_duration(t)
             .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
+    }
+    if let Some(mib) = config.backends.native.git_store_size_mib {
+        if !(1..=1 << 20).contains(&mib) {
+            return Err(invalid(format!(
+                "key `backends.native.git_store_size_mib`: {mib} is not between 1 and 1048576 \
+                 (MiB)"
+            )));
+        }
     }
     if config.network.allow_ports.contains(&0) {
         return Err(invalid(
