@@ -65,8 +65,9 @@ enum ViewMode {
         staging: PathBuf,
         /// Where each command's quarantine directory is made.
         store_dir: PathBuf,
-        /// The bound of each command's writable layer.
-        store_bytes: u64,
+        /// The bound of each command's writable layer (`None`: no tmpfs of its own can take
+        /// the overlay's xattrs here, and the layer stays on disk).
+        store_bytes: Option<u64>,
         common: PathBuf,
         task_branch: Option<String>,
     },
@@ -330,10 +331,15 @@ impl NativeSandbox {
                         // The quarantine's layers are made and removed on every run: in
                         // memory where this machine allows (see `privdir::memory_scratch`),
                         // never where the policy lets the command write.
-                        let scratch = crate::privdir::memory_scratch(&private, &|dir| {
+                        let memory = crate::privdir::memory_scratch(&private, &|dir| {
                             !policy.is_writable(dir)
-                        })
-                        .unwrap_or_else(|| private.clone());
+                        });
+                        // A tmpfs there takes user xattrs (Linux 6.6 and later), which the
+                        // overlay's `userxattr` needs of its upper layer: so can the run's own
+                        // bounded tmpfs. Otherwise the layer stays on the private dir's disk,
+                        // out of the host's memory.
+                        let store_bytes = memory.is_some().then_some(options.git_store_bytes);
+                        let scratch = memory.unwrap_or_else(|| private.clone());
                         let store_dir = scratch.join("git-store");
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
@@ -345,7 +351,7 @@ impl NativeSandbox {
                             landlock: landlock_plan(policy, &support)?,
                             staging,
                             store_dir,
-                            store_bytes: options.git_store_bytes,
+                            store_bytes,
                             common: git.common_dir.clone(),
                             task_branch: git.task_branch.clone(),
                         })
@@ -426,15 +432,12 @@ impl NativeSandbox {
                     store_dir,
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
-                let layer = store
-                    .bound_layer(*store_bytes)
+                let layer = store_bytes
+                    .map(|bytes| store.bound_layer(bytes))
+                    .transpose()
                     .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
-                let view = PreparedView::prepare_with_layer(
-                    policy,
-                    staging,
-                    Some(store.layers()),
-                    Some(layer),
-                )?;
+                let view =
+                    PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
