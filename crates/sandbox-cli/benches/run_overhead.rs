@@ -85,7 +85,7 @@ fn view_as_bwrap(sandbox: &str, task: &Path, home: &Path, runtime: &Path) -> Opt
             "symlink" => args.extend(["--symlink".into(), s("target"), s("link")]),
             "bind" => {
                 let flag = match (op["why"].as_str(), op["readonly"].as_bool()) {
-                    (Some("device"), _) => "--dev-bind",
+                    (Some(why), _) if why.starts_with("device") => "--dev-bind",
                     (_, Some(true)) => "--ro-bind",
                     _ => "--bind",
                 };
@@ -93,6 +93,8 @@ fn view_as_bwrap(sandbox: &str, task: &Path, home: &Path, runtime: &Path) -> Opt
             }
             // The git store quarantine has no bwrap form: compared without it.
             "overlay" | "pin" => {}
+            // bwrap has a private devpts only as part of `--dev` (a whole new /dev).
+            "devpts" => {}
             _ => return None,
         }
     }

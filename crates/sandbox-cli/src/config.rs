@@ -201,6 +201,11 @@ pub struct NativeBackendConfig {
     )]
     #[schemars(with = "Option<bool>")]
     pub allow_unix_sockets: bool,
+    /// The size of a run's git store layer (the tmpfs that takes the objects and refs a
+    /// quarantined run writes), in MiB; default 1024. A run that fills it sees ENOSPC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1048576))]
+    pub git_store_size_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -332,6 +337,14 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
         humantime::parse_duration(t)
             .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
     }
+    if let Some(mib) = config.backends.native.git_store_size_mib {
+        if !(1..=1 << 20).contains(&mib) {
+            return Err(invalid(format!(
+                "key `backends.native.git_store_size_mib`: {mib} is not between 1 and 1048576 \
+                 (MiB)"
+            )));
+        }
+    }
     if config.network.allow_ports.contains(&0) {
         return Err(invalid(
             "key `network.allow_ports`: port 0 is not a port".into(),
@@ -384,6 +397,10 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
     base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
+    opt(
+        &mut base.backends.native.git_store_size_mib,
+        over.backends.native.git_store_size_mib,
+    );
     base
 }
 

@@ -144,6 +144,11 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
         }),
         trusted: trusted_places(&ctx.dirs),
         allow_unix_sockets: config.backends.native.allow_unix_sockets,
+        git_store_bytes: config
+            .backends
+            .native
+            .git_store_size_mib
+            .map(|mib| mib.max(1).saturating_mul(1 << 20)),
         ..BackendOptions::default()
     }
 }

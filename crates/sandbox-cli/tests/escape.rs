@@ -19,6 +19,12 @@ use common::escape::{self, Verdict};
 const NONO_NO_VIEW: &str = "nono 0.81 mediates AF_UNIX connect() on Linux only through \
      Landlock, which does not govern pathname sockets before ABI 9, and it has no private \
      view to hide them; the native backend's view does";
+const NO_VIEW_PTYS: &str = "without a private view /dev/pts is the host's: Landlock grants \
+     it as a device directory (programs need new ptys), and it cannot tell the run's ptys from \
+     the user's other terminals; the native view mounts a private devpts instead";
+const NO_VIEW_DEVICES: &str = "without a private view the device nodes are the host's, and \
+     Landlock does not mediate chmod: as root (their owner) a run can change their mode; the \
+     native view binds them read-only";
 const KNOWN_GAPS: &[(&str, &str, &str)] = &[
     (
         "nono",
@@ -35,6 +41,28 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
         "reach the daemon's socket (without its token)",
         "as for the other pathname sockets; the daemon still refuses a client without its \
          host token",
+    ),
+    (
+        "nono",
+        "read and write another terminal of the user (/dev/pts/N)",
+        NO_VIEW_PTYS,
+    ),
+    (
+        "native-nouserns",
+        "read and write another terminal of the user (/dev/pts/N)",
+        NO_VIEW_PTYS,
+    ),
+    ("nono", escape::TERMINAL_DEVICE_MODE, NO_VIEW_DEVICES),
+    (
+        "native-nouserns",
+        escape::TERMINAL_DEVICE_MODE,
+        NO_VIEW_DEVICES,
+    ),
+    (
+        "nono",
+        "leave a setuid binary in the worktree",
+        "nono's seccomp baseline does not deny setuid/setgid modes; the native backend's \
+         seccomp does, with or without the view",
     ),
     (
         "nono",
@@ -118,7 +146,9 @@ fn backends_hold_against_the_escape_suite() {
         // Without a boundary the attack must work — otherwise its check proves nothing.
         // (Unprivileged, TIOCSTI is already refused by the new session alone.)
         let control = &verdicts[0];
-        let control_may_hold = name.contains("TIOCSTI") && !is_root;
+        // Nor can a user other than root chmod a device node it does not own.
+        let control_may_hold =
+            (name.contains("TIOCSTI") || name == escape::TERMINAL_DEVICE_MODE) && !is_root;
         match control {
             Verdict::Escaped(_) | Verdict::Skipped(_) => {}
             other if control_may_hold => {

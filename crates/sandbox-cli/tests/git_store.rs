@@ -458,3 +458,193 @@ fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
     assert_eq!(head.trim().len(), 40, "{out:?}");
     assert_eq!(escape::rev_parse(&f, "feature"), head.trim());
 }
+
+/// A small loose object that inflates to 1 GiB (1 MB of compressed zeros, written inside the
+/// way git writes one) is imported into the repository with the host's `sandbox` process
+/// staying far below the object's size: the host streams it. Measured from outside: the
+/// peak resident size of the `sandbox` process (`ru_maxrss` of `wait4`, which also covers
+/// what it waited for — the command inside, a small python).
+#[test]
+fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    if !std::path::Path::new("/usr/bin/python3").exists() {
+        common::skip("python3 is missing");
+        return;
+    }
+    const GIB: u64 = 1 << 30;
+    let script = format!(
+        "import hashlib, os, subprocess, zlib\n\
+         n = {GIB}\n\
+         head = b'blob %d\\0' % n\n\
+         h = hashlib.sha1(head)\n\
+         z = zlib.compressobj(1)\n\
+         chunk = bytes(1 << 20)\n\
+         parts = [z.compress(head)]\n\
+         for _ in range(n >> 20):\n    h.update(chunk)\n    parts.append(z.compress(chunk))\n\
+         parts.append(z.flush())\n\
+         oid = h.hexdigest()\n\
+         common = subprocess.check_output(['git', 'rev-parse', '--git-common-dir']).decode().strip()\n\
+         d = os.path.join(common, 'objects', oid[:2])\n\
+         os.makedirs(d, exist_ok=True)\n\
+         with open(os.path.join(d, 'tmp_obj_x'), 'wb') as out:\n    out.write(b''.join(parts))\n\
+         os.rename(os.path.join(d, 'tmp_obj_x'), os.path.join(d, oid[2:]))\n\
+         print('OID', oid, sum(map(len, parts)))\n"
+    );
+    // Reaped by wait4 below, which also returns its peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--", "/usr/bin/python3", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let mut stdout = child.stdout.unwrap();
+    let mut stderr = child.stderr.unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
+    let mut shown = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut shown).unwrap();
+    let errors = reader.join().unwrap();
+    let mut status = 0;
+    // SAFETY: wait4(2) on our own child, writing one int and one rusage to our stack.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(waited, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}: {shown}\n{errors}"
+    );
+    let oid = shown
+        .split_whitespace()
+        .skip_while(|w| *w != "OID")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no object id: {shown}\n{errors}"))
+        .to_string();
+    // The object is in the repository now, whole.
+    let size = std::process::Command::new("git")
+        .args(["cat-file", "-s", &oid])
+        .current_dir(&f.main)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&size.stdout).trim(),
+        GIB.to_string(),
+        "{}\n{errors}",
+        common::text(&size)
+    );
+    let peak_kib = usage.ru_maxrss as u64;
+    common::report(format_args!(
+        "importing a 1 GiB loose object: sandbox's peak RSS {} MiB",
+        peak_kib / 1024
+    ));
+    assert!(
+        peak_kib < 256 * 1024,
+        "the host's sandbox process peaked at {peak_kib} KiB importing a 1 GiB object"
+    );
+}
+
+/// Filling the git store layer: the run's writes to the store stop at its bound with ENOSPC
+/// inside, `sandbox` says afterwards that the layer was full and how to raise the bound, and
+/// nothing of it lands in the host's memory-backed directories (`/dev/shm`). The control: the
+/// same write under a bound large enough goes through.
+#[test]
+fn filling_the_git_store_layer_stops_at_its_bound_with_a_clear_error() {
+    let write_24_mib = "head -c 25165824 /dev/urandom > big && git add big && echo added";
+    for (mib, fits) in [(8, false), (128, true)] {
+        let f = Fixture::new();
+        if let Some(why) = quarantine_unavailable(&f) {
+            common::skip(why);
+            return;
+        }
+        if let Some(why) = tmpfs_without_user_xattrs() {
+            common::skip(why);
+            return;
+        }
+        f.env.write_config(&format!(
+            "backends:\n  native:\n    git_store_size_mib: {mib}\n"
+        ));
+        let shm = |uid: u32| {
+            let dir = std::path::Path::new("/dev/shm").join(format!("sandbox-{uid}"));
+            walk_size(&dir)
+        };
+        let uid = nix::unistd::geteuid().as_raw();
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--", "sh", "-c", write_24_mib])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if fits {
+            assert!(stdout.contains("added"), "{}", common::text(&out));
+            assert!(!stderr.contains("layer was full"), "{}", common::text(&out));
+            continue;
+        }
+        assert!(!stdout.contains("added"), "{}", common::text(&out));
+        assert!(
+            stderr.contains("No space left on device"),
+            "{}",
+            common::text(&out)
+        );
+        assert!(
+            stderr.contains("git store layer was full (8 MiB)")
+                && stderr.contains("git_store_size_mib"),
+            "{}",
+            common::text(&out)
+        );
+        // The layer was the run's own tmpfs: nothing of it was ever in the host's /dev/shm.
+        assert!(shm(uid) < 1 << 20, "{} bytes in /dev/shm", shm(uid));
+    }
+}
+
+/// Why a run's git store layer cannot be a tmpfs of its own here, if so: the overlay needs
+/// user xattrs on its upper layer, which tmpfs has from Linux 6.6 (a real probe: a tmpfs in a
+/// new user + mount namespace, and a `user.` xattr set on it).
+fn tmpfs_without_user_xattrs() -> Option<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = format!(
+        "mount -t tmpfs probe {0} && /usr/bin/python3 -c \"import os; os.setxattr('{0}', 'user.probe', b'1')\"",
+        dir.path().display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-Urm", "sh", "-c", &probe])
+        .output()
+        .ok()?;
+    (!out.status.success()).then(|| {
+        format!(
+            "tmpfs takes no user xattrs in a user namespace here (before Linux 6.6?), so the \
+             git store layer stays on disk, unbounded: {}",
+            common::text(&out)
+        )
+    })
+}
+
+/// The bytes of the regular files under `dir` (0 if it does not exist).
+fn walk_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => walk_size(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
+}

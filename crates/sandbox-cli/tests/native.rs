@@ -667,3 +667,163 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
     assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
     assert!(stdout(&inside).contains("absent 2"), "{}", text(&inside));
 }
+
+/// Terminals, devices and modes, from the attacker's side, as root and as `nobody`: another
+/// terminal of the same user (a pty the test opens and, as root, gives to `nobody`) can be
+/// read and written without the sandbox (the control) and not from inside; `script` opens a
+/// new pseudo-terminal inside; a setuid file cannot be made; the host's `/dev/null` cannot
+/// be chmod-ed (as root, its owner; the control changes it to the mode it has).
+#[test]
+fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody() {
+    let is_root = nix::unistd::geteuid().is_root();
+    let mut users = vec![false];
+    if is_root {
+        if std::path::Path::new("/usr/bin/setpriv").exists() {
+            users.push(true);
+        } else {
+            common::skip("as nobody: /usr/bin/setpriv is missing");
+        }
+    }
+    for as_nobody in users {
+        let who = if as_nobody { "nobody" } else { "the test user" };
+        let env = common::Env::new();
+        let world = |p: &std::path::Path, mode: u32| {
+            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
+        };
+        world(env.path(), 0o755);
+        let (work, home, run) = (
+            env.path().join("u-work"),
+            env.path().join("u-home"),
+            env.path().join("u-run"),
+        );
+        let pty = nix::pty::openpty(None, None).unwrap();
+        let tty = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&pty.slave)
+        ))
+        .unwrap();
+        for dir in [&work, &home, &run] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        if as_nobody {
+            let (u, g) = (
+                Some(nix::unistd::Uid::from_raw(65534)),
+                Some(nix::unistd::Gid::from_raw(65534)),
+            );
+            for dir in [&work, &home, &run] {
+                nix::unistd::chown(dir.as_path(), u, g).unwrap();
+            }
+            // nobody's own other terminal.
+            nix::unistd::chown(&tty, u, g).unwrap();
+        }
+        let bin = env.path().join("sandbox");
+        std::fs::copy(common::BIN, &bin).unwrap();
+        world(&bin, 0o755);
+        let bin = bin.to_str().unwrap();
+        let cmd = |args: &[&str]| -> std::process::Output {
+            let mut c = if as_nobody {
+                common::unprivileged(args)
+            } else {
+                let mut c = std::process::Command::new(args[0]);
+                c.args(&args[1..])
+                    .env_clear()
+                    .env("PATH", "/usr/local/bin:/usr/bin:/bin");
+                c
+            };
+            c.env("HOME", &home)
+                .env("XDG_CONFIG_HOME", home.join(".config"))
+                .env("XDG_STATE_HOME", home.join(".state"))
+                .env("XDG_RUNTIME_DIR", &run)
+                .current_dir(&work)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let doctor = cmd(&[bin, "doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+        if report["private_view"]["available"] != serde_json::json!(true) {
+            common::skip(format_args!(
+                "{who}: no private view here: {}",
+                report["private_view"]["reason"]
+            ));
+            continue;
+        }
+        let attack = format!(
+            "IFS= read -r line < {0} && echo \"got=$line\"; echo pwned-tty > {0}; \
+             script -qc 'echo in-a-pty' /dev/null; \
+             cp /bin/sh suid; chmod 4755 suid; chmod \"$(stat -c %a /dev/null)\" /dev/null; true",
+            tty.display()
+        );
+        let null_ctime = || {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata("/dev/null").unwrap();
+            (m.ctime(), m.ctime_nsec())
+        };
+        let setuid = || {
+            std::fs::metadata(work.join("suid")).is_ok_and(|m| {
+                std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o6000 != 0
+            })
+        };
+        let master = pty.master.try_clone().unwrap();
+        let type_line = || nix::unistd::write(&master, b"typed-secret\n").unwrap();
+        let drain = || {
+            nix::fcntl::fcntl(
+                std::os::fd::AsRawFd::as_raw_fd(&master),
+                nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+            )
+            .unwrap();
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) =
+                nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&master), &mut buf)
+            {
+                seen.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8_lossy(&seen).into_owned()
+        };
+
+        // The control: the same script with no sandbox.
+        type_line();
+        let before = null_ctime();
+        let control = cmd(&["/bin/sh", "-c", &attack]);
+        assert!(
+            stdout(&control).contains("got=typed-secret"),
+            "{who}: control: {}",
+            text(&control)
+        );
+        assert!(
+            drain().contains("pwned-tty"),
+            "{who}: control wrote nothing"
+        );
+        assert!(setuid(), "{who}: control made no setuid file");
+        assert_eq!(
+            null_ctime() != before,
+            !as_nobody,
+            "{who}: control's chmod of /dev/null"
+        );
+        std::fs::remove_file(work.join("suid")).unwrap();
+        // Whatever the control left unread.
+        let _ = drain();
+
+        type_line();
+        let before = null_ctime();
+        let inside = cmd(&[bin, "run", "--", "/bin/sh", "-c", &attack]);
+        assert_eq!(inside.status.code(), Some(0), "{who}: {}", text(&inside));
+        let shown = stdout(&inside);
+        assert!(
+            !shown.contains("got="),
+            "{who}: read another terminal: {shown}"
+        );
+        assert!(
+            !drain().contains("pwned-tty"),
+            "{who}: wrote to another terminal"
+        );
+        assert!(
+            shown.contains("in-a-pty"),
+            "{who}: script found no pty: {}",
+            text(&inside)
+        );
+        assert!(!setuid(), "{who}: a setuid file was left in the worktree");
+        assert_eq!(null_ctime(), before, "{who}: /dev/null was chmod-ed");
+    }
+}

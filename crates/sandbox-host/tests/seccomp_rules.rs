@@ -687,6 +687,464 @@ fn block_rows() -> Vec<Row> {
     ]
 }
 
+/// A path whose directory does not exist: creating or changing it fails with ENOENT.
+const IN_MISSING_DIR: &std::ffi::CStr = c"/nonexistent-sandbox-seccomp-test/file";
+
+/// A uid that is not ours (root's when we are not root).
+fn another_uid() -> u32 {
+    if is_root() {
+        1
+    } else {
+        0
+    }
+}
+
+/// Setting S_ISUID/S_ISGID (by chmod or by creating a file with them) and giving a file
+/// away. x86_64 has the legacy calls too; other architectures only the `*at` forms.
+#[cfg(target_arch = "x86_64")]
+fn file_owner_rows() -> Vec<Row> {
+    use libc::*;
+    let mut rows = vec![
+        Row {
+            syscall: "chmod",
+            what: "chmod(missing, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe { syscall(SYS_chmod, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISUID) })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "fchmod",
+            what: "fchmod(-1, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || errno_of(unsafe { syscall(SYS_fchmod, -1, 0o755 | S_ISUID) }),
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no file behind fd -1: EBADF",
+        },
+        Row {
+            syscall: "fchmodat",
+            what: "fchmodat(missing, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_fchmodat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        0o755 | S_ISUID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "fchmodat2",
+            what: "fchmodat2(missing, 0755|S_ISUID, 0)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_fchmodat2,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        0o755 | S_ISUID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT (ENOSYS before Linux 6.6)",
+        },
+        Row {
+            syscall: "creat",
+            what: "creat(missing dir, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe { syscall(SYS_creat, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISUID) })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "mknod",
+            what: "mknod(missing dir, S_IFREG|0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_mknod,
+                        IN_MISSING_DIR.as_ptr(),
+                        S_IFREG | 0o755 | S_ISUID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "mknodat",
+            what: "mknodat(missing dir, S_IFREG|0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_mknodat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        S_IFREG | 0o755 | S_ISUID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "open",
+            what: "open(missing dir, O_CREAT, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_open,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_CREAT | O_WRONLY,
+                        0o755 | S_ISUID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "openat",
+            what: "openat(missing dir, O_CREAT, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_openat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_CREAT | O_WRONLY,
+                        0o755 | S_ISUID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "open",
+            what: "open(missing dir, O_TMPFILE, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_open,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_TMPFILE | O_WRONLY,
+                        0o755 | S_ISUID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "openat",
+            what: "openat(missing dir, O_TMPFILE, 0755|S_ISUID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_openat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_TMPFILE | O_WRONLY,
+                        0o755 | S_ISUID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "chmod",
+            what: "chmod(missing, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe { syscall(SYS_chmod, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISGID) })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "fchmod",
+            what: "fchmod(-1, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || errno_of(unsafe { syscall(SYS_fchmod, -1, 0o755 | S_ISGID) }),
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no file behind fd -1: EBADF",
+        },
+        Row {
+            syscall: "fchmodat",
+            what: "fchmodat(missing, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_fchmodat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        0o755 | S_ISGID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "fchmodat2",
+            what: "fchmodat2(missing, 0755|S_ISGID, 0)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_fchmodat2,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        0o755 | S_ISGID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT (ENOSYS before Linux 6.6)",
+        },
+        Row {
+            syscall: "creat",
+            what: "creat(missing dir, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe { syscall(SYS_creat, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISGID) })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "mknod",
+            what: "mknod(missing dir, S_IFREG|0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_mknod,
+                        IN_MISSING_DIR.as_ptr(),
+                        S_IFREG | 0o755 | S_ISGID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "mknodat",
+            what: "mknodat(missing dir, S_IFREG|0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_mknodat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        S_IFREG | 0o755 | S_ISGID,
+                        0,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "open",
+            what: "open(missing dir, O_CREAT, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_open,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_CREAT | O_WRONLY,
+                        0o755 | S_ISGID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "openat",
+            what: "openat(missing dir, O_CREAT, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_openat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_CREAT | O_WRONLY,
+                        0o755 | S_ISGID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "open",
+            what: "open(missing dir, O_TMPFILE, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_open,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_TMPFILE | O_WRONLY,
+                        0o755 | S_ISGID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "openat",
+            what: "openat(missing dir, O_TMPFILE, 0755|S_ISGID)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_openat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        O_TMPFILE | O_WRONLY,
+                        0o755 | S_ISGID,
+                    )
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no such directory: ENOENT",
+        },
+        Row {
+            syscall: "openat2",
+            what: "openat2(missing dir, NULL how)",
+            prepare: Prepare::Nothing,
+            call: || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_openat2,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        null::<c_void>(),
+                        24,
+                    )
+                })
+            },
+            expect: ENOSYS,
+            control: Control::Always,
+            why_control: "the struct is read first: EFAULT",
+        },
+    ];
+    let chown: [ChownRow; 4] = [
+        (
+            "chown",
+            "chown(missing, another uid, -1)",
+            || errno_of(unsafe { syscall(SYS_chown, IN_MISSING_DIR.as_ptr(), another_uid(), -1) }),
+            NO_DIR,
+        ),
+        (
+            "lchown",
+            "lchown(missing, another uid, -1)",
+            || errno_of(unsafe { syscall(SYS_lchown, IN_MISSING_DIR.as_ptr(), another_uid(), -1) }),
+            NO_DIR,
+        ),
+        (
+            "fchown",
+            "fchown(-1, another uid, -1)",
+            || errno_of(unsafe { syscall(SYS_fchown, -1, another_uid(), -1) }),
+            "no file behind fd -1: EBADF",
+        ),
+        (
+            "fchownat",
+            "fchownat(missing, another uid, -1)",
+            || {
+                errno_of(unsafe {
+                    syscall(
+                        SYS_fchownat,
+                        AT_FDCWD,
+                        IN_MISSING_DIR.as_ptr(),
+                        another_uid(),
+                        -1,
+                        0,
+                    )
+                })
+            },
+            NO_DIR,
+        ),
+    ];
+    for (syscall, what, call, why_control) in chown {
+        rows.push(Row {
+            syscall,
+            what,
+            prepare: Prepare::Nothing,
+            call,
+            expect: EPERM,
+            control: Control::Always,
+            why_control,
+        });
+    }
+    rows
+}
+
+/// (syscall, what, call, why_control) of a chown row.
+type ChownRow = (&'static str, &'static str, fn() -> i32, &'static str);
+
+const NO_DIR: &str = "no such directory: ENOENT";
+
+#[cfg(not(target_arch = "x86_64"))]
+fn file_owner_rows() -> Vec<Row> {
+    // The `*at` forms are exercised on x86_64; here the plan's legacy calls do not exist.
+    Vec::new()
+}
+
 /// The product's filters for a policy on a scratch worktree.
 fn filters(block_net: bool) -> (Vec<BpfProgram>, BTreeSet<&'static str>) {
     let dir = tempfile::tempdir().unwrap();
@@ -696,7 +1154,12 @@ fn filters(block_net: bool) -> (Vec<BpfProgram>, BTreeSet<&'static str>) {
         ..Default::default()
     })
     .unwrap();
-    let plan = sandbox_policy::compile::seccomp::compile(&policy);
+    let mut plan = sandbox_policy::compile::seccomp::compile(&policy);
+    // As the native backend adds it: no chown away from the uid the command runs as.
+    // SAFETY: no arguments.
+    let uid = unsafe { libc::geteuid() };
+    plan.rules
+        .extend(sandbox_policy::compile::seccomp::chown_rules(uid));
     let programs = sandbox_host::linux::seccomp::compile(&plan).unwrap();
     (programs, plan.syscalls().collect())
 }
@@ -876,6 +1339,58 @@ fn always_on_rules_deny_under_a_blocked_network() {
 }
 
 #[test]
+fn setuid_setgid_modes_and_chown_to_another_owner_are_denied() {
+    check(&file_owner_rows(), false);
+}
+
+/// What the file-owner rules must leave alone: plain modes, creating files, opening without
+/// O_CREAT whatever the (unused) mode argument holds, chown to ourselves.
+#[test]
+fn ordinary_modes_and_owners_still_work_under_the_filter() {
+    let (programs, _) = filters(false);
+    let dir = tempfile::tempdir().unwrap();
+    let file =
+        std::ffi::CString::new(dir.path().join("f").into_os_string().into_encoded_bytes()).unwrap();
+    let file: &'static std::ffi::CStr = Box::leak(file.into_boxed_c_str());
+    FILE.set(file).unwrap();
+    fn probe() -> i32 {
+        use libc::*;
+        let path = FILE.get().unwrap().as_ptr();
+        // SAFETY: system calls on a NUL-terminated path of our scratch directory.
+        unsafe {
+            let fd = openat(AT_FDCWD, path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o644);
+            if fd < 0 {
+                return 100;
+            }
+            close(fd);
+            if fchmodat(AT_FDCWD, path, 0o755, 0) != 0 {
+                return 101;
+            }
+            // The mode argument is ignored without O_CREAT: garbage there must pass.
+            let fd = syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0o6755);
+            if fd < 0 {
+                return 102;
+            }
+            close(fd as c_int);
+            if fchownat(AT_FDCWD, path, geteuid(), u32::MAX, 0) != 0 {
+                return 103;
+            }
+            if fchownat(AT_FDCWD, path, u32::MAX, u32::MAX, 0) != 0 {
+                return 104;
+            }
+            let mut st: libc::stat = std::mem::zeroed();
+            if stat(path, &mut st) != 0 || st.st_mode & 0o7777 != 0o755 {
+                return 105;
+            }
+        }
+        SUCCESS
+    }
+    assert_eq!(run(Some(&programs), Prepare::Nothing, probe), Outcome::Ok);
+}
+
+static FILE: std::sync::OnceLock<&'static std::ffi::CStr> = std::sync::OnceLock::new();
+
+#[test]
 fn machine_level_syscalls_are_denied() {
     check(&machine_rows(), false);
     check(&machine_rows(), true);
@@ -900,6 +1415,7 @@ fn every_rule_in_the_plan_has_a_row() {
         .iter()
         .chain(machine_rows().iter())
         .chain(block_rows().iter())
+        .chain(file_owner_rows().iter())
         .map(|r| r.syscall)
         .collect();
     for block_net in [false, true] {

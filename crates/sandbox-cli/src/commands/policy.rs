@@ -170,6 +170,10 @@ fn native_forms(session: &Session, allow_degraded: bool) -> NativeForms {
             allow_degraded,
             allow_unix_sockets: session.options.allow_unix_sockets,
             private_dir: session.options.private_dir(),
+            git_store_bytes: session
+                .options
+                .git_store_bytes
+                .unwrap_or(sandbox_host::linux::native::DEFAULT_GIT_STORE_BYTES),
         },
     );
     NativeForms {
@@ -213,6 +217,10 @@ fn describe_mount(op: &compile::view::MountOp) -> String {
             upper.display()
         ),
         MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
+        MountOp::Devpts { target } => format!(
+            "devpts {}  (a private instance: new ptys only, none of the host's)",
+            target.display()
+        ),
     }
 }
 

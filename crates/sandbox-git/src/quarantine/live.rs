@@ -111,6 +111,19 @@ fn watch_and_sync(store: &StoreQuarantine, stop: &OwnedFd) -> Option<Watches> {
     if poll(&mut first, wait).is_ok_and(|ready| ready > 0) {
         return None;
     }
+    // A bounded layer is watched once the child has sent it (it mounts it before the
+    // command starts; a child that fails first never does, and the stop ends the wait).
+    if let Some(socket) = store.layer_socket() {
+        let mut fds = [
+            PollFd::new(socket, PollFlags::POLLIN),
+            PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+        ];
+        while poll(&mut fds, PollTimeout::NONE).is_err() {}
+        if fds[1].revents().is_some_and(|r| !r.is_empty()) {
+            return None;
+        }
+        store.receive_layer();
+    }
     let watches = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map(|inotify| {
         let mut w = Watches {
             inotify,
@@ -182,6 +195,7 @@ impl LiveQuarantine {
     /// and returns what was done. The layer is removed when the last reference goes.
     pub fn finish(mut self) -> Result<StoreReport, QuarantineError> {
         self.halt();
+        self.store.receive_layer();
         self.store.sync(true)?;
         Ok(self.store.report())
     }

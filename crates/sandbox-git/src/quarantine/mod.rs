@@ -102,6 +102,10 @@ pub struct StoreReport {
     pub applied: Vec<AppliedRef>,
     pub refused: Vec<RefusedRef>,
     pub rejected_objects: Vec<RejectedObject>,
+    /// The bound of the writable layer, in bytes, when the run filled it (its writes to the
+    /// git store then failed with ENOSPC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer_full: Option<u64>,
 }
 
 impl StoreReport {
@@ -122,7 +126,15 @@ impl StoreReport {
                 o.path, o.reason
             )
         });
-        refused.chain(rejected).collect()
+        let full = self.layer_full.map(|bytes| {
+            format!(
+                "git: the git store layer was full ({} MiB): the command's writes to the \
+                 repository's store failed (ENOSPC) and what they would have added is missing; \
+                 raise the bound with `backends.native.git_store_size_mib` in the configuration",
+                bytes >> 20
+            )
+        });
+        refused.chain(rejected).chain(full).collect()
     }
 }
 
@@ -158,7 +170,32 @@ pub struct StoreQuarantine {
     packed_at_start: HashMap<String, Oid>,
     /// The writable layer as read back: held open since it was checked (see [`HeldDir`]).
     held_upper: Option<HeldDir>,
+    /// A writable layer on a tmpfs of its own, mounted in the command's namespace (see
+    /// [`StoreQuarantine::bound_layer`]).
+    bounded: Option<BoundedLayer>,
     state: Mutex<State>,
+}
+
+/// The writable layer on a size-limited tmpfs that the command's child mounts in its own
+/// mount namespace (a user may mount there, not on the host): the child sends a descriptor of
+/// the tmpfs back over `socket`, and the host holds it — the layer outlives the namespace
+/// for as long as the host needs to read it.
+#[derive(Debug)]
+struct BoundedLayer {
+    socket: std::os::fd::OwnedFd,
+    bytes: u64,
+    received: std::sync::OnceLock<HeldDir>,
+}
+
+/// What the command's child needs to put the writable layer on a tmpfs of its own: mount a
+/// tmpfs of `bytes` at `dir`, make `subdirs` (relative, parents first) in it, and send a
+/// descriptor of `dir` over `socket` (one `SCM_RIGHTS` message) before it mounts the overlay.
+#[derive(Debug)]
+pub struct LayerMount {
+    pub dir: PathBuf,
+    pub bytes: u64,
+    pub subdirs: Vec<PathBuf>,
+    pub socket: std::os::fd::OwnedFd,
 }
 
 /// A directory held by a descriptor and reached through `/proc/self/fd/<n>`, a name that
@@ -176,7 +213,7 @@ struct HeldDir {
 impl HeldDir {
     /// Opens `dir`, refusing a link in its place (`O_NOFOLLOW`).
     fn open(dir: &Path) -> Result<Self, QuarantineError> {
-        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::fd::OwnedFd;
         use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -186,7 +223,11 @@ impl HeldDir {
                 "opening the writable layer (a directory, not a link)",
                 dir,
             ))?;
-        let fd = OwnedFd::from(file);
+        Self::from_fd(OwnedFd::from(file))
+    }
+
+    fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Self, QuarantineError> {
+        use std::os::fd::AsRawFd;
         let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
         if !path.is_dir() {
             return Err(QuarantineError::Io {
@@ -275,7 +316,9 @@ impl StoreQuarantine {
             .tempdir_in(parent)
             .map_err(io("creating a run directory in", parent))?
             .keep();
-        let base = layer.unwrap_or(&dir);
+        // A run's own layers lie in `layer/`, which the child may cover with a tmpfs.
+        let own = dir.join("layer");
+        let base = layer.unwrap_or(&own);
         Ok(StoreQuarantine {
             common: common.to_path_buf(),
             layers: Layers {
@@ -289,6 +332,7 @@ impl StoreQuarantine {
             start: HashMap::new(),
             packed_at_start: HashMap::new(),
             held_upper: None,
+            bounded: None,
             state: Mutex::new(State::default()),
         })
     }
@@ -301,6 +345,8 @@ impl StoreQuarantine {
     }
 
     fn lay_out(mut self) -> Result<Self, QuarantineError> {
+        let layer = self.dir.join("layer");
+        std::fs::create_dir(&layer).map_err(io("creating", &layer))?;
         for dir in [&self.layers.upper, &self.layers.work, &self.layers.snapshot] {
             std::fs::create_dir(dir).map_err(io("creating", dir))?;
         }
@@ -387,11 +433,122 @@ impl StoreQuarantine {
         &self.layers
     }
 
-    /// The writable layer, as every read of it goes: through the held directory.
+    /// The writable layer, as every read of it goes: through the held directory (the
+    /// bounded tmpfs once the child sent it).
     pub(crate) fn upper(&self) -> &Path {
+        if let Some(held) = self.bounded.as_ref().and_then(|b| b.received.get()) {
+            return &held.path;
+        }
         self.held_upper
             .as_ref()
             .map_or(&self.layers.upper, |held| &held.path)
+    }
+
+    /// Puts this run's writable layer on a tmpfs of `bytes` that the command's child mounts
+    /// over `<run>/layer` in its own mount namespace: writes to the git store beyond the bound
+    /// fail with ENOSPC inside, and the host's memory is never the limit. Returns what the
+    /// child needs; the host end of the socket stays here.
+    pub fn bound_layer(&mut self, bytes: u64) -> Result<LayerMount, QuarantineError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let dir = self.dir.join("layer");
+        if self.layers.upper != dir.join("upper") {
+            return Err(QuarantineError::Io {
+                what: "bounding a writable layer that is not the run's own",
+                path: self.layers.upper.clone(),
+                source: std::io::Error::other("a persistent layer"),
+            });
+        }
+        let (host, child) = socketpair(
+            AddressFamily::Unix,
+            SockType::Datagram,
+            None,
+            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        )
+        .map_err(|e| io("creating the layer's socket for", &dir)(e.into()))?;
+        let mut subdirs = vec![PathBuf::from("upper"), PathBuf::from("work")];
+        for sub in UPPER_SKELETON {
+            let mut at = PathBuf::from("upper");
+            for part in Path::new(sub).components() {
+                at.push(part);
+                if !subdirs.contains(&at) {
+                    subdirs.push(at.clone());
+                }
+            }
+        }
+        self.bounded = Some(BoundedLayer {
+            socket: host,
+            bytes,
+            received: std::sync::OnceLock::new(),
+        });
+        Ok(LayerMount {
+            dir,
+            bytes,
+            subdirs,
+            socket: child,
+        })
+    }
+
+    /// The host end of the bounded layer's socket, to wait on (`None`: not bounded).
+    pub(crate) fn layer_socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        self.bounded
+            .as_ref()
+            .filter(|b| b.received.get().is_none())
+            .map(|b| b.socket.as_fd())
+    }
+
+    /// Takes the bounded layer's descriptor if the child sent it (never blocks).
+    pub(crate) fn receive_layer(&self) {
+        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let Some(bounded) = &self.bounded else {
+            return;
+        };
+        if bounded.received.get().is_some() {
+            return;
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+        let Ok(msg) = recvmsg::<()>(
+            bounded.socket.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            return;
+        };
+        let Ok(cmsgs) = msg.cmsgs() else { return };
+        for cmsg in cmsgs {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                for fd in fds {
+                    // SAFETY: the kernel installed this descriptor for us with the message.
+                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                    if bounded.received.get().is_some() {
+                        continue;
+                    }
+                    // The layer's `upper`, held by a descriptor of its own (the tmpfs root's
+                    // descriptor closes at the end of this block).
+                    let upper = PathBuf::from(format!("/proc/self/fd/{}/upper", fd.as_raw_fd()));
+                    match HeldDir::open(&upper) {
+                        Ok(held) => {
+                            let _ = bounded.received.set(held);
+                        }
+                        Err(e) => tracing::warn!(error = %e, "git quarantine: the bounded layer"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether the bounded layer is (nearly) full now: less free than one page per MiB of
+    /// the bound, or none at all.
+    fn layer_full(&self) -> Option<u64> {
+        let bounded = self.bounded.as_ref()?;
+        let held = bounded.received.get()?;
+        let st = nix::sys::statvfs::fstatvfs(&held._fd).ok()?;
+        let free = st.blocks_available() as u64 * st.fragment_size() as u64;
+        (free < (bounded.bytes >> 8).max(64 << 10)).then_some(bounded.bytes)
     }
 
     /// Reads the writable layer back and applies what is allowed: objects first (a ref is
@@ -399,6 +556,9 @@ impl StoreQuarantine {
     /// is over, so what is still incomplete is reported instead of retried.
     pub fn sync(&self, last: bool) -> Result<(), QuarantineError> {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(bytes) = self.layer_full() {
+            state.report.layer_full = Some(bytes);
+        }
         let upper = self.upper();
         let changed = refs::changed(upper, &self.packed_at_start);
         // Most commands write nothing to the store: no repository open for them.

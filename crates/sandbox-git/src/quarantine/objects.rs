@@ -1,5 +1,6 @@
 //! Objects in the quarantine: the host takes each new object from the sandbox's layer by
-//! content, never by file. A loose object is inflated and written with the host's own hash
+//! content, never by file. A loose object is inflated as a stream (bounded memory whatever
+//! its size) and written with the host's own hash
 //! (an object whose file name lies is rejected); a pack is copied, re-indexed by libgit2
 //! (which hashes every object itself) and its new objects written the same way. An object
 //! the store already has is skipped, so none is ever replaced.
@@ -9,9 +10,10 @@ use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid};
 
-use super::{refs::read_untrusted, QuarantineError, RejectedObject, State};
+use super::{QuarantineError, RejectedObject, State};
 
-/// Larger objects are rejected (a loose file that inflates without end would hold the host).
+/// Larger objects are rejected: a small loose file that inflates without end would otherwise
+/// keep the host inflating and writing (memory stays bounded: objects are streamed).
 const MAX_OBJECT_BYTES: u64 = 4 << 30;
 
 pub(crate) fn import(
@@ -57,11 +59,8 @@ pub(crate) fn import(
                 state.seen_objects.insert(name);
                 continue;
             }
-            match read_loose(upper, &file.path()) {
-                Ok((kind, body)) => {
-                    let written = odb
-                        .write(kind, &body)
-                        .map_err(super::git("writing an object into the store"))?;
+            match stream_loose(upper, &file.path(), odb) {
+                Ok(written) => {
                     if written == oid {
                         state.report.objects_imported += 1;
                     } else {
@@ -109,19 +108,51 @@ pub(crate) fn any_new(upper: &Path, state: &State) -> bool {
     })
 }
 
-/// Inflates a loose object: `<type> <size>\0<body>`.
-fn read_loose(upper: &Path, path: &Path) -> Result<(ObjectType, Vec<u8>), String> {
-    let compressed = read_untrusted(upper, path, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
-    let mut inflated = Vec::new();
-    flate2::read::ZlibDecoder::new(compressed.as_slice())
-        .take(MAX_OBJECT_BYTES + 64)
-        .read_to_end(&mut inflated)
-        .map_err(|e| format!("it does not inflate ({e})"))?;
-    let nul = inflated
-        .iter()
-        .position(|&b| b == 0)
-        .ok_or("it has no object header")?;
-    let header = std::str::from_utf8(&inflated[..nul]).map_err(|_| "a garbled header")?;
+/// Opens `path`, a file the sandbox wrote in its layer `root`, as [`read_untrusted`] does:
+/// beneath `root`, no symbolic link in any component, no blocking on a FIFO.
+fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
+    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
+    use std::os::fd::FromRawFd;
+    let rel = path
+        .strip_prefix(root)
+        .map_err(|_| std::io::Error::other("outside the layer"))?;
+    let dir = std::fs::File::open(root)?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
+        .resolve(
+            ResolveFlag::RESOLVE_BENEATH
+                | ResolveFlag::RESOLVE_NO_SYMLINKS
+                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
+        );
+    let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(&dir), rel, how)?;
+    // SAFETY: openat2 returned a fresh descriptor that nothing else owns.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Inflates a loose object (`<type> <size>\0<body>`) into the store as a stream: the host
+/// holds one buffer of it at a time, whatever the object's size, and the store (libgit2's
+/// loose backend) hashes and writes it as it goes. Nothing lands in the store unless the
+/// whole object matches its header. Returns the object's true id.
+fn stream_loose(upper: &Path, path: &Path, odb: &Odb) -> Result<Oid, String> {
+    let file = open_untrusted(upper, path).map_err(|e| e.to_string())?;
+    let mut inflated = flate2::read::ZlibDecoder::new(std::io::BufReader::new(file));
+    let mut header = Vec::with_capacity(32);
+    loop {
+        let mut byte = [0u8];
+        inflated
+            .read_exact(&mut byte)
+            .map_err(|e| format!("it does not inflate to an object header ({e})"))?;
+        match byte[0] {
+            0 => break,
+            _ if header.len() >= 32 => return Err("it has no object header".into()),
+            b => header.push(b),
+        }
+    }
+    let header = std::str::from_utf8(&header).map_err(|_| "a garbled header")?;
     let (kind, size) = header.split_once(' ').ok_or("a garbled header")?;
     let kind = match kind {
         "commit" => ObjectType::Commit,
@@ -130,15 +161,33 @@ fn read_loose(upper: &Path, path: &Path) -> Result<(ObjectType, Vec<u8>), String
         "tag" => ObjectType::Tag,
         other => return Err(format!("an unknown object type {other:?}")),
     };
-    let size: usize = size.parse().map_err(|_| "a garbled size")?;
-    let body = inflated.split_off(nul + 1);
-    if body.len() != size {
+    let size: u64 = size.parse().map_err(|_| "a garbled size")?;
+    if size > MAX_OBJECT_BYTES {
         return Err(format!(
-            "its header says {size} bytes, it holds {}",
-            body.len()
+            "its header says {size} bytes, above the limit of {MAX_OBJECT_BYTES}"
         ));
     }
-    Ok((kind, body))
+    let mut writer = odb
+        .writer(size as usize, kind)
+        .map_err(|e| format!("the store refused a stream ({})", e.message()))?;
+    let copied = std::io::copy(&mut (&mut inflated).take(size), &mut writer)
+        .map_err(|e| format!("it does not inflate ({e})"))?;
+    let mut more = [0u8];
+    let trailing = inflated.read(&mut more).unwrap_or(0);
+    if copied != size || trailing != 0 {
+        // Dropping the writer throws its temporary file away.
+        return Err(format!(
+            "its header says {size} bytes, it holds {}",
+            if trailing != 0 {
+                "more".to_string()
+            } else {
+                copied.to_string()
+            }
+        ));
+    }
+    writer
+        .finalize()
+        .map_err(|e| format!("writing it into the store ({})", e.message()))
 }
 
 /// New packs (a `git gc` or `repack` inside): each is copied out of the layer, indexed by the
@@ -184,16 +233,15 @@ fn import_pack(
     scratch: &Path,
     state: &mut State,
 ) -> Result<(), String> {
-    use std::io::Write;
     // An object directory of its own (`<scratch>/pack/`), read back as an alternate.
     let _ = std::fs::remove_dir_all(scratch);
     let packs = scratch.join("pack");
     std::fs::create_dir_all(&packs).map_err(|e| e.to_string())?;
-    let bytes = read_untrusted(upper, pack, MAX_OBJECT_BYTES).map_err(|e| e.to_string())?;
+    // Streamed into the indexer: the pack is never held in memory whole.
+    let file = open_untrusted(upper, pack).map_err(|e| e.to_string())?;
     let mut indexer =
         git2::Indexer::new(Some(odb), &packs, 0o644, true).map_err(|e| e.message().to_string())?;
-    indexer
-        .write_all(&bytes)
+    std::io::copy(&mut file.take(MAX_OBJECT_BYTES), &mut indexer)
         .map_err(|e| format!("it does not index ({e})"))?;
     indexer
         .commit()

@@ -149,6 +149,8 @@ pub struct BackendOptions {
     /// Where the native backend has no private view (no user namespaces), allow unix
     /// sockets anyway (`--allow-unix-sockets`); otherwise creating them is denied.
     pub allow_unix_sockets: bool,
+    /// The bound of a native run's git store layer in bytes (default 1 GiB).
+    pub git_store_bytes: Option<u64>,
     /// Where the CLI found the `nono` binary (nono backend).
     pub nono: Option<NonoLocation>,
     /// The configured launcher (custom backend), from the user or system configuration only.

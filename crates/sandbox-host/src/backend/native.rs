@@ -44,6 +44,9 @@ mod platform {
             allow_degraded: options.allow_degraded,
             allow_unix_sockets: options.allow_unix_sockets,
             private_dir: options.private_dir(),
+            git_store_bytes: options
+                .git_store_bytes
+                .unwrap_or(crate::linux::native::DEFAULT_GIT_STORE_BYTES),
         }
     }
 

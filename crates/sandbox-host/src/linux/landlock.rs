@@ -100,6 +100,12 @@ pub fn read_write_dir_bits(abi: i32) -> u64 {
     (rights(Class::ReadWrite, true) & AccessFs::from_all(ABI::from(abi))).bits()
 }
 
+/// The rights a device rule grants a directory of devices (the private devpts) on this
+/// kernel, as `landlock_add_rule` takes them (for a rule added in the child).
+pub fn device_dir_bits(abi: i32) -> u64 {
+    (rights(Class::Device, true) & AccessFs::from_all(ABI::from(abi))).bits()
+}
+
 /// What this kernel enforces of `plan`, and what it cannot (the gaps that fail a run closed
 /// unless the user accepts them).
 pub fn enforcement(plan: &LandlockPlan, abi: i32) -> Enforcement {

@@ -27,13 +27,21 @@ pub struct NativeOptions {
     pub allow_unix_sockets: bool,
     /// Our private directory: the probe's cache and the view's staging directory live here.
     pub private_dir: PathBuf,
+    /// The bound of a run's git store layer, in bytes (a tmpfs of this size per command).
+    pub git_store_bytes: u64,
 }
+
+/// The git store layer's bound when the configuration names none.
+pub const DEFAULT_GIT_STORE_BYTES: u64 = 1 << 30;
 
 /// A prepared native sandbox: everything compiled once per session. Each command gets a
 /// [`NativeChild`] from [`NativeSandbox::command`].
 pub struct NativeSandbox {
     view: Option<ViewMode>,
     ruleset: Option<OwnedFd>,
+    /// What `ruleset` was built from: a command whose child adds a rule of its own (for a
+    /// mount only its view has) builds a ruleset of its own from it.
+    landlock: compile::landlock::LandlockPlan,
     filters: Vec<BpfProgram>,
     /// Set when running as root: the highest capability number to drop from the bounding
     /// set. Root keeps `CAP_SYS_PTRACE`, `CAP_DAC_OVERRIDE` and friends otherwise, and some
@@ -57,6 +65,9 @@ enum ViewMode {
         staging: PathBuf,
         /// Where each command's quarantine directory is made.
         store_dir: PathBuf,
+        /// The bound of each command's writable layer (`None`: no tmpfs of its own can take
+        /// the overlay's xattrs here, and the layer stays on disk).
+        store_bytes: Option<u64>,
         common: PathBuf,
         task_branch: Option<String>,
     },
@@ -66,16 +77,15 @@ enum ViewMode {
 pub struct NativeChild {
     sandbox: Arc<NativeSandbox>,
     view: Option<Arc<PreparedView>>,
-    /// With a quarantined store: the command's own ruleset, and the rule the child adds for
-    /// the overlay once it exists.
+    /// With mounts only the child's view has (the git store's overlay, the private devpts):
+    /// the command's own ruleset, and the rules the child adds for them once they exist.
     own_ruleset: Option<OwnedFd>,
-    store_rule: Option<StoreRule>,
+    child_rules: Vec<ChildRule>,
 }
 
-/// A Landlock rule for the git store's overlay, added in the child after the view is built:
-/// the overlay exists only there, and Landlock does not consult a rule on the mount point an
-/// overlay covers.
-struct StoreRule {
+/// A Landlock rule added in the child after the view is built, for a directory mounted only
+/// there: Landlock does not consult a rule on the mount point such a mount covers.
+struct ChildRule {
     path: std::ffi::CString,
     access: u64,
 }
@@ -89,7 +99,19 @@ struct PathBeneathAttr {
 
 const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 
-impl StoreRule {
+impl ChildRule {
+    fn new(path: &std::path::Path, access: u64) -> Result<Self, HostError> {
+        Ok(ChildRule {
+            path: std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+                HostError::ViewPath {
+                    path: path.to_path_buf(),
+                    cause: "contains a NUL byte".into(),
+                }
+            })?,
+            access,
+        })
+    }
+
     fn add(&self, ruleset: &OwnedFd) -> Result<(), SetupFailure> {
         let fail = || SetupFailure::last(SetupStep::LandlockAddRule);
         // SAFETY: open(2) of a NUL-terminated path, O_PATH: no access to the content.
@@ -175,9 +197,10 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
             // The layers a run would make, named as they would be (a run directory of each
             // command's own replaces `<run>`).
             let run = options.private_dir.join("git-store/<run>");
+            // `layer/` is the run's bounded tmpfs (mounted in the child).
             let layers = sandbox_policy::compile::view::GitStoreLayers {
-                upper: run.join("upper"),
-                work: run.join("work"),
+                upper: run.join("layer/upper"),
+                work: run.join("layer/work"),
                 snapshot: run.join("snapshot"),
                 pinned_refs: Vec::new(),
             };
@@ -192,6 +215,9 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
 /// unix sockets, since a pathname socket (tmux, D-Bus, docker) would reach the host.
 fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions) -> SeccompPlan {
     let mut plan = compile::seccomp::compile(policy);
+    plan.rules.extend(compile::seccomp::chown_rules(
+        nix::unistd::geteuid().as_raw(),
+    ));
     if matches!(support, ViewSupport::Unavailable { .. }) && !options.allow_unix_sockets {
         plan.rules.push(compile::seccomp::unix_socket_rule());
     }
@@ -215,12 +241,28 @@ fn report(
                 0,
                 "private view (user + mount namespaces, a new root): only the policy's paths \
                  exist — no unix socket, $HOME or /run of the host; a private /tmp; a minimal \
-                 /dev; git hooks, config and pointer files bound read-only"
+                 /dev with its device nodes bound read-only and a private devpts (new ptys \
+                 work, the user's other terminals do not exist); git hooks, config and \
+                 pointer files bound read-only"
+                    .into(),
+            );
+            e.notes.push(
+                "metadata: inside the view a run can change mode bits (never setuid/setgid), \
+                 times and group of what it may write (the worktree, git data, TMPDIR, \
+                 grants); the read-only binds refuse any change elsewhere"
                     .into(),
             );
         }
         ViewSupport::Unavailable { reason } => {
             let layer = format!("no private view: {reason}");
+            e.downgrades.push(
+                "metadata: without the view, Landlock does not mediate chmod, chown or utime: \
+                 a run can change the mode bits (never setuid/setgid: seccomp), times and group \
+                 of any file its user owns anywhere on the host (a private key made \
+                 world-readable, /dev/null's mode as root), and the user's other terminals in \
+                 /dev/pts are reachable"
+                    .into(),
+            );
             if options.allow_unix_sockets {
                 e.downgrades.push(format!(
                     "{layer}; unix sockets are allowed (--allow-unix-sockets), so a pathname \
@@ -289,10 +331,15 @@ impl NativeSandbox {
                         // The quarantine's layers are made and removed on every run: in
                         // memory where this machine allows (see `privdir::memory_scratch`),
                         // never where the policy lets the command write.
-                        let scratch = crate::privdir::memory_scratch(&private, &|dir| {
+                        let memory = crate::privdir::memory_scratch(&private, &|dir| {
                             !policy.is_writable(dir)
-                        })
-                        .unwrap_or_else(|| private.clone());
+                        });
+                        // A tmpfs there takes user xattrs (Linux 6.6 and later), which the
+                        // overlay's `userxattr` needs of its upper layer: so can the run's own
+                        // bounded tmpfs. Otherwise the layer stays on the private dir's disk,
+                        // out of the host's memory.
+                        let store_bytes = memory.is_some().then_some(options.git_store_bytes);
+                        let scratch = memory.unwrap_or_else(|| private.clone());
                         let store_dir = scratch.join("git-store");
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
@@ -304,6 +351,7 @@ impl NativeSandbox {
                             landlock: landlock_plan(policy, &support)?,
                             staging,
                             store_dir,
+                            store_bytes,
                             common: git.common_dir.clone(),
                             task_branch: git.task_branch.clone(),
                         })
@@ -348,6 +396,7 @@ impl NativeSandbox {
         Ok(NativeSandbox {
             view,
             ruleset,
+            landlock: plan,
             filters,
             drop_caps_up_to,
             enforcement,
@@ -363,49 +412,60 @@ impl NativeSandbox {
     pub fn command(
         self: &Arc<Self>,
     ) -> Result<(NativeChild, Option<sandbox_git::quarantine::LiveQuarantine>), HostError> {
-        let mut own_ruleset = None;
-        let mut store_rule = None;
+        let mut child_rules = Vec::new();
+        let mut plan = &self.landlock;
         let (view, store) = match &self.view {
             None => (None, None),
             Some(ViewMode::Shared(view)) => (Some(view.clone()), None),
             Some(ViewMode::Quarantined {
                 policy,
-                landlock: plan,
+                landlock,
                 staging,
                 store_dir,
+                store_bytes,
                 common,
                 task_branch,
             }) => {
-                let store = sandbox_git::quarantine::StoreQuarantine::prepare(
+                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare(
                     common,
                     task_branch.as_deref(),
                     store_dir,
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
-                let view = PreparedView::prepare(policy, staging, Some(store.layers()))?;
-                if self.ruleset.is_some() {
-                    own_ruleset = landlock::build(plan)?;
-                    store_rule = Some(StoreRule {
-                        path: std::ffi::CString::new(common.as_os_str().as_encoded_bytes())
-                            .map_err(|_| HostError::ViewPath {
-                                path: common.clone(),
-                                cause: "contains a NUL byte".into(),
-                            })?,
-                        access: landlock::read_write_dir_bits(abi::landlock_abi()),
-                    });
-                }
+                let layer = store_bytes
+                    .map(|bytes| store.bound_layer(bytes))
+                    .transpose()
+                    .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                let view =
+                    PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
+                plan = landlock;
+                child_rules.push(ChildRule::new(
+                    common,
+                    landlock::read_write_dir_bits(abi::landlock_abi()),
+                )?);
                 (
                     Some(Arc::new(view)),
                     Some(sandbox_git::quarantine::LiveQuarantine::start(store)),
                 )
             }
         };
+        if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
+            child_rules.push(ChildRule::new(
+                devpts,
+                landlock::device_dir_bits(abi::landlock_abi()),
+            )?);
+        }
+        // The child's rules must not land in the ruleset other commands share.
+        let own_ruleset = match (&self.ruleset, child_rules.is_empty()) {
+            (Some(_), false) => landlock::build(plan)?,
+            _ => None,
+        };
         Ok((
             NativeChild {
                 sandbox: self.clone(),
                 view,
                 own_ruleset,
-                store_rule,
+                child_rules,
             },
             store,
         ))
@@ -551,8 +611,10 @@ impl ChildSetup for NativeChild {
             view.apply_in_child()?;
         }
         let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
-        if let (Some(rule), Some(ruleset)) = (&self.store_rule, ruleset) {
-            rule.add(ruleset)?;
+        if let Some(ruleset) = &self.own_ruleset {
+            for rule in &self.child_rules {
+                rule.add(ruleset)?;
+            }
         }
         self.sandbox.apply_limits(ruleset)
     }

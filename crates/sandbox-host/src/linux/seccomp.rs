@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use sandbox_policy::compile::seccomp::{ArgCheck, SeccompPlan};
+use sandbox_policy::compile::seccomp::{ArgCheck, SeccompPlan, LEGACY_SYSCALLS};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -53,9 +53,37 @@ pub fn syscall_number(name: &str) -> Option<i64> {
         "ptrace" => SYS_ptrace,
         "process_vm_readv" => SYS_process_vm_readv,
         "process_vm_writev" => SYS_process_vm_writev,
-        _ => return None,
+        "fchmod" => SYS_fchmod,
+        "fchmodat" => SYS_fchmodat,
+        "fchmodat2" => SYS_fchmodat2,
+        "mknodat" => SYS_mknodat,
+        "openat" => SYS_openat,
+        "openat2" => SYS_openat2,
+        "fchown" => SYS_fchown,
+        "fchownat" => SYS_fchownat,
+        _ => return legacy_syscall_number(name),
     };
     Some(nr)
+}
+
+/// The syscalls only older architectures have ([`LEGACY_SYSCALLS`]).
+#[cfg(target_arch = "x86_64")]
+fn legacy_syscall_number(name: &str) -> Option<i64> {
+    use libc::*;
+    Some(match name {
+        "chmod" => SYS_chmod,
+        "chown" => SYS_chown,
+        "lchown" => SYS_lchown,
+        "open" => SYS_open,
+        "creat" => SYS_creat,
+        "mknod" => SYS_mknod,
+        _ => return None,
+    })
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn legacy_syscall_number(_name: &str) -> Option<i64> {
+    None
 }
 
 fn target_arch() -> Result<TargetArch, HostError> {
@@ -96,6 +124,10 @@ fn compile_programs(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, HostError> {
     let mut by_errno: BTreeMap<i32, BTreeMap<i64, Vec<SeccompRule>>> = BTreeMap::new();
     let mut unconditional: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
     for rule in &plan.rules {
+        if LEGACY_SYSCALLS.contains(&rule.syscall) && syscall_number(rule.syscall).is_none() {
+            // This architecture has only the `*at` form, which has a rule of its own.
+            continue;
+        }
         let nr = syscall_number(rule.syscall).ok_or_else(|| {
             HostError::SeccompCompile(format!("unknown syscall {} in the plan", rule.syscall))
         })?;

@@ -60,7 +60,25 @@ enum Step {
     },
     /// A bind of a path of the view over itself, read-only.
     Pin(CString),
+    /// A private devpts instance.
+    Devpts(CString),
+    /// A size-limited tmpfs of the git store's writable layer (`data`: its options).
+    LayerTmpfs {
+        target: CString,
+        data: CString,
+    },
+    /// Sends a descriptor of `dir` to the host over the socket `fd` (one `SCM_RIGHTS`
+    /// message), so the host holds the bounded layer beyond the namespace's life.
+    SendLayer {
+        dir: CString,
+        fd: libc::c_int,
+    },
 }
+
+/// A devpts of the view's own: a new instance (no host pty in it) whose `ptmx` anyone in the
+/// view may open; new slaves get the opener's ids and mode 0620. No `gid=5`: the host's tty
+/// group is not mapped in the user namespace.
+const DEVPTS_OPTIONS: &std::ffi::CStr = c"newinstance,ptmxmode=0666,mode=0620";
 
 /// The view of one policy, ready to be built in a child.
 #[derive(Debug)]
@@ -72,6 +90,8 @@ pub struct PreparedView {
     labels: Vec<String>,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// The child's end of the bounded layer's socket, open until the command is spawned.
+    _layer_socket: Option<std::os::fd::OwnedFd>,
 }
 
 fn cstring(path: &Path) -> Result<CString, HostError> {
@@ -142,6 +162,17 @@ impl PreparedView {
         staging: &Path,
         store: Option<&GitStoreLayers>,
     ) -> Result<Self, HostError> {
+        Self::prepare_with_layer(policy, staging, store, None)
+    }
+
+    /// As [`PreparedView::prepare`], with the git store's writable layer on a tmpfs of its
+    /// own (`layer`), mounted first.
+    pub fn prepare_with_layer(
+        policy: &Policy,
+        staging: &Path,
+        store: Option<&GitStoreLayers>,
+        layer: Option<sandbox_git::quarantine::LayerMount>,
+    ) -> Result<Self, HostError> {
         let plan = view::compile(policy, &classify, store)?;
         if !staging.is_dir() {
             use std::os::unix::fs::DirBuilderExt;
@@ -175,6 +206,43 @@ impl PreparedView {
         let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
             steps.push(step);
             labels.push(label);
+        };
+        // The bounded layer first: the overlay below stacks it.
+        let layer_socket = match layer {
+            None => None,
+            Some(layer) => {
+                use std::os::fd::AsRawFd;
+                let dir = cstring(&layer.dir)?;
+                push(
+                    &mut steps,
+                    Step::LayerTmpfs {
+                        target: dir.clone(),
+                        data: CString::new(format!("size={},mode=0700", layer.bytes))
+                            .expect("no NUL"),
+                    },
+                    format!(
+                        "tmpfs of {} bytes for the git store's writable layer at {}",
+                        layer.bytes,
+                        layer.dir.display()
+                    ),
+                );
+                for sub in &layer.subdirs {
+                    push(
+                        &mut steps,
+                        Step::Mkdir(cstring(&layer.dir.join(sub))?),
+                        format!("{} in the git store's layer", sub.display()),
+                    );
+                }
+                push(
+                    &mut steps,
+                    Step::SendLayer {
+                        dir,
+                        fd: layer.socket.as_raw_fd(),
+                    },
+                    "handing the git store's layer to the host".into(),
+                );
+                Some(layer.socket)
+            }
         };
         for op in &plan.ops {
             let target = op.target();
@@ -280,6 +348,22 @@ impl PreparedView {
                         format!("read-only pin of {} ({why})", target.display()),
                     );
                 }
+                MountOp::Devpts { target } => {
+                    made.insert(target.clone());
+                    if !on_host(&mounted, target) {
+                        push(
+                            &mut steps,
+                            Step::Mkdir(inside(target)?),
+                            format!("mount point {}", target.display()),
+                        );
+                    }
+                    mounted.insert(target.clone(), false);
+                    push(
+                        &mut steps,
+                        Step::Devpts(inside(target)?),
+                        format!("private devpts on {}", target.display()),
+                    );
+                }
                 MountOp::Symlink { link, target } => {
                     made.insert(link.clone());
                     push(
@@ -302,11 +386,22 @@ impl PreparedView {
             labels,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            _layer_socket: layer_socket,
         })
     }
 
     pub fn plan(&self) -> &ViewPlan {
         &self.plan
+    }
+
+    /// Where the view mounts its private devpts, if it has one: a mount made only in the
+    /// child, so the Landlock rule that lets the command open new ptys there is added in the
+    /// child too.
+    pub fn devpts(&self) -> Option<&Path> {
+        self.plan.ops.iter().find_map(|op| match op {
+            MountOp::Devpts { target } => Some(target.as_path()),
+            _ => None,
+        })
     }
 
     /// What step `detail` of the view was, for an error message.
@@ -485,6 +580,20 @@ fn run(step: &Step) -> Result<(), Errno> {
                 )
             })
         }
+        Step::LayerTmpfs { target, data } => tmpfs(target, data),
+        Step::SendLayer { dir, fd } => send_dir(dir, *fd),
+        Step::Devpts(target) => {
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+            check(unsafe {
+                libc::mount(
+                    c"devpts".as_ptr(),
+                    target.as_ptr(),
+                    c"devpts".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NOEXEC,
+                    DEVPTS_OPTIONS.as_ptr().cast(),
+                )
+            })
+        }
         Step::Pin(path) => {
             // SAFETY: mount(2) binding a NUL-terminated path over itself, no data.
             check(unsafe {
@@ -499,6 +608,47 @@ fn run(step: &Step) -> Result<(), Errno> {
             set_readonly(path, false)
         }
     }
+}
+
+/// Opens `dir` and sends its descriptor over the socket `socket` (one byte, one
+/// `SCM_RIGHTS`). Async-signal safe: system calls on stack buffers.
+fn send_dir(dir: &CString, socket: libc::c_int) -> Result<(), Errno> {
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // Room for one cmsghdr and one int, aligned for cmsghdr.
+    let mut control = [0u64; 4];
+    // SAFETY: a msghdr over our stack buffers; CMSG_* compute offsets within `control`,
+    // which is large enough for CMSG_SPACE(sizeof(int)) (24 bytes on 64-bit Linux).
+    let rc = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
+        libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL)
+    };
+    let result = if rc == 1 { Ok(()) } else { Err(Errno::last()) };
+    // SAFETY: close(2) of the fd opened above (the message holds its own reference).
+    unsafe { libc::close(fd) };
+    result
 }
 
 /// Makes the mount at `path` (and, if `recursive`, everything below it) read-only.

@@ -40,6 +40,13 @@ pub mod consts {
         CLONE_NEWNET,
         CLONE_NEWTIME,
     ];
+    pub const S_ISUID: u64 = 0o4000;
+    pub const S_ISGID: u64 = 0o2000;
+    pub const O_CREAT: u64 = 0o100;
+    /// `__O_TMPFILE` (O_TMPFILE without O_DIRECTORY): an unnamed file that `linkat` can name.
+    pub const O_TMPFILE_BIT: u64 = 0o2000_0000;
+    /// `(uid_t)-1`: "leave the owner as it is" for the chown family.
+    pub const NO_CHANGE: u64 = 0xffff_ffff;
     pub const EPERM: i32 = 1;
     pub const EACCES: i32 = 13;
     pub const ENOSYS: i32 = 38;
@@ -131,6 +138,99 @@ const MOUNT_SYSCALLS: &[&str] = &[
     "fspick",
 ];
 
+/// Syscalls that exist only on older architectures (x86_64 has them, aarch64 and riscv64
+/// only have the `*at` forms): a plan names them, a filter for an architecture without them
+/// leaves them out.
+pub const LEGACY_SYSCALLS: &[&str] = &["chmod", "chown", "lchown", "open", "creat", "mknod"];
+
+/// Where each call that sets a file's mode takes it: `(syscall, mode arg, flags arg)`; the
+/// flags argument (for the open family) says whether the mode is used at all.
+const MODE_ARGS: &[(&str, u8, Option<u8>)] = &[
+    ("chmod", 1, None),
+    ("fchmod", 1, None),
+    ("fchmodat", 2, None),
+    ("fchmodat2", 2, None),
+    ("creat", 1, None),
+    ("mknod", 1, None),
+    ("mknodat", 2, None),
+    ("open", 2, Some(1)),
+    ("openat", 3, Some(2)),
+];
+
+const SETID_WHY: &str = "no setuid/setgid files: one left behind would run as its owner";
+
+/// Setting S_ISUID or S_ISGID, by chmod or by creating a file with it: a run as root could
+/// otherwise leave a setuid-root binary in the worktree for any local user to run. The
+/// `open` family uses the mode only with O_CREAT or O_TMPFILE (its mode argument is garbage
+/// otherwise), so the rule looks at the flags too. `openat2` passes its mode in a struct
+/// seccomp cannot read: ENOSYS, as on a kernel before 5.6, and libc falls back to `openat`.
+fn setid_rules() -> Vec<SyscallRule> {
+    use consts::*;
+    let masked = |arg: u8, bit: u64| ArgCheck::MaskedEq {
+        arg,
+        mask: bit,
+        value: bit,
+        dword: true,
+    };
+    let mut rules = Vec::new();
+    for &(syscall, mode, flags) in MODE_ARGS {
+        for bit in [S_ISUID, S_ISGID] {
+            match flags {
+                None => rules.push(SyscallRule {
+                    syscall,
+                    when: vec![masked(mode, bit)],
+                    errno: EPERM,
+                    why: SETID_WHY,
+                }),
+                Some(flags) => {
+                    for creates in [O_CREAT, O_TMPFILE_BIT] {
+                        rules.push(SyscallRule {
+                            syscall,
+                            when: vec![masked(flags, creates), masked(mode, bit)],
+                            errno: EPERM,
+                            why: SETID_WHY,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    rules.push(SyscallRule {
+        syscall: "openat2",
+        when: vec![],
+        errno: ENOSYS,
+        why: "openat2 hides its mode from seccomp: ENOSYS, so libc uses openat",
+    });
+    rules
+}
+
+/// The chown family may not give a file to another owner than `uid` (the one the command
+/// runs as): `(uid_t)-1` (no change) and `uid` itself pass. Group changes are left to the
+/// kernel (only to a group the caller is in, without CAP_CHOWN).
+pub fn chown_rules(uid: u32) -> Vec<SyscallRule> {
+    use consts::*;
+    [("chown", 1), ("lchown", 1), ("fchown", 1), ("fchownat", 2)]
+        .into_iter()
+        .map(|(syscall, arg)| SyscallRule {
+            syscall,
+            when: vec![
+                ArgCheck::Ne {
+                    arg,
+                    value: NO_CHANGE,
+                    dword: true,
+                },
+                ArgCheck::Ne {
+                    arg,
+                    value: u64::from(uid),
+                    dword: true,
+                },
+            ],
+            errno: EPERM,
+            why: "no chown to another owner",
+        })
+        .collect()
+}
+
 /// Denied for every run, whatever the policy: `(syscalls, errno, why)`.
 const ALWAYS_DENIED: &[(&[&str], i32, &str)] = &[
     (
@@ -218,6 +318,7 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
             });
         }
     }
+    rules.extend(setid_rules());
     // clone(2) takes its flags in arg 0 on x86_64, aarch64 and riscv64, the architectures
     // `sandbox-host` builds filters for (s390 swaps the first two arguments).
     // "Any namespace flag set" is one rule per flag: `flags & bit == bit`, on the low 32 bits,
@@ -447,9 +548,9 @@ mod tests {
         for sys in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
             assert_eq!(rules_for(&plan, sys).len(), 1, "{sys}");
         }
-        assert!(plan
-            .rules
-            .iter()
-            .all(|r| r.errno == EPERM || r.errno == EACCES || r.syscall == "clone3"));
+        assert!(plan.rules.iter().all(|r| r.errno == EPERM
+            || r.errno == EACCES
+            || r.syscall == "clone3"
+            || r.syscall == "openat2"));
     }
 }

@@ -56,6 +56,9 @@ pub enum MountOp {
     },
     /// A symbolic link at `link` pointing to `target`.
     Symlink { link: PathBuf, target: PathBuf },
+    /// A private devpts instance at `target` (`newinstance`, `ptmxmode=0666`): the command
+    /// can open new pseudo-terminals, and none of the host's exists in it.
+    Devpts { target: PathBuf },
     /// An overlay at `target`: the host's `lower` layers (first on top), read-only, under a
     /// writable `upper` layer that only the host reads back (`work` is overlayfs's own).
     Overlay {
@@ -80,7 +83,8 @@ impl MountOp {
             MountOp::Tmpfs { target, .. }
             | MountOp::Bind { target, .. }
             | MountOp::Overlay { target, .. }
-            | MountOp::Pin { target, .. } => target,
+            | MountOp::Pin { target, .. }
+            | MountOp::Devpts { target } => target,
             MountOp::Symlink { link, .. } => link,
         }
     }
@@ -125,6 +129,11 @@ const DEV_LINKS: &[(&str, &str)] = &[
     ("/dev/stdout", "/proc/self/fd/1"),
     ("/dev/stderr", "/proc/self/fd/2"),
 ];
+
+/// The host's pseudo-terminals: never bound. Either in the policy's devices gives the view a
+/// private devpts instance instead, with `/dev/ptmx` a link to its own `ptmx`.
+const DEVPTS: &str = "/dev/pts";
+const PTMX: &str = "/dev/ptmx";
 
 fn depth(path: &Path) -> usize {
     path.components().count()
@@ -186,8 +195,11 @@ pub fn compile(
     for dir in &policy.fs.system_read {
         bind(dir, true, "system");
     }
-    for dev in &policy.fs.devices {
-        bind(dev, false, "device");
+    // Device nodes read-only: writing to a device works on a read-only mount, changing the
+    // host's node (its mode, owner, times) does not.
+    let is_pty = |dev: &PathBuf| dev == Path::new(DEVPTS) || dev == Path::new(PTMX);
+    for dev in policy.fs.devices.iter().filter(|dev| !is_pty(dev)) {
+        bind(dev, true, "device (read-only node)");
     }
     let written: BTreeSet<&Path> = policy.fs.write.iter().map(|g| g.path.as_path()).collect();
     for grant in &policy.fs.read {
@@ -217,6 +229,12 @@ pub fn compile(
     }
     if let Some((git, store)) = quarantine {
         binds.extend(store_ops(git, store, classify));
+    }
+    if policy.fs.devices.iter().any(is_pty) {
+        binds.push(MountOp::Devpts {
+            target: DEVPTS.into(),
+        });
+        ops_link(&mut binds, Path::new(PTMX), "pts/ptmx".into());
     }
     // Stable: equal depths keep their order (a read grant before a write grant of the same
     // depth elsewhere does not matter; the same path is never bound twice above).
@@ -374,7 +392,7 @@ mod tests {
             vec![
                 ("/usr".into(), true),
                 ("/etc".into(), true),
-                ("/dev/null".into(), false),
+                ("/dev/null".into(), true),
                 ("/repo/.git".into(), true),
                 ("/work/task".into(), false),
                 ("/repo/.git/objects".into(), false),
@@ -396,6 +414,39 @@ mod tests {
             target: "/tmp".into(),
             mode: 0o1777
         }));
+    }
+
+    #[test]
+    fn ptys_come_from_a_private_devpts_and_no_host_pty_is_bound() {
+        let mut p = linked_policy(false);
+        p.fs.devices = vec!["/dev/null".into(), "/dev/ptmx".into(), "/dev/pts".into()];
+        let plan = compile(&p, &classify, None).unwrap();
+        // Neither the host's /dev/pts nor its /dev/ptmx is bound; the device node is, read-only.
+        let b = binds(&plan);
+        assert!(!b.iter().any(|(t, _)| t.starts_with("/dev/pt")), "{b:?}");
+        assert!(b.contains(&("/dev/null".into(), true)), "{b:?}");
+        assert!(plan.ops.contains(&MountOp::Devpts {
+            target: "/dev/pts".into()
+        }));
+        assert!(plan.ops.contains(&MountOp::Symlink {
+            link: "/dev/ptmx".into(),
+            target: "pts/ptmx".into()
+        }));
+        // On the view's /dev, which is mounted first.
+        let at = |t: &str| {
+            plan.ops
+                .iter()
+                .position(|op| op.target() == Path::new(t))
+                .unwrap()
+        };
+        assert!(at("/dev") < at("/dev/pts") && at("/dev") < at("/dev/ptmx"));
+        // Without either in the policy, no devpts at all.
+        p.fs.devices = vec!["/dev/null".into()];
+        let plan = compile(&p, &classify, None).unwrap();
+        assert!(!plan
+            .ops
+            .iter()
+            .any(|op| matches!(op, MountOp::Devpts { .. })));
     }
 
     #[test]
@@ -441,7 +492,7 @@ mod tests {
             vec![
                 ("/usr".into(), true),
                 ("/etc".into(), true),
-                ("/dev/null".into(), false),
+                ("/dev/null".into(), true),
                 ("/work/task".into(), false)
             ]
         );
