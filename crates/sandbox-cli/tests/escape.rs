@@ -54,6 +54,8 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     "add objects/info/alternates pointing outside",
     "move another task's branch",
     "switch HEAD to another task's branch, then move it in the next run",
+    escape::REPLACE_OBJECT,
+    escape::SHADOW_REF,
 ];
 
 /// Every backend: the worktree is writable, and a `.git` directory is a directory like any

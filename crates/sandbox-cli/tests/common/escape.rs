@@ -26,6 +26,11 @@ pub const PLANTED_SUBMODULE: &str =
 pub const PLANTED_REPOSITORY: &str =
     "plant a repository in the worktree whose config runs code for the user's git";
 
+/// Rows of the git store quarantine, also named in `escape.rs` (no quarantine, no hold).
+pub const REPLACE_OBJECT: &str =
+    "git replace a blob of trunk, so the host reads the agent's content";
+pub const SHADOW_REF: &str = "shadow trunk by a new tag of the same name";
+
 /// A fresh home, repository, linked worktree and outside directory.
 pub struct Fixture {
     pub env: Env,
@@ -957,6 +962,48 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: REPLACE_OBJECT,
+            needs: None,
+            run: |f, b| {
+                // trunk never moves, yet every reader on the host sees the agent's README.
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git replace \"$(git rev-parse trunk:README)\" \
+                         \"$(echo evil | git hash-object -w --stdin)\""
+                    ),
+                );
+                let now = host_git(&f.main, &["show", "trunk:README"]);
+                judge(
+                    &out,
+                    now.stdout != b"hello\n",
+                    "the host's trunk:README shows the agent's blob (refs/replace)",
+                )
+            },
+        },
+        Attack {
+            name: SHADOW_REF,
+            needs: None,
+            run: |f, b| {
+                let before = rev_parse(f, "trunk");
+                // A tag wins over a branch of the same name (git's lookup order), a branch
+                // over a remote-tracking one: `git reset --hard trunk` would take the tag.
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; git commit -q --allow-empty -m evil; git tag trunk HEAD"
+                    ),
+                );
+                judge(
+                    &out,
+                    rev_parse(f, "trunk") != before,
+                    "`trunk` resolves to the agent's new tag on the host",
+                )
+            },
+        },
+        Attack {
             name: "switch HEAD to another task's branch, then move it in the next run",
             needs: None,
             run: |f, b| {
@@ -1478,7 +1525,11 @@ pub fn do_work(f: &Fixture, backend: &str, work: &Work) -> Result<(), String> {
 /// Runs every attack and every piece of work under each backend; returns the table rows.
 pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
     let mut rows = Vec::new();
-    for attack in attacks() {
+    // `SANDBOX_ESCAPE_ONLY=<text>|<text>`: only the attacks whose name contains one of them
+    // (a quick look at some rows while working on them; the full table is what counts).
+    let only = std::env::var("SANDBOX_ESCAPE_ONLY").unwrap_or_default();
+    let picked = |name: &str| only.split('|').any(|part| name.contains(part));
+    for attack in attacks().into_iter().filter(|a| picked(a.name)) {
         let mut verdicts = Vec::new();
         for backend in backends {
             let verdict = match attack.needs {
