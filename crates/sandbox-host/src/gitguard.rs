@@ -18,6 +18,10 @@
 //!
 //! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
+mod gitdir;
+
+pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport, SetAside};
+
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -30,6 +34,7 @@ use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sandbox_git::quarantine::refs::{head_allowed, is_object_id, ref_exists};
+use sandbox_git::quarantine::StoreReport;
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
@@ -277,6 +282,24 @@ pub fn check_head(start: &HeadAtStart, layout: &GitLayout, created: &[&str]) -> 
                 ref_exists(&layout.common_dir, name)
             })
     })
+}
+
+/// Whether a run may leave ref `name` to be moved by the user's git later (a stopped rebase's
+/// `head-name`, its `update-ref` lines): the task branch, a branch the run created (`report`:
+/// its quarantine's), or a branch that does not exist — the rule `HEAD` follows.
+pub fn may_own_ref(layout: &GitLayout, name: &str, report: Option<&StoreReport>) -> bool {
+    let created: Vec<&str> = report
+        .into_iter()
+        .flat_map(|r| &r.applied)
+        .filter(|a| a.old.is_none())
+        .map(|a| a.name.as_str())
+        .collect();
+    head_allowed(
+        &format!("ref: {name}"),
+        layout.task_branch.as_deref(),
+        &created,
+        |n| ref_exists(&layout.common_dir, n),
+    )
 }
 
 /// True if `extensions.worktreeConfig` is on now but was off before the run.

@@ -1064,6 +1064,139 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "link COMMIT_EDITMSG to ~/.bashrc, so the user's commit --amend writes it",
+            needs: None,
+            run: |f, b| {
+                let bashrc = f.home.join(".bashrc");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; g=$(git rev-parse --git-dir); rm -f \"$g/COMMIT_EDITMSG\"; \
+                         ln -s '{}' \"$g/COMMIT_EDITMSG\"",
+                        bashrc.display()
+                    ),
+                );
+                // The user's next amend writes its message through the link.
+                let _ = host_git(&f.task, &["commit", "-q", "--amend", "--no-edit"]);
+                let now = std::fs::read_to_string(&bashrc).unwrap_or_default();
+                judge(
+                    &out,
+                    now != "# original\n",
+                    "~/.bashrc now holds a commit message",
+                )
+            },
+        },
+        Attack {
+            name: "plant config.worktree with core.fsmonitor, run by the user's sparse-checkout",
+            needs: None,
+            run: |f, b| {
+                let mark = f.outside.join(format!("worktree-config-ran-{}", unique()));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; printf '#!/bin/sh\\ntouch {}\\n' > .fsm && chmod +x .fsm \
+                         && printf '[core]\\n\\tfsmonitor = %s/.fsm\\n' \"$PWD\" \
+                         > \"$(git rev-parse --git-dir)/config.worktree\"",
+                        mark.display()
+                    ),
+                );
+                // Dormant until the user turns per-worktree config on, as sparse-checkout does.
+                let _ = host_git(&f.task, &["sparse-checkout", "set", "--no-cone", "/*"]);
+                let _ = host_git(&f.task, &["status", "--short"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git status ran the fsmonitor",
+                )
+            },
+        },
+        Attack {
+            name: "stop a rebase before an exec line, run by the user's rebase --continue",
+            needs: None,
+            run: |f, b| {
+                let mark = f.outside.join(format!("rebase-exec-ran-{}", unique()));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; printf '#!/bin/sh\\nprintf \"break\\\\nexec touch {}\\\\n\" \
+                         > \"$1\"\\n' > .ed && chmod +x .ed && \
+                         GIT_SEQUENCE_EDITOR=\"$PWD/.ed\" git rebase -q -i HEAD; \
+                         cat \"$(git rev-parse --git-dir)/rebase-merge/git-rebase-todo\"",
+                        mark.display()
+                    ),
+                );
+                let _ = host_git(&f.task, &["rebase", "--continue"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's rebase --continue ran the exec line",
+                )
+            },
+        },
+        Attack {
+            name: "hide an edit from the user's git status with skip-worktree",
+            needs: None,
+            run: |f, b| {
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; echo evil >> README; git update-index --skip-worktree README"
+                    ),
+                );
+                let status = host_git(&f.task, &["status", "--porcelain"]);
+                let hidden = status.stdout.is_empty()
+                    && std::fs::read_to_string(f.task.join("README")).unwrap_or_default()
+                        != "hello\n";
+                // Held when the bit is reported: the user is told where to look.
+                let told =
+                    String::from_utf8_lossy(&out.stderr).contains("--no-skip-worktree README");
+                judge(
+                    &out,
+                    hidden && !told,
+                    "git status shows nothing, and no word of it",
+                )
+            },
+        },
+        Attack {
+            name: "stage a gitlink into <gitdir>/modules, so the user's git status runs its config",
+            needs: None,
+            run: |f, b| {
+                let n = unique();
+                let mark = f.outside.join(format!("gitdir-modules-ran-{n}"));
+                let sub = format!("sub-{n}");
+                // git's own layout for a linked worktree's submodules, in the git dir the
+                // run writes: `.git` is a pointer, the repository lies in <gitdir>/modules.
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; g=$(git rev-parse --absolute-git-dir); \
+                         mkdir -p {sub} \"$g/modules\" && git init -q --separate-git-dir \"$g/modules/{sub}\" {sub} && \
+                         printf '#!/bin/sh\\ntouch {mark}\\n' > \"$g/modules/{sub}/fsm\" && \
+                         chmod +x \"$g/modules/{sub}/fsm\" && \
+                         git -C {sub} config core.fsmonitor \"$g/modules/{sub}/fsm\" && \
+                         git -C {sub} commit -q --allow-empty -m s && \
+                         git update-index --add --cacheinfo \
+                           160000,$(git -C {sub} rev-parse HEAD),{sub}",
+                        mark = mark.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                let _ = host_git(&f.task, &["status", "--short"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git status ran the submodule's fsmonitor",
+                )
+            },
+        },
+        Attack {
             name: PLANTED_SUBMODULE,
             needs: None,
             run: |f, b| {

@@ -18,6 +18,7 @@
 //! [`LiveQuarantine`] runs the sync on every change of the layer while the command runs (so
 //! the host sees commits as they happen) and once more when every process is gone.
 
+pub mod gitdir;
 mod live;
 mod objects;
 pub mod refs;

@@ -45,6 +45,8 @@ pub struct PreparedCommand {
     store: Option<LiveQuarantine>,
     /// The worktree's `HEAD` when the quarantined command started.
     head: Option<gitguard::HeadAtStart>,
+    /// The worktree's own git dir when the command was prepared (a linked worktree's).
+    gitdir: Option<gitguard::GitDirAtStart>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -83,6 +85,8 @@ pub struct Finished {
     /// What the git store quarantine applied and refused (when the run had one), or why its
     /// last sync failed.
     pub git_store: Option<Result<StoreReport, String>>,
+    /// What the check of the worktree's own git dir set aside and noticed.
+    pub git_dir: gitguard::GitDirReport,
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -147,6 +151,7 @@ impl Finished {
             )),
             None => {}
         }
+        lines.extend(self.git_dir.warnings());
         lines
     }
 }
@@ -171,10 +176,11 @@ impl PreparedCommand {
             spec,
             setup,
             judge,
-            git,
             keep: Vec::new(),
             store: None,
             head: None,
+            gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
+            git,
         }
     }
 
@@ -278,12 +284,19 @@ impl PreparedCommand {
                 .collect();
             tampering.extend(gitguard::check_head(head, git, &created));
         }
+        let git_dir = match (&self.git, &self.gitdir) {
+            (Some(git), Some(start)) => gitguard::audit_gitdir(start, &|name| {
+                gitguard::may_own_ref(git, name, git_store.as_ref().and_then(|r| r.as_ref().ok()))
+            }),
+            _ => gitguard::GitDirReport::default(),
+        };
         drop(self.keep);
         Finished {
             end,
             tampering,
             worktree_config_enabled,
             git_store,
+            git_dir,
         }
     }
 }
