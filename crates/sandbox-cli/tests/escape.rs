@@ -56,6 +56,8 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     "switch HEAD to another task's branch, then move it in the next run",
     escape::REPLACE_OBJECT,
     escape::SHADOW_REF,
+    escape::HEAD_ON_A_FUTURE_BRANCH,
+    escape::HEAD_PARKED_THEN_KILLED,
 ];
 
 /// Every backend: the worktree is writable, and a `.git` directory is a directory like any

@@ -30,6 +30,10 @@ pub const PLANTED_REPOSITORY: &str =
 pub const REPLACE_OBJECT: &str =
     "git replace a blob of trunk, so the host reads the agent's content";
 pub const SHADOW_REF: &str = "shadow trunk by a new tag of the same name";
+pub const HEAD_ON_A_FUTURE_BRANCH: &str =
+    "leave HEAD on a branch that does not exist yet, moved once the user creates it";
+pub const HEAD_PARKED_THEN_KILLED: &str =
+    "park HEAD on trunk and get SIGKILLed before the check, then move trunk in the next run";
 
 /// A fresh home, repository, linked worktree and outside directory.
 pub struct Fixture {
@@ -1031,6 +1035,90 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: HEAD_ON_A_FUTURE_BRANCH,
+            needs: None,
+            run: |f, b| {
+                let first = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git symbolic-ref HEAD refs/heads/later"),
+                );
+                if let Err(v) = ran(&first) {
+                    return v;
+                }
+                // The user creates the branch (it does not exist, so the run could name it).
+                git(&f.main, &["branch", "later", "trunk"]);
+                let before = rev_parse(f, "later");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git commit -q --allow-empty -m evil"),
+                );
+                if refused_at_start(&out) {
+                    return Verdict::Blocked;
+                }
+                judge(
+                    &out,
+                    rev_parse(f, "later") != before,
+                    "the user's new branch moved in the next run",
+                )
+            },
+        },
+        Attack {
+            name: HEAD_PARKED_THEN_KILLED,
+            needs: None,
+            run: |f, b| {
+                if b.ends_with(DAEMON) {
+                    return Verdict::Skipped(
+                        "the attack is a SIGKILL of `sandbox run` before its check".into(),
+                    );
+                }
+                let before = rev_parse(f, "trunk");
+                // Park HEAD on trunk, then the sandbox is killed outright: no check after it.
+                let (mut cmd, backend) = if b == NATIVE_NOUSERNS {
+                    (f.env.cmd_under(&NOUSERNS_WRAPPER), "native")
+                } else {
+                    (f.env.cmd(), b)
+                };
+                let mut child = cmd
+                    .current_dir(&f.task)
+                    .args(["run", "--backend", backend, "--", "sh", "-c"])
+                    .arg("git symbolic-ref HEAD refs/heads/trunk && echo parked && read line")
+                    .stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .unwrap();
+                let mut line = String::new();
+                let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+                let _ = std::io::BufRead::read_line(&mut stdout, &mut line);
+                if line.trim() != "parked" {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Verdict::NotRun(format!("the first run printed {line:?}"));
+                }
+                // The wrapper of native-nouserns execs sandbox: the pid is sandbox's own.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(child.id() as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                let _ = child.wait();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; git commit -q --allow-empty -m evil"),
+                );
+                if refused_at_start(&out) {
+                    return Verdict::Blocked;
+                }
+                judge(
+                    &out,
+                    rev_parse(f, "trunk") != before,
+                    "trunk moved in the run after the killed one",
+                )
+            },
+        },
+        Attack {
             name: "write a hook into core.hooksPath in the worktree (.husky)",
             needs: None,
             run: |f, b| {
@@ -1375,6 +1463,13 @@ print(\"REPLY:\" + s.recv(4096).decode(errors=\"replace\"))\n'",
             },
         },
     ]
+}
+
+/// Whether the run was refused before its command because `HEAD` names a branch the
+/// worktree's runs do not own.
+fn refused_at_start(out: &Output) -> bool {
+    !String::from_utf8_lossy(&out.stdout).contains(MARK)
+        && String::from_utf8_lossy(&out.stderr).contains("git: refusing to run in")
 }
 
 /// What `rev` names in the repository, on the host.

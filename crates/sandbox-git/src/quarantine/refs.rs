@@ -426,6 +426,73 @@ fn describe(oid: Option<Oid>) -> String {
     oid.map_or("no ref".into(), |o| o.to_string()[..12].to_string())
 }
 
+/// One reflog entry, as git writes it: `<old> <new> <name> <<email>> <time> <tz>\t<message>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReflogEntry {
+    pub new: Oid,
+    pub name: String,
+    pub email: String,
+    pub time: i64,
+    pub offset_minutes: i32,
+    pub message: String,
+}
+
+/// The entries of the reflog at `path`, oldest first (`read` reads the file); lines that do
+/// not parse are skipped, messages lose control characters.
+pub(crate) fn read_reflog(
+    path: &Path,
+    read: impl Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Vec<ReflogEntry> {
+    let Ok(bytes) = read(path) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| {
+            let (head, message) = line.split_once('\t').unwrap_or((line, ""));
+            let mut words = head.splitn(3, ' ');
+            let _old = words.next()?;
+            let new = Oid::from_str(words.next()?).ok()?;
+            let ident = words.next()?;
+            let (who, when) = ident.rsplit_once('>')?;
+            let (name, email) = who.split_once('<')?;
+            let mut when = when.split_whitespace();
+            let time = when.next()?.parse().ok()?;
+            let tz: i32 = when.next()?.parse().ok()?;
+            Some(ReflogEntry {
+                new,
+                name: name.trim().to_string(),
+                email: email.to_string(),
+                time,
+                offset_minutes: tz.signum() * ((tz.abs() / 100) * 60 + tz.abs() % 100),
+                message: message
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(1000)
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// Replaces the reflog of `name` in `repo` with `entries` (git's own format, by libgit2).
+pub(crate) fn write_reflog(
+    repo: &Repository,
+    name: &str,
+    entries: &[ReflogEntry],
+) -> Result<(), git2::Error> {
+    let mut reflog = repo.reflog(name)?;
+    while !reflog.is_empty() {
+        reflog.remove(reflog.len() - 1, false)?;
+    }
+    for e in entries {
+        let when = git2::Time::new(e.time, e.offset_minutes);
+        let who = git2::Signature::new(&e.name, &e.email, &when)?;
+        reflog.append(e.new, &who, Some(&e.message))?;
+    }
+    reflog.write()
+}
+
 /// The message of the sandbox's last reflog entry for `name`, for the host's reflog.
 pub(crate) fn last_reflog_message(upper: &Path, name: &str) -> String {
     let message = read_untrusted(upper, &upper.join("logs").join(name), 1 << 20)

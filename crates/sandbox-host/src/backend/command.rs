@@ -275,19 +275,14 @@ impl PreparedCommand {
             .store
             .map(|store| store.finish().map_err(|e| e.to_string()));
         // With the store synced, `HEAD` may name a branch the run created.
-        if let (Some(git), Some(head), Some(Ok(report))) = (&self.git, &self.head, &git_store) {
-            let created: Vec<&str> = report
-                .applied
-                .iter()
-                .filter(|a| a.old.is_none())
-                .map(|a| a.name.as_str())
-                .collect();
-            tampering.extend(gitguard::check_head(head, git, &created));
+        let report = git_store.as_ref().and_then(|r| r.as_ref().ok());
+        if let (Some(git), Some(head), Some(report)) = (&self.git, &self.head, report) {
+            tampering.extend(gitguard::check_head(head, git, report));
         }
         let git_dir = match (&self.git, &self.gitdir) {
-            (Some(git), Some(start)) => gitguard::audit_gitdir(start, &|name| {
-                gitguard::may_own_ref(git, name, git_store.as_ref().and_then(|r| r.as_ref().ok()))
-            }),
+            (Some(git), Some(start)) => {
+                gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(git, name, report))
+            }
             _ => gitguard::GitDirReport::default(),
         };
         drop(self.keep);
