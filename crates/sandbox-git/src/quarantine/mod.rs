@@ -120,8 +120,16 @@ impl StoreReport {
             let wanted = r.wanted.as_deref().map_or("delete it".to_string(), |w| {
                 format!("set it to {}", &w[..w.len().min(12)])
             });
+            let yourself = match &r.wanted {
+                _ if r.reason.contains("git stash store") => String::new(),
+                Some(w) => format!(
+                    " (to apply it on the host: `git update-ref {} {w}`)",
+                    r.name
+                ),
+                None => format!(" (to apply it on the host: `git update-ref -d {}`)", r.name),
+            };
             format!(
-                "git: refused to {wanted} for {} — {}; the repository keeps it unchanged",
+                "git: refused to {wanted} for {} — {}; the repository keeps it unchanged{yourself}",
                 r.name, r.reason
             )
         });
