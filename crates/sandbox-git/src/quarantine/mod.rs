@@ -341,6 +341,7 @@ impl StoreQuarantine {
             worktree: gitdir.to_path_buf(),
             reason,
         })?;
+        let loaded = record.clone();
         let mut record = record.unwrap_or_else(|| task::TaskRecord {
             gitdir: gitdir.to_path_buf(),
             ..Default::default()
@@ -350,9 +351,12 @@ impl StoreQuarantine {
         if branch.is_some() && record.branch.is_none() {
             record.branch = branch.clone();
         }
-        record
-            .save(record_dir)
-            .map_err(io("writing the task record in", record_dir))?;
+        // Written only when it changed: most runs find it as the last one left it.
+        if loaded.as_ref() != Some(&record) {
+            record
+                .save(record_dir)
+                .map_err(io("writing the task record in", record_dir))?;
+        }
         let mut quarantine = Self::with_run_dir(common, branch.as_deref(), parent, None)?;
         quarantine
             .state
