@@ -82,18 +82,22 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     "add objects/info/alternates pointing outside",
     "move another task's branch",
     "switch HEAD to another task's branch, then move it in the next run",
+    escape::REPLACE_OBJECT,
+    escape::SHADOW_REF,
+    escape::HEAD_ON_A_FUTURE_BRANCH,
+    escape::HEAD_PARKED_THEN_KILLED,
 ];
 
 /// Every backend: the worktree is writable, and a `.git` directory is a directory like any
-/// other to Landlock and to mounts. docs/security.md, "Known limits".
+/// other to Landlock and to mounts. docs/security.md, "Known limits". (Once `sub` is a
+/// gitlink in the index, the check after every run sets its `.git` aside: that row holds.)
 const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsmonitor` or a \
-     hook in its worktree; git run on the host in that directory uses that repository, and \
-     once `sub` is a gitlink in the index (staged or committed) so does `git status` at the \
-     top. No file rule can refuse a name, and no check after the run looks for it yet";
+     hook in its worktree; git run on the host in that directory uses that repository. No \
+     file rule can refuse a name, and no check after the run walks the whole tree";
 
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
     let backend = backend.trim_end_matches(escape::DAEMON);
-    if attack == escape::PLANTED_REPOSITORY || attack == escape::PLANTED_SUBMODULE {
+    if attack == escape::PLANTED_REPOSITORY {
         return Some(PLANTED_REPOSITORY_GAP);
     }
     if matches!(backend, "nono" | escape::NATIVE_NOUSERNS) && GIT_STORE_ATTACKS.contains(&attack) {

@@ -159,12 +159,8 @@ fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
         common::skip(why);
         return;
     }
-    // The user's stash exists before the run: the run may stash privately (refs/stash is
-    // not pinned) but never replace the user's.
+    // A new ref outside branches, tags and the stash is refused; the commit still lands.
     let report = f.env.path().join("report.json");
-    std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
-    common::escape::git(&f.main, &["-C", f.task.to_str().unwrap(), "stash", "-q"]);
-    let users_stash = escape::rev_parse(&f, "refs/stash");
     let out = f
         .env
         .cmd()
@@ -175,29 +171,157 @@ fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
             "--",
             "sh",
             "-c",
-            "echo agent > README && git stash -q && git commit -q --allow-empty -m ok",
+            "git commit -q --allow-empty -m ok && git update-ref refs/notes/evil HEAD",
         ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", common::text(&out));
-    assert_eq!(
-        escape::rev_parse(&f, "refs/stash"),
-        users_stash,
-        "the user's stash was replaced"
-    );
+    assert_eq!(escape::rev_parse(&f, "refs/notes/evil"), "", "applied");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("refused") && stderr.contains("refs/stash"),
+        stderr.contains("refused") && stderr.contains("refs/notes/evil"),
         "{stderr}"
     );
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
     let store = &json["gitStore"];
-    assert_eq!(store["refused"][0]["name"], "refs/stash", "{json:#}");
+    assert_eq!(store["refused"][0]["name"], "refs/notes/evil", "{json:#}");
     assert_eq!(
         store["applied"][0]["name"], "refs/heads/feature",
         "{json:#}"
     );
     assert_eq!(json["exitCode"], 0);
+}
+
+/// `sandbox run --backend native -- sh -c SCRIPT` in the task worktree, which must succeed.
+fn run_ok(f: &Fixture, script: &str) -> String {
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{script}: {}", common::text(&out));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_stash_pushed_over_the_users_keeps_both_entries() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
+    common::escape::git(&f.task, &["stash", "-q", "-m", "users"]);
+    let users = escape::rev_parse(&f, "refs/stash");
+    let stderr = run_ok(&f, "echo agent > README && git stash -q -m agents");
+    assert!(!stderr.contains("refused"), "{stderr}");
+    let list = escape::host_git(&f.task, &["stash", "list", "--format=%H %gs"]);
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(lines[0].ends_with("agents"), "{list}");
+    assert!(lines[1].starts_with(&users), "{list}");
+    // The next run pops its own entry: the user's is the stash again.
+    let popped = run_ok(
+        &f,
+        "git stash pop -q && grep -q agent README && git checkout -q README",
+    );
+    assert_eq!(escape::rev_parse(&f, "refs/stash"), users, "{popped}");
+    let list = escape::host_git(&f.task, &["stash", "list"]);
+    assert_eq!(String::from_utf8_lossy(&list.stdout).lines().count(), 1);
+    // Dropping the user's entry is refused, and says how to keep the run's.
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("echo again > README && git stash -q && git stash drop -q stash@{1}")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("git stash store"), "{stderr}");
+    assert_eq!(escape::rev_parse(&f, "refs/stash"), users);
+}
+
+#[test]
+fn later_runs_move_and_delete_the_refs_earlier_runs_created() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    run_ok(
+        &f,
+        "git commit -q --allow-empty -m one && git branch side && git tag t1",
+    );
+    assert_ne!(escape::rev_parse(&f, "side"), "");
+    let stderr = run_ok(
+        &f,
+        "git commit -q --allow-empty -m two && git branch -f side HEAD && git tag -d t1",
+    );
+    assert!(!stderr.contains("refused"), "{stderr}");
+    assert_eq!(
+        escape::rev_parse(&f, "side"),
+        escape::rev_parse(&f, "feature")
+    );
+    assert_eq!(escape::rev_parse(&f, "refs/tags/t1"), "");
+    run_ok(&f, "git branch -D side");
+    assert_eq!(escape::rev_parse(&f, "refs/heads/side"), "");
+    // A branch the user made is still not the runs' to delete.
+    common::escape::git(&f.main, &["branch", "users"]);
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args([
+            "run",
+            "--backend",
+            "native",
+            "--",
+            "git",
+            "branch",
+            "-D",
+            "users",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{}", common::text(&out));
+    assert_ne!(escape::rev_parse(&f, "refs/heads/users"), "");
+}
+
+#[test]
+fn a_rebase_started_in_one_run_is_continued_in_the_next() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip(why);
+        return;
+    }
+    let first = run_ok(
+        &f,
+        "git commit -q --allow-empty -m one && git commit -q --allow-empty -m two && \
+         GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' git rebase -q -i HEAD~2",
+    );
+    assert!(!first.contains("set aside"), "{first}");
+    // HEAD is detached mid-rebase: the next run's task branch is still feature (the record).
+    let second = run_ok(
+        &f,
+        "git commit -q --amend --allow-empty -m amended && git rebase --continue",
+    );
+    assert!(
+        !second.contains("set aside") && !second.contains("refused"),
+        "{second}"
+    );
+    let log = escape::host_git(&f.main, &["log", "--format=%s", "-3", "feature"]);
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "two\namended\ninit\n",
+        "{}",
+        common::text(&log)
+    );
+    let head = std::fs::read_to_string(f.common.join("worktrees/task/HEAD")).unwrap();
+    assert_eq!(head, "ref: refs/heads/feature\n");
 }
 
 /// The report often goes into the worktree, which the previous run could write: a link left

@@ -18,6 +18,10 @@
 //!
 //! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
+mod gitdir;
+
+pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport, SetAside};
+
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -30,6 +34,7 @@ use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sandbox_git::quarantine::refs::{head_allowed, is_object_id, ref_exists};
+use sandbox_git::quarantine::StoreReport;
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
@@ -269,13 +274,38 @@ impl HeadAtStart {
 }
 
 /// Puts `HEAD` back as it was at `start` when the run left it naming a branch it may not move
-/// (see [`HeadAtStart`]); `created`: the refs this run created on the host.
-pub fn check_head(start: &HeadAtStart, layout: &GitLayout, created: &[&str]) -> Option<Tampering> {
+/// (see [`HeadAtStart`]); `report`: the run's quarantine's (its task branch, and the refs the
+/// worktree's runs created).
+pub fn check_head(
+    start: &HeadAtStart,
+    layout: &GitLayout,
+    report: &StoreReport,
+) -> Option<Tampering> {
     restore_unless(&start.path, &start.content, |now| {
-        now == start.content
-            || head_allowed(now, layout.task_branch.as_deref(), created, |name| {
-                ref_exists(&layout.common_dir, name)
-            })
+        now == start.content || {
+            let name = now.trim_end().strip_prefix("ref: ").unwrap_or_default();
+            is_object_id(now.trim_end()) || may_own_ref(layout, name, Some(report))
+        }
+    })
+}
+
+/// Whether a run may leave ref `name` to be moved by the user's git later (`HEAD`, a stopped
+/// rebase's `head-name` and `update-ref` lines): the task branch, a branch the worktree's runs
+/// created (`report`: the run's quarantine's), or a branch that does not exist.
+pub fn may_own_ref(layout: &GitLayout, name: &str, report: Option<&StoreReport>) -> bool {
+    let created: Vec<&str> = report
+        .into_iter()
+        .flat_map(|r| {
+            r.applied
+                .iter()
+                .filter(|a| a.old.is_none())
+                .map(|a| a.name.as_str())
+                .chain(r.owned.iter().map(String::as_str))
+        })
+        .collect();
+    let task = report.map_or(layout.task_branch.as_deref(), |r| r.task_branch.as_deref());
+    head_allowed(&format!("ref: {name}"), task, &created, |n| {
+        ref_exists(&layout.common_dir, n)
     })
 }
 
@@ -369,7 +399,7 @@ mod tests {
         let (l, start) = on_task(dir.path());
         let head = l.worktree_gitdir.join("HEAD");
         std::fs::write(&head, "ref: refs/heads/main\n").unwrap();
-        let t = check_head(&start, &l, &[]).expect("reported");
+        let t = check_head(&start, &l, &report(&l, &[])).expect("reported");
         assert!(t.restored, "{t}");
         assert!(t.found.contains("refs/heads/main"), "{t}");
         assert_eq!(read(&head), "ref: refs/heads/task\n");
@@ -378,7 +408,7 @@ mod tests {
         std::fs::write(&target, "keep").unwrap();
         std::fs::remove_file(&head).unwrap();
         std::os::unix::fs::symlink(&target, &head).unwrap();
-        assert!(check_head(&start, &l, &[]).unwrap().restored);
+        assert!(check_head(&start, &l, &report(&l, &[])).unwrap().restored);
         assert_eq!(read(&target), "keep");
         assert!(std::fs::symlink_metadata(&head).unwrap().is_file());
     }
@@ -395,7 +425,11 @@ mod tests {
             (&*format!("{}\n", "b".repeat(40)), &[][..]),
         ] {
             std::fs::write(&head, content).unwrap();
-            assert_eq!(check_head(&start, &l, created), None, "{content}");
+            assert_eq!(
+                check_head(&start, &l, &report(&l, created)),
+                None,
+                "{content}"
+            );
             assert_eq!(read(&head), content);
         }
         // `main` only in packed-refs still exists.
@@ -409,7 +443,23 @@ mod tests {
         )
         .unwrap();
         std::fs::write(&head, "ref: refs/heads/main\n").unwrap();
-        assert!(check_head(&start, &l, &[]).is_some());
+        assert!(check_head(&start, &l, &report(&l, &[])).is_some());
+    }
+
+    /// A quarantine's report with the layout's task branch and `created` created by the run.
+    fn report(l: &GitLayout, created: &[&str]) -> StoreReport {
+        StoreReport {
+            task_branch: l.task_branch.clone(),
+            applied: created
+                .iter()
+                .map(|name| sandbox_git::quarantine::AppliedRef {
+                    name: name.to_string(),
+                    old: None,
+                    new: Some("b".repeat(40)),
+                })
+                .collect(),
+            ..Default::default()
+        }
     }
 
     fn read(path: &Path) -> String {

@@ -78,6 +78,7 @@ fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> 
         "warnings": finished.warnings(),
         "gitStore": git_store,
         "gitStoreError": git_store_error,
+        "gitDir": finished.git_dir,
     });
     let text = serde_json::to_string_pretty(&report)? + "\n";
     if path.as_os_str() == "-" {

@@ -18,9 +18,11 @@
 //! [`LiveQuarantine`] runs the sync on every change of the layer while the command runs (so
 //! the host sees commits as they happen) and once more when every process is gone.
 
+pub mod gitdir;
 mod live;
 mod objects;
 pub mod refs;
+pub mod task;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -50,6 +52,9 @@ pub enum QuarantineError {
         what: &'static str,
         source: git2::Error,
     },
+    /// The run would take a branch it does not own for its task branch.
+    #[error("git: refusing to run in {worktree}: {reason}", worktree = .worktree.display())]
+    TaskBranch { worktree: PathBuf, reason: String },
 }
 
 fn io<'a>(
@@ -98,6 +103,10 @@ pub struct RejectedObject {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StoreReport {
+    /// The branch this run owned (`None`: none, `HEAD` detached with no record).
+    pub task_branch: Option<String>,
+    /// Refs this worktree's runs created and that still exist (later runs may move them).
+    pub owned: Vec<String>,
     pub objects_imported: usize,
     pub applied: Vec<AppliedRef>,
     pub refused: Vec<RefusedRef>,
@@ -115,8 +124,16 @@ impl StoreReport {
             let wanted = r.wanted.as_deref().map_or("delete it".to_string(), |w| {
                 format!("set it to {}", &w[..w.len().min(12)])
             });
+            let yourself = match &r.wanted {
+                _ if r.reason.contains("git stash store") => String::new(),
+                Some(w) => format!(
+                    " (to apply it on the host: `git update-ref {} {w}`)",
+                    r.name
+                ),
+                None => format!(" (to apply it on the host: `git update-ref -d {}`)", r.name),
+            };
             format!(
-                "git: refused to {wanted} for {} — {}; the repository keeps it unchanged",
+                "git: refused to {wanted} for {} — {}; the repository keeps it unchanged{yourself}",
                 r.name, r.reason
             )
         });
@@ -154,6 +171,8 @@ struct State {
     seen_packs: HashSet<String>,
     /// Refusals already reported, so a ref is reported once per value.
     refused: HashSet<(String, Option<Oid>)>,
+    /// Stash entries this worktree's runs pushed (they may pop and drop them).
+    stash_owned: std::collections::BTreeSet<String>,
     report: StoreReport,
 }
 
@@ -173,6 +192,8 @@ pub struct StoreQuarantine {
     /// A writable layer on a tmpfs of its own, mounted in the command's namespace (see
     /// [`StoreQuarantine::bound_layer`]).
     bounded: Option<BoundedLayer>,
+    /// Where this worktree's [`task::TaskRecord`] is kept, and the record as of the start.
+    record: Option<(PathBuf, task::TaskRecord)>,
     state: Mutex<State>,
 }
 
@@ -333,8 +354,86 @@ impl StoreQuarantine {
             packed_at_start: HashMap::new(),
             held_upper: None,
             bounded: None,
+            record: None,
             state: Mutex::new(State::default()),
         })
+    }
+
+    /// [`Self::prepare`] for the linked worktree with git dir `gitdir`, its task branch
+    /// decided from the private record in `record_dir` ([`task::decide`]) — refused with
+    /// [`QuarantineError::TaskBranch`] when `HEAD` names a branch the worktree's runs do not
+    /// own. Refs earlier runs created may be moved and deleted; the record is updated as the
+    /// run creates and deletes refs (so a run killed outright still leaves it right).
+    pub fn prepare_task(
+        common: &Path,
+        gitdir: &Path,
+        record_dir: &Path,
+        parent: &Path,
+    ) -> Result<Self, QuarantineError> {
+        let record = task::TaskRecord::load(record_dir, gitdir);
+        let head = std::fs::read_to_string(gitdir.join("HEAD")).unwrap_or_default();
+        let packed = refs::read_packed(&common.join("packed-refs"))
+            .map_err(io("reading", &common.join("packed-refs")))?;
+        let start = refs::list(common, &packed.refs);
+        let branch = task::decide(
+            record.as_ref(),
+            &task::Head::parse(&head),
+            |name| start.contains_key(name),
+            |name| task::checked_out_elsewhere(common, gitdir, name),
+        )
+        .map_err(|reason| QuarantineError::TaskBranch {
+            worktree: gitdir.to_path_buf(),
+            reason,
+        })?;
+        let loaded = record.clone();
+        let mut record = record.unwrap_or_else(|| task::TaskRecord {
+            gitdir: gitdir.to_path_buf(),
+            ..Default::default()
+        });
+        // Refs created by earlier runs that someone deleted since are no longer the task's.
+        record.owned.retain(|name| start.contains_key(name));
+        if branch.is_some() && record.branch.is_none() {
+            record.branch = branch.clone();
+        }
+        // Written only when it changed: most runs find it as the last one left it.
+        if loaded.as_ref() != Some(&record) {
+            record
+                .save(record_dir)
+                .map_err(io("writing the task record in", record_dir))?;
+        }
+        let mut quarantine = Self::with_run_dir(common, branch.as_deref(), parent, None)?;
+        quarantine
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .created
+            .extend(record.owned.iter().cloned());
+        quarantine
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .stash_owned
+            .clone_from(&record.stash);
+        quarantine.record = Some((record_dir.to_path_buf(), record));
+        quarantine.lay_out()
+    }
+
+    /// The branch this run may move (what `HEAD` named, or the recorded one).
+    pub fn task_branch(&self) -> Option<&str> {
+        self.task_branch.as_deref()
+    }
+
+    /// Writes the record with the refs the run owns now.
+    fn save_record(&self, state: &State) {
+        let Some((dir, record)) = &self.record else {
+            return;
+        };
+        let mut record = record.clone();
+        record.owned = owned_now(state, &self.start);
+        record.stash.clone_from(&state.stash_owned);
+        if let Err(e) = record.save(dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not update the git task record");
+        }
     }
 
     fn make_upper_skeleton(&self) -> Result<(), QuarantineError> {
@@ -347,6 +446,12 @@ impl StoreQuarantine {
     fn lay_out(mut self) -> Result<Self, QuarantineError> {
         let layer = self.dir.join("layer");
         std::fs::create_dir(&layer).map_err(io("creating", &layer))?;
+        let owned = self
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .created
+            .clone();
         for dir in [&self.layers.upper, &self.layers.work, &self.layers.snapshot] {
             std::fs::create_dir(dir).map_err(io("creating", dir))?;
         }
@@ -362,7 +467,9 @@ impl StoreQuarantine {
             .start
             .iter()
             .filter(|(name, _)| {
-                Some(name.as_str()) != self.task_branch.as_deref() && *name != "refs/stash"
+                Some(name.as_str()) != self.task_branch.as_deref()
+                    && *name != "refs/stash"
+                    && !owned.contains(*name)
             })
             .collect();
         // Branches first, then tags, then the rest: the most harmful moves are pinned first.
@@ -592,6 +699,9 @@ impl StoreQuarantine {
                 return refuse(state, name, None, reason);
             }
         };
+        if name == "refs/stash" && self.start.contains_key(name) {
+            return self.apply_stash(repo, odb, state, wanted, last);
+        }
         let verdict = judge(
             name,
             wanted,
@@ -631,19 +741,150 @@ impl StoreQuarantine {
                     old: replaced.map(|o| o.to_string()),
                     new: wanted.map(|o| o.to_string()),
                 });
+                if name == "refs/stash" && wanted.is_some() {
+                    // A new stash: its reflog (where git keeps the entries) comes with it.
+                    let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
+                        refs::read_untrusted(self.upper(), p, 16 << 20)
+                    });
+                    if entries.last().map(|e| Some(e.new)) == Some(wanted) {
+                        if let Err(e) = refs::write_reflog(repo, name, &entries) {
+                            tracing::warn!(error = %e, "could not write the stash reflog");
+                        }
+                        state.stash_owned = entries.iter().map(|e| e.new.to_string()).collect();
+                    }
+                }
+                if replaced.is_none() || wanted.is_none() || name == "refs/stash" {
+                    self.save_record(state);
+                }
             }
             Err(reason) => refuse(state, name, wanted, reason),
         }
     }
 
+    /// The stash, when one existed at the start: git keeps its entries in the reflog, so a
+    /// push (or a pop of the run's own entry) is applied when the stash reflog the run wrote
+    /// still holds every entry the host had at the start, in order — the host then takes that
+    /// reflog for its own. Anything else would lose the user's entries and is refused, naming
+    /// the run's stash commit (whose objects are in the repository) so nothing is lost.
+    fn apply_stash(
+        &self,
+        repo: &Repository,
+        odb: &git2::Odb,
+        state: &mut State,
+        wanted: Option<Oid>,
+        last: bool,
+    ) {
+        let name = "refs/stash";
+        let current = match state.applied.get(name) {
+            Some(value) => *value,
+            None => self.start.get(name).copied().flatten(),
+        };
+        if wanted == current {
+            return;
+        }
+        let keep = |oid: Option<Oid>| {
+            oid.map_or(String::new(), |o| {
+                format!(
+                    " (the run's stash is commit {o}: `git stash store -m sandbox {o}` on the \
+                     host keeps it)"
+                )
+            })
+        };
+        let Some(oid) = wanted else {
+            return refuse(
+                state,
+                name,
+                None,
+                "the run dropped the stash entries the repository had".into(),
+            );
+        };
+        let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
+            refs::read_untrusted(self.upper(), p, 16 << 20)
+        });
+        let host = refs::read_reflog(&self.common.join("logs/refs/stash"), |p| std::fs::read(p));
+        // Every entry the host has stays, unless a run of this worktree pushed it.
+        let keeps_every_entry = {
+            let mut theirs = entries.iter().map(|e| e.new);
+            host.iter()
+                .filter(|h| !state.stash_owned.contains(&h.new.to_string()))
+                .all(|h| theirs.any(|t| t == h.new))
+        };
+        if entries.last().map(|e| e.new) != Some(oid) || !keeps_every_entry {
+            return refuse(
+                state,
+                name,
+                wanted,
+                format!(
+                    "the run's stash reflog does not keep every entry the repository had{}",
+                    keep(wanted)
+                ),
+            );
+        }
+        if !entries.iter().all(|e| odb.exists(e.new)) {
+            if last {
+                refuse(
+                    state,
+                    name,
+                    wanted,
+                    format!("its commits never reached the store{}", keep(wanted)),
+                );
+            }
+            return;
+        }
+        let message = refs::last_reflog_message(self.upper(), name);
+        let swapped = refs::compare_and_swap(repo, name, current, wanted, false, &message)
+            .and_then(|replaced| {
+                refs::write_reflog(repo, name, &entries)
+                    .map_err(|e| format!("writing its reflog: {}", e.message()))?;
+                Ok(replaced)
+            });
+        match swapped {
+            Ok(replaced) => {
+                state.applied.insert(name.to_string(), wanted);
+                state.report.applied.push(AppliedRef {
+                    name: name.to_string(),
+                    old: replaced.map(|o| o.to_string()),
+                    new: Some(oid.to_string()),
+                });
+                let ours: std::collections::BTreeSet<String> = entries
+                    .iter()
+                    .filter(|e| {
+                        state.stash_owned.contains(&e.new.to_string())
+                            || !host.iter().any(|h| h.new == e.new)
+                    })
+                    .map(|e| e.new.to_string())
+                    .collect();
+                state.stash_owned = ours;
+                self.save_record(state);
+            }
+            Err(reason) => refuse(state, name, wanted, format!("{reason}{}", keep(wanted))),
+        }
+    }
+
     /// What was applied and refused so far.
     pub fn report(&self) -> StoreReport {
-        self.state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .report
-            .clone()
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut report = state.report.clone();
+        report.task_branch = self.task_branch.clone();
+        report.owned = owned_now(&state, &self.start).into_iter().collect();
+        report
     }
+}
+
+/// The refs the run may move now: those it (or an earlier run) created, still existing.
+fn owned_now(
+    state: &State,
+    start: &HashMap<String, Option<Oid>>,
+) -> std::collections::BTreeSet<String> {
+    state
+        .created
+        .iter()
+        .filter(|name| match state.applied.get(*name) {
+            Some(value) => value.is_some(),
+            None => start.contains_key(*name),
+        })
+        .cloned()
+        .collect()
 }
 
 fn refuse(state: &mut State, name: &str, wanted: Option<Oid>, reason: String) {

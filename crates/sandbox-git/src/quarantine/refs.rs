@@ -241,7 +241,8 @@ pub enum RefVerdict {
 }
 
 /// The rule, as a pure function: the task branch may move (not be deleted); refs the run
-/// created may move and be deleted; a ref that did not exist at the start may be created;
+/// created may move and be deleted; a ref that did not exist at the start may be created as
+/// a branch, a tag or the stash, unless it shadows a ref the host has ([`creation_refused`]);
 /// nothing else changes. `start` holds every ref at the start, `applied` the last value the
 /// host set for a ref during this run.
 pub fn judge(
@@ -274,16 +275,104 @@ pub fn judge(
         return RefVerdict::Apply { expected: current };
     }
     if !start.contains_key(name) && !applied.contains_key(name) {
-        return match wanted {
-            None => RefVerdict::Unchanged,
-            Some(_) => RefVerdict::Apply { expected: None },
-        };
+        if wanted.is_none() {
+            return RefVerdict::Unchanged;
+        }
+        if let Some(reason) = creation_refused(name, |other| match applied.get(other) {
+            Some(value) => value.is_some(),
+            None => start.contains_key(other),
+        }) {
+            return RefVerdict::Refuse(reason);
+        }
+        return RefVerdict::Apply { expected: None };
     }
     RefVerdict::Refuse(
         "it existed before the run, and only the task branch and refs the run creates are \
          applied"
             .into(),
     )
+}
+
+/// Where a run may create refs: branches, tags and the stash. Everything else changes what
+/// the host's git does with names it already has — `refs/replace/<oid>` makes every reader
+/// see another object in place of one `main` holds (`git show main:a.txt`, a fresh checkout),
+/// `refs/notes/*` adds text to `git log`, `refs/remotes/*` moves what `origin/main` means.
+pub fn creatable_namespace(name: &str) -> bool {
+    name == "refs/stash"
+        || name
+            .strip_prefix("refs/heads/")
+            .or_else(|| name.strip_prefix("refs/tags/"))
+            .is_some_and(|rest| !rest.is_empty())
+}
+
+/// git's lookup order for a short name `s` (`refs.c`, `ref_rev_parse_rules`): the first of
+/// these that exists is what `git show s`, `git reset s`, `git log s` use; `git checkout s`
+/// and `git switch s` try `refs/heads/s` first.
+const LOOKUP_RULES: [(&str, &str); 6] = [
+    ("", ""),
+    ("refs/", ""),
+    ("refs/tags/", ""),
+    ("refs/heads/", ""),
+    ("refs/remotes/", ""),
+    ("refs/remotes/", "/HEAD"),
+];
+
+/// A name git keeps at the top of the store (`HEAD`, `ORIG_HEAD`, `FETCH_HEAD`, …): the first
+/// lookup rule finds it whether or not it exists now.
+fn is_root_ref(name: &str) -> bool {
+    !name.is_empty()
+        && name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')
+        && (name.ends_with("HEAD")
+            || matches!(
+                name,
+                "AUTO_MERGE" | "BISECT_EXPECTED_REV" | "NOTES_MERGE_PARTIAL" | "NOTES_MERGE_REF"
+            ))
+}
+
+/// Another ref the user may mean by a short name of `name` (`exists` says which refs the host
+/// has): a new `refs/tags/main` beside `refs/heads/main` turns `git reset --hard main` into the
+/// agent's tag, a new `refs/heads/origin/main` wins over `refs/remotes/origin/main`, and a new
+/// `refs/heads/refs/heads/main` is what `git checkout refs/heads/main` switches to. Any other
+/// ref reached by any short name of `name`, by any rule, counts. Pure.
+pub fn shadows(name: &str, exists: impl Fn(&str) -> bool) -> Option<String> {
+    for (prefix, suffix) in LOOKUP_RULES {
+        let Some(short) = name
+            .strip_prefix(prefix)
+            .and_then(|rest| rest.strip_suffix(suffix))
+            .filter(|s| !s.is_empty())
+        else {
+            continue;
+        };
+        for (p, s) in LOOKUP_RULES {
+            let other = format!("{p}{short}{s}");
+            if other == name {
+                continue;
+            }
+            if (p.is_empty() && is_root_ref(&other)) || exists(&other) {
+                return Some(other);
+            }
+        }
+    }
+    None
+}
+
+/// Why a run may not create `name` (a valid ref name that does not exist), if so: outside
+/// [`creatable_namespace`], or [`shadows`] a ref the host has.
+pub fn creation_refused(name: &str, exists: impl Fn(&str) -> bool) -> Option<String> {
+    if !creatable_namespace(name) {
+        return Some(
+            "a run creates refs only under refs/heads/, refs/tags/ and refs/stash; this one \
+             would change what the repository's existing names mean (create it on the host \
+             if you want it)"
+                .into(),
+        );
+    }
+    shadows(name, exists).map(|other| {
+        format!(
+            "its short name would also mean {other}, which the repository has: git would \
+             resolve that name to the run's ref (pick another name)"
+        )
+    })
 }
 
 /// Sets (or deletes) `name` only if the repository still has `expected` — or, for an update,
@@ -335,6 +424,73 @@ pub(crate) fn compare_and_swap(
 
 fn describe(oid: Option<Oid>) -> String {
     oid.map_or("no ref".into(), |o| o.to_string()[..12].to_string())
+}
+
+/// One reflog entry, as git writes it: `<old> <new> <name> <<email>> <time> <tz>\t<message>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ReflogEntry {
+    pub new: Oid,
+    pub name: String,
+    pub email: String,
+    pub time: i64,
+    pub offset_minutes: i32,
+    pub message: String,
+}
+
+/// The entries of the reflog at `path`, oldest first (`read` reads the file); lines that do
+/// not parse are skipped, messages lose control characters.
+pub(crate) fn read_reflog(
+    path: &Path,
+    read: impl Fn(&Path) -> std::io::Result<Vec<u8>>,
+) -> Vec<ReflogEntry> {
+    let Ok(bytes) = read(path) else {
+        return Vec::new();
+    };
+    String::from_utf8_lossy(&bytes)
+        .lines()
+        .filter_map(|line| {
+            let (head, message) = line.split_once('\t').unwrap_or((line, ""));
+            let mut words = head.splitn(3, ' ');
+            let _old = words.next()?;
+            let new = Oid::from_str(words.next()?).ok()?;
+            let ident = words.next()?;
+            let (who, when) = ident.rsplit_once('>')?;
+            let (name, email) = who.split_once('<')?;
+            let mut when = when.split_whitespace();
+            let time = when.next()?.parse().ok()?;
+            let tz: i32 = when.next()?.parse().ok()?;
+            Some(ReflogEntry {
+                new,
+                name: name.trim().to_string(),
+                email: email.to_string(),
+                time,
+                offset_minutes: tz.signum() * ((tz.abs() / 100) * 60 + tz.abs() % 100),
+                message: message
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(1000)
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// Replaces the reflog of `name` in `repo` with `entries` (git's own format, by libgit2).
+pub(crate) fn write_reflog(
+    repo: &Repository,
+    name: &str,
+    entries: &[ReflogEntry],
+) -> Result<(), git2::Error> {
+    let mut reflog = repo.reflog(name)?;
+    while !reflog.is_empty() {
+        reflog.remove(reflog.len() - 1, false)?;
+    }
+    for e in entries {
+        let when = git2::Time::new(e.time, e.offset_minutes);
+        let who = git2::Signature::new(&e.name, &e.email, &when)?;
+        reflog.append(e.new, &who, Some(&e.message))?;
+    }
+    reflog.write()
 }
 
 /// The message of the sandbox's last reflog entry for `name`, for the host's reflog.
@@ -508,6 +664,93 @@ mod tests {
             verdict("HEAD", Some(oid(5)), &[], &[]),
             RefVerdict::Refuse(_)
         ));
+    }
+
+    #[test]
+    fn new_refs_only_as_branches_tags_or_the_stash() {
+        for refused in [
+            "refs/replace/0123456789012345678901234567890123456789",
+            "refs/notes/commits",
+            "refs/remotes/origin/evil",
+            "refs/bisect/bad",
+            "refs/evil",
+            "refs/heads",
+        ] {
+            assert!(
+                matches!(
+                    verdict(refused, Some(oid(5)), &[], &[]),
+                    RefVerdict::Refuse(_)
+                ),
+                "{refused}"
+            );
+        }
+        for allowed in ["refs/heads/side", "refs/tags/v2", "refs/stash"] {
+            assert_eq!(
+                verdict(allowed, Some(oid(5)), &[], &[]),
+                RefVerdict::Apply { expected: None },
+                "{allowed}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_new_ref_may_not_shadow_an_existing_one() {
+        let host = [
+            "refs/heads/main",
+            "refs/tags/v1",
+            "refs/remotes/origin/main",
+            "refs/remotes/origin/HEAD",
+            "refs/heads/dir/x",
+        ];
+        let exists = |n: &str| host.contains(&n);
+        for (new, shadowed) in [
+            ("refs/tags/main", "refs/heads/main"),
+            ("refs/heads/v1", "refs/tags/v1"),
+            ("refs/heads/origin/main", "refs/remotes/origin/main"),
+            ("refs/tags/origin/main", "refs/remotes/origin/main"),
+            ("refs/heads/origin", "refs/remotes/origin/HEAD"),
+            ("refs/heads/origin/HEAD", "refs/remotes/origin/HEAD"),
+            ("refs/heads/refs/heads/main", "refs/heads/main"),
+            ("refs/heads/heads/main", "refs/heads/main"),
+            ("refs/tags/tags/v1", "refs/tags/v1"),
+            ("refs/heads/HEAD", "HEAD"),
+            ("refs/tags/ORIG_HEAD", "ORIG_HEAD"),
+        ] {
+            assert_eq!(shadows(new, exists).as_deref(), Some(shadowed), "{new}");
+            assert!(creation_refused(new, exists).is_some(), "{new}");
+        }
+        for fine in [
+            "refs/heads/side",
+            "refs/tags/v2",
+            "refs/heads/dir/y",
+            "refs/stash",
+        ] {
+            assert_eq!(shadows(fine, exists), None, "{fine}");
+        }
+        // Through the judge: the refs of the start count, and so do those the run applied.
+        assert!(matches!(
+            verdict("refs/tags/task", Some(oid(5)), &[], &[]),
+            RefVerdict::Refuse(_)
+        ));
+        assert!(matches!(
+            verdict(
+                "refs/tags/side",
+                Some(oid(5)),
+                &[("refs/heads/side", Some(oid(4)))],
+                &["refs/heads/side"]
+            ),
+            RefVerdict::Refuse(_)
+        ));
+        // A ref the run deleted no longer exists.
+        assert_eq!(
+            verdict(
+                "refs/tags/side",
+                Some(oid(5)),
+                &[("refs/heads/side", None)],
+                &["refs/heads/side"]
+            ),
+            RefVerdict::Apply { expected: None }
+        );
     }
 
     #[test]

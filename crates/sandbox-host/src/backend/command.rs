@@ -45,6 +45,8 @@ pub struct PreparedCommand {
     store: Option<LiveQuarantine>,
     /// The worktree's `HEAD` when the quarantined command started.
     head: Option<gitguard::HeadAtStart>,
+    /// The worktree's own git dir when the command was prepared (a linked worktree's).
+    gitdir: Option<gitguard::GitDirAtStart>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -83,6 +85,8 @@ pub struct Finished {
     /// What the git store quarantine applied and refused (when the run had one), or why its
     /// last sync failed.
     pub git_store: Option<Result<StoreReport, String>>,
+    /// What the check of the worktree's own git dir set aside and noticed.
+    pub git_dir: gitguard::GitDirReport,
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -147,6 +151,7 @@ impl Finished {
             )),
             None => {}
         }
+        lines.extend(self.git_dir.warnings());
         lines
     }
 }
@@ -171,10 +176,11 @@ impl PreparedCommand {
             spec,
             setup,
             judge,
-            git,
             keep: Vec::new(),
             store: None,
             head: None,
+            gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
+            git,
         }
     }
 
@@ -269,21 +275,23 @@ impl PreparedCommand {
             .store
             .map(|store| store.finish().map_err(|e| e.to_string()));
         // With the store synced, `HEAD` may name a branch the run created.
-        if let (Some(git), Some(head), Some(Ok(report))) = (&self.git, &self.head, &git_store) {
-            let created: Vec<&str> = report
-                .applied
-                .iter()
-                .filter(|a| a.old.is_none())
-                .map(|a| a.name.as_str())
-                .collect();
-            tampering.extend(gitguard::check_head(head, git, &created));
+        let report = git_store.as_ref().and_then(|r| r.as_ref().ok());
+        if let (Some(git), Some(head), Some(report)) = (&self.git, &self.head, report) {
+            tampering.extend(gitguard::check_head(head, git, report));
         }
+        let git_dir = match (&self.git, &self.gitdir) {
+            (Some(git), Some(start)) => {
+                gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(git, name, report))
+            }
+            _ => gitguard::GitDirReport::default(),
+        };
         drop(self.keep);
         Finished {
             end,
             tampering,
             worktree_config_enabled,
             git_store,
+            git_dir,
         }
     }
 }

@@ -69,7 +69,10 @@ enum ViewMode {
         /// the overlay's xattrs here, and the layer stays on disk).
         store_bytes: Option<u64>,
         common: PathBuf,
-        task_branch: Option<String>,
+        /// The worktree's git dir, whose `HEAD` names the task branch at each command's start.
+        gitdir: PathBuf,
+        /// Where the record of each worktree's task branch is kept (private, persistent).
+        task_records: PathBuf,
     },
 }
 
@@ -344,6 +347,10 @@ impl NativeSandbox {
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
                         }
+                        let task_records = private.join("git-tasks");
+                        if policy.is_writable(&task_records) {
+                            return Err(HostError::PrivateDirWritable { path: task_records });
+                        }
                         // Checked now, so a layout the view refuses fails before any command.
                         crate::linux::view::plan(policy, None)?;
                         Some(ViewMode::Quarantined {
@@ -353,7 +360,8 @@ impl NativeSandbox {
                             store_dir,
                             store_bytes,
                             common: git.common_dir.clone(),
-                            task_branch: git.task_branch.clone(),
+                            gitdir: git.worktree_gitdir.clone(),
+                            task_records,
                         })
                     }
                     _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
@@ -424,11 +432,13 @@ impl NativeSandbox {
                 store_dir,
                 store_bytes,
                 common,
-                task_branch,
+                gitdir,
+                task_records,
             }) => {
-                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare(
+                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare_task(
                     common,
-                    task_branch.as_deref(),
+                    gitdir,
+                    task_records,
                     store_dir,
                 )
                 .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
