@@ -1,6 +1,9 @@
-//! Mapping failures to exit statuses (DESIGN §7) and printing them as one clear line.
+//! Mapping failures to exit statuses (README.md, "Exit codes"; the rule itself is
+//! `sandbox_host::run::Outcome::status`) and printing them as one clear line.
 
 use sandbox_exec::ExecError;
+use sandbox_host::HostError;
+use sandbox_host::Outcome;
 
 /// An error that carries the exit status it must produce.
 #[derive(Debug, thiserror::Error)]
@@ -21,15 +24,19 @@ impl Failure {
     }
 }
 
-/// The exit status for an error: the first typed error in the chain decides; otherwise
-/// `default` (125 for commands that run something, 1 for the rest).
+/// The exit status for an error: the first typed error in the chain decides (a
+/// [`Failure`]'s own code, a backend's [`HostError::exit_code`], a command's
+/// [`ExecError`]); otherwise `default` (125 for commands that run something, 1 for the rest).
 pub fn code_for(err: &anyhow::Error, default: i32) -> i32 {
     for cause in err.chain() {
         if let Some(f) = cause.downcast_ref::<Failure>() {
             return f.code;
         }
-        if let Some(e) = cause.downcast_ref::<ExecError>() {
+        if let Some(e) = cause.downcast_ref::<HostError>() {
             return e.exit_code();
+        }
+        if let Some(e) = cause.downcast_ref::<ExecError>() {
+            return Outcome::not_started(e).status().code;
         }
     }
     default

@@ -33,7 +33,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     let options = crate::session::backend_options(ctx, None);
     let backends: Vec<serde_json::Value> = BackendKind::ALL
         .iter()
-        .map(|&kind| serde_json::to_value(backend::availability(kind, &sample, &options)))
+        .map(|&kind| serde_json::to_value(ctx.backends.availability(kind, &sample, &options)))
         .collect::<Result<_, _>>()?;
 
     let nono_cfg = ctx

@@ -17,7 +17,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let policy = &session.policy;
     // The same checks and report a run would get from the seam, without preparing anything.
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
-        .and_then(|()| backend::open(session.kind, &session.options))
+        .and_then(|()| ctx.backends.open(session.kind, &session.options))
         .and_then(|b| b.enforcement(policy));
     let NativeForms {
         view,

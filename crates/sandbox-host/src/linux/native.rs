@@ -381,7 +381,7 @@ impl NativeSandbox {
                     task_branch.as_deref(),
                     store_dir,
                 )
-                .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                .map_err(HostError::GitQuarantine)?;
                 let view = PreparedView::prepare(policy, staging, Some(store.layers()))?;
                 if self.ruleset.is_some() {
                     own_ruleset = landlock::build(plan)?;

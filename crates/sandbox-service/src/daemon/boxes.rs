@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_host::assembly::{self, Defaults, Request as PolicyAsk, TmpdirRequest};
-use sandbox_host::backend::{self, BackendKind, BackendOptions, Progress, Step};
-use sandbox_host::HostError;
+use sandbox_host::backend::{BackendKind, BackendOptions, Progress, Step};
+use sandbox_host::{HostError, Run};
 use sandbox_protocol::{
     encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,
 };
@@ -27,7 +27,10 @@ pub(super) async fn box_create(
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
     registry::validate_name("box name", &p.name)?;
-    let kind = BackendKind::parse_usable(p.backend.as_deref().unwrap_or("native"))
+    let kind = state
+        .opts
+        .backends
+        .parse(p.backend.as_deref().unwrap_or("native"))
         .map_err(|e| unavailable(e.to_string()))?;
     p.backend = Some(kind.as_str().to_string());
     let Some(workdir) = &p.workdir else {
@@ -80,7 +83,6 @@ pub(super) async fn box_create(
         HostError::Tmpdir { .. } => RpcError::new(ErrorCode::Internal, e.to_string()),
         other => invalid(format!("box {}: {other}", p.name)),
     })?;
-    let policy = assembled.policy;
     let id = crate::token::generate("")
         .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
         .to_string();
@@ -99,17 +101,17 @@ pub(super) async fn box_create(
         name: p.name.clone(),
         started,
     };
-    let (policy, prepared) = tokio::task::spawn_blocking(move || {
-        let prepared = backend::prepare(kind, &policy, &options, &progress);
-        (policy, prepared)
+    let backends = state.opts.backends.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        Run::prepare(&backends, kind, assembled, &options, &progress)
     })
     .await
     .map_err(|e| RpcError::new(ErrorCode::Internal, format!("box.create: {e}")))?;
-    let session = prepared.map_err(|e| match e {
+    let run = prepared.map_err(|e| match e {
         HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
         other => unavailable(format!("box {}: {other}", p.name)),
     })?;
-    let enforcement = session.enforcement().clone();
+    let enforcement = run.enforcement().clone();
     {
         let mut boxes = state.boxes.lock().expect("boxes lock");
         if boxes.contains(&p.name) {
@@ -134,9 +136,7 @@ pub(super) async fn box_create(
             Prepared {
                 id: id.clone(),
                 kind,
-                policy,
-                session,
-                tmpdir: assembled.tmpdir,
+                run: Arc::new(run),
                 vm: None,
             },
         )?;
@@ -148,9 +148,7 @@ pub(super) async fn box_create(
 pub(super) struct Prepared {
     pub id: String,
     pub kind: BackendKind,
-    pub policy: sandbox_policy::Policy,
-    pub session: Arc<dyn sandbox_host::BackendSession>,
-    pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    pub run: Arc<Run>,
     /// A VM box's engine handle (see [`BoxEntry::vm`]).
     pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
@@ -173,14 +171,12 @@ pub(super) fn insert(
         kind: new.kind,
         allow_degraded: p.allow_degraded,
         params: p.clone(),
-        policy: new.policy,
-        session: new.session,
+        run: new.run,
         state: BoxState::Created,
         token,
         created_at_ms: registry::now_ms(),
         execs: Default::default(),
         last_status: None,
-        tmpdir: new.tmpdir,
         vm: new.vm,
     });
     Ok(())

@@ -88,7 +88,10 @@ pub(super) fn describe(state: &State, conn: &Conn) -> Value {
         Ok(sample) => BackendKind::ALL
             .iter()
             .map(|&kind| {
-                let a = backend::availability(kind, &sample, &state.opts.backend);
+                let a = state
+                    .opts
+                    .backends
+                    .availability(kind, &sample, &state.opts.backend);
                 json!({
                     "name": a.name,
                     "available": a.available,

@@ -26,7 +26,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     let _lock = take_lock(&paths)?;
 
     // Descendants that leave their group and lose their parent come back to us, so the
-    // daemon can kill them; see `spawner::sweep_orphans_if_idle`.
+    // daemon can kill them; see `spawner::reap_orphans_if_idle`.
     if let Err(e) = sandbox_exec::process_group::become_subreaper() {
         tracing::warn!(error = %e, "could not become a child subreaper");
     }

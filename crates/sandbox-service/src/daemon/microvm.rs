@@ -414,9 +414,11 @@ mod engine {
                 Prepared {
                     id: id.clone(),
                     kind: sandbox_host::BackendKind::Boxlite,
-                    policy,
-                    session: Arc::new(VmSession(enforcement.clone())),
-                    tmpdir: None,
+                    run: Arc::new(sandbox_host::Run::adopt(
+                        sandbox_host::BackendKind::Boxlite,
+                        policy,
+                        Arc::new(VmSession(enforcement.clone())),
+                    )),
                     vm: Some(vm.clone() as Arc<dyn std::any::Any + Send + Sync>),
                 },
             )?;
@@ -676,43 +678,37 @@ mod engine {
                     res = &mut wait, if !out_open && !err_open => break res,
                 }
             };
-            let exit = match result {
-                Ok(r) if timed_out => ExitEvent {
-                    exec_id,
-                    exit_code: 124,
-                    signal: None,
-                    timed_out: true,
-                    error_message: Some(format!(
+            // The one exit rule, from the guest's result: a negative code is the signal
+            // that killed the command; a code above 128 after a signal we sent is that
+            // signal's; a lost command is the box's failure (125).
+            use sandbox_host::Outcome;
+            let (outcome, error_message) = match result {
+                Ok(r) if timed_out => (
+                    Outcome::TimedOut(timeout.unwrap_or_default()),
+                    Some(format!(
                         "timed out after {} ms; the command was killed in the box",
                         timeout.unwrap_or_default().as_millis()
                     ))
                     .or(r.error_message),
-                    git_store: None,
-                },
-                Ok(r) if r.exit_code < 0 => ExitEvent {
-                    exec_id,
-                    exit_code: 128 - r.exit_code,
-                    signal: Some(-r.exit_code),
-                    timed_out: false,
-                    error_message: r.error_message,
-                    git_store: None,
-                },
-                Ok(r) => ExitEvent {
-                    exec_id,
-                    exit_code: r.exit_code,
-                    signal: signal.filter(|_| r.exit_code > 128),
-                    timed_out: false,
-                    error_message: r.error_message,
-                    git_store: None,
-                },
-                Err(e) => ExitEvent {
-                    exec_id,
-                    exit_code: 125,
-                    signal: None,
-                    timed_out: false,
-                    error_message: Some(format!("boxlite: the command was lost: {e}")),
-                    git_store: None,
-                },
+                ),
+                Ok(r) if r.exit_code < 0 => (Outcome::Signaled(-r.exit_code), r.error_message),
+                Ok(r) if r.exit_code > 128 && signal.is_some() => {
+                    (Outcome::Signaled(r.exit_code - 128), r.error_message)
+                }
+                Ok(r) => (Outcome::Exited(r.exit_code), r.error_message),
+                Err(e) => (
+                    Outcome::SetupFailed,
+                    Some(format!("boxlite: the command was lost: {e}")),
+                ),
+            };
+            let status = outcome.status();
+            let exit = ExitEvent {
+                exec_id,
+                exit_code: status.code,
+                signal: status.signal,
+                timed_out: status.timed_out,
+                error_message,
+                git_store: None,
             };
             let _ = phase_tx.send(Phase::Ended);
             let permit = out.reserve_owned().await.ok();

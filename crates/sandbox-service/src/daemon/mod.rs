@@ -34,7 +34,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sandbox_host::assembly::Defaults;
-use sandbox_host::backend::BackendOptions;
+use sandbox_host::backend::{BackendOptions, Backends};
 use sandbox_protocol::{ErrorCode, RpcError};
 use tokio::sync::{mpsc, watch};
 
@@ -61,6 +61,8 @@ pub struct DaemonOptions {
     /// Trusted backend settings (nono's path, the custom launcher, the trusted places) from
     /// the configuration; `allow_degraded` is taken from each box instead.
     pub backend: BackendOptions,
+    /// The backends the binary links (the same registry the CLI chooses from).
+    pub backends: Backends,
     /// Where boxes' private TMPDIRs are created (the system temp dir when `None`). The
     /// supervisor passes a directory it removes after the daemon is gone, so a killed daemon
     /// leaks nothing.
