@@ -1,6 +1,7 @@
 //! The box methods: a box is created with a fixed policy, started, stopped (its commands
 //! killed, their ends reported) and removed. The registry itself is `crate::registry`.
 
+use crate::locks::Locked as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -113,7 +114,7 @@ pub(super) async fn box_create(
     })?;
     let enforcement = run.enforcement().clone();
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         if boxes.contains(&p.name) {
             drop(boxes);
             // Created concurrently under the same name: the same rules as above, and the
@@ -223,7 +224,7 @@ pub(super) async fn announce_created(
 /// A box of this name exists: reuse it if it was created with the same parameters, refuse
 /// otherwise (silently handing out a box with another policy would be a surprise).
 fn reuse(state: &State, p: &BoxCreateParams) -> Result<Option<Value>, RpcError> {
-    let boxes = state.boxes.lock().expect("boxes lock");
+    let boxes = state.boxes.locked();
     let Ok(existing) = boxes.get(&p.name) else {
         return Ok(None);
     };
@@ -258,7 +259,7 @@ pub(super) async fn box_start(
         return super::microvm::box_start(state, conn, name, vm).await;
     }
     let (id, changed) = {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         let entry = boxes.get_mut(name)?;
         let changed = match entry.state {
             BoxState::Created | BoxState::Stopped => {
@@ -311,7 +312,7 @@ pub(super) async fn stop_box(
     conn: Option<&Arc<Conn>>,
 ) -> Result<(), RpcError> {
     let id = {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         let entry = boxes.get_mut(name)?;
         if entry.state == BoxState::Stopped {
             return Ok(());
@@ -329,7 +330,7 @@ pub(super) async fn stop_box(
     )
     .await;
     let waits: Vec<(mpsc::Sender<Control>, watch::Receiver<Phase>, bool)> = {
-        let execs = state.execs.lock().expect("execs lock");
+        let execs = state.execs.locked();
         execs
             .values()
             .filter(|h| h.box_name == name)
@@ -358,7 +359,7 @@ pub(super) async fn stop_box(
         super::microvm::stop_vm(name, &vm).await;
     }
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         if let Ok(entry) = boxes.get_mut(name) {
             entry.state = BoxState::Stopped;
         }
@@ -381,13 +382,7 @@ pub(super) async fn box_remove(
     name: &str,
     force: bool,
 ) -> Result<Value, RpcError> {
-    let busy = state
-        .boxes
-        .lock()
-        .expect("boxes lock")
-        .get(name)?
-        .execs
-        .len();
+    let busy = state.boxes.locked().get(name)?.execs.len();
     if busy > 0 && !force {
         return Err(RpcError::new(
             ErrorCode::BoxBusy,
@@ -395,7 +390,7 @@ pub(super) async fn box_remove(
         ));
     }
     stop_box(state, name, false, Some(conn)).await?;
-    let entry = state.boxes.lock().expect("boxes lock").remove(name);
+    let entry = state.boxes.locked().remove(name);
     let Some(entry) = entry else {
         return Err(RpcError::new(
             ErrorCode::NoSuchBox,
@@ -420,19 +415,13 @@ pub(super) fn vm_of(
     state: &State,
     name: &str,
 ) -> Result<Option<Arc<super::microvm::Vm>>, RpcError> {
-    let vm = state
-        .boxes
-        .lock()
-        .expect("boxes lock")
-        .get(name)?
-        .vm
-        .clone();
+    let vm = state.boxes.locked().get(name)?.vm.clone();
     Ok(vm.and_then(|vm| vm.downcast::<super::microvm::Vm>().ok()))
 }
 
 /// `box.list`: every box, whoever created it.
 pub(super) fn box_list(state: &State) -> Value {
-    let list = state.boxes.lock().expect("boxes lock").list();
+    let list = state.boxes.locked().list();
     serde_json::to_value(list).expect("box info serialises")
 }
 

@@ -2,6 +2,7 @@
 //! `exec.kill` reach a running one, and an exec that ends is reported and forgotten here, in
 //! one step ([`forget_exec`]).
 
+use crate::locks::Locked as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -55,7 +56,7 @@ pub(super) async fn box_exec(
     #[cfg(feature = "boxlite")]
     {
         let vm = {
-            let boxes = state.boxes.lock().expect("boxes lock");
+            let boxes = state.boxes.locked();
             let entry = boxes.get(&p.name)?;
             running(entry)?;
             entry
@@ -70,7 +71,7 @@ pub(super) async fn box_exec(
         }
     }
     let (box_id, token, run) = {
-        let boxes = state.boxes.lock().expect("boxes lock");
+        let boxes = state.boxes.locked();
         let entry = boxes.get(&p.name)?;
         running(entry)?;
         (entry.id.clone(), entry.token.clone(), entry.run.clone())
@@ -141,8 +142,8 @@ pub(super) async fn box_exec(
     // command was being prepared has already listed the commands it waits for, and a box
     // removed and created anew under the name has another policy.
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
-        let mut execs = state.execs.lock().expect("execs lock");
+        let mut boxes = state.boxes.locked();
+        let mut execs = state.execs.locked();
         let entry = boxes.get_mut(&p.name)?;
         if entry.id != box_id {
             return Err(RpcError::new(
@@ -266,8 +267,8 @@ pub(super) fn forget_exec(
     exec_id: u64,
     finished: Option<ExecEnd>,
 ) {
-    let mut boxes = state.boxes.lock().expect("boxes lock");
-    let mut execs = state.execs.lock().expect("execs lock");
+    let mut boxes = state.boxes.locked();
+    let mut execs = state.execs.locked();
     let phase = finished.map(
         |ExecEnd {
              exit,
@@ -299,7 +300,7 @@ pub(super) async fn exec_kill(state: &State, p: ExecKillParams) -> Result<Value,
         },
     };
     let tx = {
-        let execs = state.execs.lock().expect("execs lock");
+        let execs = state.execs.locked();
         execs
             .get(&p.exec_id)
             .ok_or_else(|| no_such_exec(p.exec_id))?
@@ -316,7 +317,7 @@ pub(super) fn queue_stdin(
     p: protocol::ExecStdinParams,
 ) -> Result<oneshot::Receiver<Result<(), RpcError>>, RpcError> {
     let data = protocol::decode_data(&p.data, p.encoding)?;
-    let execs = state.execs.lock().expect("execs lock");
+    let execs = state.execs.locked();
     let handle = execs
         .get(&p.exec_id)
         .ok_or_else(|| no_such_exec(p.exec_id))?;

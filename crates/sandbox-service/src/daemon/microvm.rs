@@ -9,6 +9,8 @@
 //! Without the cargo feature `boxlite` the backend is not in the build and `box.create`
 //! refuses it before anything here runs.
 
+#[cfg(feature = "boxlite")]
+use crate::locks::Locked as _;
 use std::sync::Arc;
 #[cfg(feature = "boxlite")]
 use std::time::Instant;
@@ -397,7 +399,7 @@ mod engine {
             ..Default::default()
         };
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
+            let mut boxes = state.boxes.locked();
             if boxes.contains(&p.name) {
                 return Err(RpcError::new(
                     ErrorCode::BoxExists,
@@ -470,7 +472,7 @@ mod engine {
     ) -> Result<Value, RpcError> {
         let _booting = vm.booting.lock().await;
         let id = {
-            let boxes = state.boxes.lock().expect("boxes lock");
+            let boxes = state.boxes.locked();
             let entry = boxes.get(name)?;
             if entry.state == BoxState::Running {
                 return Ok(json!({ "boxId": entry.id, "bootMs": 0, "state": BoxState::Running }));
@@ -497,7 +499,7 @@ mod engine {
         .await;
         let boot = booted.map_err(|e| engine_error(&e))?;
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
+            let mut boxes = state.boxes.locked();
             boxes.get_mut(name)?.state = BoxState::Running;
         }
         announce(state, Some(conn), &id, name, BoxState::Running, Some(boot)).await;
@@ -552,13 +554,7 @@ mod engine {
         for (k, v) in &p.env {
             command = command.env(k.clone(), v.clone());
         }
-        let box_id = state
-            .boxes
-            .lock()
-            .expect("boxes lock")
-            .get(&p.name)?
-            .id
-            .clone();
+        let box_id = state.boxes.locked().get(&p.name)?.id.clone();
         let mut execution = vm
             .engine
             .exec(&p.name, &vm.litebox, command)
@@ -575,8 +571,8 @@ mod engine {
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         let (go_tx, go_rx) = oneshot::channel::<()>();
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
-            let mut execs = state.execs.lock().expect("execs lock");
+            let mut boxes = state.boxes.locked();
+            let mut execs = state.execs.locked();
             let entry = boxes.get_mut(&p.name)?;
             entry.execs.insert(exec_id);
             execs.insert(

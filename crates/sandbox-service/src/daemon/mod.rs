@@ -27,6 +27,7 @@ mod lifecycle;
 mod microvm;
 mod spawner;
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -135,7 +136,7 @@ impl State {
     /// Sends `frame` to every authenticated connection but `except`, without waiting: a
     /// connection that does not read cannot stall the daemon (it misses the notice instead).
     fn broadcast(&self, frame: &[u8], except: Option<u64>) {
-        for (id, tx) in self.conns.lock().expect("conns lock").iter() {
+        for (id, tx) in self.conns.locked().iter() {
             if Some(*id) != except {
                 let _ = tx.try_send(Outbound::Frame(frame.to_vec()));
             }
