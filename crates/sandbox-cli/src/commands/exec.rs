@@ -223,7 +223,7 @@ fn check_backend(kind: BackendKind, args: &ExecArgs) -> Result<(), BoxError> {
 }
 
 fn setup(e: BoxError) -> anyhow::Error {
-    Failure::setup(e.to_string())
+    Failure::setup_caused(e)
 }
 
 pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -286,7 +286,7 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
             // did not run: 125, never a code of the step's own such as 127.
             return Err(match e.downcast::<BoxError>() {
                 Ok(e) => setup(e),
-                Err(other) => Failure::setup(format!("{other:#}")),
+                Err(other) => Failure::setup_chain(other),
             });
         }
     }
