@@ -1,4 +1,4 @@
-//! `sandbox exec`: one command in a box as a stdio proxy (seed 003's `harness-box-exec`).
+//! `sandbox exec`: one command in a box as a stdio proxy (docs/exec.md).
 //!
 //! The caller — an ACP host, an editor, a script — spawns `sandbox exec … -- AGENT` as if it
 //! were AGENT and speaks to its stdio. So stdout is the command's and nobody else's: every
@@ -29,7 +29,7 @@ use crate::context::Context;
 use crate::exit::Failure;
 use crate::session::Session;
 
-/// The shell that runs `--probe` and `--provision` (they are shell commands, as in seed 003:
+/// The shell that runs `--probe` and `--provision` (they are shell commands, docs/exec.md:
 /// `--probe 'command -v pi-acp'`). An absolute path, so the child's `PATH` cannot pick another.
 const SHELL: &str = "/bin/sh";
 
