@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use sandbox_host::backend::{self, BackendKind};
+use sandbox_host::report::NativeForms;
 use sandbox_host::Enforcement;
 use sandbox_policy::compile;
 use sandbox_policy::{NetPolicy, Policy};
@@ -19,11 +20,18 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
         .and_then(|()| ctx.backends.open(session.kind, &session.options))
         .and_then(|b| b.enforcement(policy));
+    // The native backend's compiled forms, asked of the seam as a run here would build them.
     let NativeForms {
         view,
         landlock,
         seccomp,
-    } = native_forms(&session, args.sandbox.allow_degraded);
+    } = sandbox_host::report::native_forms(
+        &session.policy,
+        &sandbox_host::BackendOptions {
+            allow_degraded: args.sandbox.allow_degraded,
+            ..session.options.clone()
+        },
+    );
     let seatbelt = compile::seatbelt::compile(policy);
     let env_names: Vec<String> = session
         .child_env()?
@@ -153,39 +161,6 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         }
     }
     Ok(if refused.is_some() { 125 } else { 0 })
-}
-
-/// The native backend's compiled forms, as a run here would use them.
-struct NativeForms {
-    view: Option<Result<compile::view::ViewPlan, sandbox_host::HostError>>,
-    landlock: Result<compile::landlock::LandlockPlan, sandbox_host::HostError>,
-    seccomp: compile::seccomp::SeccompPlan,
-}
-
-#[cfg(target_os = "linux")]
-fn native_forms(session: &Session, allow_degraded: bool) -> NativeForms {
-    let compiled = sandbox_host::linux::native::compiled(
-        &session.policy,
-        &sandbox_host::linux::native::NativeOptions {
-            allow_degraded,
-            allow_unix_sockets: session.options.allow_unix_sockets,
-            private_dir: session.options.private_dir(),
-        },
-    );
-    NativeForms {
-        view: compiled.view,
-        landlock: compiled.landlock,
-        seccomp: compiled.seccomp,
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn native_forms(session: &Session, _allow_degraded: bool) -> NativeForms {
-    NativeForms {
-        view: None,
-        landlock: compile::landlock::compile(&session.policy).map_err(Into::into),
-        seccomp: compile::seccomp::compile(&session.policy),
-    }
 }
 
 fn describe_mount(op: &compile::view::MountOp) -> String {
