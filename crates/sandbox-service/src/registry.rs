@@ -45,9 +45,10 @@ pub struct BoxEntry {
     /// Execs currently running in it.
     pub execs: BTreeSet<u64>,
     pub last_status: Option<AgentStatus>,
-    /// A VM box's engine handle (the daemon's `microvm` module knows its type); `None` for
-    /// boxes whose commands run on the host through the seam.
-    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// A VM box's engine handle; `None` for boxes whose commands run on the host through the
+    /// seam. Only in a build with BoxLite.
+    #[cfg(feature = "boxlite")]
+    pub(crate) vm: Option<Arc<crate::daemon::microvm::Vm>>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.

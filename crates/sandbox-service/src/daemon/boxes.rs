@@ -138,6 +138,7 @@ pub(super) async fn box_create(
                 id: id.clone(),
                 kind,
                 run: Arc::new(run),
+                #[cfg(feature = "boxlite")]
                 vm: None,
             },
         )?;
@@ -151,7 +152,8 @@ pub(super) struct Prepared {
     pub kind: BackendKind,
     pub run: Arc<Run>,
     /// A VM box's engine handle (see [`BoxEntry::vm`]).
-    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    #[cfg(feature = "boxlite")]
+    pub vm: Option<Arc<super::microvm::Vm>>,
 }
 
 /// Registers a prepared box under `p.name` with a fresh box token. The caller holds the
@@ -178,6 +180,7 @@ pub(super) fn insert(
         created_at_ms: registry::now_ms(),
         execs: Default::default(),
         last_status: None,
+        #[cfg(feature = "boxlite")]
         vm: new.vm,
     });
     Ok(())
@@ -400,9 +403,7 @@ pub(super) async fn box_remove(
     state.tokens.revoke(&Scope::Box(name.to_string()));
     #[cfg(feature = "boxlite")]
     if let Some(vm) = entry.vm.clone() {
-        if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
-            super::microvm::remove_vm(name, &vm).await?;
-        }
+        super::microvm::remove_vm(name, &vm).await?;
     }
     announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
     drop(entry); // removes its TMPDIR
@@ -415,8 +416,7 @@ pub(super) fn vm_of(
     state: &State,
     name: &str,
 ) -> Result<Option<Arc<super::microvm::Vm>>, RpcError> {
-    let vm = state.boxes.locked().get(name)?.vm.clone();
-    Ok(vm.and_then(|vm| vm.downcast::<super::microvm::Vm>().ok()))
+    Ok(state.boxes.locked().get(name)?.vm.clone())
 }
 
 /// `box.list`: every box, whoever created it.

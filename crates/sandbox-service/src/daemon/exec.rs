@@ -65,9 +65,7 @@ pub(super) async fn box_exec(
                 .map(|vm| (vm, entry.run.policy().workspace.root.clone()))
         };
         if let Some((vm, workdir)) = vm {
-            if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
-                return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
-            }
+            return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
         }
     }
     let (box_id, token, run) = {

@@ -155,6 +155,9 @@ pub(super) fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
+/// The box registry holds a VM box's handle by its type.
+#[cfg(feature = "boxlite")]
+pub(crate) use engine::Vm;
 #[cfg(feature = "boxlite")]
 pub(super) use engine::*;
 
@@ -182,7 +185,7 @@ mod engine {
     use sandbox_boxlite::boxlite::{BoxCommand, LiteBox};
     use sandbox_boxlite::engine::{Engine, EngineOptions};
     use sandbox_exec::StreamKind;
-    use sandbox_protocol::{encode_event, BoxExecParams, BoxState, BoxStateEvent, ExitEvent};
+    use sandbox_protocol::{encode_event, BoxExecParams, BoxState, BoxStateEvent};
     use serde_json::Value;
     use tokio::sync::{mpsc, oneshot, watch};
 
@@ -270,31 +273,33 @@ mod engine {
         refuse_host_token(state, &p.env)?;
         let spec = box_spec(&p, &workdir)?;
         // The mounts are grants: none may reach the user's configuration, the remembered
-        // choices or the daemon's token, nor BoxLite's own home.
-        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
-            workdir: workdir.clone(),
-            allow_write: spec
-                .mounts
+        // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one
+        // assembly, with no configured grants on top: a guest sees its mounts and nothing else.
+        let grants = |read_only: bool| -> Vec<std::path::PathBuf> {
+            spec.mounts
                 .iter()
-                .filter(|m| !m.read_only)
-                .map(|m| (m.host.clone(), sandbox_policy::GrantReason::User))
-                .collect(),
-            allow_read: spec
-                .mounts
-                .iter()
-                .filter(|m| m.read_only)
-                .map(|m| (m.host.clone(), sandbox_policy::GrantReason::User))
-                .collect(),
-            block_net: p.block_net,
-            ..sandbox_policy::PolicyRequest::default()
-        })
-        .map_err(|e| invalid(format!("box {}: {e}", p.name)))?;
-        state
-            .opts
-            .backend
-            .trusted
-            .check(&policy)
-            .map_err(|e| super::super::exec::denied(format!("box {}: {e}", p.name)))?;
+                .filter(|m| m.read_only == read_only)
+                .map(|m| m.host.clone())
+                .collect()
+        };
+        let policy = sandbox_host::assembly::assemble(
+            &sandbox_host::assembly::Defaults::default(),
+            sandbox_host::assembly::Request {
+                workdir: workdir.clone(),
+                allow_write: grants(false),
+                allow_read: grants(true),
+                block_net: p.block_net,
+                ..sandbox_host::assembly::Request::default()
+            },
+        )
+        .map_err(|e| invalid(format!("box {}: {e}", p.name)))?
+        .policy;
+        sandbox_host::backend::check_trusted_places(
+            sandbox_host::BackendKind::Boxlite,
+            &policy,
+            &state.opts.backend,
+        )
+        .map_err(|e| super::super::exec::denied(format!("box {}: {e}", p.name)))?;
         if let Some(m) = spec.mounts.iter().find(|m| {
             m.host.starts_with(&state.opts.boxlite_home)
                 || state.opts.boxlite_home.starts_with(&m.host)
@@ -421,7 +426,7 @@ mod engine {
                         policy,
                         Arc::new(VmSession(enforcement.clone())),
                     )),
-                    vm: Some(vm.clone() as Arc<dyn std::any::Any + Send + Sync>),
+                    vm: Some(vm.clone()),
                 },
             )?;
         }
@@ -697,15 +702,12 @@ mod engine {
                     Some(format!("boxlite: the command was lost: {e}")),
                 ),
             };
-            let status = outcome.status();
-            let exit = ExitEvent {
+            let exit = super::super::spawner::exit_event_of(
                 exec_id,
-                exit_code: status.code,
-                signal: status.signal,
-                timed_out: status.timed_out,
-                error_message,
-                git_store: None,
-            };
+                outcome,
+                error_message.into_iter().collect(),
+                None,
+            );
             let _ = phase_tx.send(Phase::Ended);
             let permit = out.reserve_owned().await.ok();
             super::super::exec::forget_exec(

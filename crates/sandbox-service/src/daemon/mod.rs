@@ -24,7 +24,7 @@ mod dispatch;
 mod exec;
 mod frames;
 mod lifecycle;
-mod microvm;
+pub(crate) mod microvm;
 mod spawner;
 
 use crate::locks::Locked as _;

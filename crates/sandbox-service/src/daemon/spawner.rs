@@ -396,7 +396,6 @@ fn exit_event(
     cut_short: bool,
     finished: &sandbox_host::Finished,
 ) -> ExitEvent {
-    let status = finished.outcome(outcome.as_ref().copied()).status();
     let mut notes: Vec<String> = Vec::new();
     if let Some(e) = finished.setup_error() {
         notes.push(e.to_string());
@@ -417,18 +416,37 @@ fn exit_event(
         );
     }
     notes.extend(finished.warnings());
+    // The same fields, camelCase on both sides.
+    let git_store = match &finished.git_store {
+        Some(Ok(report)) => serde_json::to_value(report)
+            .and_then(serde_json::from_value)
+            .ok(),
+        _ => None,
+    };
+    exit_event_of(
+        exec_id,
+        finished.outcome(outcome.as_ref().copied()),
+        notes,
+        git_store,
+    )
+}
+
+/// The one builder of every `exit` event, a host command's and a VM box's alike: the code,
+/// signal and timeout flag from the one exit rule ([`sandbox_host::Outcome::status`]), the
+/// notes joined into `errorMessage`.
+pub(super) fn exit_event_of(
+    exec_id: u64,
+    outcome: sandbox_host::Outcome,
+    notes: Vec<String>,
+    git_store: Option<sandbox_protocol::GitStoreReport>,
+) -> ExitEvent {
+    let status = outcome.status();
     ExitEvent {
         exec_id,
         exit_code: status.code,
         signal: status.signal,
         timed_out: status.timed_out,
         error_message: (!notes.is_empty()).then(|| notes.join("; ")),
-        // The same fields, camelCase on both sides.
-        git_store: match &finished.git_store {
-            Some(Ok(report)) => serde_json::to_value(report)
-                .and_then(serde_json::from_value)
-                .ok(),
-            _ => None,
-        },
+        git_store,
     }
 }
