@@ -285,7 +285,23 @@ impl Live {
 
 /// Proof that every process of a command is gone: its group (the caller waited for it) and
 /// every orphan that left it — or, where other commands still run, as many as could be told
-/// apart (see [`Reaper::reap_when_idle`]). Only a [`Reaper`] makes one.
+/// apart (see [`Reaper::reap_when_idle`]). Only a [`Reaper`] makes one: finishing a command
+/// before reaping does not compile.
+///
+/// ```compile_fail
+/// fn finish_early(live: sandbox_host::Live) -> sandbox_host::Finished {
+///     live.finish(None, sandbox_host::Reaped { complete: true })
+/// }
+/// ```
+///
+/// ```
+/// fn finish_after_reaping(
+///     live: sandbox_host::Live,
+///     reaper: &sandbox_host::Reaper,
+/// ) -> sandbox_host::Finished {
+///     live.finish(None, reaper.reap())
+/// }
+/// ```
 #[derive(Debug)]
 #[must_use = "pass it to `Live::finish`"]
 pub struct Reaped {
