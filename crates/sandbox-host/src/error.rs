@@ -43,6 +43,10 @@ pub enum HostError {
     )]
     RunsInDaemon { backend: BackendKind },
 
+    /// A command was armed on the host for a box whose commands run in its guest.
+    #[error("{backend}: commands of a box run in its VM, through box.exec")]
+    RunsInGuest { backend: BackendKind },
+
     /// A backend implemented in its own crate (Lima) failed; its error names the step and
     /// the log to read, and stays reachable as the source (`downcast_ref::<LimaError>()`).
     #[error("{source}")]

@@ -461,9 +461,8 @@ mod engine {
             &self,
             _spec: sandbox_exec::CommandSpec,
         ) -> Result<sandbox_host::PreparedCommand, sandbox_host::HostError> {
-            Err(sandbox_host::HostError::External {
+            Err(sandbox_host::HostError::RunsInGuest {
                 backend: sandbox_host::BackendKind::Boxlite,
-                message: "boxlite: commands of a box run in its VM, through box.exec".into(),
             })
         }
     }
