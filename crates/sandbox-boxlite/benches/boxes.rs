@@ -3,7 +3,7 @@
 //! `BOXLITE_DEPS_STUB=1 cargo bench -p sandbox-boxlite --features boxlite --bench boxes`
 //! (`--profile release` or `--profile dev` where the `bench` profile's fat LTO of BoxLite's
 //! dependency tree takes too long; the engine's time is in the guest and the shim, not here)
-//! (after `cargo xtask boxlite-runtime`). Targets on hardware KVM (DESIGN §6): reuse by name
+//! (after `cargo xtask boxlite-runtime`). Targets on hardware KVM (BENCHMARKS.md): reuse by name
 //! < 200 ms, warm exec < 25 ms. Steps that need a booted guest print `skipped: <reason>`
 //! where the boot fails (this build machine's kvm-pvm).
 

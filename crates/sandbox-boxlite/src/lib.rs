@@ -35,3 +35,25 @@ pub const IN_BUILD: bool = cfg!(feature = "boxlite");
 
 /// BoxLite's version (the crate's and the runtime files').
 pub const VERSION: &str = runtime_files::VERSION;
+
+/// BoxLite's entry in the binary's backend registry ([`sandbox_host::Backends`]), linked only
+/// with the cargo feature `boxlite`. Its boxes belong to the daemon (one runtime per home), so
+/// opening it in another process is refused, typed ([`sandbox_host::HostError::RunsInDaemon`]).
+#[cfg(feature = "boxlite")]
+pub struct BoxliteProvider;
+
+#[cfg(feature = "boxlite")]
+impl sandbox_host::Provider for BoxliteProvider {
+    fn kind(&self) -> sandbox_host::BackendKind {
+        sandbox_host::BackendKind::Boxlite
+    }
+
+    fn open(
+        &self,
+        _options: &sandbox_host::BackendOptions,
+    ) -> Result<Box<dyn sandbox_host::Backend>, sandbox_host::HostError> {
+        Err(sandbox_host::HostError::RunsInDaemon {
+            backend: sandbox_host::BackendKind::Boxlite,
+        })
+    }
+}

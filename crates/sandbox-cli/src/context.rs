@@ -1,4 +1,5 @@
-//! What every command needs: the user's directories and the trusted configuration.
+//! What every command needs: the user's directories, the trusted configuration and the
+//! backends this binary links.
 
 use crate::config::{self, LoadedConfig};
 use crate::paths::Dirs;
@@ -6,6 +7,8 @@ use crate::paths::Dirs;
 pub struct Context {
     pub dirs: Dirs,
     pub loaded: LoadedConfig,
+    /// The registry of this build's backends, handed to every runner and to the daemon.
+    pub backends: sandbox_host::Backends,
 }
 
 impl Context {
@@ -13,7 +16,12 @@ impl Context {
         let dirs = Dirs::from_env();
         let loaded = config::load(&dirs.system_config_file(), &dirs.user_config_file())?;
         tracing::debug!(sources = ?loaded.sources, "configuration loaded");
-        Ok(Context { dirs, loaded })
+        let backends = crate::session::backends(&dirs, &loaded.config);
+        Ok(Context {
+            dirs,
+            loaded,
+            backends,
+        })
     }
 
     pub fn config(&self) -> &config::Config {

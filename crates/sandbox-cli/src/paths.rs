@@ -1,6 +1,6 @@
 //! Where `sandbox` keeps things, following the XDG base directories. None of these is ever
 //! inside a task's worktree: configuration and state that decide the boundary must live where
-//! the sandboxed process cannot write (DESIGN §2).
+//! the sandboxed process cannot write (docs/security.md, "What holds, and where it is enforced").
 
 use std::path::PathBuf;
 

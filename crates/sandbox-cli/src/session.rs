@@ -1,20 +1,20 @@
 //! Turning `SandboxArgs` plus trusted configuration into a policy (through the one assembly
-//! the daemon uses too), a backend session and a command ready to spawn — and finishing the
-//! run through the backend seam (judging, pointer checks, the private TMPDIR).
+//! the daemon uses too) and a [`Run`] — the one run sequence of `sandbox_host::run`, which
+//! `run`, `shell` and `exec` follow: prepare, arm, spawn, reap, finish — and reporting how a
+//! run finished on stderr, in one wording.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use anyhow::Context as _;
-use sandbox_exec::{CommandPolicy, CommandRequest, CommandSpec, ExitOutcome, WorkspaceGuard};
+use sandbox_exec::{CommandPolicy, CommandSpec, WorkspaceGuard};
 use sandbox_host::assembly::{
     self, Assembled, CommandIdentity, Defaults, Request, TmpdirRequest, TrustedPlace, TrustedPlaces,
 };
-use sandbox_host::backend::{self, BackendKind, BackendOptions, LogProgress};
+use sandbox_host::backend::{self, BackendKind, BackendOptions, Backends, LogProgress};
 use sandbox_host::custom::LauncherConfig;
 use sandbox_host::nono::NonoLocation;
-use sandbox_host::{BackendSession, Finished, HostError, PreparedCommand, RunEnd};
+use sandbox_host::{Armed, Finished, HostError, Invocation, Run, RunEnd};
 use sandbox_policy::{EnvPolicy, Policy};
 
 use crate::cli::SandboxArgs;
@@ -137,11 +137,6 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
                 source: ctx.loaded.custom_command_source.clone(),
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
-        lima: wants(BackendKind::Lima).then(|| {
-            sandbox_host::backend::ExternalBackend(std::sync::Arc::new(sandbox_lima::LimaBackend {
-                settings: lima_settings(ctx),
-            }))
-        }),
         trusted: trusted_places(&ctx.dirs),
         allow_unix_sockets: config.backends.native.allow_unix_sockets,
         git_store_bytes: config
@@ -153,10 +148,27 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
     }
 }
 
+/// The backends this binary links, for the CLI and the daemon alike: this crate's four, Lima,
+/// and BoxLite when built with the cargo feature `boxlite`.
+pub fn backends(dirs: &crate::paths::Dirs, config: &crate::config::Config) -> Backends {
+    let dirs = dirs.clone();
+    let views_root = crate::commands::view::views_root_in(&dirs, config);
+    let linked = Backends::builtin().with(sandbox_lima::LimaProvider(move || {
+        lima_settings_in(&dirs, &views_root)
+    }));
+    #[cfg(feature = "boxlite")]
+    let linked = linked.with(sandbox_boxlite::BoxliteProvider);
+    linked
+}
+
 /// The Lima backend's trusted settings: `limactl` (`SANDBOX_LIMACTL`, the package's, `PATH`),
 /// the private `LIMA_HOME` (`SANDBOX_LIMA_HOME`, else `~/.sandbox-lima`: short, for Lima's
 /// socket paths), the views root, the flake's NixOS image, the per-project overrides.
 pub fn lima_settings(ctx: &Context) -> sandbox_lima::LimaSettings {
+    lima_settings_in(&ctx.dirs, &crate::commands::view::views_root(ctx))
+}
+
+fn lima_settings_in(dirs: &crate::paths::Dirs, views_root: &Path) -> sandbox_lima::LimaSettings {
     let home = std::env::var_os("SANDBOX_LIMA_HOME")
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
@@ -164,20 +176,11 @@ pub fn lima_settings(ctx: &Context) -> sandbox_lima::LimaSettings {
     sandbox_lima::LimaSettings {
         limactl: crate::tools::LIMACTL.resolve(None).path,
         home,
-        views_root: crate::commands::view::views_root(ctx),
-        runtime_dir: ctx.dirs.runtime.clone(),
+        views_root: views_root.to_path_buf(),
+        runtime_dir: dirs.runtime.clone(),
         nix_image: crate::tools::LIMA_IMAGE.resolve(None).path,
-        overrides_dir: ctx.dirs.user_config.join("lima"),
-        private_dir: ctx.dirs.runtime.clone(),
-    }
-}
-
-/// A backend error as the CLI reports it: the command's own 126/127 when it cannot run at
-/// all, otherwise a setup failure (125).
-pub fn setup_error(e: HostError) -> anyhow::Error {
-    match e {
-        HostError::Command(exec) => anyhow::Error::from(exec),
-        other => Failure::setup(other.to_string()),
+        overrides_dir: dirs.user_config.join("lima"),
+        private_dir: dirs.runtime.clone(),
     }
 }
 
@@ -217,7 +220,7 @@ pub fn choose_backend(
     } else {
         ("native".to_string(), ChoiceSource::Default)
     };
-    let kind = BackendKind::parse_usable(&name).map_err(|e| Failure::setup(e.to_string()))?;
+    let kind = ctx.backends.parse(&name)?;
     Ok((kind, source))
 }
 
@@ -254,7 +257,7 @@ impl Session {
         let Assembled { mut policy, tmpdir } =
             assembly::assemble(&defaults, request).map_err(|e| match e {
                 HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
-                other => Failure::setup(other.to_string()),
+                other => anyhow::Error::from(other),
             })?;
         let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
         let mut options = backend_options(ctx, Some(kind));
@@ -262,8 +265,7 @@ impl Session {
         // A run gets this check from the seam when it prepares the backend; showing a policy
         // prepares nothing, so it checks here (refusing with 125, as a run would).
         if !runs_command {
-            backend::check_trusted_places(kind, &policy, &options)
-                .map_err(|e| Failure::setup(e.to_string()))?;
+            backend::check_trusted_places(kind, &policy, &options)?;
         }
         let task = policy
             .workspace
@@ -306,38 +308,41 @@ impl Session {
         }
     }
 
-    /// The child's environment (the one assembly the daemon uses too).
+    /// The child's environment (the one assembly the daemon uses too), for `policy show`.
     pub fn child_env(&self) -> anyhow::Result<Vec<(OsString, OsString)>> {
-        assembly::command_env(
+        Ok(assembly::command_env(
             &self.policy,
             self.kind,
             &self.identity(),
             &[],
             std::env::vars_os(),
-        )
-        .map_err(|e| Failure::setup(e.to_string()))
+        )?)
     }
 
-    /// Prepares the chosen backend for this policy through the seam (exit 125 when the
-    /// boundary cannot be set up), warning when it runs degraded.
-    pub fn start(&self, allow_degraded: bool) -> anyhow::Result<Arc<dyn BackendSession>> {
+    /// Prepares the chosen backend for this policy: the run sequence's `prepare` (exit 125
+    /// when the boundary cannot be set up), warning when it runs degraded. The run owns the
+    /// private TMPDIR from here on.
+    pub fn start(&mut self, ctx: &Context, allow_degraded: bool) -> anyhow::Result<Run> {
         let options = BackendOptions {
             allow_degraded,
             ..self.options.clone()
         };
-        let session = if self.kind == BackendKind::Lima {
+        let assembled = Assembled {
+            policy: self.policy.clone(),
+            tmpdir: self.tmpdir.take(),
+        };
+        let run = if self.kind == BackendKind::Lima {
             // A VM's first spawn takes minutes: each step is shown as it happens.
             let progress = crate::commands::lima::TermProgress::new(false);
-            backend::prepare(self.kind, &self.policy, &options, &progress)
+            Run::prepare(&ctx.backends, self.kind, assembled, &options, &progress)
         } else {
-            backend::prepare(self.kind, &self.policy, &options, &LogProgress)
-        }
-        .map_err(setup_error)?;
+            Run::prepare(&ctx.backends, self.kind, assembled, &options, &LogProgress)
+        }?;
         // A layer this machine cannot give is never dropped silently.
-        for downgrade in &session.enforcement().downgrades {
+        for downgrade in &run.enforcement().downgrades {
             eprintln!("sandbox: notice: {}: {downgrade}", self.kind);
         }
-        let gaps = &session.enforcement().gaps;
+        let gaps = &run.enforcement().gaps;
         if allow_degraded && !gaps.is_empty() {
             eprintln!(
                 "sandbox: warning: {} is running degraded; not enforced: {}",
@@ -345,19 +350,18 @@ impl Session {
                 gaps.join("; ")
             );
         }
-        Ok(session)
+        Ok(run)
     }
 
-    /// `argv` armed to run in `backend`: resolved, with the child's environment and timeout.
-    pub fn command(
-        &self,
-        backend: &dyn BackendSession,
-        argv: Vec<OsString>,
-    ) -> anyhow::Result<PreparedCommand> {
-        let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &self.policy.workspace.cwd)?;
-        spec.env = self.child_env()?;
-        spec.timeout = self.policy.limits.timeout;
-        backend.command(spec).map_err(setup_error)
+    /// `argv` armed to run in `run`: resolved, with the child's environment and timeout.
+    pub fn arm(&self, run: &Run, argv: Vec<OsString>) -> anyhow::Result<Armed> {
+        Ok(run.arm(Invocation {
+            argv,
+            cwd: None,
+            who: &self.identity(),
+            extra_env: &[],
+            timeout: None,
+        })?)
     }
 
     /// Applies `--guard-args` to the prepared command.
@@ -376,41 +380,32 @@ impl Session {
         Ok(())
     }
 
-    /// After the run, once every process is gone: finishes the command through the seam
-    /// (judging a backend failure, restoring tampered git pointers), reports on stderr, and
-    /// removes the private TMPDIR.
-    pub fn finish(&mut self, command: PreparedCommand, outcome: Option<ExitOutcome>) -> Finished {
-        let finished = self.finish_step(command, outcome);
-        if let Some(tmp) = self.tmpdir.take() {
-            let path = tmp.path().to_path_buf();
-            if let Err(e) = tmp.close() {
-                tracing::debug!(path = %path.display(), error = %e, "could not remove TMPDIR");
-            }
+    /// Removes the run's private TMPDIR once its last command finished.
+    pub fn close(run: Run) {
+        if let Err(e) = run.close() {
+            tracing::debug!(error = %e, "could not remove TMPDIR");
         }
-        finished
     }
+}
 
-    /// [`Self::finish`] for one of several commands of the session (`sandbox exec`'s probe
-    /// and provisioning): judged and reported alike, but the private TMPDIR stays for the
-    /// commands that follow.
-    pub fn finish_step(&self, command: PreparedCommand, outcome: Option<ExitOutcome>) -> Finished {
-        let finished = command.finish(outcome);
-        if let Some(e) = finished.setup_error() {
-            eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
+/// Reports how a command finished on stderr, in one wording for every CLI path: the
+/// backend's failure (red on a terminal), the launcher's failure, each pointer repair, the
+/// git store's report.
+pub fn report(finished: &Finished) {
+    if let Some(e) = finished.setup_error() {
+        eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
+    }
+    let launcher_failed = matches!(finished.end, RunEnd::Launcher { .. });
+    for (i, line) in finished.warnings().into_iter().enumerate() {
+        // The launcher's failure comes first and is red on a terminal, like an error.
+        if launcher_failed && i == 0 {
+            eprintln!(
+                "{}",
+                crate::exit::red_on_terminal(&format!("sandbox: {line}"))
+            );
+        } else {
+            eprintln!("sandbox: warning: {line}");
         }
-        let launcher_failed = matches!(finished.end, RunEnd::Launcher { .. });
-        for (i, line) in finished.warnings().into_iter().enumerate() {
-            // The launcher's failure comes first and is red on a terminal, like an error.
-            if launcher_failed && i == 0 {
-                eprintln!(
-                    "{}",
-                    crate::exit::red_on_terminal(&format!("sandbox: {line}"))
-                );
-            } else {
-                eprintln!("sandbox: warning: {line}");
-            }
-        }
-        finished
     }
 }
 

@@ -1,7 +1,7 @@
 //! `sandbox run --backend lima` and `sandbox lima …` end to end, against the `limactl`
 //! stand-in of sandbox-lima's tests (it records argv and LIMA_HOME and plays back Lima's real
 //! output): the view, the VM's lifecycle, the command line and the exit code pass-through.
-//! A booted VM cannot be had here (DESIGN §5); sandbox-lima's `real` tests run one where it can.
+//! A booted VM cannot be had here (docs/backends.md, "lima"); sandbox-lima's `real` tests run one where it can.
 
 mod common;
 

@@ -34,15 +34,26 @@ pub enum HostError {
     )]
     NotInBuild { backend: BackendKind },
 
-    #[error("{backend}: the backend was not set up by this program (no settings for it)")]
-    NotConfigured { backend: BackendKind },
+    /// The backend is in this build, but its commands run in the daemon, not in this
+    /// process (BoxLite: one runtime per home, owned by the daemon).
+    #[error(
+        "{backend}: microVM boxes belong to the sandbox daemon (one BoxLite runtime per home): \
+         use `sandbox exec --backend {backend}` or the protocol's box.create; `sandbox run` and \
+         `sandbox shell` run in process and start no VM"
+    )]
+    RunsInDaemon { backend: BackendKind },
 
-    /// A backend implemented in its own crate (Lima) failed; its message names the step and
-    /// the log to read.
-    #[error("{message}")]
-    External {
+    /// A command was armed on the host for a box whose commands run in its guest.
+    #[error("{backend}: commands of a box run in its VM, through box.exec")]
+    RunsInGuest { backend: BackendKind },
+
+    /// A backend implemented in its own crate (Lima) failed; its error names the step and
+    /// the log to read, and stays reachable as the source (`downcast_ref::<LimaError>()`).
+    #[error("{source}")]
+    Backend {
         backend: BackendKind,
-        message: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
 
     #[error(
@@ -113,7 +124,7 @@ pub enum HostError {
 
     /// The run's git store quarantine could not be laid out (nothing ran).
     #[error("native: {0}")]
-    GitQuarantine(String),
+    GitQuarantine(#[source] sandbox_git::quarantine::QuarantineError),
 
     /// A path of the private view cannot be used.
     #[error("native: private view: {}: {cause}", path.display())]
@@ -170,4 +181,24 @@ pub enum HostError {
     /// A grant would put the boundary's own state within the sandbox's reach.
     #[error("{0}")]
     TrustedPlace(String),
+}
+
+impl HostError {
+    /// The exit status a runner reports for this error: the command's own 126/127 when it
+    /// cannot run at all ([`HostError::Command`]), otherwise 125 (the boundary could not be set
+    /// up; nothing ran). Decided from the type, never from the text.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            HostError::Command(e) => crate::run::Outcome::not_started(e).status().code,
+            _ => crate::run::Outcome::SetupFailed.status().code,
+        }
+    }
+
+    /// The backend's own error, when a backend of another crate failed (`LimaError`, …).
+    pub fn backend_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
+        match self {
+            HostError::Backend { source, .. } => Some(&**source),
+            _ => None,
+        }
+    }
 }

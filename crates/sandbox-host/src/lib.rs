@@ -7,8 +7,10 @@
 //! * [`nono`]: the nono backend — the policy as a nono manifest, run by the pinned nono CLI.
 //! * [`custom`]: the custom backend — a user's launcher owns the boundary; [`placement`]
 //!   keeps such programs out of everything the sandbox can write.
-//! * [`backend`]: the seam every runner starts commands through — choose, prepare, spawn,
-//!   finish.
+//! * [`run`]: the run sequence every caller follows — assemble, prepare, arm, spawn, reap,
+//!   finish — and the one exit rule ([`run::Outcome`]).
+//! * [`backend`]: the seam the run goes through — the registry of backends ([`Backends`]),
+//!   each one's session and armed commands.
 //! * [`assembly`]: one policy assembly (defaults, grants, environment, trusted places) for the
 //!   CLI and the daemon.
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`.
@@ -24,11 +26,14 @@ pub mod nono;
 pub mod placement;
 pub mod privdir;
 pub mod report;
+pub mod run;
 pub mod seatbelt;
 pub mod tmpdir;
 
 pub use backend::{
-    Backend, BackendKind, BackendOptions, BackendSession, Finished, PreparedCommand, RunEnd,
+    Backend, BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand,
+    Provider, RunEnd,
 };
 pub use error::HostError;
 pub use report::Enforcement;
+pub use run::{Armed, Invocation, Live, Outcome, Reaped, Reaper, Run};

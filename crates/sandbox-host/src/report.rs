@@ -25,3 +25,68 @@ pub struct Enforcement {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub downgrades: Vec<String>,
 }
+
+/// The native backend's compiled forms for a policy, as a run here would use them: the
+/// private view's mounts (when the machine gives one), the Landlock plan and the seccomp
+/// rules (`policy show`). Asked of the seam, so callers need no platform module.
+#[derive(Debug)]
+pub struct NativeForms {
+    pub view: Option<Result<sandbox_policy::compile::view::ViewPlan, crate::error::HostError>>,
+    pub landlock: Result<sandbox_policy::compile::landlock::LandlockPlan, crate::error::HostError>,
+    pub seccomp: sandbox_policy::compile::seccomp::SeccompPlan,
+}
+
+/// [`NativeForms`] for `policy` under `options` (its `allow_degraded`, `allow_unix_sockets` and
+/// private directory, as a run would have them).
+pub fn native_forms(
+    policy: &sandbox_policy::Policy,
+    options: &crate::backend::BackendOptions,
+) -> NativeForms {
+    #[cfg(target_os = "linux")]
+    {
+        let compiled = crate::linux::native::compiled(
+            policy,
+            &crate::linux::native::NativeOptions {
+                allow_degraded: options.allow_degraded,
+                allow_unix_sockets: options.allow_unix_sockets,
+                private_dir: options.private_dir(),
+                git_store_bytes: options
+                    .git_store_bytes
+                    .unwrap_or(crate::linux::native::DEFAULT_GIT_STORE_BYTES),
+            },
+        );
+        NativeForms {
+            view: compiled.view,
+            landlock: compiled.landlock,
+            seccomp: compiled.seccomp,
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = options;
+        NativeForms {
+            view: None,
+            landlock: sandbox_policy::compile::landlock::compile(policy).map_err(Into::into),
+            seccomp: sandbox_policy::compile::seccomp::compile(policy),
+        }
+    }
+}
+
+/// Whether the native backend can build its private view here (`doctor`): the real probe,
+/// cached in the private directory of `options`; `Err` says why not.
+pub fn private_view(options: &crate::backend::BackendOptions) -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        use crate::linux::userns::{self, ViewSupport};
+        let cache = crate::privdir::ensure("native", &options.private_dir()).ok();
+        match userns::support(cache.as_deref()) {
+            ViewSupport::Available => Ok(()),
+            ViewSupport::Unavailable { reason } => Err(reason),
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = options;
+        Err("the private view is built on Linux only".into())
+    }
+}

@@ -170,15 +170,35 @@ fn image_digest(file: &Path, home: &Path) -> Result<String, LimaError> {
 }
 
 fn host_err(e: LimaError) -> HostError {
-    HostError::External {
+    HostError::Backend {
         backend: BackendKind::Lima,
-        message: e.to_string(),
+        source: Box::new(e),
     }
 }
 
 /// The Lima backend.
 pub struct LimaBackend {
     pub settings: LimaSettings,
+}
+
+/// The Lima backend for the binary's registry ([`sandbox_host::Backends`]): its trusted
+/// settings are worked out by `settings` when it is opened, so a run on another backend pays
+/// nothing for them.
+pub struct LimaProvider<F>(pub F);
+
+impl<F> sandbox_host::Provider for LimaProvider<F>
+where
+    F: Fn() -> LimaSettings + Send + Sync,
+{
+    fn kind(&self) -> BackendKind {
+        BackendKind::Lima
+    }
+
+    fn open(&self, _options: &sandbox_host::BackendOptions) -> Result<Box<dyn Backend>, HostError> {
+        Ok(Box::new(LimaBackend {
+            settings: (self.0)(),
+        }))
+    }
 }
 
 fn enforcement(instance: Option<&str>) -> Enforcement {
@@ -460,7 +480,7 @@ impl BackendSession for LimaSession {
             &self.layout.layer_dir,
             &self.private_dir,
         )
-        .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+        .map_err(HostError::GitQuarantine)?;
         // Held shared while the command runs: the VM is not restarted under it.
         let lock = self.vm.sessions_lock(false).map_err(host_err)?;
         Ok(

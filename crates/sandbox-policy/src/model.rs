@@ -1,4 +1,4 @@
-//! The policy as plain data (DESIGN §3). Serialisable, comparable, no I/O.
+//! The policy as plain data (docs/architecture.md: one policy, a pure compiler per mechanism). Serialisable, comparable, no I/O.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -50,6 +50,7 @@ fn main() {
         defaults: Defaults::default(),
         kill_grace: Duration::from_secs(2),
         backend: Default::default(),
+        backends: sandbox_host::Backends::builtin(),
         box_tmp_root: Some(dir.path().to_path_buf()),
         boxlite_home: dir.path().join("boxlite"),
         boxlite_ready_timeout: None,

@@ -11,8 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use std::sync::Arc;
 
-use sandbox_host::{BackendKind, BackendSession};
-use sandbox_policy::Policy;
+use sandbox_host::{BackendKind, Run};
 
 use sandbox_protocol::{BoxCreateParams, BoxState, ErrorCode, RpcError};
 
@@ -34,9 +33,10 @@ pub struct BoxEntry {
     pub kind: BackendKind,
     /// The parameters it was created with, normalised (for reuse by name).
     pub params: BoxCreateParams,
-    pub policy: Policy,
-    /// The backend, prepared once at `box.create`; every `box.exec` runs in it.
-    pub session: Arc<dyn BackendSession>,
+    /// Its policy and backend, prepared once at `box.create` (the run sequence's `prepare`);
+    /// every `box.exec` is armed in it. Holds the box's private TMPDIR, removed when the last
+    /// holder (the box, or a command still finishing) lets go.
+    pub run: Arc<Run>,
     pub allow_degraded: bool,
     pub state: BoxState,
     /// Its sandbox-scoped hook token.
@@ -45,11 +45,10 @@ pub struct BoxEntry {
     /// Execs currently running in it.
     pub execs: BTreeSet<u64>,
     pub last_status: Option<AgentStatus>,
-    /// The box's private TMPDIR; removed with the box.
-    pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
-    /// A VM box's engine handle (the daemon's `microvm` module knows its type); `None` for
-    /// boxes whose commands run on the host through the seam.
-    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// A VM box's engine handle; `None` for boxes whose commands run on the host through the
+    /// seam. Only in a build with BoxLite.
+    #[cfg(feature = "boxlite")]
+    pub(crate) vm: Option<Arc<crate::daemon::microvm::Vm>>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.
@@ -74,7 +73,7 @@ impl BoxEntry {
             name: self.name.clone(),
             backend: self.kind.as_str().to_string(),
             state: self.state,
-            workdir: self.policy.workspace.root.display().to_string(),
+            workdir: self.run.policy().workspace.root.display().to_string(),
             created_at_ms: self.created_at_ms,
             running_execs: self.execs.len(),
             last_status: self.last_status.clone(),

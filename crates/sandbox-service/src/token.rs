@@ -9,6 +9,7 @@
 //! Tokens are 256 random bits; comparison is constant-time so a timing side channel does not
 //! leak a valid token byte by byte.
 
+use crate::locks::Locked as _;
 use std::sync::Mutex;
 
 use subtle::ConstantTimeEq;
@@ -103,7 +104,7 @@ impl TokenStore {
     ) -> Result<String, std::io::Error> {
         debug_assert!(scope != Scope::Host);
         let token = generate("sbx-sandbox-")?;
-        self.scoped.lock().expect("token lock").push(Scoped {
+        self.scoped.locked().push(Scoped {
             token: token.clone(),
             scope,
             lease,
@@ -113,18 +114,12 @@ impl TokenStore {
 
     /// Forgets every token of `scope` (a removed box).
     pub fn revoke(&self, scope: &Scope) {
-        self.scoped
-            .lock()
-            .expect("token lock")
-            .retain(|t| t.scope != *scope);
+        self.scoped.locked().retain(|t| t.scope != *scope);
     }
 
     /// Forgets one token (a task whose lease ended).
     pub fn revoke_token(&self, token: &str) {
-        self.scoped
-            .lock()
-            .expect("token lock")
-            .retain(|t| !same(&t.token, token));
+        self.scoped.locked().retain(|t| !same(&t.token, token));
     }
 
     /// The scope of `token`, if it is one of ours and its lease (if any) lasts. Every stored
@@ -135,7 +130,7 @@ impl TokenStore {
             found = Some(Scope::Host);
         }
         let mut matched = None;
-        let scoped = self.scoped.lock().expect("token lock");
+        let scoped = self.scoped.locked();
         for t in scoped.iter() {
             if same(token, &t.token) && found.is_none() && matched.is_none() {
                 matched = Some(t);

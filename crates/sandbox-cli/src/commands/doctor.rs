@@ -7,20 +7,17 @@ use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::tools;
 
-/// Whether the native backend can build its private view here (the real probe, cached).
-#[cfg(target_os = "linux")]
+/// Whether the native backend can build its private view here (the seam's real probe,
+/// cached in the private directory).
 fn private_view(ctx: &Context) -> serde_json::Value {
-    use sandbox_host::linux::userns::{self, ViewSupport};
-    let cache = sandbox_host::privdir::ensure("native", &ctx.dirs.runtime).ok();
-    match userns::support(cache.as_deref()) {
-        ViewSupport::Available => json!({"available": true}),
-        ViewSupport::Unavailable { reason } => json!({"available": false, "reason": reason}),
+    let options = sandbox_host::BackendOptions {
+        private_dir: Some(ctx.dirs.runtime.clone()),
+        ..sandbox_host::BackendOptions::default()
+    };
+    match sandbox_host::report::private_view(&options) {
+        Ok(()) => json!({"available": true}),
+        Err(reason) => json!({"available": false, "reason": reason}),
     }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn private_view(_ctx: &Context) -> serde_json::Value {
-    json!({"available": false, "reason": "the private view is built on Linux only"})
 }
 
 pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -33,7 +30,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     let options = crate::session::backend_options(ctx, None);
     let backends: Vec<serde_json::Value> = BackendKind::ALL
         .iter()
-        .map(|&kind| serde_json::to_value(backend::availability(kind, &sample, &options)))
+        .map(|&kind| serde_json::to_value(ctx.backends.availability(kind, &sample, &options)))
         .collect::<Result<_, _>>()?;
 
     let nono_cfg = ctx

@@ -1,4 +1,4 @@
-//! `sandbox exec`: one command in a box as a stdio proxy (seed 003's `harness-box-exec`).
+//! `sandbox exec`: one command in a box as a stdio proxy (docs/exec.md).
 //!
 //! The caller — an ACP host, an editor, a script — spawns `sandbox exec … -- AGENT` as if it
 //! were AGENT and speaks to its stdio. So stdout is the command's and nobody else's: every
@@ -6,9 +6,9 @@
 //! command itself inherits our stdin and stdout (no copy loop, no pty): the bytes are the
 //! caller's, unchanged, and EOF reaches the command when the caller closes its end.
 //!
-//! Everything runs through the backend seam, as `sandbox run` does: one `BackendSession` for
-//! the box, one `PreparedCommand` per probe, provisioning and the command, each finished
-//! (judged, git pointers checked) once its processes are gone.
+//! Everything runs through the one run sequence (`sandbox_host::run`), as `sandbox run` does:
+//! one `Run` for the box, one armed command per probe, provisioning and the command, each
+//! finished (judged, git pointers checked) with the token that reaping its orphans gives.
 
 use std::ffi::OsString;
 use std::io::Write as _;
@@ -18,18 +18,18 @@ use std::time::Duration;
 use anyhow::Context as _;
 use nix::sys::signal::Signal;
 use sandbox_exec::{
-    process_group, ExitOutcome, OutputLimits, OutputMode, SignalPipe, SignalRelay, SpawnOptions,
-    StdinMode,
+    process_group, OutputLimits, OutputMode, SignalPipe, SignalRelay, SpawnOptions, StdinMode,
 };
 use sandbox_host::backend::BackendKind;
-use sandbox_host::BackendSession;
+use sandbox_host::run::NotStarted;
+use sandbox_host::{Reaper, Run};
 
 use crate::cli::ExecArgs;
 use crate::context::Context;
 use crate::exit::Failure;
 use crate::session::Session;
 
-/// The shell that runs `--probe` and `--provision` (they are shell commands, as in seed 003:
+/// The shell that runs `--probe` and `--provision` (they are shell commands, docs/exec.md:
 /// `--probe 'command -v pi-acp'`). An absolute path, so the child's `PATH` cannot pick another.
 const SHELL: &str = "/bin/sh";
 
@@ -223,7 +223,7 @@ fn check_backend(kind: BackendKind, args: &ExecArgs) -> Result<(), BoxError> {
 }
 
 fn setup(e: BoxError) -> anyhow::Error {
-    Failure::setup(e.to_string())
+    Failure::setup_caused(e)
 }
 
 pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
@@ -251,12 +251,10 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     let mut session = Session::open(&sandbox, ctx, true)?;
     check_backend(session.kind, &args).map_err(setup)?;
     session.box_name = args.box_name.take();
-    let backend = session.start(args.sandbox.allow_degraded)?;
+    let run = session.start(ctx, args.sandbox.allow_degraded)?;
     // Orphaned descendants (double fork + setsid) re-parent to us, so they can be killed
     // before each step is judged.
-    if let Err(e) = process_group::become_subreaper() {
-        tracing::debug!(error = %e, "could not become a child subreaper");
-    }
+    let reaper = Reaper::install();
     // Installed first: from here on a signal reaches the command's group (or ends a step)
     // instead of ending us.
     let signals = SignalPipe::install()?;
@@ -276,7 +274,7 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
                 steps = Some((runtime, relay));
             }
             let (runtime, relay) = steps.as_mut().expect("built above");
-            step(&session, &*backend, runtime, relay, phase, script)
+            step(&session, &run, &reaper, runtime, relay, phase, script)
         },
     );
     match ready {
@@ -288,45 +286,34 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
             // did not run: 125, never a code of the step's own such as 127.
             return Err(match e.downcast::<BoxError>() {
                 Ok(e) => setup(e),
-                Err(other) => Failure::setup(format!("{other:#}")),
+                Err(other) => Failure::setup_chain(other),
             });
         }
     }
 
-    let command = session.command(&*backend, args.command)?;
+    let command = session.arm(&run, args.command)?;
     if args.sandbox.guard_args {
-        session.guard_args(&command.spec)?;
+        session.guard_args(command.spec())?;
     }
     let program = command.display_program();
-    tracing::debug!(backend = %command.kind, spec = ?command.spec, "exec");
+    tracing::debug!(backend = %command.kind(), spec = ?command.spec(), "exec");
     // Inherited stdio: the caller's descriptors themselves, so every byte and the EOF reach
     // the command unchanged and nothing of ours can interleave with its stdout. Started and
     // waited for as `sandbox run` does (no runtime, no fork of this process).
-    let outcome = (|| {
-        let options = SpawnOptions {
-            die_with_parent: true,
-            ..SpawnOptions::default()
-        };
-        let mut child = command.spawn_direct(options)?;
+    let (waited, finished) = command.run_direct(super::run::direct_options(), &reaper, |child| {
         child.wait_relaying(&signals)
-    })();
-    process_group::kill_orphans(&[]);
-    let finished = session.finish(command, outcome.as_ref().ok().copied());
-    let outcome = outcome?;
-    if let (None, ExitOutcome::TimedOut(after)) = (finished.setup_error(), outcome) {
-        eprintln!(
-            "sandbox: {program}: timed out after {}; its process group was killed",
-            humantime::format_duration(after)
-        );
-    }
-    Ok(finished.exit_code(outcome))
+    });
+    crate::session::report(&finished);
+    Session::close(run);
+    super::run::conclude(&finished, waited, &program)
 }
 
 /// Runs one probe or provisioning step as `/bin/sh -c SCRIPT` in the box: no stdin (the
 /// caller's bytes are the command's), stdout and stderr copied to our stderr as they come.
 fn step(
     session: &Session,
-    backend: &dyn BackendSession,
+    run: &Run,
+    reaper: &Reaper,
     runtime: &tokio::runtime::Runtime,
     relay: &mut SignalRelay,
     phase: Phase,
@@ -334,17 +321,24 @@ fn step(
 ) -> anyhow::Result<StepEnd> {
     let argv: Vec<OsString> = vec![SHELL.into(), "-c".into(), script.into()];
     let command = session
-        .command(backend, argv)
+        .arm(run, argv)
         .with_context(|| format!("the {}", phase.as_str()))?;
-    tracing::debug!(?phase, spec = ?command.spec, "exec step");
+    tracing::debug!(?phase, spec = ?command.spec(), "exec step");
+    let options = SpawnOptions {
+        stdin: StdinMode::Null,
+        output: OutputMode::Capture(OutputLimits::default()),
+        die_with_parent: true,
+        ..SpawnOptions::default()
+    };
+    // Spawned inside the runtime (its pipes are the runtime's).
+    let (mut running, live) = match runtime.block_on(async { command.spawn(options) }) {
+        Ok(started) => started,
+        Err(NotStarted { error, finished }) => {
+            crate::session::report(&finished);
+            return Err(anyhow::Error::from(error).context(format!("the {}", phase.as_str())));
+        }
+    };
     let waited = runtime.block_on(async {
-        let options = SpawnOptions {
-            stdin: StdinMode::Null,
-            output: OutputMode::Capture(OutputLimits::default()),
-            die_with_parent: true,
-            ..SpawnOptions::default()
-        };
-        let mut running = command.spawn(options)?;
         let mut output = running.take_output().expect("captured output");
         let forward = tokio::spawn(async move {
             while let Some(chunk) = output.recv().await {
@@ -379,8 +373,9 @@ fn step(
         }
         outcome.map(|o| (o, interrupted))
     });
-    process_group::kill_orphans(&[]);
-    let finished = session.finish_step(command, waited.as_ref().ok().map(|(o, _)| *o));
+    drop(running);
+    let finished = live.finish(waited.as_ref().ok().map(|(o, _)| *o), reaper.reap());
+    crate::session::report(&finished);
     let (outcome, interrupted) = waited.with_context(|| format!("the {}", phase.as_str()))?;
     if let Some(e) = finished.setup_error() {
         return Err(Failure::setup(format!("the {}: {e}", phase.as_str())));

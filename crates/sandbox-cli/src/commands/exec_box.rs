@@ -72,7 +72,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     let name = args.box_name.clone().unwrap_or_else(|| default_name(&root));
     let mut mounts = Vec::new();
     for spec in &args.mount {
-        let (host, guest) = vm_mount(spec).map_err(|e| Failure::setup(e.to_string()))?;
+        let (host, guest) = vm_mount(spec).map_err(Failure::setup_caused)?;
         let host = std::fs::canonicalize(&host)
             .map_err(|e| Failure::setup(format!("--mount {spec}: {}: {e}", host.display())))?;
         mounts.push(json!({"host": host, "guest": guest}));
@@ -137,7 +137,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     match ready {
         Ok(Readiness::Interrupted(sig)) => return Ok(128 + sig as i32),
         Ok(_) => {}
-        Err(e) => return Err(Failure::setup(format!("{e:#}"))),
+        Err(e) => return Err(Failure::setup_chain(e)),
     }
     let mut argv = args
         .command

@@ -131,8 +131,9 @@ fn sink(progress: &TermProgress) -> impl FnMut(VmEvent) + '_ {
     }
 }
 
-fn fail(e: impl std::fmt::Display) -> anyhow::Error {
-    Failure::setup(e.to_string())
+/// A Lima or view failure ends the command with 125, the typed error kept as the source.
+fn fail(e: impl std::error::Error + Send + Sync + 'static) -> anyhow::Error {
+    Failure::setup_caused(e)
 }
 
 /// The project of the workdir, its task's view created if needed (`create_view`).

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 
 use sandbox_host::backend::{self, BackendKind};
+use sandbox_host::report::NativeForms;
 use sandbox_host::Enforcement;
 use sandbox_policy::compile;
 use sandbox_policy::{NetPolicy, Policy};
@@ -17,13 +18,20 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let policy = &session.policy;
     // The same checks and report a run would get from the seam, without preparing anything.
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
-        .and_then(|()| backend::open(session.kind, &session.options))
+        .and_then(|()| ctx.backends.open(session.kind, &session.options))
         .and_then(|b| b.enforcement(policy));
+    // The native backend's compiled forms, asked of the seam as a run here would build them.
     let NativeForms {
         view,
         landlock,
         seccomp,
-    } = native_forms(&session, args.sandbox.allow_degraded);
+    } = sandbox_host::report::native_forms(
+        &session.policy,
+        &sandbox_host::BackendOptions {
+            allow_degraded: args.sandbox.allow_degraded,
+            ..session.options.clone()
+        },
+    );
     let seatbelt = compile::seatbelt::compile(policy);
     let env_names: Vec<String> = session
         .child_env()?
@@ -153,43 +161,6 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         }
     }
     Ok(if refused.is_some() { 125 } else { 0 })
-}
-
-/// The native backend's compiled forms, as a run here would use them.
-struct NativeForms {
-    view: Option<Result<compile::view::ViewPlan, sandbox_host::HostError>>,
-    landlock: Result<compile::landlock::LandlockPlan, sandbox_host::HostError>,
-    seccomp: compile::seccomp::SeccompPlan,
-}
-
-#[cfg(target_os = "linux")]
-fn native_forms(session: &Session, allow_degraded: bool) -> NativeForms {
-    let compiled = sandbox_host::linux::native::compiled(
-        &session.policy,
-        &sandbox_host::linux::native::NativeOptions {
-            allow_degraded,
-            allow_unix_sockets: session.options.allow_unix_sockets,
-            private_dir: session.options.private_dir(),
-            git_store_bytes: session
-                .options
-                .git_store_bytes
-                .unwrap_or(sandbox_host::linux::native::DEFAULT_GIT_STORE_BYTES),
-        },
-    );
-    NativeForms {
-        view: compiled.view,
-        landlock: compiled.landlock,
-        seccomp: compiled.seccomp,
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn native_forms(session: &Session, _allow_degraded: bool) -> NativeForms {
-    NativeForms {
-        view: None,
-        landlock: compile::landlock::compile(&session.policy).map_err(Into::into),
-        seccomp: compile::seccomp::compile(&session.policy),
-    }
 }
 
 fn describe_mount(op: &compile::view::MountOp) -> String {

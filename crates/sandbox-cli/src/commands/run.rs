@@ -1,11 +1,11 @@
-//! `sandbox run` and `sandbox shell`: one command through the backend seam — prepare, spawn,
-//! wait, kill what is left of it, finish.
+//! `sandbox run` and `sandbox shell`: one command through the run sequence
+//! (`sandbox_host::run`) — prepare, arm, spawn, wait, reap what is left of it, finish.
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use sandbox_exec::{process_group, ExitOutcome, SignalPipe, SpawnOptions};
-use sandbox_host::Finished;
+use sandbox_exec::{ExecError, ExitOutcome, SignalPipe, SpawnOptions};
+use sandbox_host::{Finished, Reaper};
 
 use crate::cli::{RunArgs, ShellArgs};
 use crate::context::Context;
@@ -18,47 +18,55 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the async runtime")
 }
 
-/// The exit status of a finished run: 125 when the backend failed before the command started
-/// (its message is already on stderr), else the command's own.
-fn conclude(finished: &Finished, outcome: ExitOutcome, program: &str) -> i32 {
-    if let (None, ExitOutcome::TimedOut(after)) = (finished.setup_error(), outcome) {
-        eprintln!(
-            "sandbox: {program}: timed out after {}; its process group was killed",
-            humantime::format_duration(after)
-        );
+/// The exit status of a finished command, from the one exit rule: 125 when the backend failed
+/// before the command started (its message is already on stderr), else the command's own. A
+/// command that could not start at all is the error (126/127, its message printed by `main`).
+pub fn conclude(
+    finished: &Finished,
+    waited: Result<ExitOutcome, ExecError>,
+    program: &str,
+) -> anyhow::Result<i32> {
+    let outcome = finished.outcome(waited.as_ref().copied());
+    if finished.setup_error().is_none() {
+        let outcome = waited?;
+        if let ExitOutcome::TimedOut(after) = outcome {
+            eprintln!(
+                "sandbox: {program}: timed out after {}; its process group was killed",
+                humantime::format_duration(after)
+            );
+        }
     }
-    finished.exit_code(outcome)
+    Ok(outcome.status().code)
+}
+
+/// How `run` and `exec` start their command: inherited stdio, and the command dies with us.
+pub fn direct_options() -> SpawnOptions {
+    SpawnOptions {
+        die_with_parent: true,
+        ..SpawnOptions::default()
+    }
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     let mut session = Session::open(&args.sandbox, ctx, true)?;
-    let backend = session.start(args.sandbox.allow_degraded)?;
-    let command = session.command(&*backend, args.command)?;
+    let run = session.start(ctx, args.sandbox.allow_degraded)?;
+    let command = session.arm(&run, args.command)?;
     if args.sandbox.guard_args {
-        session.guard_args(&command.spec)?;
+        session.guard_args(command.spec())?;
     }
     let program = command.display_program();
-    tracing::debug!(backend = %command.kind, spec = ?command.spec, "run");
+    tracing::debug!(backend = %command.kind(), spec = ?command.spec(), "run");
     // Orphaned descendants (double fork + setsid) re-parent to us, so they can be killed.
-    if let Err(e) = process_group::become_subreaper() {
-        tracing::debug!(error = %e, "could not become a child subreaper");
-    }
+    let reaper = Reaper::install();
+    let relay = SignalPipe::install()?;
     // No async runtime and no fork of this process: start, wait, relay signals (the
     // per-command cost is the product's latency; BENCHMARKS.md).
-    let outcome = (|| {
-        let relay = SignalPipe::install()?;
-        let options = SpawnOptions {
-            die_with_parent: true,
-            ..SpawnOptions::default()
-        };
-        let mut child = command.spawn_direct(options)?;
+    let (waited, finished) = command.run_direct(direct_options(), &reaper, |child| {
         child.wait_relaying(&relay)
-    })();
-    // Every process of the run is gone before the seam judges it and checks the pointers.
-    process_group::kill_orphans(&[]);
-    let finished = session.finish(command, outcome.as_ref().ok().copied());
-    let outcome = outcome?;
-    let code = conclude(&finished, outcome, &program);
+    });
+    crate::session::report(&finished);
+    Session::close(run);
+    let code = conclude(&finished, waited, &program)?;
     if let Some(path) = &args.report_json {
         write_report(path, code, &finished)?;
     }
@@ -69,7 +77,7 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
 fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> anyhow::Result<()> {
     let (git_store, git_store_error) = match &finished.git_store {
         Some(Ok(report)) => (Some(report), None),
-        Some(Err(e)) => (None, Some(e.as_str())),
+        Some(Err(e)) => (None, Some(e.to_string())),
         None => (None, None),
     };
     let report = serde_json::json!({
@@ -122,14 +130,13 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
         .filter(|s| !s.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("/bin/sh"));
     let mut session = Session::open(&args.sandbox, ctx, true)?;
-    let backend = session.start(args.sandbox.allow_degraded)?;
-    let command = session.command(&*backend, vec![shell.into_os_string(), "-l".into()])?;
+    let run = session.start(ctx, args.sandbox.allow_degraded)?;
+    let command = session.arm(&run, vec![shell.into_os_string(), "-l".into()])?;
     let program = command.display_program();
-    if let Err(e) = process_group::become_subreaper() {
-        tracing::debug!(error = %e, "could not become a child subreaper");
-    }
-    let outcome = runtime()?.block_on(command.run_interactive(None));
-    process_group::kill_orphans(&[]);
-    let finished = session.finish(command, outcome.as_ref().ok().copied());
-    Ok(conclude(&finished, outcome?, &program))
+    let reaper = Reaper::install();
+    let (waited, live) = runtime()?.block_on(command.run_interactive(None));
+    let finished = live.finish(waited.as_ref().ok().copied(), reaper.reap());
+    crate::session::report(&finished);
+    Session::close(run);
+    conclude(&finished, waited, &program)
 }

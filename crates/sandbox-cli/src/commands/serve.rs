@@ -73,6 +73,7 @@ fn options(
         defaults: crate::session::defaults(ctx)?,
         kill_grace: sandbox_exec::process_group::DEFAULT_KILL_GRACE,
         backend: crate::session::backend_options(ctx, None),
+        backends: ctx.backends.clone(),
         box_tmp_root,
         boxlite_home: boxlite_home(ctx),
         boxlite_ready_timeout: None,

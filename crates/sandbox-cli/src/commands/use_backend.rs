@@ -1,7 +1,5 @@
 //! `sandbox use [BACKEND]`: remember the backend for a task worktree.
 
-use sandbox_host::BackendKind;
-
 use crate::cli::UseArgs;
 use crate::context::Context;
 use crate::exit::Failure;
@@ -21,7 +19,7 @@ pub fn run(args: UseArgs, ctx: &Context) -> anyhow::Result<i32> {
     }
     if let Some(name) = &args.backend {
         // A backend this build does not carry is refused, not remembered for later runs.
-        let kind = BackendKind::parse_usable(name).map_err(|e| Failure {
+        let kind = ctx.backends.parse(name).map_err(|e| Failure {
             code: 2,
             message: e.to_string(),
         })?;

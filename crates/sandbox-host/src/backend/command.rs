@@ -14,7 +14,7 @@ use super::BackendKind;
 use crate::error::HostError;
 use crate::gitguard::{self, Tampering};
 use crate::nono::{self, StartMarker};
-use sandbox_git::quarantine::{LiveQuarantine, StoreReport};
+use sandbox_git::quarantine::{LiveQuarantine, QuarantineError, StoreReport};
 
 /// How a backend tells its own failure from the command's exit status.
 #[derive(Debug)]
@@ -84,9 +84,13 @@ pub struct Finished {
     pub worktree_config_enabled: Option<WorktreeConfigEnabled>,
     /// What the git store quarantine applied and refused (when the run had one), or why its
     /// last sync failed.
-    pub git_store: Option<Result<StoreReport, String>>,
+    pub git_store: Option<Result<StoreReport, QuarantineError>>,
     /// What the check of the worktree's own git dir set aside and noticed.
     pub git_dir: gitguard::GitDirReport,
+    /// The git layout to check again once the orphans are gone: set when other commands
+    /// still ran as this one ended, so its orphans could not be killed yet
+    /// ([`crate::run::Reaper::reap_when_idle`]).
+    pub recheck: Option<GitLayout>,
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -111,11 +115,19 @@ impl std::fmt::Display for WorktreeConfigEnabled {
 
 impl Finished {
     /// The run's exit status: 125 when the backend failed before the command started, else
-    /// the command's own (see DESIGN §7).
+    /// the command's own (the rule is [`crate::run::Outcome::status`]).
     pub fn exit_code(&self, outcome: ExitOutcome) -> i32 {
-        match &self.end {
-            RunEnd::SetupFailed(_) => 125,
-            RunEnd::Command | RunEnd::Launcher { .. } => outcome.code(),
+        self.outcome(Ok(outcome)).status().code
+    }
+
+    /// The one exit outcome of this run, from what waiting for the command gave: the backend's
+    /// failure first (nothing ran), then the command's own end or why it could not start.
+    pub fn outcome(&self, waited: Result<ExitOutcome, &ExecError>) -> crate::run::Outcome {
+        use crate::run::Outcome;
+        match (&self.end, waited) {
+            (RunEnd::SetupFailed(_), _) => Outcome::SetupFailed,
+            (_, Ok(outcome)) => Outcome::from(outcome),
+            (_, Err(e)) => Outcome::not_started(e),
         }
     }
 
@@ -212,20 +224,20 @@ impl PreparedCommand {
 
     /// Spawns the command with pipes (or inherited stdio) as `options` say; the backend's
     /// child setup replaces any in `options`. Must be called inside a tokio runtime.
-    pub fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
+    pub(crate) fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
         options.setup = self.setup.clone();
         sandbox_exec::spawn(&self.spec, options)
     }
 
     /// Spawns the command with inherited (or null) stdio and no async runtime, for a caller
     /// that only waits for it (`sandbox run`): see [`sandbox_exec::direct`].
-    pub fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
+    pub(crate) fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
         options.setup = self.setup.clone();
         sandbox_exec::spawn_direct(&self.spec, options)
     }
 
     /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits.
-    pub async fn run_interactive(
+    pub(crate) async fn run_interactive(
         &self,
         kill_grace: Option<std::time::Duration>,
     ) -> Result<ExitOutcome, ExecError> {
@@ -239,10 +251,11 @@ impl PreparedCommand {
         .await
     }
 
-    /// Judges the run and cleans up. Call only once every process of the command is gone (its
-    /// process group and any orphan that left it): a descendant still running could rewrite
-    /// a pointer after the check.
-    pub fn finish(self, outcome: Option<ExitOutcome>) -> Finished {
+    /// Judges the run and cleans up. Called only by [`crate::run::Live::finish`], which takes
+    /// the token that proves every process of the command is gone (its process group and any
+    /// orphan that left it): a descendant still running could rewrite a pointer after the
+    /// check.
+    pub(crate) fn finish(self, outcome: Option<ExitOutcome>) -> Finished {
         let end = match (&self.judge, outcome) {
             (CommandJudge::StartMarker(marker), Some(ExitOutcome::Exited(status)))
                 if !marker.fired() =>
@@ -271,9 +284,7 @@ impl PreparedCommand {
             None => (Vec::new(), None),
         };
         // After every process is gone, nothing writes the layer any more: this sync is final.
-        let git_store = self
-            .store
-            .map(|store| store.finish().map_err(|e| e.to_string()));
+        let git_store = self.store.map(|store| store.finish());
         // With the store synced, `HEAD` may name a branch the run created.
         let report = git_store.as_ref().and_then(|r| r.as_ref().ok());
         if let (Some(git), Some(head), Some(report)) = (&self.git, &self.head, report) {
@@ -292,6 +303,7 @@ impl PreparedCommand {
             worktree_config_enabled,
             git_store,
             git_dir,
+            recheck: None,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The backend seam: every way the product starts a command goes through it.
 //!
-//! A backend is chosen by name ([`BackendKind`]) and opened with the trusted options of this
-//! machine ([`open`]). Then, in this order:
+//! A backend is chosen by name ([`BackendKind`]) among those the binary links ([`Backends`],
+//! the registry) and opened with the trusted options of this machine ([`Backends::open`]).
+//! Then, in this order — which [`crate::run`] owns for every runner:
 //!
 //! 1. [`Backend::enforcement`]: what it would enforce for a policy here (no side effects) —
 //!    for `doctor`, `policy show` and the daemon's `host.describe`;
@@ -15,13 +16,15 @@
 //!    pointers, and removes the command's private files.
 //!
 //! `sandbox run`, `sandbox shell`, `policy show`, `doctor` and the daemon's `box.create` /
-//! `box.exec` all use this seam, so a fix lands once for every path.
+//! `box.exec` all use this seam, so a fix lands once for every path; they call it through
+//! [`crate::run::Run`], which fixes the order.
 
 mod command;
 mod custom;
 mod host;
 mod native;
 mod nono;
+mod registry;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -39,9 +42,10 @@ use crate::nono::NonoLocation;
 use crate::report::Enforcement;
 
 pub use command::{CommandJudge, Finished, PreparedCommand, RunEnd};
+pub use registry::{Backends, Provider};
 
-/// Every backend name the product knows. Not all are in every build or available on every
-/// machine ([`BackendKind::in_build`], [`availability`]).
+/// Every backend name the product knows. Not all are in every build ([`Backends`]) or
+/// available on every machine ([`Backends::availability`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum BackendKind {
@@ -89,13 +93,6 @@ impl BackendKind {
         }
     }
 
-    /// Whether this build carries the backend at all. BoxLite is built only with the cargo
-    /// feature `boxlite` (it needs `protoc` and its runtime files); without it, it is a known
-    /// name (so `doctor` can say what it needs) but cannot be chosen.
-    pub fn in_build(self) -> bool {
-        !matches!(self, BackendKind::Boxlite) || cfg!(feature = "boxlite")
-    }
-
     /// Parses a name, accepting this platform's name for the native backend.
     pub fn parse(name: &str) -> Result<BackendKind, HostError> {
         let kind = match name {
@@ -120,16 +117,6 @@ impl BackendKind {
                 })
             }
         };
-        Ok(kind)
-    }
-
-    /// Parses a name that must also be usable in this build (`sandbox use`, `--backend`,
-    /// `box.create`): a backend that is not built is refused here, not remembered.
-    pub fn parse_usable(name: &str) -> Result<BackendKind, HostError> {
-        let kind = Self::parse(name)?;
-        if !kind.in_build() {
-            return Err(HostError::NotInBuild { backend: kind });
-        }
         Ok(kind)
     }
 }
@@ -165,33 +152,6 @@ pub struct BackendOptions {
     /// The places no grant may reach (configuration, remembered choices, the daemon's
     /// token); checked by [`check_policy`] for every backend but `host`.
     pub trusted: TrustedPlaces,
-    /// The Lima backend, opened by its own crate (`sandbox-lima`, which builds on this
-    /// seam) with the CLI's trusted settings; `None`: not configured here.
-    pub lima: Option<ExternalBackend>,
-}
-
-/// A backend implemented outside this crate, handed to [`open`] through [`BackendOptions`].
-#[derive(Clone)]
-pub struct ExternalBackend(pub Arc<dyn Backend>);
-
-impl std::fmt::Debug for ExternalBackend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ExternalBackend")
-    }
-}
-
-impl Backend for ExternalBackend {
-    fn enforcement(&self, policy: &Policy) -> Result<Enforcement, HostError> {
-        self.0.enforcement(policy)
-    }
-
-    fn prepare(
-        &self,
-        policy: &Policy,
-        progress: &dyn Progress,
-    ) -> Result<Arc<dyn BackendSession>, HostError> {
-        self.0.prepare(policy, progress)
-    }
 }
 
 impl BackendOptions {
@@ -284,38 +244,6 @@ pub trait BackendSession: Send + Sync {
     fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError>;
 }
 
-/// Opens `kind` with `options`. Fails for a backend this build does not carry.
-pub fn open(kind: BackendKind, options: &BackendOptions) -> Result<Box<dyn Backend>, HostError> {
-    let backend: Box<dyn Backend> = match kind {
-        BackendKind::Host => Box::new(host::HostBackend),
-        BackendKind::Native => Box::new(native::NativeBackend {
-            options: options.clone(),
-        }),
-        BackendKind::Nono => Box::new(nono::NonoBackend {
-            options: options.clone(),
-        }),
-        BackendKind::Custom => Box::new(custom::CustomBackend {
-            options: options.clone(),
-        }),
-        BackendKind::Lima => match &options.lima {
-            Some(lima) => Box::new(lima.clone()),
-            None => return Err(HostError::NotConfigured { backend: kind }),
-        },
-        BackendKind::Boxlite if kind.in_build() => {
-            return Err(HostError::External {
-                backend: kind,
-                message: "boxlite: microVM boxes belong to the sandbox daemon (one BoxLite \
-                          runtime per home): use `sandbox exec --backend boxlite` or the \
-                          protocol's box.create; `sandbox run` and `sandbox shell` run in \
-                          process and start no VM"
-                    .to_string(),
-            })
-        }
-        BackendKind::Boxlite => return Err(HostError::NotInBuild { backend: kind }),
-    };
-    Ok(backend)
-}
-
 /// Refuses a grant that puts the boundary's own state within reach (not for `host`, which
 /// grants nothing: its command can reach everything anyway, by the user's explicit choice).
 pub fn check_trusted_places(
@@ -346,18 +274,6 @@ pub fn check_policy(
     Ok(())
 }
 
-/// Checks `policy` ([`check_policy`]), opens `kind` and prepares a session for it: the one
-/// call every runner makes.
-pub fn prepare(
-    kind: BackendKind,
-    policy: &Policy,
-    options: &BackendOptions,
-    progress: &dyn Progress,
-) -> Result<Arc<dyn BackendSession>, HostError> {
-    check_policy(kind, policy, options)?;
-    open(kind, options)?.prepare(policy, progress)
-}
-
 /// Whether a backend can run commands here, as `doctor` and `host.describe` both report it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Availability {
@@ -373,10 +289,14 @@ pub struct Availability {
     pub enforcement: Option<Enforcement>,
 }
 
-/// The one judgement of availability `doctor` and `host.describe` share, for `sample`
-/// (see [`sample_policy`]) under `options`.
-pub fn availability(kind: BackendKind, sample: &Policy, options: &BackendOptions) -> Availability {
-    let result = open(kind, options).and_then(|b| b.enforcement(sample));
+/// Availability judged on an opened (or refused) backend: see [`Backends::availability`].
+fn availability_of(
+    kind: BackendKind,
+    opened: Result<Box<dyn Backend>, HostError>,
+    sample: &Policy,
+    options: &BackendOptions,
+) -> Availability {
+    let result = opened.and_then(|b| b.enforcement(sample));
     match result {
         Ok(e) => {
             let degraded = !e.gaps.is_empty() && kind != BackendKind::Host;

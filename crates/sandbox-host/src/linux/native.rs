@@ -441,11 +441,11 @@ impl NativeSandbox {
                     task_records,
                     store_dir,
                 )
-                .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                .map_err(HostError::GitQuarantine)?;
                 let layer = store_bytes
                     .map(|bytes| store.bound_layer(bytes))
                     .transpose()
-                    .map_err(|e| HostError::GitQuarantine(e.to_string()))?;
+                    .map_err(HostError::GitQuarantine)?;
                 let view =
                     PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
                 plan = landlock;

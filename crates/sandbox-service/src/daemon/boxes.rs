@@ -1,12 +1,13 @@
 //! The box methods: a box is created with a fixed policy, started, stopped (its commands
 //! killed, their ends reported) and removed. The registry itself is `crate::registry`.
 
+use crate::locks::Locked as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_host::assembly::{self, Defaults, Request as PolicyAsk, TmpdirRequest};
-use sandbox_host::backend::{self, BackendKind, BackendOptions, Progress, Step};
-use sandbox_host::HostError;
+use sandbox_host::backend::{BackendKind, BackendOptions, Progress, Step};
+use sandbox_host::{HostError, Run};
 use sandbox_protocol::{
     encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,
 };
@@ -27,7 +28,10 @@ pub(super) async fn box_create(
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
     registry::validate_name("box name", &p.name)?;
-    let kind = BackendKind::parse_usable(p.backend.as_deref().unwrap_or("native"))
+    let kind = state
+        .opts
+        .backends
+        .parse(p.backend.as_deref().unwrap_or("native"))
         .map_err(|e| unavailable(e.to_string()))?;
     p.backend = Some(kind.as_str().to_string());
     let Some(workdir) = &p.workdir else {
@@ -80,7 +84,6 @@ pub(super) async fn box_create(
         HostError::Tmpdir { .. } => RpcError::new(ErrorCode::Internal, e.to_string()),
         other => invalid(format!("box {}: {other}", p.name)),
     })?;
-    let policy = assembled.policy;
     let id = crate::token::generate("")
         .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?[..12]
         .to_string();
@@ -99,19 +102,19 @@ pub(super) async fn box_create(
         name: p.name.clone(),
         started,
     };
-    let (policy, prepared) = tokio::task::spawn_blocking(move || {
-        let prepared = backend::prepare(kind, &policy, &options, &progress);
-        (policy, prepared)
+    let backends = state.opts.backends.clone();
+    let prepared = tokio::task::spawn_blocking(move || {
+        Run::prepare(&backends, kind, assembled, &options, &progress)
     })
     .await
     .map_err(|e| RpcError::new(ErrorCode::Internal, format!("box.create: {e}")))?;
-    let session = prepared.map_err(|e| match e {
+    let run = prepared.map_err(|e| match e {
         HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
         other => unavailable(format!("box {}: {other}", p.name)),
     })?;
-    let enforcement = session.enforcement().clone();
+    let enforcement = run.enforcement().clone();
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         if boxes.contains(&p.name) {
             drop(boxes);
             // Created concurrently under the same name: the same rules as above, and the
@@ -134,9 +137,8 @@ pub(super) async fn box_create(
             Prepared {
                 id: id.clone(),
                 kind,
-                policy,
-                session,
-                tmpdir: assembled.tmpdir,
+                run: Arc::new(run),
+                #[cfg(feature = "boxlite")]
                 vm: None,
             },
         )?;
@@ -148,11 +150,10 @@ pub(super) async fn box_create(
 pub(super) struct Prepared {
     pub id: String,
     pub kind: BackendKind,
-    pub policy: sandbox_policy::Policy,
-    pub session: Arc<dyn sandbox_host::BackendSession>,
-    pub tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    pub run: Arc<Run>,
     /// A VM box's engine handle (see [`BoxEntry::vm`]).
-    pub vm: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    #[cfg(feature = "boxlite")]
+    pub vm: Option<Arc<super::microvm::Vm>>,
 }
 
 /// Registers a prepared box under `p.name` with a fresh box token. The caller holds the
@@ -173,14 +174,13 @@ pub(super) fn insert(
         kind: new.kind,
         allow_degraded: p.allow_degraded,
         params: p.clone(),
-        policy: new.policy,
-        session: new.session,
+        run: new.run,
         state: BoxState::Created,
         token,
         created_at_ms: registry::now_ms(),
         execs: Default::default(),
         last_status: None,
-        tmpdir: new.tmpdir,
+        #[cfg(feature = "boxlite")]
         vm: new.vm,
     });
     Ok(())
@@ -227,7 +227,7 @@ pub(super) async fn announce_created(
 /// A box of this name exists: reuse it if it was created with the same parameters, refuse
 /// otherwise (silently handing out a box with another policy would be a surprise).
 fn reuse(state: &State, p: &BoxCreateParams) -> Result<Option<Value>, RpcError> {
-    let boxes = state.boxes.lock().expect("boxes lock");
+    let boxes = state.boxes.locked();
     let Ok(existing) = boxes.get(&p.name) else {
         return Ok(None);
     };
@@ -262,7 +262,7 @@ pub(super) async fn box_start(
         return super::microvm::box_start(state, conn, name, vm).await;
     }
     let (id, changed) = {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         let entry = boxes.get_mut(name)?;
         let changed = match entry.state {
             BoxState::Created | BoxState::Stopped => {
@@ -315,7 +315,7 @@ pub(super) async fn stop_box(
     conn: Option<&Arc<Conn>>,
 ) -> Result<(), RpcError> {
     let id = {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         let entry = boxes.get_mut(name)?;
         if entry.state == BoxState::Stopped {
             return Ok(());
@@ -333,7 +333,7 @@ pub(super) async fn stop_box(
     )
     .await;
     let waits: Vec<(mpsc::Sender<Control>, watch::Receiver<Phase>, bool)> = {
-        let execs = state.execs.lock().expect("execs lock");
+        let execs = state.execs.locked();
         execs
             .values()
             .filter(|h| h.box_name == name)
@@ -362,7 +362,7 @@ pub(super) async fn stop_box(
         super::microvm::stop_vm(name, &vm).await;
     }
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
+        let mut boxes = state.boxes.locked();
         if let Ok(entry) = boxes.get_mut(name) {
             entry.state = BoxState::Stopped;
         }
@@ -385,13 +385,7 @@ pub(super) async fn box_remove(
     name: &str,
     force: bool,
 ) -> Result<Value, RpcError> {
-    let busy = state
-        .boxes
-        .lock()
-        .expect("boxes lock")
-        .get(name)?
-        .execs
-        .len();
+    let busy = state.boxes.locked().get(name)?.execs.len();
     if busy > 0 && !force {
         return Err(RpcError::new(
             ErrorCode::BoxBusy,
@@ -399,7 +393,7 @@ pub(super) async fn box_remove(
         ));
     }
     stop_box(state, name, false, Some(conn)).await?;
-    let entry = state.boxes.lock().expect("boxes lock").remove(name);
+    let entry = state.boxes.locked().remove(name);
     let Some(entry) = entry else {
         return Err(RpcError::new(
             ErrorCode::NoSuchBox,
@@ -409,9 +403,7 @@ pub(super) async fn box_remove(
     state.tokens.revoke(&Scope::Box(name.to_string()));
     #[cfg(feature = "boxlite")]
     if let Some(vm) = entry.vm.clone() {
-        if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
-            super::microvm::remove_vm(name, &vm).await?;
-        }
+        super::microvm::remove_vm(name, &vm).await?;
     }
     announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
     drop(entry); // removes its TMPDIR
@@ -424,19 +416,12 @@ pub(super) fn vm_of(
     state: &State,
     name: &str,
 ) -> Result<Option<Arc<super::microvm::Vm>>, RpcError> {
-    let vm = state
-        .boxes
-        .lock()
-        .expect("boxes lock")
-        .get(name)?
-        .vm
-        .clone();
-    Ok(vm.and_then(|vm| vm.downcast::<super::microvm::Vm>().ok()))
+    Ok(state.boxes.locked().get(name)?.vm.clone())
 }
 
 /// `box.list`: every box, whoever created it.
 pub(super) fn box_list(state: &State) -> Value {
-    let list = state.boxes.lock().expect("boxes lock").list();
+    let list = state.boxes.locked().list();
     serde_json::to_value(list).expect("box info serialises")
 }
 

@@ -2,6 +2,7 @@
 //! writer that is the single consumer of the connection's bounded queue. Replies and events
 //! share that queue, which is what orders them.
 
+use crate::locks::Locked as _;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -157,8 +158,8 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
             }
         }
     }
-    state.conns.lock().expect("conns lock").remove(&conn_id);
-    for token in conn.leased_tokens.lock().expect("lease lock").drain(..) {
+    state.conns.locked().remove(&conn_id);
+    for token in conn.leased_tokens.locked().drain(..) {
         state.tokens.revoke_token(&token);
     }
     drop(conn);
@@ -204,11 +205,7 @@ async fn on_frame(
             }
             if crate::token::same(&p.token, state.tokens.host()) {
                 conn.authed.store(true, Ordering::SeqCst);
-                state
-                    .conns
-                    .lock()
-                    .expect("conns lock")
-                    .insert(conn.id, conn.out.clone());
+                state.conns.locked().insert(conn.id, conn.out.clone());
                 tracing::debug!(conn = conn.id, client = ?p.client, "authenticated");
                 let result = json!({
                     "protocol": PROTOCOL,

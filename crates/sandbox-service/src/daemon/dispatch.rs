@@ -1,5 +1,6 @@
 //! Which handler serves which method, and the small methods that need no module of their own.
 
+use crate::locks::Locked as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -67,10 +68,7 @@ fn token_issue(state: &State, conn: &Conn, task: &str) -> Result<Value, RpcError
         .tokens
         .issue_leased(Scope::Task(task.to_string()), lease)
         .map_err(|e| RpcError::new(ErrorCode::Internal, e.to_string()))?;
-    conn.leased_tokens
-        .lock()
-        .expect("lease lock")
-        .push(token.clone());
+    conn.leased_tokens.locked().push(token.clone());
     Ok(json!({ "token": token, "url": state.hook_url(), "port": state.hook_port }))
 }
 
@@ -88,7 +86,10 @@ pub(super) fn describe(state: &State, conn: &Conn) -> Value {
         Ok(sample) => BackendKind::ALL
             .iter()
             .map(|&kind| {
-                let a = backend::availability(kind, &sample, &state.opts.backend);
+                let a = state
+                    .opts
+                    .backends
+                    .availability(kind, &sample, &state.opts.backend);
                 json!({
                     "name": a.name,
                     "available": a.available,

@@ -2,16 +2,17 @@
 //! `exec.kill` reach a running one, and an exec that ends is reported and forgotten here, in
 //! one step ([`forget_exec`]).
 
+use crate::locks::Locked as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 use sandbox_exec::{
-    CommandPolicy, CommandRequest, CommandSpec, OutputLimits, OutputMode, SpawnOptions, StdinMode,
-    WorkspaceGuard,
+    CommandPolicy, ExecError, OutputLimits, OutputMode, SpawnOptions, StdinMode, WorkspaceGuard,
 };
-use sandbox_host::assembly::{self, CommandIdentity};
-use sandbox_host::HostError;
+use sandbox_host::assembly::CommandIdentity;
+use sandbox_host::run::NotStarted;
+use sandbox_host::{HostError, Invocation};
 use sandbox_protocol::{
     self as protocol, BoxExecParams, BoxState, ErrorCode, ExecKillParams, RpcError, SignalArg,
 };
@@ -55,32 +56,25 @@ pub(super) async fn box_exec(
     #[cfg(feature = "boxlite")]
     {
         let vm = {
-            let boxes = state.boxes.lock().expect("boxes lock");
+            let boxes = state.boxes.locked();
             let entry = boxes.get(&p.name)?;
             running(entry)?;
             entry
                 .vm
                 .clone()
-                .map(|vm| (vm, entry.policy.workspace.root.clone()))
+                .map(|vm| (vm, entry.run.policy().workspace.root.clone()))
         };
         if let Some((vm, workdir)) = vm {
-            if let Ok(vm) = vm.downcast::<super::microvm::Vm>() {
-                return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
-            }
+            return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
         }
     }
-    let (box_id, kind, policy, token, session) = {
-        let boxes = state.boxes.lock().expect("boxes lock");
+    let (box_id, token, run) = {
+        let boxes = state.boxes.locked();
         let entry = boxes.get(&p.name)?;
         running(entry)?;
-        (
-            entry.id.clone(),
-            entry.kind,
-            entry.policy.clone(),
-            entry.token.clone(),
-            entry.session.clone(),
-        )
+        (entry.id.clone(), entry.token.clone(), entry.run.clone())
     };
+    let policy = run.policy();
 
     // The working directory must resolve (symlinks and `..` on the real filesystem) inside
     // the workspace or a granted path.
@@ -102,34 +96,32 @@ pub(super) async fn box_exec(
         .chain(p.args.iter().cloned())
         .map(Into::into)
         .collect();
-    let mut spec = CommandSpec::new(CommandRequest::Argv(argv), &cwd)
-        .map_err(|e| invalid(format!("box.exec: {e}")))?;
     refuse_host_token(state, &p.env)?;
     let extra: Vec<(String, String)> = p.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    // The one environment assembly `sandbox run` uses too.
-    spec.env = assembly::command_env(
-        &policy,
-        kind,
-        &CommandIdentity {
-            task: p.name.clone(),
-            box_name: Some(p.name.clone()),
-            hook: Some((state.hook_url(), token)),
-        },
-        &extra,
-        std::env::vars_os(),
-    )
-    .map_err(|e| invalid(e.to_string()))?;
-    spec.timeout = p
-        .timeout_ms
-        .map(Duration::from_millis)
-        .or(policy.limits.timeout);
-    // Armed in the box's backend session, prepared once at box.create.
-    let prepared = session.command(spec).map_err(|e| match e {
-        HostError::Command(e) => spawn_failed(&e),
-        other => unavailable(other.to_string()),
-    })?;
+    // Armed in the box's run, prepared once at box.create, with the one environment assembly
+    // `sandbox run` uses too.
+    let armed = run
+        .arm(Invocation {
+            argv,
+            cwd: Some(cwd),
+            who: &CommandIdentity {
+                task: p.name.clone(),
+                box_name: Some(p.name.clone()),
+                hook: Some((state.hook_url(), token)),
+            },
+            extra_env: &extra,
+            timeout: p.timeout_ms.map(Duration::from_millis),
+        })
+        .map_err(|e| match e {
+            HostError::Command(e @ ExecError::InvalidRequest(_)) => {
+                invalid(format!("box.exec: {e}"))
+            }
+            HostError::Command(e) => spawn_failed(&e),
+            e @ HostError::Env { .. } => invalid(e.to_string()),
+            other => unavailable(other.to_string()),
+        })?;
     guard
-        .admit(&prepared.spec)
+        .admit(armed.spec())
         .map_err(|e| denied(e.to_string()))?;
 
     let exec_id = state.next_id();
@@ -148,8 +140,8 @@ pub(super) async fn box_exec(
     // command was being prepared has already listed the commands it waits for, and a box
     // removed and created anew under the name has another policy.
     {
-        let mut boxes = state.boxes.lock().expect("boxes lock");
-        let mut execs = state.execs.lock().expect("execs lock");
+        let mut boxes = state.boxes.locked();
+        let mut execs = state.execs.locked();
         let entry = boxes.get_mut(&p.name)?;
         if entry.id != box_id {
             return Err(RpcError::new(
@@ -203,24 +195,25 @@ pub(super) async fn box_exec(
     };
     let spawned = state
         .executor
-        .run(move || match prepared.spawn(options) {
-            Ok(running) => {
+        .run(move || match armed.spawn(options) {
+            Ok((running, live)) => {
                 let pid = running.pid().as_raw();
                 spawner::note_started();
                 tokio::spawn(async move {
                     // The reply carrying the execId goes out before any of its events.
                     let _ = go_rx.await;
-                    // The prepared command (nono's manifest and start marker) lives until
-                    // the seam finishes it, after every process of the command is gone.
-                    spawner::run_exec(running, prepared, ctx).await;
+                    // The live command (nono's manifest and start marker; the box's run and
+                    // its TMPDIR) lives until it is finished, after every process of it is
+                    // gone.
+                    spawner::run_exec(running, live, run, ctx).await;
                 });
                 Ok(pid)
             }
-            Err(e) => {
+            Err(NotStarted { error, finished }) => {
                 (ctx.done)(None);
-                // Nothing started; the seam still releases what it prepared.
-                drop(prepared.finish(None));
-                Err(e)
+                // Nothing started; the seam has released what it prepared.
+                drop(finished);
+                Err(error)
             }
         })
         .await;
@@ -272,8 +265,8 @@ pub(super) fn forget_exec(
     exec_id: u64,
     finished: Option<ExecEnd>,
 ) {
-    let mut boxes = state.boxes.lock().expect("boxes lock");
-    let mut execs = state.execs.lock().expect("execs lock");
+    let mut boxes = state.boxes.locked();
+    let mut execs = state.execs.locked();
     let phase = finished.map(
         |ExecEnd {
              exit,
@@ -305,7 +298,7 @@ pub(super) async fn exec_kill(state: &State, p: ExecKillParams) -> Result<Value,
         },
     };
     let tx = {
-        let execs = state.execs.lock().expect("execs lock");
+        let execs = state.execs.locked();
         execs
             .get(&p.exec_id)
             .ok_or_else(|| no_such_exec(p.exec_id))?
@@ -322,7 +315,7 @@ pub(super) fn queue_stdin(
     p: protocol::ExecStdinParams,
 ) -> Result<oneshot::Receiver<Result<(), RpcError>>, RpcError> {
     let data = protocol::decode_data(&p.data, p.encoding)?;
-    let execs = state.execs.lock().expect("execs lock");
+    let execs = state.execs.locked();
     let handle = execs
         .get(&p.exec_id)
         .ok_or_else(|| no_such_exec(p.exec_id))?;

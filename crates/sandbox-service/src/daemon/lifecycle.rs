@@ -1,6 +1,7 @@
 //! Starting and stopping the daemon: one per user (a lock file decides), both listeners bound
 //! before it says it is listening, and an orderly stop that ends every command first.
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -26,7 +27,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     let _lock = take_lock(&paths)?;
 
     // Descendants that leave their group and lose their parent come back to us, so the
-    // daemon can kill them; see `spawner::sweep_orphans_if_idle`.
+    // daemon can kill them; see `spawner::reap_orphans_if_idle`.
     if let Err(e) = sandbox_exec::process_group::become_subreaper() {
         tracing::warn!(error = %e, "could not become a child subreaper");
     }
@@ -172,7 +173,7 @@ pub(super) async fn until_true(rx: &mut watch::Receiver<bool>) {
 /// Stops every command of every box and waits until their groups are gone.
 pub(super) async fn stop_everything(state: &Arc<State>) {
     state.shutting_down.store(true, Ordering::SeqCst);
-    let names = state.boxes.lock().expect("boxes lock").names();
+    let names = state.boxes.locked().names();
     for name in names {
         let _ = stop_box(state, &name, false, None).await;
     }

@@ -9,6 +9,8 @@
 //! Without the cargo feature `boxlite` the backend is not in the build and `box.create`
 //! refuses it before anything here runs.
 
+#[cfg(feature = "boxlite")]
+use crate::locks::Locked as _;
 use std::sync::Arc;
 #[cfg(feature = "boxlite")]
 use std::time::Instant;
@@ -153,6 +155,9 @@ pub(super) fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
+/// The box registry holds a VM box's handle by its type.
+#[cfg(feature = "boxlite")]
+pub(crate) use engine::Vm;
 #[cfg(feature = "boxlite")]
 pub(super) use engine::*;
 
@@ -180,7 +185,7 @@ mod engine {
     use sandbox_boxlite::boxlite::{BoxCommand, LiteBox};
     use sandbox_boxlite::engine::{Engine, EngineOptions};
     use sandbox_exec::StreamKind;
-    use sandbox_protocol::{encode_event, BoxExecParams, BoxState, BoxStateEvent, ExitEvent};
+    use sandbox_protocol::{encode_event, BoxExecParams, BoxState, BoxStateEvent};
     use serde_json::Value;
     use tokio::sync::{mpsc, oneshot, watch};
 
@@ -268,31 +273,33 @@ mod engine {
         refuse_host_token(state, &p.env)?;
         let spec = box_spec(&p, &workdir)?;
         // The mounts are grants: none may reach the user's configuration, the remembered
-        // choices or the daemon's token, nor BoxLite's own home.
-        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
-            workdir: workdir.clone(),
-            allow_write: spec
-                .mounts
+        // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one
+        // assembly, with no configured grants on top: a guest sees its mounts and nothing else.
+        let grants = |read_only: bool| -> Vec<std::path::PathBuf> {
+            spec.mounts
                 .iter()
-                .filter(|m| !m.read_only)
-                .map(|m| (m.host.clone(), sandbox_policy::GrantReason::User))
-                .collect(),
-            allow_read: spec
-                .mounts
-                .iter()
-                .filter(|m| m.read_only)
-                .map(|m| (m.host.clone(), sandbox_policy::GrantReason::User))
-                .collect(),
-            block_net: p.block_net,
-            ..sandbox_policy::PolicyRequest::default()
-        })
-        .map_err(|e| invalid(format!("box {}: {e}", p.name)))?;
-        state
-            .opts
-            .backend
-            .trusted
-            .check(&policy)
-            .map_err(|e| super::super::exec::denied(format!("box {}: {e}", p.name)))?;
+                .filter(|m| m.read_only == read_only)
+                .map(|m| m.host.clone())
+                .collect()
+        };
+        let policy = sandbox_host::assembly::assemble(
+            &sandbox_host::assembly::Defaults::default(),
+            sandbox_host::assembly::Request {
+                workdir: workdir.clone(),
+                allow_write: grants(false),
+                allow_read: grants(true),
+                block_net: p.block_net,
+                ..sandbox_host::assembly::Request::default()
+            },
+        )
+        .map_err(|e| invalid(format!("box {}: {e}", p.name)))?
+        .policy;
+        sandbox_host::backend::check_trusted_places(
+            sandbox_host::BackendKind::Boxlite,
+            &policy,
+            &state.opts.backend,
+        )
+        .map_err(|e| super::super::exec::denied(format!("box {}: {e}", p.name)))?;
         if let Some(m) = spec.mounts.iter().find(|m| {
             m.host.starts_with(&state.opts.boxlite_home)
                 || state.opts.boxlite_home.starts_with(&m.host)
@@ -397,7 +404,7 @@ mod engine {
             ..Default::default()
         };
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
+            let mut boxes = state.boxes.locked();
             if boxes.contains(&p.name) {
                 return Err(RpcError::new(
                     ErrorCode::BoxExists,
@@ -414,10 +421,12 @@ mod engine {
                 Prepared {
                     id: id.clone(),
                     kind: sandbox_host::BackendKind::Boxlite,
-                    policy,
-                    session: Arc::new(VmSession(enforcement.clone())),
-                    tmpdir: None,
-                    vm: Some(vm.clone() as Arc<dyn std::any::Any + Send + Sync>),
+                    run: Arc::new(sandbox_host::Run::adopt(
+                        sandbox_host::BackendKind::Boxlite,
+                        policy,
+                        Arc::new(VmSession(enforcement.clone())),
+                    )),
+                    vm: Some(vm.clone()),
                 },
             )?;
         }
@@ -452,9 +461,8 @@ mod engine {
             &self,
             _spec: sandbox_exec::CommandSpec,
         ) -> Result<sandbox_host::PreparedCommand, sandbox_host::HostError> {
-            Err(sandbox_host::HostError::External {
+            Err(sandbox_host::HostError::RunsInGuest {
                 backend: sandbox_host::BackendKind::Boxlite,
-                message: "boxlite: commands of a box run in its VM, through box.exec".into(),
             })
         }
     }
@@ -468,7 +476,7 @@ mod engine {
     ) -> Result<Value, RpcError> {
         let _booting = vm.booting.lock().await;
         let id = {
-            let boxes = state.boxes.lock().expect("boxes lock");
+            let boxes = state.boxes.locked();
             let entry = boxes.get(name)?;
             if entry.state == BoxState::Running {
                 return Ok(json!({ "boxId": entry.id, "bootMs": 0, "state": BoxState::Running }));
@@ -495,7 +503,7 @@ mod engine {
         .await;
         let boot = booted.map_err(|e| engine_error(&e))?;
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
+            let mut boxes = state.boxes.locked();
             boxes.get_mut(name)?.state = BoxState::Running;
         }
         announce(state, Some(conn), &id, name, BoxState::Running, Some(boot)).await;
@@ -550,13 +558,7 @@ mod engine {
         for (k, v) in &p.env {
             command = command.env(k.clone(), v.clone());
         }
-        let box_id = state
-            .boxes
-            .lock()
-            .expect("boxes lock")
-            .get(&p.name)?
-            .id
-            .clone();
+        let box_id = state.boxes.locked().get(&p.name)?.id.clone();
         let mut execution = vm
             .engine
             .exec(&p.name, &vm.litebox, command)
@@ -573,8 +575,8 @@ mod engine {
         let (phase_tx, phase_rx) = watch::channel(Phase::Running);
         let (go_tx, go_rx) = oneshot::channel::<()>();
         {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
-            let mut execs = state.execs.lock().expect("execs lock");
+            let mut boxes = state.boxes.locked();
+            let mut execs = state.execs.locked();
             let entry = boxes.get_mut(&p.name)?;
             entry.execs.insert(exec_id);
             execs.insert(
@@ -676,44 +678,35 @@ mod engine {
                     res = &mut wait, if !out_open && !err_open => break res,
                 }
             };
-            let exit = match result {
-                Ok(r) if timed_out => ExitEvent {
-                    exec_id,
-                    exit_code: 124,
-                    signal: None,
-                    timed_out: true,
-                    error_message: Some(format!(
+            // The one exit rule, from the guest's result: a negative code is the signal
+            // that killed the command; a code above 128 after a signal we sent is that
+            // signal's; a lost command is the box's failure (125).
+            use sandbox_host::Outcome;
+            let (outcome, error_message) = match result {
+                Ok(r) if timed_out => (
+                    Outcome::TimedOut(timeout.unwrap_or_default()),
+                    Some(format!(
                         "timed out after {} ms; the command was killed in the box",
                         timeout.unwrap_or_default().as_millis()
                     ))
                     .or(r.error_message),
-                    git_store: None,
-                },
-                Ok(r) if r.exit_code < 0 => ExitEvent {
-                    exec_id,
-                    exit_code: 128 - r.exit_code,
-                    signal: Some(-r.exit_code),
-                    timed_out: false,
-                    error_message: r.error_message,
-                    git_store: None,
-                },
-                Ok(r) => ExitEvent {
-                    exec_id,
-                    exit_code: r.exit_code,
-                    signal: signal.filter(|_| r.exit_code > 128),
-                    timed_out: false,
-                    error_message: r.error_message,
-                    git_store: None,
-                },
-                Err(e) => ExitEvent {
-                    exec_id,
-                    exit_code: 125,
-                    signal: None,
-                    timed_out: false,
-                    error_message: Some(format!("boxlite: the command was lost: {e}")),
-                    git_store: None,
-                },
+                ),
+                Ok(r) if r.exit_code < 0 => (Outcome::Signaled(-r.exit_code), r.error_message),
+                Ok(r) if r.exit_code > 128 && signal.is_some() => {
+                    (Outcome::Signaled(r.exit_code - 128), r.error_message)
+                }
+                Ok(r) => (Outcome::Exited(r.exit_code), r.error_message),
+                Err(e) => (
+                    Outcome::SetupFailed,
+                    Some(format!("boxlite: the command was lost: {e}")),
+                ),
             };
+            let exit = super::super::spawner::exit_event_of(
+                exec_id,
+                outcome,
+                error_message.into_iter().collect(),
+                None,
+            );
             let _ = phase_tx.send(Phase::Ended);
             let permit = out.reserve_owned().await.ok();
             super::super::exec::forget_exec(

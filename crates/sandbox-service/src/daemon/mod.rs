@@ -24,9 +24,10 @@ mod dispatch;
 mod exec;
 mod frames;
 mod lifecycle;
-mod microvm;
+pub(crate) mod microvm;
 mod spawner;
 
+use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +35,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sandbox_host::assembly::Defaults;
-use sandbox_host::backend::BackendOptions;
+use sandbox_host::backend::{BackendOptions, Backends};
 use sandbox_protocol::{ErrorCode, RpcError};
 use tokio::sync::{mpsc, watch};
 
@@ -61,6 +62,8 @@ pub struct DaemonOptions {
     /// Trusted backend settings (nono's path, the custom launcher, the trusted places) from
     /// the configuration; `allow_degraded` is taken from each box instead.
     pub backend: BackendOptions,
+    /// The backends the binary links (the same registry the CLI chooses from).
+    pub backends: Backends,
     /// Where boxes' private TMPDIRs are created (the system temp dir when `None`). The
     /// supervisor passes a directory it removes after the daemon is gone, so a killed daemon
     /// leaks nothing.
@@ -133,7 +136,7 @@ impl State {
     /// Sends `frame` to every authenticated connection but `except`, without waiting: a
     /// connection that does not read cannot stall the daemon (it misses the notice instead).
     fn broadcast(&self, frame: &[u8], except: Option<u64>) {
-        for (id, tx) in self.conns.lock().expect("conns lock").iter() {
+        for (id, tx) in self.conns.locked().iter() {
             if Some(*id) != except {
                 let _ = tx.try_send(Outbound::Frame(frame.to_vec()));
             }

@@ -10,9 +10,10 @@
 //!
 //! The thread runs a current-thread Tokio runtime: the output pumps and the waits of every
 //! command run here, which also makes "no command is running" a plain counter that nothing
-//! else can race (see [`sweep_orphans_if_idle`]).
+//! else can race (see [`reap_orphans_if_idle`]).
 
 use std::cell::{Cell, RefCell};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -23,9 +24,9 @@ use tokio::sync::mpsc::OwnedPermit;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use sandbox_exec::process_group::{self, signal_group};
+use sandbox_exec::process_group::signal_group;
 use sandbox_exec::{ExecError, ExitOutcome, Running};
-use sandbox_host::PreparedCommand;
+use sandbox_host::{Live, Reaped, Reaper, Run};
 use sandbox_policy::GitLayout;
 
 use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
@@ -83,6 +84,8 @@ thread_local! {
     static RUNNING: Cell<usize> = const { Cell::new(0) };
     /// Git layouts of commands that ended while others ran, to check again when idle.
     static RECHECK: RefCell<Vec<GitLayout>> = const { RefCell::new(Vec::new()) };
+    /// Kills the orphans of commands (the daemon is a child subreaper).
+    static REAPER: Reaper = Reaper::install();
 }
 
 impl Executor {
@@ -140,25 +143,25 @@ pub fn note_started() {
     RUNNING.with(|r| r.set(r.get() + 1));
 }
 
-/// Marks a command as finished and, if it was the last one, kills every orphan this daemon
-/// inherited as a child subreaper (descendants that left their process group with `setsid`
-/// and whose parents died), then checks the git pointers of commands that ended while
-/// others ran. Runs on the spawner thread, where spawns also happen, so it can never
-/// mistake a command that is just being started for an orphan. Returns whether it swept.
-fn sweep_orphans_if_idle() -> bool {
+/// The run sequence's reap step for the daemon: marks a command as finished and, if it was
+/// the last one, kills every orphan this daemon inherited as a child subreaper (descendants
+/// that left their process group with `setsid` and whose parents died), then checks the git
+/// pointers of commands that ended while others ran. Runs on the spawner thread, where spawns
+/// also happen, so it can never mistake a command that is just being started for an orphan.
+fn reap_orphans_if_idle() -> Reaped {
     let idle = RUNNING.with(|r| {
         r.set(r.get().saturating_sub(1));
         r.get() == 0
     });
+    let reaped = REAPER.with(|reaper| reaper.reap_when_idle(idle));
     if idle {
-        process_group::kill_orphans(&[]);
         for git in RECHECK.with(|r| std::mem::take(&mut *r.borrow_mut())) {
-            for t in sandbox_host::gitguard::check_and_restore(&git) {
+            for t in sandbox_host::run::recheck(&git) {
                 tracing::warn!("after an orphan was killed: {t}");
             }
         }
     }
-    idle
+    reaped
 }
 
 /// Everything an exec task needs besides the process.
@@ -180,7 +183,7 @@ pub struct ExecCtx {
 ///
 /// Order is the point: every `output` event is queued before the `exit` event, on the same
 /// queue, by this one task.
-pub async fn run_exec(mut running: Running, prepared: PreparedCommand, mut ctx: ExecCtx) {
+pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: ExecCtx) {
     let pgid = running.pgid();
     let mut output = running.take_output();
     if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
@@ -252,15 +255,13 @@ pub async fn run_exec(mut running: Running, prepared: PreparedCommand, mut ctx: 
     // The group is gone (`wait` saw to it); orphans that left it are killed before the seam
     // finishes the command, so none can rewrite a git pointer after the check.
     drop(running);
-    let git = prepared.git().cloned();
-    let idle = sweep_orphans_if_idle();
-    let finished = prepared.finish(outcome.as_ref().ok().copied());
-    if !idle {
+    let finished = live.finish(outcome.as_ref().ok().copied(), reap_orphans_if_idle());
+    // The box's run (its TMPDIR) is let go only after its command is finished.
+    drop(run);
+    if let Some(git) = finished.recheck.clone() {
         // Other commands still run, and an orphan of this one cannot be told from theirs:
         // check this layout again once the daemon is idle and every orphan is gone.
-        if let Some(git) = git {
-            RECHECK.with(|r| r.borrow_mut().push(git));
-        }
+        RECHECK.with(|r| r.borrow_mut().push(git));
     }
     let exit = exit_event(ctx.exec_id, outcome, cut_short, &finished);
     if let Some(message) = &exit.error_message {
@@ -386,67 +387,26 @@ fn stdin_closed(why: &str) -> RpcError {
     RpcError::new(ErrorCode::StdinClosed, format!("stdin: {why}"))
 }
 
-/// The `exit` event: the command's outcome as the seam judged it (125 when the backend failed
-/// before the command started), with every note a `sandbox run` would print on stderr.
+/// The `exit` event: the command's outcome as the seam judged it, through the one exit rule
+/// ([`sandbox_host::Outcome::status`]: 125 when the backend failed before the command
+/// started), with every note a `sandbox run` would print on stderr.
 fn exit_event(
     exec_id: u64,
     outcome: Result<ExitOutcome, ExecError>,
     cut_short: bool,
     finished: &sandbox_host::Finished,
 ) -> ExitEvent {
-    let judged = outcome.as_ref().ok().map(|o| finished.exit_code(*o));
     let mut notes: Vec<String> = Vec::new();
     if let Some(e) = finished.setup_error() {
         notes.push(e.to_string());
     }
-    let mut event = match outcome {
-        Ok(ExitOutcome::Exited(code)) => ExitEvent {
-            exec_id,
-            exit_code: code,
-            signal: None,
-            timed_out: false,
-            error_message: None,
-            git_store: None,
-        },
-        Ok(ExitOutcome::Signaled(sig)) => ExitEvent {
-            exec_id,
-            exit_code: 128 + sig,
-            signal: Some(sig),
-            timed_out: false,
-            error_message: None,
-            git_store: None,
-        },
-        Ok(ExitOutcome::TimedOut(after)) => {
-            notes.push(format!(
-                "timed out after {} ms; its process group was killed",
-                after.as_millis()
-            ));
-            ExitEvent {
-                exec_id,
-                exit_code: 124,
-                signal: None,
-                timed_out: true,
-                error_message: None,
-                git_store: None,
-            }
-        }
-        Err(e) => {
-            notes.push(e.to_string());
-            ExitEvent {
-                exec_id,
-                exit_code: e.exit_code(),
-                signal: None,
-                timed_out: false,
-                error_message: None,
-                git_store: None,
-            }
-        }
-    };
-    if let Some(code) = judged {
-        event.exit_code = code;
-    }
-    if finished.setup_error().is_some() {
-        event.signal = None;
+    match &outcome {
+        Ok(ExitOutcome::TimedOut(after)) => notes.push(format!(
+            "timed out after {} ms; its process group was killed",
+            after.as_millis()
+        )),
+        Err(e) => notes.push(e.to_string()),
+        Ok(_) => {}
     }
     if cut_short {
         notes.push(
@@ -456,12 +416,37 @@ fn exit_event(
         );
     }
     notes.extend(finished.warnings());
-    if let Some(Ok(report)) = &finished.git_store {
-        // The same fields, camelCase on both sides.
-        event.git_store = serde_json::to_value(report)
+    // The same fields, camelCase on both sides.
+    let git_store = match &finished.git_store {
+        Some(Ok(report)) => serde_json::to_value(report)
             .and_then(serde_json::from_value)
-            .ok();
+            .ok(),
+        _ => None,
+    };
+    exit_event_of(
+        exec_id,
+        finished.outcome(outcome.as_ref().copied()),
+        notes,
+        git_store,
+    )
+}
+
+/// The one builder of every `exit` event, a host command's and a VM box's alike: the code,
+/// signal and timeout flag from the one exit rule ([`sandbox_host::Outcome::status`]), the
+/// notes joined into `errorMessage`.
+pub(super) fn exit_event_of(
+    exec_id: u64,
+    outcome: sandbox_host::Outcome,
+    notes: Vec<String>,
+    git_store: Option<sandbox_protocol::GitStoreReport>,
+) -> ExitEvent {
+    let status = outcome.status();
+    ExitEvent {
+        exec_id,
+        exit_code: status.code,
+        signal: status.signal,
+        timed_out: status.timed_out,
+        error_message: (!notes.is_empty()).then(|| notes.join("; ")),
+        git_store,
     }
-    event.error_message = (!notes.is_empty()).then(|| notes.join("; "));
-    event
 }

@@ -11,6 +11,7 @@
 
 pub mod client;
 
+use crate::locks::Locked as _;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -134,11 +135,10 @@ async fn route(state: &State, req: Request<Body>) -> Response<Full<Bytes>> {
             }
         }
         if path == "/api/v1/status" && req.method() == Method::GET {
-            let boxes = state.boxes.lock().expect("boxes lock").list();
+            let boxes = state.boxes.locked().list();
             let tasks: serde_json::Map<String, serde_json::Value> = state
                 .tasks
-                .lock()
-                .expect("tasks lock")
+                .locked()
                 .iter()
                 .map(|(k, v)| (k.clone(), serde_json::to_value(v).expect("serialises")))
                 .collect();
@@ -236,18 +236,14 @@ async fn post_hook(state: &State, scope: Scope, req: Request<Body>) -> Response<
     };
     match &target {
         Scope::Box(name) => {
-            let mut boxes = state.boxes.lock().expect("boxes lock");
+            let mut boxes = state.boxes.locked();
             match boxes.get_mut(name) {
                 Ok(entry) => entry.last_status = Some(status),
                 Err(_) => return error(StatusCode::NOT_FOUND, format!("no box {name:?}")),
             }
         }
         Scope::Task(name) => {
-            state
-                .tasks
-                .lock()
-                .expect("tasks lock")
-                .insert(name.clone(), status);
+            state.tasks.locked().insert(name.clone(), status);
         }
         Scope::Host => unreachable!("never a hook target"),
     }

@@ -1,0 +1,453 @@
+//! The run sequence, in one place for every caller: `sandbox run`, `sandbox shell`,
+//! `sandbox exec` and the daemon's `box.create` / `box.exec` all start commands through here.
+//!
+//! ```text
+//!  assemble ─► prepare ─► arm ─► spawn ─► (wait) ─► reap ─► finish
+//!  Assembled    Run       Armed   Live      caller   Reaped   Finished ─► Outcome ─► ExitStatus
+//! ```
+//!
+//! 1. **assemble** ([`crate::assembly::assemble`]): trusted defaults plus one request make the
+//!    [`Policy`] and the private TMPDIR ([`Assembled`]).
+//! 2. **prepare** ([`Run::prepare`]): the policy is checked against the trusted places and the
+//!    backend of the registry ([`Backends`]) prepares what outlives one command (a compiled
+//!    ruleset, a manifest, a VM). A [`Run`] is that prepared sandbox: one per `sandbox run`,
+//!    one per daemon box, any number of commands in it.
+//! 3. **arm** ([`Run::arm`]): one command resolved, with the one child environment
+//!    ([`crate::assembly::command_env`]) and timeout, wrapped by the backend ([`Armed`]).
+//! 4. **spawn** ([`Armed::spawn`], [`Armed::spawn_direct`], [`Armed::run_interactive`]):
+//!    consumes the armed command and gives the child and a [`Live`] command. A command that
+//!    could not start is finished on the spot ([`NotStarted`]): none of its processes exist.
+//! 5. **reap** ([`Reaper`]): once the command's process group is gone (the caller waited),
+//!    every orphan that left the group is killed. Only this gives a [`Reaped`] token.
+//! 6. **finish** ([`Live::finish`]): takes the token, so it cannot be called while a
+//!    descendant could still rewrite a git pointer: judges the backend's failure, checks and
+//!    restores the git pointers, syncs the git store, releases the command's files.
+//!
+//! The exit status of every runner — the CLI's exit code, the daemon's `exit` events, a VM
+//! box's guest results — comes from one [`Outcome`] through one rule, [`Outcome::status`].
+//!
+//! # Where a new run step goes
+//!
+//! Each step is written once, here or in the seam the step names, and every caller gets it:
+//!
+//! | the step needs…                                   | add it in                          |
+//! | ------------------------------------------------- | ---------------------------------- |
+//! | a policy field (a private home, a limit)           | [`crate::assembly::assemble`]      |
+//! | a variable every command sees                      | [`crate::assembly::command_env`]   |
+//! | a per-box resource (a network namespace, a VM)     | [`Run::prepare`] / the backend's `prepare` |
+//! | a per-command resource (a cgroup, a pid namespace) | [`Run::arm`] (kept in the [`Armed`] command), applied in [`Armed::spawn`]'s child setup |
+//! | something to kill or collect when it ends          | [`Reaper`] (before the token exists) |
+//! | a check after the run (a pointer, a report)        | [`Live::finish`]                   |
+//!
+//! A caller never orders these itself: it holds a [`Run`], arms, spawns, waits, reaps and
+//! finishes — and the types allow no other order.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_exec::{
+    CommandRequest, CommandSpec, DirectChild, ExecError, ExitOutcome, Running, SpawnOptions,
+};
+use sandbox_policy::{GitLayout, Policy};
+
+use crate::assembly::{self, Assembled, CommandIdentity};
+use crate::backend::{
+    BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand, Progress,
+};
+use crate::error::HostError;
+use crate::gitguard::Tampering;
+use crate::report::Enforcement;
+use crate::tmpdir::PrivateTmpdir;
+
+/// A prepared sandbox: the policy, the backend session every command runs in, and the
+/// private TMPDIR (removed when the run is dropped or [closed](Run::close)).
+pub struct Run {
+    kind: BackendKind,
+    policy: Policy,
+    session: Arc<dyn BackendSession>,
+    tmpdir: Option<PrivateTmpdir>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("kind", &self.kind)
+            .field("workspace", &self.policy.workspace.root)
+            .finish()
+    }
+}
+
+/// One command to arm in a [`Run`].
+#[derive(Debug, Clone)]
+pub struct Invocation<'a> {
+    pub argv: Vec<OsString>,
+    /// Where it starts (already checked to lie inside the workspace or a grant); the
+    /// policy's working directory when `None`.
+    pub cwd: Option<PathBuf>,
+    /// Who runs it (`SANDBOX_TASK`, `SANDBOX_BOX`, the hook endpoint).
+    pub who: &'a CommandIdentity,
+    /// `NAME=VALUE` pairs of this command only (a `box.exec`'s `env`).
+    pub extra_env: &'a [(String, String)],
+    /// Overrides the policy's timeout.
+    pub timeout: Option<Duration>,
+}
+
+impl Run {
+    /// Steps 1–2: checks the assembled policy and prepares `kind` from `backends` for it
+    /// (exit 125 when the boundary cannot be set up). The private TMPDIR of the assembly
+    /// lives as long as the run.
+    pub fn prepare(
+        backends: &Backends,
+        kind: BackendKind,
+        assembled: Assembled,
+        options: &BackendOptions,
+        progress: &dyn Progress,
+    ) -> Result<Run, HostError> {
+        let Assembled { policy, tmpdir } = assembled;
+        let session = backends.prepare(kind, &policy, options, progress)?;
+        Ok(Run {
+            kind,
+            policy,
+            session,
+            tmpdir,
+        })
+    }
+
+    /// A run whose session a caller outside the seam prepared (the daemon's BoxLite boxes,
+    /// whose commands run in the guest, not through [`Run::arm`]).
+    pub fn adopt(kind: BackendKind, policy: Policy, session: Arc<dyn BackendSession>) -> Run {
+        Run {
+            kind,
+            policy,
+            session,
+            tmpdir: None,
+        }
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.kind
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// What this run enforces (gaps only when degraded runs were allowed).
+    pub fn enforcement(&self) -> &Enforcement {
+        self.session.enforcement()
+    }
+
+    /// Step 3: `command` resolved, with the child's environment and timeout, armed by the
+    /// backend. Fails with [`HostError::Command`] (126/127) when the program cannot run,
+    /// [`HostError::Env`] for a malformed variable.
+    pub fn arm(&self, command: Invocation<'_>) -> Result<Armed, HostError> {
+        let cwd = command
+            .cwd
+            .unwrap_or_else(|| self.policy.workspace.cwd.clone());
+        let mut spec = CommandSpec::new(CommandRequest::Argv(command.argv), &cwd)?;
+        spec.env = assembly::command_env(
+            &self.policy,
+            self.kind,
+            command.who,
+            command.extra_env,
+            std::env::vars_os(),
+        )?;
+        spec.timeout = command.timeout.or(self.policy.limits.timeout);
+        Ok(Armed {
+            command: self.session.command(spec)?,
+        })
+    }
+
+    /// Removes the private TMPDIR now (dropping the run does too, silently).
+    pub fn close(mut self) -> std::io::Result<()> {
+        match self.tmpdir.take() {
+            Some(tmp) => tmp.close(),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A command armed for its backend, not started yet.
+#[derive(Debug)]
+pub struct Armed {
+    command: PreparedCommand,
+}
+
+/// Why [`Armed::spawn`] started nothing, and the command already finished (none of its
+/// processes exists, so nothing needs reaping).
+#[derive(Debug)]
+pub struct NotStarted {
+    pub error: ExecError,
+    pub finished: Box<Finished>,
+}
+
+impl Armed {
+    /// What actually runs (the backend may have wrapped it), for `--guard-args` and logs.
+    pub fn spec(&self) -> &CommandSpec {
+        &self.command.spec
+    }
+
+    pub fn kind(&self) -> BackendKind {
+        self.command.kind
+    }
+
+    /// A short name of what runs, for messages.
+    pub fn display_program(&self) -> String {
+        self.command.display_program()
+    }
+
+    fn live(self) -> Live {
+        Live {
+            command: self.command,
+        }
+    }
+
+    fn not_started(self, error: ExecError) -> NotStarted {
+        NotStarted {
+            error,
+            finished: Box::new(self.command.finish(None)),
+        }
+    }
+
+    /// Step 4, with pipes (or inherited stdio) as `options` say, inside a tokio runtime; the
+    /// backend's child setup replaces any in `options`.
+    pub fn spawn(self, options: SpawnOptions) -> Result<(Running, Live), NotStarted> {
+        match self.command.spawn(options) {
+            Ok(running) => Ok((running, self.live())),
+            Err(e) => Err(self.not_started(e)),
+        }
+    }
+
+    /// Step 4 with inherited (or null) stdio and no async runtime, for a caller that only
+    /// waits (`sandbox run`, `sandbox exec`): see [`sandbox_exec::direct`].
+    pub fn spawn_direct(self, options: SpawnOptions) -> Result<(DirectChild, Live), NotStarted> {
+        match self.command.spawn_direct(options) {
+            Ok(child) => Ok((child, self.live())),
+            Err(e) => Err(self.not_started(e)),
+        }
+    }
+
+    /// Steps 4–6 for a caller that runs one command at a time and only waits for it
+    /// (`sandbox run`, `sandbox exec`): spawned as [`Armed::spawn_direct`], waited for with
+    /// `wait`, its orphans reaped by `reaper`, finished.
+    pub fn run_direct(
+        self,
+        options: SpawnOptions,
+        reaper: &Reaper,
+        wait: impl FnOnce(&mut DirectChild) -> Result<ExitOutcome, ExecError>,
+    ) -> (Result<ExitOutcome, ExecError>, Finished) {
+        match self.spawn_direct(options) {
+            Ok((mut child, live)) => {
+                let waited = wait(&mut child);
+                drop(child);
+                let finished = live.finish(waited.as_ref().ok().copied(), reaper.reap());
+                (waited, finished)
+            }
+            Err(NotStarted { error, finished }) => (Err(error), *finished),
+        }
+    }
+
+    /// Step 4 and the wait: the command on a fresh pseudo-terminal relayed to ours, until it
+    /// exits (`sandbox shell`).
+    pub async fn run_interactive(
+        self,
+        kill_grace: Option<Duration>,
+    ) -> (Result<ExitOutcome, ExecError>, Live) {
+        let waited = self.command.run_interactive(kill_grace).await;
+        (waited, self.live())
+    }
+}
+
+/// A command that was started. The only way on is [`Live::finish`], with the [`Reaped`]
+/// token that reaping its orphans gives.
+#[derive(Debug)]
+#[must_use = "a started command is finished with `Live::finish` once its orphans are reaped"]
+pub struct Live {
+    command: PreparedCommand,
+}
+
+impl Live {
+    /// Step 6: judges the run, checks and restores the git pointers, syncs the git store and
+    /// releases the command's files. When other commands still ran while this one's orphans
+    /// were reaped ([`Reaper::reap_when_idle`]), [`Finished::recheck`] names the git layout to
+    /// check again once they are gone ([`recheck`]).
+    pub fn finish(self, outcome: Option<ExitOutcome>, reaped: Reaped) -> Finished {
+        let git = (!reaped.complete)
+            .then(|| self.command.git().cloned())
+            .flatten();
+        let mut finished = self.command.finish(outcome);
+        finished.recheck = git;
+        finished
+    }
+}
+
+/// Proof that every process of a command is gone: its group (the caller waited for it) and
+/// every orphan that left it — or, where other commands still run, as many as could be told
+/// apart (see [`Reaper::reap_when_idle`]). Only a [`Reaper`] makes one: finishing a command
+/// before reaping does not compile.
+///
+/// ```compile_fail
+/// fn finish_early(live: sandbox_host::Live) -> sandbox_host::Finished {
+///     live.finish(None, sandbox_host::Reaped { complete: true })
+/// }
+/// ```
+///
+/// ```
+/// fn finish_after_reaping(
+///     live: sandbox_host::Live,
+///     reaper: &sandbox_host::Reaper,
+/// ) -> sandbox_host::Finished {
+///     live.finish(None, reaper.reap())
+/// }
+/// ```
+#[derive(Debug)]
+#[must_use = "pass it to `Live::finish`"]
+pub struct Reaped {
+    complete: bool,
+}
+
+/// Step 5: kills what is left of commands once they ended. Orphans (double fork + `setsid`)
+/// re-parent to this process because it is a child subreaper.
+#[derive(Debug)]
+pub struct Reaper(());
+
+impl Reaper {
+    /// Makes this process a child subreaper, so orphaned descendants of its commands can be
+    /// found and killed. A failure is logged: orphans then re-parent to init, out of reach.
+    pub fn install() -> Reaper {
+        if let Err(e) = sandbox_exec::process_group::become_subreaper() {
+            tracing::debug!(error = %e, "could not become a child subreaper");
+        }
+        Reaper(())
+    }
+
+    /// For a process that runs one command at a time (the CLI), once the command's group is
+    /// gone: kills and reaps every child left.
+    pub fn reap(&self) -> Reaped {
+        sandbox_exec::process_group::kill_orphans(&[]);
+        Reaped { complete: true }
+    }
+
+    /// For a process that runs many commands (the daemon): orphans are killed only when no
+    /// other command runs (`idle`), since an orphan of one cannot be told from another's
+    /// children. When not idle, the finished command names its git layout to check again
+    /// ([`Finished::recheck`]) after the next idle sweep.
+    pub fn reap_when_idle(&self, idle: bool) -> Reaped {
+        if idle {
+            sandbox_exec::process_group::kill_orphans(&[]);
+        }
+        Reaped { complete: idle }
+    }
+}
+
+/// Checks `git`'s pointers again (and restores them) after an idle sweep killed the orphans
+/// of commands that ended while others ran.
+pub fn recheck(git: &GitLayout) -> Vec<Tampering> {
+    crate::gitguard::check_and_restore(git)
+}
+
+/// Everything that decides a run's exit status, whichever runner ran it (the CLI, the
+/// daemon's host commands, a VM box's guest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The boundary failed before the command started, or lost it (nothing ran as asked).
+    SetupFailed,
+    /// The command could not be started; the code is its error's (126 not executable, 127
+    /// not found, 125 any other failure to start).
+    NotStarted(i32),
+    /// The command exited with this code.
+    Exited(i32),
+    /// The command was killed by this signal.
+    Signaled(i32),
+    /// The command hit its timeout and was killed.
+    TimedOut(Duration),
+}
+
+/// An exit status as the CLI returns it and the daemon's `exit` event carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus {
+    /// 124 timed out, 125 the sandbox failed, 126 not executable, 127 not found, 128+N
+    /// killed by signal N, else the command's own.
+    pub code: i32,
+    /// The signal that killed the command, if one did.
+    pub signal: Option<i32>,
+    pub timed_out: bool,
+}
+
+impl Outcome {
+    /// The outcome of a command that could not start.
+    pub fn not_started(e: &ExecError) -> Outcome {
+        Outcome::NotStarted(e.exit_code())
+    }
+
+    /// The one exit rule (README.md, "Exit codes"): 124 timeout, 125 setup, 126/127 the
+    /// command cannot run, 128+N signal N, else the command's own code.
+    pub fn status(self) -> ExitStatus {
+        let plain = |code| ExitStatus {
+            code,
+            signal: None,
+            timed_out: false,
+        };
+        match self {
+            Outcome::SetupFailed => plain(125),
+            Outcome::NotStarted(code) => plain(code),
+            Outcome::Exited(code) => plain(code),
+            Outcome::Signaled(signal) => ExitStatus {
+                code: 128 + signal,
+                signal: Some(signal),
+                timed_out: false,
+            },
+            Outcome::TimedOut(_) => ExitStatus {
+                code: 124,
+                signal: None,
+                timed_out: true,
+            },
+        }
+    }
+}
+
+impl From<ExitOutcome> for Outcome {
+    fn from(outcome: ExitOutcome) -> Outcome {
+        match outcome {
+            ExitOutcome::Exited(code) => Outcome::Exited(code),
+            ExitOutcome::Signaled(signal) => Outcome::Signaled(signal),
+            ExitOutcome::TimedOut(after) => Outcome::TimedOut(after),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_rule_gives_every_exit_status() {
+        let status = |o: Outcome| {
+            let s = o.status();
+            (s.code, s.signal, s.timed_out)
+        };
+        assert_eq!(status(Outcome::Exited(0)), (0, None, false));
+        assert_eq!(status(Outcome::Exited(3)), (3, None, false));
+        assert_eq!(status(Outcome::Signaled(9)), (137, Some(9), false));
+        assert_eq!(
+            status(Outcome::TimedOut(Duration::from_secs(1))),
+            (124, None, true)
+        );
+        assert_eq!(status(Outcome::SetupFailed), (125, None, false));
+        let missing = ExecError::NotFound {
+            program: "nope".into(),
+            searched: None,
+        };
+        assert_eq!(status(Outcome::not_started(&missing)), (127, None, false));
+        // Every ExitOutcome maps onto the same codes it always had.
+        for o in [
+            ExitOutcome::Exited(7),
+            ExitOutcome::Signaled(15),
+            ExitOutcome::TimedOut(Duration::ZERO),
+        ] {
+            assert_eq!(Outcome::from(o).status().code, o.code(), "{o:?}");
+        }
+    }
+}
