@@ -414,3 +414,14 @@ fn the_nono_backend_keeps_the_same_contract() {
     assert!(stderr(&out).contains("PROVISION-OUT"), "{}", stderr(&out));
     assert!(out.stdout == input, "stdout is not exactly the input");
 }
+
+#[test]
+fn a_command_of_sandbox_exec_inherits_no_stray_descriptor() {
+    let f = Fixture::new();
+    let strays = common::StrayFds::new();
+    let mut cmd = exec(&f, &["--", "sh", "-c", common::LIST_FDS]);
+    strays.give_to(&mut cmd);
+    let out = feed(cmd, Vec::new());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    common::assert_no_strays("sandbox exec", &String::from_utf8_lossy(&out.stdout));
+}

@@ -1249,3 +1249,26 @@ fn box_execs_get_their_git_pointers_checked_and_restored() {
     let run = collect(&mut c, id);
     assert_eq!(run.exit.error_message, None);
 }
+
+#[test]
+fn a_command_of_the_daemon_inherits_no_stray_descriptor() {
+    // The daemon itself was started holding the strays (as under a careless service
+    // manager); the commands of its boxes must not get them.
+    let env = Env::new();
+    let strays = common::StrayFds::new();
+    let mut cmd = env.cmd();
+    strays.give_to(&mut cmd);
+    let daemon = common::daemon::Daemon::start_with(&env, cmd);
+    for backend in ["host", "native"] {
+        let out = daemon.run_once(
+            &env.work(),
+            json!({"backend": backend}),
+            &["sh", "-c", common::LIST_FDS],
+        );
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        common::assert_no_strays(
+            &format!("box.exec ({backend})"),
+            &String::from_utf8_lossy(&out.stdout),
+        );
+    }
+}

@@ -10,10 +10,10 @@
 //! * waiting is a `poll` on a pidfd and on a signal pipe, instead of a Tokio runtime with its
 //!   event loop, signal driver and timer.
 //!
-//! The child keeps every guarantee of [`crate::spawn`]: its own session and process group,
-//! `PR_SET_PDEATHSIG`, the [`ChildSetup`] hook (which is already restricted to what is sound
-//! between fork and exec: no allocation, no locks), the setup-failure report, the whole group
-//! killed at the end and on timeout. Only inherited or null stdio is supported: a caller that
+//! The child keeps every guarantee of [`crate::spawn`]: the same child prelude
+//! ([`crate::prelude`]: its own session and process group, `PR_SET_PDEATHSIG`, the
+//! [`crate::ChildSetup`] hook, no inherited descriptor beyond stdio), the setup-failure
+//! report, the whole group killed at the end and on timeout. Only inherited or null stdio is supported: a caller that
 //! needs pipes uses [`crate::spawn`].
 
 use std::ffi::{CString, OsStr};
@@ -27,10 +27,11 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::error::ExecError;
+use crate::prelude::Prelude;
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{
-    check_cwd, classify_spawn_error, ChildSetup, OutputMode, SetupFailure, SetupReport, SetupStep,
+    check_cwd, classify_spawn_error, OutputMode, SetupFailure, SetupReport, SetupStep,
     SpawnOptions, StdinMode,
 };
 use crate::spec::CommandSpec;
@@ -125,10 +126,7 @@ struct ChildContext<'a> {
     /// `/dev/null`, dup'ed onto the descriptors in `null_targets`.
     null: RawFd,
     null_targets: [bool; 3],
-    report_fd: RawFd,
-    die_with_parent: bool,
-    parent_pid: libc::pid_t,
-    setup: Option<&'a dyn ChildSetup>,
+    prelude: &'a Prelude,
 }
 
 /// The step number sent through the report pipe when `execve` itself failed: the errno is
@@ -211,6 +209,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     };
 
     let report = SetupReport::new()?;
+    let prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
     let context = ChildContext {
         path: &path,
         argv: &argv,
@@ -218,10 +217,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         cwd: &cwd,
         null: null.as_ref().map_or(-1, |f| f.as_raw_fd()),
         null_targets: [stdin_null, output_null, output_null],
-        report_fd: report.write_fd(),
-        die_with_parent: options.die_with_parent,
-        parent_pid: std::process::id() as libc::pid_t,
-        setup: options.setup.as_deref(),
+        prelude: &prelude,
     };
     let cloned = clone_vfork(&context);
     let reported = report.finish_raw();
@@ -351,7 +347,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         ),
     };
     SetupReport::send(
-        context.report_fd,
+        context.prelude.report_fd,
         step,
         failure.errno as i32,
         failure.detail,
@@ -374,38 +370,8 @@ fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
     if unsafe { libc::chdir(context.cwd.as_ptr()) } != 0 {
         return Err(SetupFailure::last(SetupStep::WorkingDirectory));
     }
-    // A new session: no controlling terminal, own process group (pgid == pid), so TIOCSTI on
-    // the user's terminal is refused and killpg reaches every descendant.
-    // SAFETY: setsid(2) takes no arguments.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(SetupFailure::last(SetupStep::NewSession));
-    }
-    if context.die_with_parent {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
-        if unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            )
-        } < 0
-        {
-            return Err(SetupFailure::last(SetupStep::ParentDeathSignal));
-        }
-        // SAFETY: getppid(2) takes no arguments. The parent may have died before prctl.
-        if unsafe { libc::getppid() } != context.parent_pid {
-            return Err(SetupFailure {
-                step: SetupStep::ParentDeathSignal,
-                errno: Errno::ESRCH,
-                detail: 0,
-            });
-        }
-    }
-    if let Some(setup) = context.setup {
-        setup.apply_in_child()?;
-    }
+    // The session, the parent-death signal, the setup, the descriptors (crate::prelude).
+    context.prelude.run()?;
     // SAFETY: execve(2) with a NUL-terminated path and NULL-terminated arrays of
     // NUL-terminated strings, all built by the parent and alive while it is suspended.
     unsafe {
