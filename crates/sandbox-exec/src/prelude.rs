@@ -22,8 +22,6 @@
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use nix::errno::Errno;
-
 use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
 
 /// The child's steps, built in the parent before fork.
@@ -106,7 +104,7 @@ fn parent_death_signal(parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
     if unsafe { libc::getppid() } != parent_pid {
         return Err(SetupFailure {
             step: SetupStep::ParentDeathSignal,
-            errno: Errno::ESRCH,
+            errno: nix::errno::Errno::ESRCH,
             detail: 0,
         });
     }
@@ -148,6 +146,7 @@ fn mark_cloexec_from(first: RawFd) -> Result<(), SetupFailure> {
     if rc == 0 {
         return Ok(());
     }
+    use nix::errno::Errno;
     match Errno::last() {
         // An older kernel (no close_range, or no CLOEXEC flag), or a filter refusing it.
         Errno::ENOSYS | Errno::EINVAL | Errno::EPERM => mark_cloexec_each(first),

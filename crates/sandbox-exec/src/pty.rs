@@ -22,7 +22,9 @@ use crate::error::ExecError;
 use crate::prelude::Prelude;
 use crate::process_group;
 use crate::resolve::resolve_program;
-use crate::spawn::{base_command, check_cwd, classify_spawn_error, ChildSetup, SetupReport};
+use crate::spawn::{
+    base_command, check_cwd, classify_spawn_error, cloexec_pipe, ChildSetup, SetupReport,
+};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
 
@@ -158,8 +160,8 @@ pub async fn run_interactive(
     } else {
         None
     };
-    let (wake_read, wake_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| ExecError::io("creating the relay wake pipe", e.into()))?;
+    let (wake_read, wake_write) =
+        cloexec_pipe(false).map_err(|e| ExecError::io("creating the relay wake pipe", e.into()))?;
     let master_fd = master.as_raw_fd();
     let relay = std::thread::Builder::new()
         .name("sandbox-pty-relay".into())

@@ -462,6 +462,34 @@ pub(crate) fn classify_spawn_error(
     }
 }
 
+/// A pipe whose two ends are close-on-exec (and non-blocking when asked). Linux creates it
+/// so atomically (`pipe2`); elsewhere (macOS) the flags are set right after `pipe`, so a fork
+/// on another thread in between could inherit the ends until its exec.
+pub(crate) fn cloexec_pipe(nonblocking: bool) -> Result<(OwnedFd, OwnedFd), Errno> {
+    use nix::fcntl::OFlag;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let flags = if nonblocking {
+            OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
+        } else {
+            OFlag::O_CLOEXEC
+        };
+        nix::unistd::pipe2(flags)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        let (read, write) = nix::unistd::pipe()?;
+        for fd in [&read, &write] {
+            fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+            if nonblocking {
+                fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+            }
+        }
+        Ok((read, write))
+    }
+}
+
 /// A CLOEXEC pipe through which the child says "my setup failed", so that a Landlock failure
 /// (exit 125) is never mistaken for "command not found" (127) with the same errno.
 pub(crate) struct SetupReport {
@@ -471,7 +499,7 @@ pub(crate) struct SetupReport {
 
 impl SetupReport {
     pub(crate) fn new() -> Result<Self, ExecError> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        let (read, write) = cloexec_pipe(false)
             .map_err(|e| ExecError::io("creating the setup report pipe", e.into()))?;
         Ok(SetupReport {
             read,
