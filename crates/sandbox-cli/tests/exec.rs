@@ -101,7 +101,7 @@ fn the_sessions_notices_go_to_stderr_never_stdout() {
     // Without user namespaces the native backend announces its missing layer on every run:
     // a real notice, which must not land in the protocol stream.
     if let Some(reason) = nouserns_unavailable() {
-        common::skip(reason);
+        common::skip("nouserns-harness", reason);
         return;
     }
     let f = Fixture::new();
@@ -386,7 +386,10 @@ fn the_private_tmpdir_lasts_from_the_probe_to_the_command() {
 #[test]
 fn the_nono_backend_keeps_the_same_contract() {
     if common::nono_path().is_none() {
-        common::skip(format_args!("exec under nono: {}", common::NONO_MISSING));
+        common::skip(
+            "nono",
+            format_args!("exec under nono: {}", common::NONO_MISSING),
+        );
         return;
     }
     let f = Fixture::new();

@@ -29,7 +29,7 @@ fn quarantine_unavailable(f: &Fixture) -> Option<String> {
 fn a_commit_reaches_the_repository_while_the_command_runs() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let before = escape::rev_parse(&f, "feature");
@@ -105,7 +105,7 @@ impl Drop for KillOnDrop {
 fn two_tasks_commit_in_parallel_in_two_worktrees() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let second = f.env.path().join("second");
@@ -156,7 +156,7 @@ fn two_tasks_commit_in_parallel_in_two_worktrees() {
 fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     // The user's stash exists before the run: the run may stash privately (refs/stash is
@@ -252,7 +252,7 @@ fn the_json_report_replaces_a_link_planted_at_its_name() {
 fn the_daemon_reports_the_git_store_in_the_exit_event() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let daemon = common::daemon::Daemon::start(&f.env);
@@ -307,7 +307,7 @@ fn the_daemon_reports_the_git_store_in_the_exit_event() {
 fn the_quarantine_works_for_an_unprivileged_user() {
     let is_root = nix::unistd::geteuid().is_root();
     if is_root && !std::path::Path::new("/usr/bin/setpriv").exists() {
-        common::skip("setpriv is missing");
+        common::skip("setpriv", "setpriv is missing");
         return;
     }
     let env = common::Env::new();
@@ -371,7 +371,10 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     ));
     let policy = as_user(&task, &[bin.to_str().unwrap(), "policy", "show"]);
     if !String::from_utf8_lossy(&policy.stdout).contains("git store quarantined") {
-        common::skip("no private view for an unprivileged user here, so no quarantine");
+        common::skip(
+            "unprivileged-private-view",
+            "no private view for an unprivileged user here, so no quarantine",
+        );
         return;
     }
     let trunk = ok(as_user(&repo, &["git", "rev-parse", "trunk"]));
@@ -419,7 +422,7 @@ fn git_inside_waits_for_ref_locks_the_host_holds() {
 fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let lock = f.common.join("refs/heads/feature.lock");

@@ -284,7 +284,7 @@ fn a_main_worktree_runs_in_the_view_with_what_git_runs_read_only() {
 #[test]
 fn without_the_view_a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     let f = Fixture::new();
@@ -534,7 +534,7 @@ fn a_nested_run_works_and_stays_confined() {
 #[test]
 fn without_the_view_unix_sockets_are_denied_unless_allowed_and_every_run_says_so() {
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     let f = Fixture::new();
@@ -609,7 +609,7 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
     if !std::path::Path::new(python).exists()
         || (is_root && !std::path::Path::new("/usr/bin/setpriv").exists())
     {
-        common::skip("python3 or setpriv is missing");
+        common::skip("python3", "python3 or setpriv is missing");
         return;
     }
     let env = common::Env::new();
@@ -657,10 +657,13 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
     let doctor = as_nobody(&[bin, "doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
     if report["private_view"]["available"] != serde_json::json!(true) {
-        common::skip(format_args!(
-            "no private view for an unprivileged user here: {}",
-            report["private_view"]["reason"]
-        ));
+        common::skip(
+            "unprivileged-private-view",
+            format_args!(
+                "no private view for an unprivileged user here: {}",
+                report["private_view"]["reason"]
+            ),
+        );
         return;
     }
     let inside = as_nobody(&[bin, "run", "--", python, "-c", &connect]);

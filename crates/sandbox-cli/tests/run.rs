@@ -478,12 +478,15 @@ fn tiocsti_cannot_reach_the_users_terminal() {
     // observable for an unprivileged user; run the attempt as nobody when we are root.
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
-        common::skip(format_args!("{python} is not installed"));
+        common::skip("python3", format_args!("{python} is not installed"));
         return;
     }
     let is_root = nix::unistd::geteuid().is_root();
     if is_root && !std::path::Path::new("/usr/bin/setpriv").exists() {
-        common::skip("running as root and setpriv is missing to drop privileges");
+        common::skip(
+            "setpriv",
+            "running as root and setpriv is missing to drop privileges",
+        );
         return;
     }
     let env = Env::new();

@@ -1221,13 +1221,16 @@ fn box_execs_get_their_git_pointers_checked_and_restored() {
         assert_eq!(run.exit.error_message, None, "{:?}", run.exit);
         assert_eq!(std::fs::read_to_string(&pointer).unwrap(), before);
     } else {
-        common::skip("the private view is not available here: only the repair is tested");
+        common::skip(
+            "private-view",
+            "the private view is not available here: only the repair is tested",
+        );
     }
     // Without the view (a daemon in a user namespace that may create no user namespaces, as
     // on hosts that disable them) the write lands, and the daemon restores the pointer after
     // the command and says so in its exit event.
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     drop(c);

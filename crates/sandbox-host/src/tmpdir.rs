@@ -282,7 +282,7 @@ mod tests {
             )
         };
         if set != 0 {
-            println!("skipped: this file system takes no user xattrs");
+            sandbox_testkit::skip("user-xattrs", "this file system takes no user xattrs");
             return;
         }
         let before = parked(root.path());

@@ -86,16 +86,7 @@ pub fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", super::text(&out));
-}
+pub use sandbox_testkit::git;
 
 impl Fixture {
     pub fn new() -> Self {
@@ -255,7 +246,8 @@ pub enum Verdict {
     Escaped(String),
     /// The command never ran (the sandbox refused to start): proves nothing.
     NotRun(String),
-    Skipped(String),
+    /// Could not be tried here: the skip's id (`sandbox_testkit::skip`) and why.
+    Skipped(&'static str, String),
 }
 
 impl Verdict {
@@ -265,7 +257,7 @@ impl Verdict {
             Verdict::Repaired => "repaired".into(),
             Verdict::Escaped(_) => "ESCAPED".into(),
             Verdict::NotRun(_) => "not run".into(),
-            Verdict::Skipped(_) => "skipped".into(),
+            Verdict::Skipped(..) => "skipped".into(),
         }
     }
 
@@ -537,7 +529,7 @@ pub fn attacks() -> Vec<Attack> {
             needs: Some("/usr/bin/python3"),
             run: |f, b| {
                 if let Some(why) = ptrace_unavailable() {
-                    return Verdict::Skipped(why);
+                    return Verdict::Skipped("ptrace", why);
                 }
                 let mut victim = f.spawn_outside(&["sleep", "30"], &[]);
                 let pid = victim.id();
@@ -619,7 +611,7 @@ pub fn attacks() -> Vec<Attack> {
                 // share x86_64's audit arch; the filter refuses them all. Observable only on a
                 // kernel built with x32 support: probe it outside the sandbox first.
                 let Some(program) = x32_udp_program(f) else {
-                    return Verdict::Skipped("not an x86_64 build".into());
+                    return Verdict::Skipped("x32-abi", "not an x86_64 build".into());
                 };
                 let allowed = free_listener();
                 let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -629,10 +621,13 @@ pub fn attacks() -> Vec<Attack> {
                 let probe = Command::new(&program).arg(&port).output().unwrap();
                 let mut buf = [0u8; 64];
                 if !probe.status.success() || sink.recv(&mut buf).is_err() {
-                    return Verdict::Skipped(format!(
-                        "this kernel has no x32 ABI (CONFIG_X86_X32_ABI): {}",
-                        String::from_utf8_lossy(&probe.stdout).trim()
-                    ));
+                    return Verdict::Skipped(
+                        "x32-abi",
+                        format!(
+                            "this kernel has no x32 ABI (CONFIG_X86_X32_ABI): {}",
+                            String::from_utf8_lossy(&probe.stdout).trim()
+                        ),
+                    );
                 }
                 let flags = block_net_flags(allowed.local_addr().unwrap().port());
                 let out = f.run(
@@ -653,6 +648,7 @@ pub fn attacks() -> Vec<Attack> {
             run: |f, b| {
                 if b.ends_with(DAEMON) {
                     return Verdict::Skipped(
+                        "box-exec-no-terminal",
                         "box.exec gives a command no terminal, so there is none to push \
                          keystrokes into"
                             .into(),
@@ -1097,6 +1093,7 @@ pub fn attacks() -> Vec<Attack> {
                     // without user namespaces the command shares the user's keyring, as in
                     // the native column.)
                     return Verdict::Skipped(
+                        "userns-own-keyring",
                         "the column's own user namespace has its own user keyring".into(),
                     );
                 }
@@ -1107,10 +1104,13 @@ pub fn attacks() -> Vec<Attack> {
                     .output()
                     .unwrap();
                 if !added.status.success() {
-                    return Verdict::Skipped(format!(
-                        "keyctl add refused outside the sandbox: {}",
-                        super::text(&added)
-                    ));
+                    return Verdict::Skipped(
+                        "keyctl",
+                        format!(
+                            "keyctl add refused outside the sandbox: {}",
+                            super::text(&added)
+                        ),
+                    );
                 }
                 let id = String::from_utf8_lossy(&added.stdout).trim().to_string();
                 let out = f.run(
@@ -1483,7 +1483,7 @@ pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
         for backend in backends {
             let verdict = match attack.needs {
                 Some(tool) if !Path::new(tool).exists() => {
-                    Verdict::Skipped(format!("{tool} missing"))
+                    Verdict::Skipped("tool", format!("{tool} missing"))
                 }
                 _ => (attack.run)(&Fixture::new(), backend),
             };

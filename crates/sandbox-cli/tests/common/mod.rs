@@ -8,22 +8,12 @@ pub mod escape;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
-/// Writes a line straight to the test process's stderr. libtest captures `println!` and
-/// `eprintln!` of passing tests; this does not go through that capture, so skip notices and
-/// result tables show in every `cargo test` run (and in CI logs).
-pub fn report(line: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
-
-/// Reports a check that cannot run on this machine, with the reason. Never a silent pass.
-pub fn skip(reason: impl std::fmt::Display) {
-    report(format_args!("skipped: {reason}"));
-}
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use sandbox_testkit::{alive, report, skip, wait_dead};
 
 /// `args` as an unprivileged user: as `nobody` via setpriv when the tests run as root (check
 /// `/usr/bin/setpriv` first), else as ourselves; with an empty environment but `PATH`.
@@ -140,29 +130,6 @@ impl Env {
         }
         cmd
     }
-}
-
-/// True while `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
-            state != Some("Z")
-        }
-        Err(_) => false,
-    }
-}
-
-/// Waits (up to `within`) for `pid` to be gone.
-pub fn wait_dead(pid: i32, within: Duration) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    !alive(pid)
 }
 
 /// Stdout and stderr as text, for assertion messages.
