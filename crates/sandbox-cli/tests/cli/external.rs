@@ -5,7 +5,7 @@
 //!
 //! A missing tool is reported as "skipped: …", never a silent pass.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::os::fd::AsRawFd as _;

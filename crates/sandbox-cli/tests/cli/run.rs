@@ -1,7 +1,7 @@
 //! `sandbox run` / `sandbox shell` through the real binary: exit codes, stdio integrity,
 //! process-group cleanup, signal relay, configuration errors, the PTY relay.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};

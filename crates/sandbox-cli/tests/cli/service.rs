@@ -2,7 +2,7 @@
 //! its Unix socket and over `sandbox serve --stdio`, running real commands under the native
 //! backend. Process checks are by pid, from the outside.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;

@@ -3,7 +3,7 @@
 //! output): the view, the VM's lifecycle, the command line and the exit code pass-through.
 //! A booted VM cannot be had here (DESIGN §5); sandbox-lima's `real` tests run one where it can.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

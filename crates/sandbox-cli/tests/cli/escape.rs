@@ -5,7 +5,7 @@
 //!
 //!     cargo test -p sandbox-cli --test escape -- --nocapture     # prints the table
 
-mod common;
+use crate::common;
 
 use common::escape::{self, Verdict};
 

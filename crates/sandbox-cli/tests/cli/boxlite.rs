@@ -7,7 +7,7 @@
 //! Needs the runtime files (`cargo xtask boxlite-runtime`); built with `--features boxlite`.
 #![cfg(feature = "boxlite")]
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};

@@ -3,7 +3,7 @@
 //! EOF, exit codes pass through, and the probe / provision / probe sequence runs in order,
 //! with every line of it on stderr.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;

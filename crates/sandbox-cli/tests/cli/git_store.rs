@@ -2,7 +2,7 @@
 //! repository while the command still runs, two tasks commit side by side, and a refused
 //! update is reported on stderr and in `--report-json`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;

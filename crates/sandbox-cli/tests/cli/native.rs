@@ -1,7 +1,7 @@
 //! The native backend's commands through the real binary: the default backend, `use`,
 //! `policy show`, `doctor`, refusals of bad input and of unprotectable git layouts.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 

@@ -2,7 +2,7 @@
 //! judgements on both paths. Each test drives the real `sandbox` binary and a real daemon over
 //! a real repository with a linked worktree.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
