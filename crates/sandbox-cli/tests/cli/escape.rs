@@ -3,7 +3,7 @@
 //! every check can fail. Native also runs where user namespaces cannot be created
 //! (`native-nouserns`). See `common/escape.rs` for the attacks.
 //!
-//!     cargo test -p sandbox-cli --test escape -- --nocapture     # prints the table
+//!     cargo test -p sandbox-cli --test cli -- escape:: --nocapture     # prints the table
 
 use crate::common;
 

@@ -324,7 +324,7 @@ fn a_grant_inside_a_trusted_place_is_refused_by_run_and_box_create() {
 #[test]
 fn backends_this_build_lacks_are_refused_not_remembered() {
     let f = Fixture::new();
-    // With the `boxlite` feature every backend is built (tests/boxlite.rs covers BoxLite).
+    // With the `boxlite` feature every backend is built (tests/cli/boxlite.rs covers BoxLite).
     if !cfg!(feature = "boxlite") {
         let backend = "boxlite";
         let out = f
