@@ -364,7 +364,10 @@ mod tests {
     #[test]
     fn a_directory_is_checked_file_by_file() {
         let Some(first) = files().first() else {
-            eprintln!("skipped: no BoxLite wheel is pinned for this platform");
+            sandbox_testkit::skip(
+                "boxlite-wheel",
+                "no BoxLite wheel is pinned for this platform",
+            );
             return;
         };
         let dir = tempfile::tempdir().unwrap();

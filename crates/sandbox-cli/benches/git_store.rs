@@ -12,7 +12,7 @@
 //! Prints median / p90 per commit and the ratio to the host.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -21,16 +21,7 @@ const COMMITS: usize = 40;
 const ROUNDS: usize = 5;
 const VISIBLE_SAMPLES: usize = 40;
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+use sandbox_testkit::git;
 
 struct Fixture {
     _dir: tempfile::TempDir,

@@ -10,10 +10,10 @@
 //! * waiting is a `poll` on a pidfd and on a signal pipe, instead of a Tokio runtime with its
 //!   event loop, signal driver and timer.
 //!
-//! The child keeps every guarantee of [`crate::spawn`]: its own session and process group,
-//! `PR_SET_PDEATHSIG`, the [`ChildSetup`] hook (which is already restricted to what is sound
-//! between fork and exec: no allocation, no locks), the setup-failure report, the whole group
-//! killed at the end and on timeout. Only inherited or null stdio is supported: a caller that
+//! The child keeps every guarantee of [`crate::spawn`]: the same child prelude
+//! ([`crate::prelude`]: its own session and process group, `PR_SET_PDEATHSIG`, the
+//! [`crate::ChildSetup`] hook, no inherited descriptor beyond stdio), the setup-failure
+//! report, the whole group killed at the end and on timeout. Only inherited or null stdio is supported: a caller that
 //! needs pipes uses [`crate::spawn`].
 
 use std::ffi::{CString, OsStr};
@@ -27,17 +27,19 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::error::ExecError;
+use crate::prelude::Prelude;
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{
-    check_cwd, classify_spawn_error, ChildSetup, OutputMode, SetupFailure, SetupReport, SetupStep,
-    SpawnOptions, StdinMode,
+    check_cwd, classify_spawn_error, cloexec_pipe, OutputMode, SetupFailure, SetupReport,
+    SetupStep, SpawnOptions, StdinMode,
 };
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
 
 /// The child's stack. Only the pages the setup touches are ever allocated; the view's setup
 /// keeps a `PATH_MAX` buffer on it, nothing more than a few KiB.
+#[cfg(any(target_os = "linux", target_os = "android"))]
 const CHILD_STACK: usize = 1 << 20;
 
 /// Relays SIGINT, SIGTERM and SIGHUP received by this process to the running child's group,
@@ -53,8 +55,7 @@ pub struct SignalPipe {
 impl SignalPipe {
     pub fn install() -> Result<Self, ExecError> {
         let (read, write) =
-            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC | nix::fcntl::OFlag::O_NONBLOCK)
-                .map_err(|e| ExecError::io("creating the signal pipe", e.into()))?;
+            cloexec_pipe(true).map_err(|e| ExecError::io("creating the signal pipe", e.into()))?;
         let fd = write.as_raw_fd();
         let mut ids = Vec::new();
         for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
@@ -108,7 +109,8 @@ impl Drop for SignalPipe {
 /// whole group and reaps it.
 pub struct DirectChild {
     pid: Pid,
-    pidfd: OwnedFd,
+    /// Readable once the child exited ([`exit_watch`]).
+    exited: OwnedFd,
     program: String,
     started: Instant,
     timeout: Option<Duration>,
@@ -125,10 +127,7 @@ struct ChildContext<'a> {
     /// `/dev/null`, dup'ed onto the descriptors in `null_targets`.
     null: RawFd,
     null_targets: [bool; 3],
-    report_fd: RawFd,
-    die_with_parent: bool,
-    parent_pid: libc::pid_t,
-    setup: Option<&'a dyn ChildSetup>,
+    prelude: &'a Prelude,
 }
 
 /// The step number sent through the report pipe when `execve` itself failed: the errno is
@@ -211,6 +210,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     };
 
     let report = SetupReport::new()?;
+    let prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
     let context = ChildContext {
         path: &path,
         argv: &argv,
@@ -218,10 +218,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         cwd: &cwd,
         null: null.as_ref().map_or(-1, |f| f.as_raw_fd()),
         null_targets: [stdin_null, output_null, output_null],
-        report_fd: report.write_fd(),
-        die_with_parent: options.die_with_parent,
-        parent_pid: std::process::id() as libc::pid_t,
-        setup: options.setup.as_deref(),
+        prelude: &prelude,
     };
     let cloned = clone_vfork(&context);
     let reported = report.finish_raw();
@@ -247,15 +244,15 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
             options.setup.as_deref(),
         ));
     }
-    let pidfd = pidfd_open(pid).map_err(|e| {
+    let exited = exit_watch(pid).map_err(|e| {
         process_group::signal_group(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
-        ExecError::io("pidfd_open (Linux 5.3 or later is required)", e.into())
+        ExecError::io(EXIT_WATCH, e.into())
     })?;
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
     Ok(DirectChild {
         pid,
-        pidfd,
+        exited,
         program,
         started: Instant::now(),
         timeout: spec.timeout,
@@ -264,7 +261,15 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     })
 }
 
-fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
+/// What [`exit_watch`] calls, for its error message.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const EXIT_WATCH: &str = "pidfd_open (Linux 5.3 or later is required)";
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const EXIT_WATCH: &str = "kqueue (watching the command's exit)";
+
+/// A descriptor that `poll` reports readable once `pid` exited: its pidfd.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn exit_watch(pid: Pid) -> Result<OwnedFd, Errno> {
     // SAFETY: pidfd_open(2) takes a pid and flags; on success it returns a new descriptor
     // that nothing else owns.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
@@ -275,8 +280,74 @@ fn pidfd_open(pid: Pid) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// A descriptor that `poll` reports readable once `pid` exited: a kqueue holding one
+/// `EVFILT_PROC`/`NOTE_EXIT` event for it (macOS and the BSDs have no pidfd).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn exit_watch(pid: Pid) -> Result<OwnedFd, Errno> {
+    // SAFETY: kqueue(2) takes no arguments and returns a new descriptor owned by no one else.
+    let kq = unsafe { libc::kqueue() };
+    if kq < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: `kq` was just returned by the kernel.
+    let kq = unsafe { OwnedFd::from_raw_fd(kq) };
+    // SAFETY: an all-zero kevent is a valid value of the plain C struct; the fields that
+    // matter are set below.
+    let mut change: libc::kevent = unsafe { std::mem::zeroed() };
+    change.ident = pid.as_raw() as libc::uintptr_t;
+    change.filter = libc::EVFILT_PROC;
+    change.flags = libc::EV_ADD | libc::EV_ONESHOT;
+    change.fflags = libc::NOTE_EXIT;
+    // SAFETY: kevent(2) registers the one change read from our stack; no events are
+    // returned (a null list of length 0) and no timeout is read.
+    let rc = unsafe {
+        libc::kevent(
+            kq.as_raw_fd(),
+            &change,
+            1,
+            std::ptr::null_mut(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    Ok(kq)
+}
+
+/// Starts the child with `fork(2)` (macOS has no `clone`): it gets a copy of our memory, in
+/// which `context` stays valid, and runs [`child_main`]. The caller's read of the report
+/// pipe waits until it has exec'ed or exited.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
+    // Every signal is blocked across the fork, as on Linux: the child resets the handlers,
+    // then unblocks.
+    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    let mut saved = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
+    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and fills `saved`.
+    unsafe {
+        libc::sigfillset(all.as_mut_ptr());
+        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), saved.as_mut_ptr());
+    }
+    // SAFETY: fork(2); the child only runs `child_main`, which makes async-signal-safe calls
+    // and ends in execve or _exit, never returning into our frames.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        child_main(std::ptr::from_ref(context).cast_mut().cast());
+    }
+    let fork_errno = Errno::last();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, saved.as_ptr(), std::ptr::null_mut()) };
+    if pid < 0 {
+        return Err(fork_errno);
+    }
+    Ok(Pid::from_raw(pid))
+}
+
 /// Starts the child on its own stack, sharing our memory, and returns once it has called
 /// `execve` or exited (`CLONE_VFORK` suspends us until then).
+#[cfg(any(target_os = "linux", target_os = "android"))]
 fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
     // SAFETY: an anonymous private mapping of CHILD_STACK bytes, unmapped below once the
     // child no longer uses it (after exec or exit, when clone returns).
@@ -351,7 +422,7 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         ),
     };
     SetupReport::send(
-        context.report_fd,
+        context.prelude.report_fd,
         step,
         failure.errno as i32,
         failure.detail,
@@ -374,38 +445,8 @@ fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
     if unsafe { libc::chdir(context.cwd.as_ptr()) } != 0 {
         return Err(SetupFailure::last(SetupStep::WorkingDirectory));
     }
-    // A new session: no controlling terminal, own process group (pgid == pid), so TIOCSTI on
-    // the user's terminal is refused and killpg reaches every descendant.
-    // SAFETY: setsid(2) takes no arguments.
-    if unsafe { libc::setsid() } < 0 {
-        return Err(SetupFailure::last(SetupStep::NewSession));
-    }
-    if context.die_with_parent {
-        // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
-        if unsafe {
-            libc::prctl(
-                libc::PR_SET_PDEATHSIG,
-                libc::SIGKILL as libc::c_ulong,
-                0,
-                0,
-                0,
-            )
-        } < 0
-        {
-            return Err(SetupFailure::last(SetupStep::ParentDeathSignal));
-        }
-        // SAFETY: getppid(2) takes no arguments. The parent may have died before prctl.
-        if unsafe { libc::getppid() } != context.parent_pid {
-            return Err(SetupFailure {
-                step: SetupStep::ParentDeathSignal,
-                errno: Errno::ESRCH,
-                detail: 0,
-            });
-        }
-    }
-    if let Some(setup) = context.setup {
-        setup.apply_in_child()?;
-    }
+    // The session, the parent-death signal, the setup, the descriptors (crate::prelude).
+    context.prelude.run()?;
     // SAFETY: execve(2) with a NUL-terminated path and NULL-terminated arrays of
     // NUL-terminated strings, all built by the parent and alive while it is suspended.
     unsafe {
@@ -428,7 +469,12 @@ fn reset_signals() {
     unsafe {
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..libc::SIGRTMAX() {
+        #[cfg(any(target_os = "linux", target_os = "android"))]
+        let last = libc::SIGRTMAX();
+        #[cfg(not(any(target_os = "linux", target_os = "android")))]
+        // The BSDs' NSIG: signals 1 to 31.
+        let last = 32;
+        for signal in 1..last {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
             }
@@ -474,7 +520,7 @@ impl DirectChild {
             };
             let mut fds = [
                 libc::pollfd {
-                    fd: self.pidfd.as_raw_fd(),
+                    fd: self.exited.as_raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 },

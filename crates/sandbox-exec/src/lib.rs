@@ -7,7 +7,8 @@
 //!   ([`output`]); [`Running::wait_with_output`] bounds the post-exit drain;
 //! * an admission policy ([`CommandPolicy`], [`WorkspaceGuard`]) gates every request;
 //! * interactive runs get a fresh pty relayed to the user's terminal ([`pty`]);
-//! * a [`ChildSetup`] hook applies a sandbox between fork and exec;
+//! * a [`ChildSetup`] hook applies a sandbox between fork and exec, in the one child prelude
+//!   of every spawn path (session, parent-death signal, the hook, no stray descriptors);
 //! * a command the caller only starts and waits for runs without an async runtime and without
 //!   copying the caller's memory ([`direct`]).
 
@@ -15,6 +16,7 @@ pub mod direct;
 pub mod error;
 pub mod output;
 pub mod policy;
+mod prelude;
 pub mod process_group;
 pub mod pty;
 pub mod resolve;

@@ -6,7 +6,7 @@
 //! * the **observer** path: a broadcast channel for live display. A slow observer misses
 //!   chunks (it is told how many) and never slows the lossless path.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -97,6 +97,7 @@ impl OutputObserver {
 pub(crate) fn enlarge_pipe(fd: &OwnedFd, bytes: usize) {
     #[cfg(target_os = "linux")]
     {
+        use std::os::fd::AsRawFd;
         // SAFETY: F_SETPIPE_SZ on an fd we own; failure leaves the pipe as it was.
         let _ = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) };
     }

@@ -19,10 +19,11 @@ use nix::sys::termios::{self, SetArg, Termios};
 use nix::unistd::Pid;
 
 use crate::error::ExecError;
+use crate::prelude::Prelude;
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{
-    base_command, check_cwd, classify_spawn_error, ChildSetup, SetupFailure, SetupReport, SetupStep,
+    base_command, check_cwd, classify_spawn_error, cloexec_pipe, ChildSetup, SetupReport,
 };
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
@@ -35,6 +36,10 @@ const PTY_DRAIN: Duration = Duration::from_millis(200);
 pub struct PtyOptions {
     pub setup: Option<Arc<dyn ChildSetup>>,
     pub kill_grace: Option<Duration>,
+    /// Kill the shell (SIGKILL) if the spawning *thread* dies (`PR_SET_PDEATHSIG`), as
+    /// [`crate::SpawnOptions::die_with_parent`]: the runtime driving [`run_interactive`] must
+    /// run on a thread that lives as long as the session (the CLI's main thread).
+    pub die_with_parent: bool,
 }
 
 /// Puts a terminal in raw mode and restores it when dropped.
@@ -127,33 +132,14 @@ pub async fn run_interactive(
     cmd.stdin(dup(&slave)?)
         .stdout(dup(&slave)?)
         .stderr(dup(&slave)?);
-    let setup = options.setup.clone();
     let report = SetupReport::new()?;
-    let report_fd = report.write_fd();
-    // SAFETY: runs between fork and exec; only setsid(2), ioctl(2) and the ChildSetup hook,
-    // which is async-signal safe by its contract.
+    let mut prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
+    // stdin is the pty slave; the child makes it its controlling terminal.
+    prelude.controlling_terminal = true;
+    // SAFETY: runs between fork and exec; the prelude only makes async-signal-safe calls
+    // (see crate::prelude), on a value built before fork and only read here.
     unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(SetupReport::fail(
-                    report_fd,
-                    SetupFailure::last(SetupStep::NewSession),
-                ));
-            }
-            // stdin is the pty slave now; make it our controlling terminal.
-            if libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
-                return Err(SetupReport::fail(
-                    report_fd,
-                    SetupFailure::last(SetupStep::ControllingTerminal),
-                ));
-            }
-            if let Some(setup) = &setup {
-                if let Err(failure) = setup.apply_in_child() {
-                    return Err(SetupReport::fail(report_fd, failure));
-                }
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || prelude.run_reporting());
     }
     let spawned = tokio::process::Command::from(cmd).spawn();
     let setup_failure = report.finish();
@@ -174,8 +160,8 @@ pub async fn run_interactive(
     } else {
         None
     };
-    let (wake_read, wake_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
-        .map_err(|e| ExecError::io("creating the relay wake pipe", e.into()))?;
+    let (wake_read, wake_write) =
+        cloexec_pipe(false).map_err(|e| ExecError::io("creating the relay wake pipe", e.into()))?;
     let master_fd = master.as_raw_fd();
     let relay = std::thread::Builder::new()
         .name("sandbox-pty-relay".into())

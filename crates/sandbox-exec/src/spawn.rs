@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use crate::error::ExecError;
 use crate::output::{self, OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 use crate::policy::CommandPolicy;
+use crate::prelude::Prelude;
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spec::CommandSpec;
@@ -36,6 +37,14 @@ pub trait ChildSetup: Send + Sync {
 
     /// A short name for messages ("landlock+seccomp").
     fn name(&self) -> &str;
+
+    /// The descriptors beyond stdio that the command inherits on purpose (a start marker on
+    /// fd 3), as they are numbered once [`ChildSetup::apply_in_child`] has run. Every other
+    /// descriptor is closed at exec ([`crate::prelude`]). Read in the child: return a slice
+    /// held by `self`, never a fresh allocation.
+    fn passed_fds(&self) -> &[RawFd] {
+        &[]
+    }
 
     /// What item `detail` of `step` was (a mount and its path), for the parent's message.
     fn describe(&self, _step: SetupStep, _detail: u32) -> Option<String> {
@@ -77,6 +86,8 @@ pub enum SetupStep {
     /// `landlock_add_rule` for a path that exists only inside the view (the git store's
     /// overlay).
     LandlockAddRule = 15,
+    /// Marking every descriptor not passed on purpose close-on-exec.
+    CloseDescriptors = 16,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -98,6 +109,7 @@ impl SetupStep {
             SetupStep::PivotRoot => "entering the private view's root",
             SetupStep::WorkingDirectory => "entering the working directory in the view",
             SetupStep::LandlockAddRule => "landlock_add_rule (the git store overlay)",
+            SetupStep::CloseDescriptors => "closing the inherited descriptors",
             SetupStep::Other => "child setup",
         }
     }
@@ -118,6 +130,7 @@ impl SetupStep {
             SetupStep::PivotRoot,
             SetupStep::WorkingDirectory,
             SetupStep::LandlockAddRule,
+            SetupStep::CloseDescriptors,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -286,57 +299,12 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     cmd.stdout(out).stderr(err);
 
     let report = SetupReport::new()?;
-    let report_fd = report.write_fd();
-    let setup = options.setup.clone();
-    let die_with_parent = options.die_with_parent;
-    let parent_pid = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec. It only calls setsid(2),
-    // prctl(2), getppid(2), write(2) and the ChildSetup hook, whose contract is async-signal
-    // safety (no allocation, no locks). `setup` is an Arc cloned before fork; only read here.
+    let prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
+    // SAFETY: the closure runs in the forked child before exec; the prelude only makes
+    // async-signal-safe calls (see crate::prelude). `prelude` was built before fork and is
+    // only read here.
     unsafe {
-        cmd.pre_exec(move || {
-            // A new session: no controlling terminal, own process group (pgid == pid), so
-            // TIOCSTI on the user's terminal is refused and killpg reaches every descendant.
-            if libc::setsid() < 0 {
-                return Err(SetupReport::fail(
-                    report_fd,
-                    SetupFailure::last(SetupStep::NewSession),
-                ));
-            }
-            #[cfg(target_os = "linux")]
-            if die_with_parent {
-                if libc::prctl(
-                    libc::PR_SET_PDEATHSIG,
-                    libc::SIGKILL as libc::c_ulong,
-                    0,
-                    0,
-                    0,
-                ) < 0
-                {
-                    return Err(SetupReport::fail(
-                        report_fd,
-                        SetupFailure::last(SetupStep::ParentDeathSignal),
-                    ));
-                }
-                // The parent may have died between fork and prctl.
-                if libc::getppid() != parent_pid {
-                    return Err(SetupReport::fail(
-                        report_fd,
-                        SetupFailure {
-                            step: SetupStep::ParentDeathSignal,
-                            errno: Errno::ESRCH,
-                            detail: 0,
-                        },
-                    ));
-                }
-            }
-            if let Some(setup) = &setup {
-                if let Err(failure) = setup.apply_in_child() {
-                    return Err(SetupReport::fail(report_fd, failure));
-                }
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || prelude.run_reporting());
     }
 
     let mut tokio_cmd = tokio::process::Command::from(cmd);
@@ -494,6 +462,34 @@ pub(crate) fn classify_spawn_error(
     }
 }
 
+/// A pipe whose two ends are close-on-exec (and non-blocking when asked). Linux creates it
+/// so atomically (`pipe2`); elsewhere (macOS) the flags are set right after `pipe`, so a fork
+/// on another thread in between could inherit the ends until its exec.
+pub(crate) fn cloexec_pipe(nonblocking: bool) -> Result<(OwnedFd, OwnedFd), Errno> {
+    use nix::fcntl::OFlag;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let flags = if nonblocking {
+            OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
+        } else {
+            OFlag::O_CLOEXEC
+        };
+        nix::unistd::pipe2(flags)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+        let (read, write) = nix::unistd::pipe()?;
+        for fd in [&read, &write] {
+            fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
+            if nonblocking {
+                fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
+            }
+        }
+        Ok((read, write))
+    }
+}
+
 /// A CLOEXEC pipe through which the child says "my setup failed", so that a Landlock failure
 /// (exit 125) is never mistaken for "command not found" (127) with the same errno.
 pub(crate) struct SetupReport {
@@ -503,7 +499,7 @@ pub(crate) struct SetupReport {
 
 impl SetupReport {
     pub(crate) fn new() -> Result<Self, ExecError> {
-        let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        let (read, write) = cloexec_pipe(false)
             .map_err(|e| ExecError::io("creating the setup report pipe", e.into()))?;
         Ok(SetupReport {
             read,

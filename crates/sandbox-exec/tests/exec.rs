@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use sandbox_exec::{
     spawn, CommandSpec, ExitOutcome, OutputLimits, OutputMode, SpawnOptions, StdinMode, StreamKind,
 };
+use sandbox_testkit::{alive, wait_dead};
 
 fn spec(argv: &[&str]) -> CommandSpec {
     let mut spec = CommandSpec::argv(argv.iter().copied(), "/").unwrap();
@@ -21,28 +22,6 @@ fn capture() -> SpawnOptions {
         output: OutputMode::Capture(OutputLimits::default()),
         ..SpawnOptions::default()
     }
-}
-
-fn alive(pid: i32) -> bool {
-    // A zombie is dead for our purposes: read its state.
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
-            state != Some("Z")
-        }
-        Err(_) => false,
-    }
-}
-
-fn wait_dead(pid: i32, within: Duration) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    !alive(pid)
 }
 
 fn random_file(dir: &Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {

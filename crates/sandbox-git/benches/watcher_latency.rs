@@ -7,7 +7,6 @@
 //! status check and checkout do real work; each commit changes one file and adds one.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -18,16 +17,9 @@ const WARMUP: usize = 5;
 const BASELINE: usize = 50;
 
 fn git(dir: &Path, home: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
+    let out = sandbox_testkit::git_command(dir)
         .args(args)
         .env("HOME", home)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "Bench")
-        .env("GIT_AUTHOR_EMAIL", "bench@example.com")
-        .env("GIT_COMMITTER_NAME", "Bench")
-        .env("GIT_COMMITTER_EMAIL", "bench@example.com")
         .output()
         .expect("git runs");
     assert!(

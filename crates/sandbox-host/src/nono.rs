@@ -448,6 +448,15 @@ impl ChildSetup for NonoChildSetup {
     fn name(&self) -> &str {
         "nono start marker"
     }
+
+    /// The start marker's pipe on fd 3 (`nono wrap`): the one descriptor nono's trampoline
+    /// inherits on purpose.
+    fn passed_fds(&self) -> &[std::os::fd::RawFd] {
+        match &*self.marker {
+            StartMarker::Pipe { .. } => &[MARKER_FD],
+            StartMarker::File { .. } => &[],
+        }
+    }
 }
 
 /// The manifest of one session, written where the sandbox cannot change it; removed on drop.

@@ -18,18 +18,11 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use sandbox_host::assembly::Defaults;
-use sandbox_protocol::{decode_frame, Decoded, Frame, Request};
 use sandbox_service::daemon::{self, DaemonOptions};
 use sandbox_service::{Client, RuntimePaths};
-use serde_json::{json, Value};
+use serde_json::json;
 
-fn req(method: &str, params: Value) -> Request {
-    let line = serde_json::to_vec(&json!({"id": 0, "method": method, "params": params})).unwrap();
-    match decode_frame(&Frame::Line(line)) {
-        Decoded::Request(_, r) => r,
-        other => panic!("{other:?}"),
-    }
-}
+use sandbox_testkit::req;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]

@@ -29,6 +29,7 @@ use sandbox_exec::process_group;
 /// descendant it left behind are gone. Must be called before any thread is started.
 pub fn supervise(mut daemon: std::process::Command) -> std::io::Result<i32> {
     process_group::become_subreaper()?;
+    #[cfg(target_os = "linux")]
     let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls prctl(2) and
     // getppid(2), both async-signal-safe; it touches no memory but its two integer captures.

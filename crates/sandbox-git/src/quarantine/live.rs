@@ -7,14 +7,23 @@
 //! once before waiting, so nothing written before the watches existed waits for the end. A
 //! directory created in the layer (a nested branch name) is watched as it appears.
 
+// Live sync needs inotify (Linux); elsewhere the quarantine, which needs a private view
+// anyway, would apply everything at the end.
+#[cfg(target_os = "linux")]
 use std::collections::HashMap;
-use std::os::fd::{AsFd, OwnedFd};
+#[cfg(target_os = "linux")]
+use std::os::fd::AsFd;
+use std::os::fd::OwnedFd;
+#[cfg(target_os = "linux")]
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
+#[cfg(target_os = "linux")]
 use std::time::Duration;
 
+#[cfg(target_os = "linux")]
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+#[cfg(target_os = "linux")]
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
 use super::{QuarantineError, StoreQuarantine, StoreReport};
@@ -39,6 +48,7 @@ impl std::fmt::Debug for LiveQuarantine {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// What a change in the layer looks like to inotify (reads are not changes).
 fn change_mask() -> AddWatchFlags {
     AddWatchFlags::IN_CREATE
@@ -48,11 +58,13 @@ fn change_mask() -> AddWatchFlags {
         | AddWatchFlags::IN_ONLYDIR
 }
 
+#[cfg(target_os = "linux")]
 struct Watches {
     inotify: Inotify,
     dirs: HashMap<WatchDescriptor, PathBuf>,
 }
 
+#[cfg(target_os = "linux")]
 impl Watches {
     /// Watches `dir` and every directory below it.
     fn add_tree(&mut self, dir: &Path) {
@@ -89,6 +101,7 @@ impl Watches {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn run(store: Arc<StoreQuarantine>, stop: OwnedFd, released: mpsc::Sender<()>) {
     let watches = watch_and_sync(&store, &stop);
     // The store (and with it the layer's removal) goes back to the caller first; the watches
@@ -98,12 +111,14 @@ fn run(store: Arc<StoreQuarantine>, stop: OwnedFd, released: mpsc::Sender<()>) {
     drop(watches);
 }
 
+#[cfg(target_os = "linux")]
 /// How long a command runs before it is watched. A shorter one is synced once, when it ends,
 /// right away anyway; and closing an inotify descriptor waits for an SRCU grace period (up to
 /// 15 ms on the build machine), paid at the latest when the process exits — more than a
 /// short command itself takes.
 const WATCH_AFTER: Duration = Duration::from_millis(150);
 
+#[cfg(target_os = "linux")]
 /// Syncs on every change until `stop` wakes it; returns the watches to be closed.
 fn watch_and_sync(store: &StoreQuarantine, stop: &OwnedFd) -> Option<Watches> {
     let mut first = [PollFd::new(stop.as_fd(), PollFlags::POLLIN)];
@@ -163,27 +178,7 @@ impl LiveQuarantine {
     /// the run still works: the final sync applies everything, only later.
     pub fn start(store: StoreQuarantine) -> Self {
         let store = Arc::new(store);
-        let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
-        let (released, stop) = match pipe {
-            Ok((read, write)) => {
-                let syncing = store.clone();
-                let (tx, rx) = mpsc::channel();
-                let spawned = std::thread::Builder::new()
-                    .name("git-quarantine".into())
-                    .spawn(move || run(syncing, read, tx));
-                match spawned {
-                    Ok(_) => (Some(rx), Some(write)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "git quarantine: no live sync thread");
-                        (None, None)
-                    }
-                }
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "git quarantine: no live sync, applying at the end");
-                (None, None)
-            }
-        };
+        let (released, stop) = live_sync(&store);
         LiveQuarantine {
             store,
             stop,
@@ -207,6 +202,42 @@ impl LiveQuarantine {
             let _ = released.recv();
         }
     }
+}
+
+/// The live sync's thread: its "released" channel and the write end of its stop pipe.
+type LiveSync = (Option<mpsc::Receiver<()>>, Option<OwnedFd>);
+
+/// No inotify: no live sync; the final sync applies everything.
+#[cfg(not(target_os = "linux"))]
+fn live_sync(_store: &Arc<StoreQuarantine>) -> LiveSync {
+    (None, None)
+}
+
+/// Starts the thread that syncs `store` on every change.
+#[cfg(target_os = "linux")]
+fn live_sync(store: &Arc<StoreQuarantine>) -> LiveSync {
+    let pipe = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+    let (released, stop) = match pipe {
+        Ok((read, write)) => {
+            let syncing = store.clone();
+            let (tx, rx) = mpsc::channel();
+            let spawned = std::thread::Builder::new()
+                .name("git-quarantine".into())
+                .spawn(move || run(syncing, read, tx));
+            match spawned {
+                Ok(_) => (Some(rx), Some(write)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "git quarantine: no live sync thread");
+                    (None, None)
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "git quarantine: no live sync, applying at the end");
+            (None, None)
+        }
+    };
+    (released, stop)
 }
 
 impl Drop for LiveQuarantine {

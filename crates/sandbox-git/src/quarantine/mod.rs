@@ -975,6 +975,14 @@ fn remove_abandoned(parent: &Path) {
 
 /// Marks `dir` of a layer opaque for an overlay mounted with `userxattr`: nothing of the
 /// layers below shows through it.
+#[cfg(not(target_os = "linux"))]
+fn set_opaque(_dir: &Path) -> std::io::Result<()> {
+    // Overlay layers are Linux's; so is the quarantine.
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// [`set_opaque`] on Linux.
+#[cfg(target_os = "linux")]
 fn set_opaque(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;

@@ -158,6 +158,15 @@ fn walk(
 /// resolved beneath `root` with no symbolic link in any component (`openat2`), and without
 /// blocking on a FIFO. A link the sandbox planted can thus never make the host read one of
 /// its own files (whose last line would land in a reflog the sandbox can read).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn read_untrusted(_root: &Path, _path: &Path, _limit: u64) -> std::io::Result<Vec<u8>> {
+    // No openat2: nothing here could read the layer as safely. The quarantine needs Linux's
+    // private view anyway.
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// [`read_untrusted`] on Linux.
+#[cfg(target_os = "linux")]
 pub(crate) fn read_untrusted(root: &Path, path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
     use std::io::Read;

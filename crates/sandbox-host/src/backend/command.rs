@@ -236,7 +236,9 @@ impl PreparedCommand {
         sandbox_exec::spawn_direct(&self.spec, options)
     }
 
-    /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits.
+    /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits. The shell
+    /// dies with the spawning thread (`PR_SET_PDEATHSIG`): drive this future on a thread
+    /// that lives as long as the session (the CLI's main thread, a current-thread runtime).
     pub(crate) async fn run_interactive(
         &self,
         kill_grace: Option<std::time::Duration>,
@@ -246,6 +248,7 @@ impl PreparedCommand {
             PtyOptions {
                 setup: self.setup.clone(),
                 kill_grace,
+                die_with_parent: true,
             },
         )
         .await

@@ -121,11 +121,11 @@ mod platform {
 
     pub(super) fn prepare(
         policy: &Policy,
-        _allow_degraded: bool,
+        options: &BackendOptions,
     ) -> Result<NativeSession, HostError> {
         Ok(NativeSession {
             policy: policy.clone(),
-            enforcement: enforcement(policy)?,
+            enforcement: enforcement(policy, options)?,
         })
     }
 

@@ -1,37 +1,11 @@
 //! Real repositories in temp dirs and real sandbox views.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use sandbox_git::{View, ViewManager};
 use tempfile::TempDir;
 
-/// Reports a check that cannot run here, with the reason. Never a silent pass. Written
-/// straight to stderr, past libtest's capture, so it shows in every run and CI log.
-pub fn skip(reason: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "skipped: {reason}");
-}
-
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
+pub use sandbox_testkit::{git, skip};
 
 /// A repository `<base>/<repo>` with a linked task worktree `<base>/<task dir>` on `task`.
 pub struct Repo {

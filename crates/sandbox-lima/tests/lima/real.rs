@@ -28,7 +28,7 @@ fn real_limactl() -> Option<PathBuf> {
 #[test]
 fn limactl_validate_accepts_the_generated_yaml() {
     let Some(path) = real_limactl() else {
-        return skip("limactl is not installed here (set SANDBOX_LIMACTL); the YAML is checked against Lima's documented schema instead (contract tests)");
+        return skip("limactl", "limactl is not installed here (set SANDBOX_LIMACTL); the YAML is checked against Lima's documented schema instead (contract tests)");
     };
     let repo = Repo::new("app", "app-task");
     let view = repo.view(&repo.task);
@@ -55,10 +55,10 @@ fn limactl_validate_accepts_the_generated_yaml() {
 #[test]
 fn full_lifecycle_boots_where_a_vm_can() {
     if real_limactl().is_none() {
-        return skip("limactl is not installed here; the lifecycle runs against the stand-in (standin tests)");
+        return skip("limactl", "limactl is not installed here; the lifecycle runs against the stand-in (standin tests)");
     }
     if std::env::var_os("SANDBOX_LIMA_BOOT_TESTS").is_none() {
-        return skip("booting a VM takes minutes and needs working hardware virtualisation; set SANDBOX_LIMA_BOOT_TESTS=1 to run it");
+        return skip("lima-boot", "booting a VM takes minutes and needs working hardware virtualisation; set SANDBOX_LIMA_BOOT_TESTS=1 to run it");
     }
     let repo = Repo::new("app", "app-task");
     let settings = sandbox_lima::LimaSettings {

@@ -3,40 +3,33 @@
 //! (`fixtures/playback/`). The product's own code — the lifecycle, the progress parsing, the
 //! error mapping, the provisioning check — is what runs.
 
-use std::path::{Path, PathBuf};
+use std::ops::Deref;
 
 use sandbox_lima::{LimaError, LimaSettings, VmEvent, VmState};
+use sandbox_testkit::limactl;
 
 use crate::common::Repo;
 
+/// The kit's stand-in, with the settings that point the product at it.
 struct Standin {
-    dir: PathBuf,
+    limactl: limactl::Standin,
     settings: LimaSettings,
     repo: Repo,
+}
+
+impl Deref for Standin {
+    type Target = limactl::Standin;
+    fn deref(&self) -> &limactl::Standin {
+        &self.limactl
+    }
 }
 
 impl Standin {
     fn new() -> Self {
         let repo = Repo::new("app", "app-task");
-        let dir = repo.base.join("standin");
-        std::fs::create_dir_all(&dir).unwrap();
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
-        let script = std::fs::read_to_string(fixtures.join("limactl-standin.sh"))
-            .unwrap()
-            .replace("@DIR@", &format!("'{}'", dir.display()));
-        let exe = dir.join("limactl");
-        std::fs::write(&exe, script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let copy = std::process::Command::new("cp")
-            .arg("-r")
-            .arg(fixtures.join("playback"))
-            .arg(dir.join("playback"))
-            .status()
-            .unwrap();
-        assert!(copy.success());
+        let limactl = limactl::Standin::install(&repo.base.join("standin"));
         let settings = LimaSettings {
-            limactl: Some(exe),
+            limactl: Some(limactl.exe()),
             home: repo.base.join("lh"),
             views_root: repo.base.join("views"),
             runtime_dir: repo.base.join("run"),
@@ -46,20 +39,16 @@ impl Standin {
         };
         settings.ensure_home().unwrap();
         Standin {
-            dir,
+            limactl,
             settings,
             repo,
         }
     }
 
-    fn mode(&self, step: &str, mode: &str) {
-        std::fs::write(self.dir.join(format!("mode.{step}")), mode).unwrap();
-    }
-
     /// The recorded calls: the subcommand words (after the global flags), each with the
     /// LIMA_HOME it ran with.
-    fn calls(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.dir.join("calls")).unwrap_or_default();
+    fn call_words(&self) -> Vec<String> {
+        let text = self.limactl.calls();
         let home = format!("LIMA_HOME={}", self.settings.home.display());
         text.lines()
             .map(|l| {
@@ -75,10 +64,6 @@ impl Standin {
                 words[..words.len().min(2)].join(" ")
             })
             .collect()
-    }
-
-    fn clear_calls(&self) {
-        let _ = std::fs::remove_file(self.dir.join("calls"));
     }
 }
 
@@ -113,7 +98,7 @@ fn first_spawn_creates_starts_and_checks_with_named_steps() {
     );
     let start = format!("start {}", p.vm.instance);
     assert_eq!(
-        s.calls(),
+        s.call_words(),
         vec!["list --format", "create --name", &start, "shell --workdir"]
     );
     // The YAML Lima got is the generated one, in the private LIMA_HOME.
@@ -132,7 +117,7 @@ fn provisioning_is_idempotent_and_checked_by_its_sentinel() {
     // A second spawn: the VM runs, the mounts are there, the sentinel holds this script's
     // hash: nothing is created or started again.
     p.vm.ensure_running(&p.yaml, &mut |_| {}).unwrap();
-    assert_eq!(s.calls(), vec!["list --format", "shell --workdir"]);
+    assert_eq!(s.call_words(), vec!["list --format", "shell --workdir"]);
     // After a restart (stop, start), provisioning runs again and the check passes again.
     p.vm.stop(&mut |_| {}).unwrap();
     p.vm.ensure_running(&p.yaml, &mut |_| {}).unwrap();
@@ -243,7 +228,7 @@ fn a_new_view_restarts_an_idle_vm_but_not_a_busy_one() {
     let stop = format!("stop {}", p.vm.instance);
     let start = format!("start {}", p.vm.instance);
     assert_eq!(
-        s.calls(),
+        s.call_words(),
         vec!["list --format", &stop, &start, "shell --workdir"]
     );
     assert_eq!(pb.vm.current_yaml().unwrap().mounts, pb.yaml.mounts);

@@ -5,7 +5,7 @@
 //!
 //! A missing tool is reported as "skipped: …", never a silent pass.
 
-mod common;
+use crate::common;
 
 use std::io::Read as _;
 use std::os::fd::AsRawFd as _;
@@ -99,7 +99,7 @@ fn stderr(out: &Output) -> String {
 #[test]
 fn bwrap_as_a_launcher_confines_writes() {
     if !Path::new(BWRAP).exists() {
-        common::skip("bwrap not installed (apt-get install bubblewrap)");
+        common::skip("bwrap", "bwrap not installed (apt-get install bubblewrap)");
         return;
     }
     let f = Fixture::new();
@@ -539,7 +539,7 @@ fn a_sandboxed_command_cannot_change_the_launcher() {
 fn nono_or_skip() -> Option<PathBuf> {
     let found = common::nono_path();
     if found.is_none() {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
     }
     found
 }
@@ -766,7 +766,7 @@ fn nono_domain_allow_list_goes_through_its_proxy() {
         return;
     }
     if !Path::new("/usr/bin/python3").exists() {
-        common::skip("/usr/bin/python3 missing");
+        common::skip("python3", "/usr/bin/python3 missing");
         return;
     }
     let f = Fixture::new();

@@ -1,7 +1,7 @@
 //! `sandbox run` / `sandbox shell` through the real binary: exit codes, stdio integrity,
 //! process-group cleanup, signal relay, configuration errors, the PTY relay.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -365,9 +365,13 @@ impl TestTerminal {
 
     /// `sandbox shell EXTRA --shell /bin/sh` with this terminal as its stdio; starts reading.
     fn spawn_shell(&mut self, env: &Env, extra: &[&str]) -> std::process::Child {
+        self.spawn_shell_from(env.cmd(), extra)
+    }
+
+    /// [`Self::spawn_shell`] from `cmd` (`sandbox` prepared by the test).
+    fn spawn_shell_from(&mut self, mut cmd: Command, extra: &[&str]) -> std::process::Child {
         let slave = || Stdio::from(self.slave.try_clone().unwrap());
-        let child = env
-            .cmd()
+        let child = cmd
             .arg("shell")
             .args(extra)
             .args(["--shell", "/bin/sh"])
@@ -474,12 +478,15 @@ fn tiocsti_cannot_reach_the_users_terminal() {
     // observable for an unprivileged user; run the attempt as nobody when we are root.
     let python = "/usr/bin/python3";
     if !std::path::Path::new(python).exists() {
-        common::skip(format_args!("{python} is not installed"));
+        common::skip("python3", format_args!("{python} is not installed"));
         return;
     }
     let is_root = nix::unistd::geteuid().is_root();
     if is_root && !std::path::Path::new("/usr/bin/setpriv").exists() {
-        common::skip("running as root and setpriv is missing to drop privileges");
+        common::skip(
+            "setpriv",
+            "running as root and setpriv is missing to drop privileges",
+        );
         return;
     }
     let env = Env::new();
@@ -594,6 +601,76 @@ fn killing_the_cli_hard_takes_the_command_with_it() {
         wait_dead(pid, Duration::from_secs(5)),
         "command {pid} outlived its CLI"
     );
+}
+
+#[test]
+fn killing_the_cli_hard_takes_the_interactive_shell_with_it() {
+    let env = Env::new();
+    let mut term = TestTerminal::new(24, 80);
+    let mut child = term.spawn_shell(&env, &["--backend", "host"]);
+    // The shell shrugs off the hangup its terminal's end sends (as `nohup` would) and keeps
+    // running: only the kernel's parent-death signal can end it now.
+    // The answer reads "pid-2-<pid>-end-7"; the echoed typed line shows the arithmetic.
+    term.type_text("trap '' HUP; echo pid-$((1+1))-$$-end-$((3+4)); exec sleep 100\r");
+    let shown = term.wait_for("-end-7");
+    let pid: i32 = shown
+        .split("pid-2-")
+        .nth(1)
+        .and_then(|rest| rest.split("-end-7").next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no pid on the terminal:\n{shown}"));
+    assert!(common::alive(pid));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let gone = wait_dead(pid, Duration::from_secs(5));
+    if !gone {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    assert!(gone, "shell {pid} outlived its SIGKILLed `sandbox shell`");
+}
+
+#[test]
+fn a_command_of_sandbox_run_inherits_no_stray_descriptor() {
+    for backend in ["host", "native"] {
+        let env = Env::new();
+        let strays = common::StrayFds::new();
+        let mut cmd = env.cmd();
+        cmd.args([
+            "run",
+            "--backend",
+            backend,
+            "--",
+            "sh",
+            "-c",
+            common::LIST_FDS,
+        ])
+        .stdin(Stdio::null());
+        strays.give_to(&mut cmd);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        common::assert_no_strays(
+            &format!("sandbox run --backend {backend}"),
+            &String::from_utf8_lossy(&out.stdout),
+        );
+    }
+}
+
+#[test]
+fn an_interactive_shell_inherits_no_stray_descriptor() {
+    let env = Env::new();
+    let strays = common::StrayFds::new();
+    let mut cmd = env.cmd();
+    strays.give_to(&mut cmd);
+    let mut term = TestTerminal::new(24, 80);
+    let mut child = term.spawn_shell_from(cmd, &["--backend", "host"]);
+    term.type_text(&format!("{}; echo listed-$((6*7))\r", common::LIST_FDS));
+    let shown = term.wait_for("listed-42");
+    term.type_text("exit 0\r");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    common::assert_no_strays("sandbox shell", &shown);
 }
 
 #[test]

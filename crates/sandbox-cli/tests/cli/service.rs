@@ -2,7 +2,7 @@
 //! its Unix socket and over `sandbox serve --stdio`, running real commands under the native
 //! backend. Process checks are by pid, from the outside.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -1221,13 +1221,16 @@ fn box_execs_get_their_git_pointers_checked_and_restored() {
         assert_eq!(run.exit.error_message, None, "{:?}", run.exit);
         assert_eq!(std::fs::read_to_string(&pointer).unwrap(), before);
     } else {
-        common::skip("the private view is not available here: only the repair is tested");
+        common::skip(
+            "private-view",
+            "the private view is not available here: only the repair is tested",
+        );
     }
     // Without the view (a daemon in a user namespace that may create no user namespaces, as
     // on hosts that disable them) the write lands, and the daemon restores the pointer after
     // the command and says so in its exit event.
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     drop(c);
@@ -1248,4 +1251,27 @@ fn box_execs_get_their_git_pointers_checked_and_restored() {
     let id = exec(&mut c, "gitbox", &["true"]);
     let run = collect(&mut c, id);
     assert_eq!(run.exit.error_message, None);
+}
+
+#[test]
+fn a_command_of_the_daemon_inherits_no_stray_descriptor() {
+    // The daemon itself was started holding the strays (as under a careless service
+    // manager); the commands of its boxes must not get them.
+    let env = Env::new();
+    let strays = common::StrayFds::new();
+    let mut cmd = env.cmd();
+    strays.give_to(&mut cmd);
+    let daemon = common::daemon::Daemon::start_with(&env, cmd);
+    for backend in ["host", "native"] {
+        let out = daemon.run_once(
+            &env.work(),
+            json!({"backend": backend}),
+            &["sh", "-c", common::LIST_FDS],
+        );
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        common::assert_no_strays(
+            &format!("box.exec ({backend})"),
+            &String::from_utf8_lossy(&out.stdout),
+        );
+    }
 }

@@ -3,35 +3,22 @@
 //! output): the view, the VM's lifecycle, the command line and the exit code pass-through.
 //! A booted VM cannot be had here (docs/backends.md, "lima"); sandbox-lima's `real` tests run one where it can.
 
-mod common;
+use crate::common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::daemon::{req, Daemon};
 use common::{text, Env};
 use sandbox_protocol::{BoxState, Incoming};
 use sandbox_service::Client;
+use sandbox_testkit::git;
+use sandbox_testkit::limactl::Standin;
 use serde_json::json;
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "T")
-        .env("GIT_AUTHOR_EMAIL", "t@example.com")
-        .env("GIT_COMMITTER_NAME", "T")
-        .env("GIT_COMMITTER_EMAIL", "t@example.com")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-}
 
 struct Lima {
     env: Env,
-    standin: PathBuf,
+    standin: Standin,
     task: PathBuf,
 }
 
@@ -57,46 +44,27 @@ impl Lima {
                 "task",
             ],
         );
-        let standin = base.join("standin");
-        std::fs::create_dir_all(&standin).unwrap();
-        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-lima/tests/fixtures");
-        let script = std::fs::read_to_string(fixtures.join("limactl-standin.sh"))
-            .unwrap()
-            .replace("@DIR@", &format!("'{}'", standin.display()));
-        std::fs::write(standin.join("limactl"), script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(
-            standin.join("limactl"),
-            std::fs::Permissions::from_mode(0o755),
-        )
-        .unwrap();
-        assert!(Command::new("cp")
-            .arg("-r")
-            .arg(fixtures.join("playback"))
-            .arg(standin.join("playback"))
-            .status()
-            .unwrap()
-            .success());
+        let standin = Standin::install(&base.join("standin"));
         Lima { env, standin, task }
     }
 
     fn cmd(&self) -> Command {
         let mut c = self.env.cmd();
-        c.env("SANDBOX_LIMACTL", self.standin.join("limactl"))
+        c.env("SANDBOX_LIMACTL", self.standin.exe())
             .env("SANDBOX_LIMA_HOME", self.env.path().join("lh"))
             .current_dir(&self.task);
         c
     }
 
     fn calls(&self) -> String {
-        std::fs::read_to_string(self.standin.join("calls")).unwrap_or_default()
+        self.standin.calls()
     }
 }
 
 #[test]
 fn run_creates_the_vm_and_passes_the_exit_code_through() {
     let l = Lima::new();
-    std::fs::write(l.standin.join("shell-exit"), "7").unwrap();
+    std::fs::write(l.standin.dir.join("shell-exit"), "7").unwrap();
     let out = l
         .cmd()
         .args(["run", "--backend", "lima", "--", "make", "test"])
@@ -127,8 +95,8 @@ fn run_creates_the_vm_and_passes_the_exit_code_through() {
     assert!(!last.contains("SANDBOX_HOST_TOKEN"), "{last}");
 
     // The second run reuses the running VM: no create, no start.
-    std::fs::remove_file(l.standin.join("calls")).unwrap();
-    std::fs::write(l.standin.join("shell-exit"), "0").unwrap();
+    l.standin.clear_calls();
+    std::fs::write(l.standin.dir.join("shell-exit"), "0").unwrap();
     let out = l
         .cmd()
         .args(["run", "--backend", "lima", "--", "true"])
@@ -145,7 +113,7 @@ fn run_creates_the_vm_and_passes_the_exit_code_through() {
 #[test]
 fn a_failed_boot_is_125_and_names_the_step_and_log() {
     let l = Lima::new();
-    std::fs::write(l.standin.join("mode.start"), "download-fails").unwrap();
+    l.standin.mode("start", "download-fails");
     let out = l
         .cmd()
         .args(["run", "--backend", "lima", "--", "true"])
@@ -352,7 +320,7 @@ fn box_create_announces_each_vm_step_as_box_state() {
 
     // Another box of the same project, from another connection: the VM is running, so it
     // is only checked, not created or started again.
-    std::fs::remove_file(l.standin.join("calls")).unwrap();
+    l.standin.clear_calls();
     let (events, reply) = create_lima_box(&l, &mut daemon.client(), "vm2");
     assert!(reply.error.is_none(), "{reply:?}");
     assert_eq!(
@@ -382,7 +350,7 @@ fn box_create_announces_each_vm_step_as_box_state() {
 #[test]
 fn box_create_announces_the_step_that_failed() {
     let l = Lima::new();
-    std::fs::write(l.standin.join("mode.start"), "download-fails").unwrap();
+    l.standin.mode("start", "download-fails");
     let daemon = Daemon::start_with(&l.env, l.cmd());
     let (events, reply) = create_lima_box(&l, &mut daemon.client(), "vm");
     let error = reply.error.unwrap_or_else(|| panic!("{:?}", reply.result));

@@ -1,7 +1,7 @@
 //! The native backend's commands through the real binary: the default backend, `use`,
 //! `policy show`, `doctor`, refusals of bad input and of unprotectable git layouts.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 
@@ -284,7 +284,7 @@ fn a_main_worktree_runs_in_the_view_with_what_git_runs_read_only() {
 #[test]
 fn without_the_view_a_main_worktree_is_refused_unless_the_user_accepts_the_risk() {
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     let f = Fixture::new();
@@ -534,7 +534,7 @@ fn a_nested_run_works_and_stays_confined() {
 #[test]
 fn without_the_view_unix_sockets_are_denied_unless_allowed_and_every_run_says_so() {
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     let f = Fixture::new();
@@ -609,7 +609,7 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
     if !std::path::Path::new(python).exists()
         || (is_root && !std::path::Path::new("/usr/bin/setpriv").exists())
     {
-        common::skip("python3 or setpriv is missing");
+        common::skip("python3", "python3 or setpriv is missing");
         return;
     }
     let env = common::Env::new();
@@ -657,10 +657,13 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
     let doctor = as_nobody(&[bin, "doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
     if report["private_view"]["available"] != serde_json::json!(true) {
-        common::skip(format_args!(
-            "no private view for an unprivileged user here: {}",
-            report["private_view"]["reason"]
-        ));
+        common::skip(
+            "unprivileged-private-view",
+            format_args!(
+                "no private view for an unprivileged user here: {}",
+                report["private_view"]["reason"]
+            ),
+        );
         return;
     }
     let inside = as_nobody(&[bin, "run", "--", python, "-c", &connect]);
@@ -681,7 +684,7 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
         if std::path::Path::new("/usr/bin/setpriv").exists() {
             users.push(true);
         } else {
-            common::skip("as nobody: /usr/bin/setpriv is missing");
+            common::skip("setpriv", "as nobody: /usr/bin/setpriv is missing");
         }
     }
     for as_nobody in users {
@@ -742,10 +745,13 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
         let doctor = cmd(&[bin, "doctor", "--json"]);
         let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
         if report["private_view"]["available"] != serde_json::json!(true) {
-            common::skip(format_args!(
-                "{who}: no private view here: {}",
-                report["private_view"]["reason"]
-            ));
+            common::skip(
+                "private-view",
+                format_args!(
+                    "{who}: no private view here: {}",
+                    report["private_view"]["reason"]
+                ),
+            );
             continue;
         }
         let attack = format!(

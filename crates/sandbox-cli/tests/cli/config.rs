@@ -1,7 +1,7 @@
 //! `sandbox config`: the user file is the only file it writes; every change is validated with
 //! the schema before it lands; other keys survive.
 
-mod common;
+use crate::common;
 
 use std::process::Output;
 

@@ -117,16 +117,7 @@ pub fn unique() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-pub fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {}", super::text(&out));
-}
+pub use sandbox_testkit::git;
 
 impl Fixture {
     pub fn new() -> Self {
@@ -286,7 +277,8 @@ pub enum Verdict {
     Escaped(String),
     /// The command never ran (the sandbox refused to start): proves nothing.
     NotRun(String),
-    Skipped(String),
+    /// Could not be tried here: the skip's id (`sandbox_testkit::skip`) and why.
+    Skipped(&'static str, String),
 }
 
 impl Verdict {
@@ -296,7 +288,7 @@ impl Verdict {
             Verdict::Repaired => "repaired".into(),
             Verdict::Escaped(_) => "ESCAPED".into(),
             Verdict::NotRun(_) => "not run".into(),
-            Verdict::Skipped(_) => "skipped".into(),
+            Verdict::Skipped(..) => "skipped".into(),
         }
     }
 
@@ -361,7 +353,24 @@ fn accepted(listener: &TcpListener) -> Option<String> {
     None
 }
 
+/// Every attack of the suite, family by family.
 pub fn attacks() -> Vec<Attack> {
+    [
+        file_attacks(),
+        git_code_attacks(),
+        process_attacks(),
+        network_attacks(),
+        pointer_attacks(),
+        store_attacks(),
+        socket_attacks(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// Writing, reading and linking past the filesystem grants.
+fn file_attacks() -> Vec<Attack> {
     vec![
         Attack {
             name: "write a new file outside the worktree",
@@ -421,6 +430,70 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: "write through a symlink in the worktree that points outside",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("via-link.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; ln -s '{}' link && echo pwned > link/via-link.txt",
+                        f.outside.display()
+                    ),
+                );
+                judge(&out, target.exists(), "written through symlink")
+            },
+        },
+        Attack {
+            name: "write with .. out of the worktree",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("dotdot.txt");
+                let out = f.run(b, &[], &format!("echo {MARK}; echo pwned > ../outside/dotdot.txt; echo pwned > ./sub/../../outside/dotdot.txt"));
+                judge(&out, target.exists(), "written via ..")
+            },
+        },
+        Attack {
+            name: "write through /proc/self/root",
+            needs: None,
+            run: |f, b| {
+                let target = f.outside.join("proc-root.txt");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; echo pwned > /proc/self/root{}",
+                        target.display()
+                    ),
+                );
+                judge(&out, target.exists(), "written through /proc/self/root")
+            },
+        },
+        Attack {
+            name: "write /dev/shm",
+            needs: None,
+            run: |f, b| {
+                let name = format!("sandbox-escape-{}", std::process::id());
+                let target = Path::new("/dev/shm").join(&name);
+                let _ = std::fs::remove_file(&target);
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; echo pwned > /dev/shm/{name}"),
+                );
+                let escaped = target.exists();
+                let _ = std::fs::remove_file(&target);
+                judge(&out, escaped, "/dev/shm written")
+            },
+        },
+    ]
+}
+
+/// Making the user's own git run code: hooks, config, planted repositories.
+fn git_code_attacks() -> Vec<Attack> {
+    vec![
+        Attack {
             name: "create <common>/hooks/pre-commit",
             needs: None,
             run: |f, b| {
@@ -459,31 +532,6 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
-            name: "write through a symlink in the worktree that points outside",
-            needs: None,
-            run: |f, b| {
-                let target = f.outside.join("via-link.txt");
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; ln -s '{}' link && echo pwned > link/via-link.txt",
-                        f.outside.display()
-                    ),
-                );
-                judge(&out, target.exists(), "written through symlink")
-            },
-        },
-        Attack {
-            name: "write with .. out of the worktree",
-            needs: None,
-            run: |f, b| {
-                let target = f.outside.join("dotdot.txt");
-                let out = f.run(b, &[], &format!("echo {MARK}; echo pwned > ../outside/dotdot.txt; echo pwned > ./sub/../../outside/dotdot.txt"));
-                judge(&out, target.exists(), "written via ..")
-            },
-        },
-        Attack {
             name: "hard link the repository config into the worktree and edit it",
             needs: None,
             run: |f, b| {
@@ -495,21 +543,113 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
-            name: "write through /proc/self/root",
+            name: "write a hook into core.hooksPath in the worktree (.husky)",
             needs: None,
             run: |f, b| {
-                let target = f.outside.join("proc-root.txt");
+                // The project keeps its hooks in the tree, as husky does.
+                std::fs::create_dir(f.task.join(".husky")).unwrap();
+                git(&f.main, &["config", "core.hooksPath", ".husky"]);
+                let mark = f.outside.join(format!("hook-ran-{}", unique()));
                 let out = f.run(
                     b,
                     &[],
                     &format!(
-                        "echo {MARK}; echo pwned > /proc/self/root{}",
-                        target.display()
+                        "echo {MARK}; printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit; \
+                         chmod +x .husky/pre-commit",
+                        mark.display()
                     ),
                 );
-                judge(&out, target.exists(), "written through /proc/self/root")
+                // Without the view the run is refused: the hooks cannot be kept read-only.
+                let text = super::text(&out);
+                if !String::from_utf8_lossy(&out.stdout).contains(MARK)
+                    && text.contains("core.hooksPath")
+                {
+                    return Verdict::Blocked;
+                }
+                // The user's next commit, on the host.
+                let _ = host_git(&f.task, &["commit", "-q", "--allow-empty", "-m", "user"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's commit ran the planted hook",
+                )
             },
         },
+        Attack {
+            name: PLANTED_SUBMODULE,
+            needs: None,
+            run: |f, b| {
+                let n = unique();
+                let mark = f.outside.join(format!("planted-submodule-ran-{n}"));
+                let sub = format!("sub-{n}");
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir {sub} && cd {sub} && git init -q . && \
+                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
+                         chmod +x .git/fsmonitor && \
+                         git config core.fsmonitor \"$PWD/.git/fsmonitor\" && \
+                         git commit -q --allow-empty -m s && cd .. && \
+                         git update-index --add --cacheinfo \
+                           160000,$(git -C {sub} rev-parse HEAD),{sub}",
+                        mark = mark.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                // Later, the user's plain `git status` at the top of the worktree.
+                let _ = host_git(&f.task, &["status", "--short"]);
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git status ran the planted fsmonitor",
+                )
+            },
+        },
+        Attack {
+            name: PLANTED_REPOSITORY,
+            needs: None,
+            run: |f, b| {
+                let n = unique();
+                let mark = f.outside.join(format!("planted-repo-ran-{n}"));
+                let sub = f.task.join(format!("planted-{n}"));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; mkdir -p '{sub}' && cd '{sub}' && git init -q . && \
+                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
+                         chmod +x .git/fsmonitor && \
+                         git config core.fsmonitor \"$PWD/.git/fsmonitor\"",
+                        sub = sub.display(),
+                        mark = mark.display()
+                    ),
+                );
+                if let Err(v) = ran(&out) {
+                    return v;
+                }
+                // Later, the user's own git (or a shell prompt running it) in that directory.
+                let _ = Command::new("git")
+                    .arg("-C")
+                    .arg(&sub)
+                    .arg("status")
+                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+                    .output();
+                judge(
+                    &out,
+                    mark.exists(),
+                    "the user's git ran the planted fsmonitor",
+                )
+            },
+        },
+    ]
+}
+
+/// Reaching processes outside: signals, ptrace, their environment, their terminal, the keyring.
+fn process_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "read another process's environment from /proc",
             needs: None,
@@ -532,23 +672,6 @@ pub fn attacks() -> Vec<Attack> {
             },
         },
         Attack {
-            name: "write /dev/shm",
-            needs: None,
-            run: |f, b| {
-                let name = format!("sandbox-escape-{}", std::process::id());
-                let target = Path::new("/dev/shm").join(&name);
-                let _ = std::fs::remove_file(&target);
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!("echo {MARK}; echo pwned > /dev/shm/{name}"),
-                );
-                let escaped = target.exists();
-                let _ = std::fs::remove_file(&target);
-                judge(&out, escaped, "/dev/shm written")
-            },
-        },
-        Attack {
             name: "kill a process outside the sandbox",
             needs: None,
             run: |f, b| {
@@ -568,7 +691,7 @@ pub fn attacks() -> Vec<Attack> {
             needs: Some("/usr/bin/python3"),
             run: |f, b| {
                 if let Some(why) = ptrace_unavailable() {
-                    return Verdict::Skipped(why);
+                    return Verdict::Skipped("ptrace", why);
                 }
                 let mut victim = f.spawn_outside(&["sleep", "30"], &[]);
                 let pid = victim.id();
@@ -588,6 +711,82 @@ pub fn attacks() -> Vec<Attack> {
                 judge(&out, dead, "victim killed through ptrace")
             },
         },
+        Attack {
+            name: "push keystrokes into the terminal (TIOCSTI)",
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                if b.ends_with(DAEMON) {
+                    return Verdict::Skipped(
+                        "box-exec-no-terminal",
+                        "box.exec gives a command no terminal, so there is none to push \
+                         keystrokes into"
+                            .into(),
+                    );
+                }
+                let pty = nix::pty::openpty(None, None).unwrap();
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c \"import fcntl,termios\nfor c in b'id\\n': fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))\""
+                );
+                let out = f.run_with(b, &[], &script, Stdio::from(pty.slave.try_clone().unwrap()));
+                // From outside: was anything queued as *input* on the terminal?
+                let queued = pending_input(&pty.slave);
+                judge(&out, queued > 0, "keystrokes injected")
+            },
+        },
+        Attack {
+            name: "read a key from the user's keyring (@u)",
+            needs: Some("/usr/bin/keyctl"),
+            run: |f, b| {
+                // The user keyring is shared by every process of the uid, whatever session
+                // keyring a process has; `sandbox run` may start the command in a new one.
+                if b == NATIVE_NOUSERNS {
+                    // Each user namespace has its own user keyrings, and this column's
+                    // harness is one: it would hide the key, not the sandbox. (On a host
+                    // without user namespaces the command shares the user's keyring, as in
+                    // the native column.)
+                    return Verdict::Skipped(
+                        "userns-own-keyring",
+                        "the column's own user namespace has its own user keyring".into(),
+                    );
+                }
+                let name = format!("sandbox-test-key-{}-{}", std::process::id(), unique());
+                let secret = format!("sandbox-keyring-secret-{}", rand_suffix());
+                let added = Command::new("keyctl")
+                    .args(["add", "user", &name, &secret, "@u"])
+                    .output()
+                    .unwrap();
+                if !added.status.success() {
+                    return Verdict::Skipped(
+                        "keyctl",
+                        format!(
+                            "keyctl add refused outside the sandbox: {}",
+                            super::text(&added)
+                        ),
+                    );
+                }
+                let id = String::from_utf8_lossy(&added.stdout).trim().to_string();
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!(
+                        "echo {MARK}; id=$(keyctl search @u user {name}) && keyctl print \"$id\"; \
+                         keyctl print %user:{name}"
+                    ),
+                );
+                let _ = Command::new("keyctl").args(["unlink", &id, "@u"]).output();
+                judge(
+                    &out,
+                    String::from_utf8_lossy(&out.stdout).contains(&secret),
+                    "key read from the user keyring",
+                )
+            },
+        },
+    ]
+}
+
+/// The network under --block-net, and abstract unix sockets.
+fn network_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "connect to an abstract unix socket outside",
             needs: Some("/usr/bin/python3"),
@@ -650,7 +849,7 @@ pub fn attacks() -> Vec<Attack> {
                 // share x86_64's audit arch; the filter refuses them all. Observable only on a
                 // kernel built with x32 support: probe it outside the sandbox first.
                 let Some(program) = x32_udp_program(f) else {
-                    return Verdict::Skipped("not an x86_64 build".into());
+                    return Verdict::Skipped("x32-abi", "not an x86_64 build".into());
                 };
                 let allowed = free_listener();
                 let sink = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -660,10 +859,13 @@ pub fn attacks() -> Vec<Attack> {
                 let probe = Command::new(&program).arg(&port).output().unwrap();
                 let mut buf = [0u8; 64];
                 if !probe.status.success() || sink.recv(&mut buf).is_err() {
-                    return Verdict::Skipped(format!(
-                        "this kernel has no x32 ABI (CONFIG_X86_X32_ABI): {}",
-                        String::from_utf8_lossy(&probe.stdout).trim()
-                    ));
+                    return Verdict::Skipped(
+                        "x32-abi",
+                        format!(
+                            "this kernel has no x32 ABI (CONFIG_X86_X32_ABI): {}",
+                            String::from_utf8_lossy(&probe.stdout).trim()
+                        ),
+                    );
                 }
                 let flags = block_net_flags(allowed.local_addr().unwrap().port());
                 let out = f.run(
@@ -678,27 +880,12 @@ pub fn attacks() -> Vec<Attack> {
                 )
             },
         },
-        Attack {
-            name: "push keystrokes into the terminal (TIOCSTI)",
-            needs: Some("/usr/bin/python3"),
-            run: |f, b| {
-                if b.ends_with(DAEMON) {
-                    return Verdict::Skipped(
-                        "box.exec gives a command no terminal, so there is none to push \
-                         keystrokes into"
-                            .into(),
-                    );
-                }
-                let pty = nix::pty::openpty(None, None).unwrap();
-                let script = format!(
-                    "echo {MARK}; /usr/bin/python3 -c \"import fcntl,termios\nfor c in b'id\\n': fcntl.ioctl(0, termios.TIOCSTI, bytes([c]))\""
-                );
-                let out = f.run_with(b, &[], &script, Stdio::from(pty.slave.try_clone().unwrap()));
-                // From outside: was anything queued as *input* on the terminal?
-                let queued = pending_input(&pty.slave);
-                judge(&out, queued > 0, "keystrokes injected")
-            },
-        },
+    ]
+}
+
+/// The git pointers of the worktree (HEAD, .git, commondir) and their repair.
+fn pointer_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "read and write another terminal of the user (/dev/pts/N)",
             needs: None,
@@ -933,6 +1120,12 @@ pub fn attacks() -> Vec<Attack> {
                 pointers_verdict(&out, &[pointer], &[before])
             },
         },
+    ]
+}
+
+/// The git store: objects, other branches, refs, alternates.
+fn store_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "rewrite an existing blob of trunk",
             needs: None,
@@ -1160,6 +1353,7 @@ pub fn attacks() -> Vec<Attack> {
             run: |f, b| {
                 if b.ends_with(DAEMON) {
                     return Verdict::Skipped(
+                        "daemon-is-not-killed",
                         "the attack is a SIGKILL of `sandbox run` before its check".into(),
                     );
                 }
@@ -1205,39 +1399,6 @@ pub fn attacks() -> Vec<Attack> {
                     &out,
                     rev_parse(f, "trunk") != before,
                     "trunk moved in the run after the killed one",
-                )
-            },
-        },
-        Attack {
-            name: "write a hook into core.hooksPath in the worktree (.husky)",
-            needs: None,
-            run: |f, b| {
-                // The project keeps its hooks in the tree, as husky does.
-                std::fs::create_dir(f.task.join(".husky")).unwrap();
-                git(&f.main, &["config", "core.hooksPath", ".husky"]);
-                let mark = f.outside.join(format!("hook-ran-{}", unique()));
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; printf '#!/bin/sh\\ntouch {}\\n' > .husky/pre-commit; \
-                         chmod +x .husky/pre-commit",
-                        mark.display()
-                    ),
-                );
-                // Without the view the run is refused: the hooks cannot be kept read-only.
-                let text = super::text(&out);
-                if !String::from_utf8_lossy(&out.stdout).contains(MARK)
-                    && text.contains("core.hooksPath")
-                {
-                    return Verdict::Blocked;
-                }
-                // The user's next commit, on the host.
-                let _ = host_git(&f.task, &["commit", "-q", "--allow-empty", "-m", "user"]);
-                judge(
-                    &out,
-                    mark.exists(),
-                    "the user's commit ran the planted hook",
                 )
             },
         },
@@ -1374,119 +1535,12 @@ pub fn attacks() -> Vec<Attack> {
                 )
             },
         },
-        Attack {
-            name: PLANTED_SUBMODULE,
-            needs: None,
-            run: |f, b| {
-                let n = unique();
-                let mark = f.outside.join(format!("planted-submodule-ran-{n}"));
-                let sub = format!("sub-{n}");
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; mkdir {sub} && cd {sub} && git init -q . && \
-                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
-                         chmod +x .git/fsmonitor && \
-                         git config core.fsmonitor \"$PWD/.git/fsmonitor\" && \
-                         git commit -q --allow-empty -m s && cd .. && \
-                         git update-index --add --cacheinfo \
-                           160000,$(git -C {sub} rev-parse HEAD),{sub}",
-                        mark = mark.display()
-                    ),
-                );
-                if let Err(v) = ran(&out) {
-                    return v;
-                }
-                // Later, the user's plain `git status` at the top of the worktree.
-                let _ = host_git(&f.task, &["status", "--short"]);
-                judge(
-                    &out,
-                    mark.exists(),
-                    "the user's git status ran the planted fsmonitor",
-                )
-            },
-        },
-        Attack {
-            name: PLANTED_REPOSITORY,
-            needs: None,
-            run: |f, b| {
-                let n = unique();
-                let mark = f.outside.join(format!("planted-repo-ran-{n}"));
-                let sub = f.task.join(format!("planted-{n}"));
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; mkdir -p '{sub}' && cd '{sub}' && git init -q . && \
-                         printf '#!/bin/sh\\ntouch {mark}\\n' > .git/fsmonitor && \
-                         chmod +x .git/fsmonitor && \
-                         git config core.fsmonitor \"$PWD/.git/fsmonitor\"",
-                        sub = sub.display(),
-                        mark = mark.display()
-                    ),
-                );
-                if let Err(v) = ran(&out) {
-                    return v;
-                }
-                // Later, the user's own git (or a shell prompt running it) in that directory.
-                let _ = Command::new("git")
-                    .arg("-C")
-                    .arg(&sub)
-                    .arg("status")
-                    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                    .output();
-                judge(
-                    &out,
-                    mark.exists(),
-                    "the user's git ran the planted fsmonitor",
-                )
-            },
-        },
-        Attack {
-            name: "read a key from the user's keyring (@u)",
-            needs: Some("/usr/bin/keyctl"),
-            run: |f, b| {
-                // The user keyring is shared by every process of the uid, whatever session
-                // keyring a process has; `sandbox run` may start the command in a new one.
-                if b == NATIVE_NOUSERNS {
-                    // Each user namespace has its own user keyrings, and this column's
-                    // harness is one: it would hide the key, not the sandbox. (On a host
-                    // without user namespaces the command shares the user's keyring, as in
-                    // the native column.)
-                    return Verdict::Skipped(
-                        "the column's own user namespace has its own user keyring".into(),
-                    );
-                }
-                let name = format!("sandbox-test-key-{}-{}", std::process::id(), unique());
-                let secret = format!("sandbox-keyring-secret-{}", rand_suffix());
-                let added = Command::new("keyctl")
-                    .args(["add", "user", &name, &secret, "@u"])
-                    .output()
-                    .unwrap();
-                if !added.status.success() {
-                    return Verdict::Skipped(format!(
-                        "keyctl add refused outside the sandbox: {}",
-                        super::text(&added)
-                    ));
-                }
-                let id = String::from_utf8_lossy(&added.stdout).trim().to_string();
-                let out = f.run(
-                    b,
-                    &[],
-                    &format!(
-                        "echo {MARK}; id=$(keyctl search @u user {name}) && keyctl print \"$id\"; \
-                         keyctl print %user:{name}"
-                    ),
-                );
-                let _ = Command::new("keyctl").args(["unlink", &id, "@u"]).output();
-                judge(
-                    &out,
-                    String::from_utf8_lossy(&out.stdout).contains(&secret),
-                    "key read from the user keyring",
-                )
-            },
-        },
+    ]
+}
+
+/// Services of the host on pathname sockets: a tmux-like server, the daemon.
+fn socket_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "send a command to a tmux-like socket outside the grants",
             needs: Some("/usr/bin/python3"),
@@ -1860,7 +1914,7 @@ pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
         for backend in backends {
             let verdict = match attack.needs {
                 Some(tool) if !Path::new(tool).exists() => {
-                    Verdict::Skipped(format!("{tool} missing"))
+                    Verdict::Skipped("tool", format!("{tool} missing"))
                 }
                 _ => (attack.run)(&Fixture::new(), backend),
             };

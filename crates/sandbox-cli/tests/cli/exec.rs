@@ -3,7 +3,7 @@
 //! EOF, exit codes pass through, and the probe / provision / probe sequence runs in order,
 //! with every line of it on stderr.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -101,7 +101,7 @@ fn the_sessions_notices_go_to_stderr_never_stdout() {
     // Without user namespaces the native backend announces its missing layer on every run:
     // a real notice, which must not land in the protocol stream.
     if let Some(reason) = nouserns_unavailable() {
-        common::skip(reason);
+        common::skip("nouserns-harness", reason);
         return;
     }
     let f = Fixture::new();
@@ -386,7 +386,10 @@ fn the_private_tmpdir_lasts_from_the_probe_to_the_command() {
 #[test]
 fn the_nono_backend_keeps_the_same_contract() {
     if common::nono_path().is_none() {
-        common::skip(format_args!("exec under nono: {}", common::NONO_MISSING));
+        common::skip(
+            "nono",
+            format_args!("exec under nono: {}", common::NONO_MISSING),
+        );
         return;
     }
     let f = Fixture::new();
@@ -413,4 +416,15 @@ fn the_nono_backend_keeps_the_same_contract() {
     assert_eq!(read(&f.task.join("backend")), "nono");
     assert!(stderr(&out).contains("PROVISION-OUT"), "{}", stderr(&out));
     assert!(out.stdout == input, "stdout is not exactly the input");
+}
+
+#[test]
+fn a_command_of_sandbox_exec_inherits_no_stray_descriptor() {
+    let f = Fixture::new();
+    let strays = common::StrayFds::new();
+    let mut cmd = exec(&f, &["--", "sh", "-c", common::LIST_FDS]);
+    strays.give_to(&mut cmd);
+    let out = feed(cmd, Vec::new());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    common::assert_no_strays("sandbox exec", &String::from_utf8_lossy(&out.stdout));
 }

@@ -2,7 +2,7 @@
 //! judgements on both paths. Each test drives the real `sandbox` binary and a real daemon over
 //! a real repository with a linked worktree.
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -56,7 +56,7 @@ fn backends_here() -> Vec<&'static str> {
     if common::nono_path().is_some() {
         backends.push("nono");
     } else {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
     }
     backends
 }
@@ -87,7 +87,7 @@ fn box_exec_runs_under_every_backend_that_runs_here() {
 #[test]
 fn a_nono_setup_failure_is_125_through_the_daemon_too() {
     if common::nono_path().is_none() {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
         return;
     }
     let f = Fixture::new();
@@ -125,7 +125,7 @@ fn a_nono_setup_failure_is_125_through_the_daemon_too() {
 #[test]
 fn the_nono_manifest_lives_as_long_as_the_box() {
     if common::nono_path().is_none() {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
         return;
     }
     let f = Fixture::new();
@@ -227,7 +227,7 @@ fn a_custom_launcher_is_judged_and_placed_the_same_through_the_daemon() {
 #[test]
 fn a_pointer_rewritten_by_an_orphan_after_its_command_is_repaired() {
     if let Some(why) = common::escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     let f = Fixture::new();
@@ -324,7 +324,7 @@ fn a_grant_inside_a_trusted_place_is_refused_by_run_and_box_create() {
 #[test]
 fn backends_this_build_lacks_are_refused_not_remembered() {
     let f = Fixture::new();
-    // With the `boxlite` feature every backend is built (tests/boxlite.rs covers BoxLite).
+    // With the `boxlite` feature every backend is built (tests/cli/boxlite.rs covers BoxLite).
     if !cfg!(feature = "boxlite") {
         let backend = "boxlite";
         let out = f

@@ -2,7 +2,7 @@
 //! repository while the command still runs, two tasks commit side by side, and a refused
 //! update is reported on stderr and in `--report-json`.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
@@ -29,7 +29,7 @@ fn quarantine_unavailable(f: &Fixture) -> Option<String> {
 fn a_commit_reaches_the_repository_while_the_command_runs() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let before = escape::rev_parse(&f, "feature");
@@ -105,7 +105,7 @@ impl Drop for KillOnDrop {
 fn two_tasks_commit_in_parallel_in_two_worktrees() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let second = f.env.path().join("second");
@@ -156,7 +156,7 @@ fn two_tasks_commit_in_parallel_in_two_worktrees() {
 fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     // A new ref outside branches, tags and the stash is refused; the commit still lands.
@@ -209,7 +209,7 @@ fn run_ok(f: &Fixture, script: &str) -> String {
 fn a_stash_pushed_over_the_users_keeps_both_entries() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("quarantine-unavailable", why);
         return;
     }
     std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
@@ -249,7 +249,7 @@ fn a_stash_pushed_over_the_users_keeps_both_entries() {
 fn later_runs_move_and_delete_the_refs_earlier_runs_created() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("quarantine-unavailable", why);
         return;
     }
     run_ok(
@@ -295,7 +295,7 @@ fn later_runs_move_and_delete_the_refs_earlier_runs_created() {
 fn a_rebase_started_in_one_run_is_continued_in_the_next() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("quarantine-unavailable", why);
         return;
     }
     let first = run_ok(
@@ -376,7 +376,7 @@ fn the_json_report_replaces_a_link_planted_at_its_name() {
 fn the_daemon_reports_the_git_store_in_the_exit_event() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let daemon = common::daemon::Daemon::start(&f.env);
@@ -431,7 +431,7 @@ fn the_daemon_reports_the_git_store_in_the_exit_event() {
 fn the_quarantine_works_for_an_unprivileged_user() {
     let is_root = nix::unistd::geteuid().is_root();
     if is_root && !std::path::Path::new("/usr/bin/setpriv").exists() {
-        common::skip("setpriv is missing");
+        common::skip("setpriv", "setpriv is missing");
         return;
     }
     let env = common::Env::new();
@@ -495,7 +495,10 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     ));
     let policy = as_user(&task, &[bin.to_str().unwrap(), "policy", "show"]);
     if !String::from_utf8_lossy(&policy.stdout).contains("git store quarantined") {
-        common::skip("no private view for an unprivileged user here, so no quarantine");
+        common::skip(
+            "unprivileged-private-view",
+            "no private view for an unprivileged user here, so no quarantine",
+        );
         return;
     }
     let trunk = ok(as_user(&repo, &["git", "rev-parse", "trunk"]));
@@ -543,7 +546,7 @@ fn git_inside_waits_for_ref_locks_the_host_holds() {
 fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("private-view", why);
         return;
     }
     let lock = f.common.join("refs/heads/feature.lock");
@@ -592,11 +595,11 @@ fn a_ref_lock_the_host_held_during_the_run_never_blocks_git_inside() {
 fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
     let f = Fixture::new();
     if let Some(why) = quarantine_unavailable(&f) {
-        common::skip(why);
+        common::skip("quarantine-unavailable", why);
         return;
     }
     if !std::path::Path::new("/usr/bin/python3").exists() {
-        common::skip("python3 is missing");
+        common::skip("python3", "python3 is missing");
         return;
     }
     const GIB: u64 = 1 << 30;
@@ -689,11 +692,11 @@ fn filling_the_git_store_layer_stops_at_its_bound_with_a_clear_error() {
     for (mib, fits) in [(8, false), (128, true)] {
         let f = Fixture::new();
         if let Some(why) = quarantine_unavailable(&f) {
-            common::skip(why);
+            common::skip("quarantine-unavailable", why);
             return;
         }
         if let Some(why) = tmpfs_without_user_xattrs() {
-            common::skip(why);
+            common::skip("tmpfs-user-xattrs", why);
             return;
         }
         f.env.write_config(&format!(

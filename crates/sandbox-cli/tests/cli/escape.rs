@@ -3,9 +3,9 @@
 //! every check can fail. Native also runs where user namespaces cannot be created
 //! (`native-nouserns`). See `common/escape.rs` for the attacks.
 //!
-//!     cargo test -p sandbox-cli --test escape -- --nocapture     # prints the table
+//!     cargo test -p sandbox-cli --test cli -- escape:: --nocapture     # prints the table
 
-mod common;
+use crate::common;
 
 use common::escape::{self, Verdict};
 
@@ -116,12 +116,12 @@ fn backends_hold_against_the_escape_suite() {
     let mut backends = vec!["host", "native", "native@daemon"];
     match escape::nouserns_unavailable() {
         None => backends.push(escape::NATIVE_NOUSERNS),
-        Some(why) => common::skip(why),
+        Some(why) => common::skip("nouserns-harness", why),
     }
     if common::nono_path().is_some() {
         backends.extend(["nono", "nono@daemon"]);
     } else {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
     }
     let rows = escape::run_suite(&backends);
     common::report("escape suite (host = control, no boundary):");
@@ -133,8 +133,8 @@ fn backends_hold_against_the_escape_suite() {
     for (name, verdicts) in &rows {
         for (backend, verdict) in backends.iter().zip(verdicts).skip(1) {
             match (verdict, known_gap(backend, name)) {
-                (Verdict::Skipped(reason), _) => {
-                    common::skip(format_args!("{backend}: {name}: {reason}"))
+                (Verdict::Skipped(id, reason), _) => {
+                    common::skip(id, format_args!("{backend}: {name}: {reason}"))
                 }
                 (v, None) if v.held() => {}
                 (Verdict::Escaped(_), Some(why)) => {
@@ -154,7 +154,7 @@ fn backends_hold_against_the_escape_suite() {
         let control_may_hold =
             (name.contains("TIOCSTI") || name == escape::TERMINAL_DEVICE_MODE) && !is_root;
         match control {
-            Verdict::Escaped(_) | Verdict::Skipped(_) => {}
+            Verdict::Escaped(_) | Verdict::Skipped(..) => {}
             other if control_may_hold => {
                 common::report(format!("control held as expected for {name}: {other:?}"))
             }
@@ -173,11 +173,14 @@ fn normal_work_under(backend: &str) {
     let mut failures = Vec::new();
     for work in escape::normal_work() {
         if work.needs_quarantine && !escape::has_quarantine(backend) {
-            common::skip(format_args!(
-                "{backend}: {}: no git store quarantine without the private view \
+            common::skip(
+                "backend-without-quarantine",
+                format_args!(
+                    "{backend}: {}: no git store quarantine without the private view \
                  (a ref deletion needs packed-refs.lock in the read-only common dir)",
-                work.name
-            ));
+                    work.name
+                ),
+            );
             continue;
         }
         let fixture = escape::Fixture::new();
@@ -197,7 +200,7 @@ fn normal_work_succeeds_under_the_native_backend() {
 #[test]
 fn normal_work_succeeds_under_the_native_backend_without_user_namespaces() {
     if let Some(why) = escape::nouserns_unavailable() {
-        common::skip(why);
+        common::skip("nouserns-harness", why);
         return;
     }
     normal_work_under(escape::NATIVE_NOUSERNS);
@@ -206,7 +209,7 @@ fn normal_work_succeeds_under_the_native_backend_without_user_namespaces() {
 #[test]
 fn normal_work_succeeds_under_the_nono_backend() {
     if common::nono_path().is_none() {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
         return;
     }
     normal_work_under("nono");
@@ -220,7 +223,7 @@ fn normal_work_succeeds_under_the_native_backend_through_the_daemon() {
 #[test]
 fn normal_work_succeeds_under_the_nono_backend_through_the_daemon() {
     if common::nono_path().is_none() {
-        common::skip(common::NONO_MISSING);
+        common::skip("nono", common::NONO_MISSING);
         return;
     }
     normal_work_under("nono@daemon");

@@ -7,7 +7,7 @@
 //! Needs the runtime files (`cargo xtask boxlite-runtime`); built with `--features boxlite`.
 #![cfg(feature = "boxlite")]
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -179,7 +179,10 @@ fn boxes_are_created_reused_started_stopped_and_removed_through_the_daemon() {
             // The boot step was announced, failed, with the same words.
             let events = states(&mut c, |e| e["step"] == "booting the VM");
             assert_eq!(events.last().unwrap()["stepState"], "failed");
-            eprintln!("skipped: commands in a booted box through the daemon: {message}");
+            sandbox_testkit::skip(
+                "guest-boot",
+                format_args!("commands in a booted box through the daemon: {message}"),
+            );
         }
     }
 
@@ -419,7 +422,10 @@ fn exec_routes_through_the_daemon_and_keeps_stdout_clean() {
             assert!(out.stdout.is_empty(), "nothing of ours on stdout");
             assert!(stderr.contains("cannot boot"), "{stderr}");
             assert!(stderr.contains("shim.stderr"), "{stderr}");
-            eprintln!("skipped: the byte-exact relay through a booted box: {stderr}");
+            sandbox_testkit::skip(
+                "guest-boot",
+                format_args!("the byte-exact relay through a booted box: {stderr}"),
+            );
         }
         other => panic!("{other:?}: {stderr}"),
     }

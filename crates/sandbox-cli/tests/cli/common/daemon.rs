@@ -8,21 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 
-use sandbox_protocol::{decode_frame, Decoded, Frame, Incoming, Request};
+use sandbox_protocol::Incoming;
 use sandbox_service::{Client, ClientError, RuntimePaths};
 use serde_json::{json, Value};
 
 use super::Env;
 
-/// A request from JSON (parsed by the protocol's own decoder, so tests write what a client
-/// writes).
-pub fn req(method: &str, params: Value) -> Request {
-    let line = serde_json::to_vec(&json!({"id": 0, "method": method, "params": params})).unwrap();
-    match decode_frame(&Frame::Line(line)) {
-        Decoded::Request(_, r) => r,
-        other => panic!("{method}: {other:?}"),
-    }
-}
+pub use sandbox_testkit::req;
 
 /// `sandbox serve` for one test; stopped (SIGTERM to the supervisor) when dropped.
 pub struct Daemon {

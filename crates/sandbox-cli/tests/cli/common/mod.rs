@@ -8,22 +8,12 @@ pub mod escape;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
-/// Writes a line straight to the test process's stderr. libtest captures `println!` and
-/// `eprintln!` of passing tests; this does not go through that capture, so skip notices and
-/// result tables show in every `cargo test` run (and in CI logs).
-pub fn report(line: impl std::fmt::Display) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr().lock(), "{line}");
-}
-
-/// Reports a check that cannot run on this machine, with the reason. Never a silent pass.
-pub fn skip(reason: impl std::fmt::Display) {
-    report(format_args!("skipped: {reason}"));
-}
+// Each test binary uses some of them.
+#[allow(unused_imports)]
+pub use sandbox_testkit::{alive, report, skip, wait_dead};
 
 /// `args` as an unprivileged user: as `nobody` via setpriv when the tests run as root (check
 /// `/usr/bin/setpriv` first), else as ourselves; with an empty environment but `PATH`.
@@ -142,29 +132,6 @@ impl Env {
     }
 }
 
-/// True while `pid` exists and is not a zombie.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap().split_whitespace().next();
-            state != Some("Z")
-        }
-        Err(_) => false,
-    }
-}
-
-/// Waits (up to `within`) for `pid` to be gone.
-pub fn wait_dead(pid: i32, within: Duration) -> bool {
-    let end = Instant::now() + within;
-    while Instant::now() < end {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    !alive(pid)
-}
-
 /// Stdout and stderr as text, for assertion messages.
 pub fn text(out: &std::process::Output) -> String {
     format!(
@@ -173,4 +140,80 @@ pub fn text(out: &std::process::Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
+}
+
+/// Descriptors a caller of `sandbox` holds without meaning to pass them on: a directory
+/// holding a listening Unix socket, and that socket. [`StrayFds::give_to`] puts them on
+/// [`STRAY_FDS`] of the started process, not close-on-exec, as a careless caller (a shell
+/// with `exec 50<dir`, a daemon manager) would.
+pub struct StrayFds {
+    pub dir: tempfile::TempDir,
+    dir_fd: std::os::fd::OwnedFd,
+    socket: std::os::unix::net::UnixListener,
+}
+
+/// Where [`StrayFds::give_to`] puts the directory and the socket.
+pub const STRAY_FDS: [i32; 2] = [50, 51];
+
+/// A command line that lists its own descriptors (read by [`strays_in`]).
+pub const LIST_FDS: &str = "ls -l /proc/self/fd";
+
+impl StrayFds {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = std::os::unix::net::UnixListener::bind(dir.path().join("agent.sock")).unwrap();
+        let dir_fd = std::fs::File::open(dir.path()).unwrap().into();
+        StrayFds {
+            dir,
+            dir_fd,
+            socket,
+        }
+    }
+
+    /// Makes `cmd`'s process start with the directory and the socket on [`STRAY_FDS`].
+    pub fn give_to(&self, cmd: &mut Command) {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let from = [self.dir_fd.as_raw_fd(), self.socket.as_raw_fd()];
+        // SAFETY: runs between fork and exec; dup2(2) only (async-signal safe). dup2 leaves
+        // the new descriptor without FD_CLOEXEC, so exec passes it on.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (from, to) in from.into_iter().zip(STRAY_FDS) {
+                    if libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+/// The lines of a [`LIST_FDS`] listing that show a descriptor beyond stdio, except the one
+/// `ls` itself reads `/proc/self/fd` through.
+pub fn strays_in(listing: &str) -> Vec<String> {
+    listing
+        .lines()
+        .filter_map(|line| {
+            let (left, target) = line.trim().split_once(" -> ")?;
+            let fd: i32 = left.split_whitespace().last()?.parse().ok()?;
+            let own = target.starts_with("/proc/") && target.ends_with("/fd");
+            (fd > 2 && !own).then(|| line.trim().to_string())
+        })
+        .collect()
+}
+
+/// Asserts that `listing` (a [`LIST_FDS`] output of `path`) shows nothing beyond stdio, and
+/// that it is a listing at all.
+pub fn assert_no_strays(path: &str, listing: &str) {
+    assert!(
+        listing.contains(" 0 -> ") && listing.contains(" 2 -> "),
+        "{path}: no descriptor listing:\n{listing}"
+    );
+    let strays = strays_in(listing);
+    assert!(
+        strays.is_empty(),
+        "{path}: the command inherited descriptors it was never meant to get: {strays:#?}"
+    );
 }

@@ -1,0 +1,18 @@
+//! The `sandbox` binary's integration tests, one test binary (`--test cli`): each module was
+//! a binary of its own, and each compiled the shared escape suite (`common/escape.rs`) again.
+//! Run one family with a filter: `cargo test -p sandbox-cli --test cli -- escape::`.
+
+mod common;
+
+mod boxlite;
+mod config;
+mod escape;
+mod exec;
+mod external;
+mod git_store;
+mod lima;
+mod native;
+mod run;
+mod seam;
+mod service;
+mod view;

@@ -1,0 +1,190 @@
+//! The child prelude: what every spawn path ([`crate::spawn`], [`crate::direct`],
+//! [`crate::pty`]) does in the child between fork and exec, in one place and one order.
+//!
+//! 1. `setsid(2)`: the child leads its own session and process group (no controlling terminal
+//!    of ours, so TIOCSTI on the user's terminal is refused; `killpg` reaches every
+//!    descendant);
+//! 2. when asked, `PR_SET_PDEATHSIG` (SIGKILL), then the check that the parent still lives:
+//!    it may have died between fork and prctl, and then no signal would ever come;
+//! 3. for a pty run, the pty (already on stdin) becomes the controlling terminal;
+//! 4. the caller's [`ChildSetup`] hook (Landlock, seccomp, the private view…);
+//! 5. last, every descriptor beyond stdio that is not passed on purpose
+//!    ([`ChildSetup::passed_fds`]) is marked close-on-exec, so the command inherits none of
+//!    the descriptors its caller happened to hold (a directory, a socket). Marked, not closed:
+//!    the spawn's own reporting pipes must still work until exec closes them.
+//!
+//! A failing step is reported to the parent through the [`SetupReport`] pipe as a
+//! [`SetupFailure`], and the command is not executed.
+//!
+//! Everything here runs in a child of a possibly multi-threaded parent (and, on the direct
+//! path, sharing its memory): only async-signal-safe system calls, no allocation, no locks.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
+
+/// The child's steps, built in the parent before fork.
+pub(crate) struct Prelude {
+    /// The write end of the failure report pipe.
+    pub report_fd: RawFd,
+    /// `PR_SET_PDEATHSIG` (Linux): the child dies with the thread that spawned it.
+    pub die_with_parent: bool,
+    /// Our pid, to check after `PR_SET_PDEATHSIG` that the parent still lives.
+    pub parent_pid: libc::pid_t,
+    /// Make stdin (a pty slave) the controlling terminal (`TIOCSCTTY`).
+    pub controlling_terminal: bool,
+    pub setup: Option<Arc<dyn ChildSetup>>,
+}
+
+impl Prelude {
+    /// A prelude reporting through `report`, for a child of this process.
+    pub(crate) fn new(
+        report: &SetupReport,
+        die_with_parent: bool,
+        setup: Option<Arc<dyn ChildSetup>>,
+    ) -> Prelude {
+        Prelude {
+            report_fd: report.write_fd(),
+            die_with_parent,
+            parent_pid: std::process::id() as libc::pid_t,
+            controlling_terminal: false,
+            setup,
+        }
+    }
+
+    /// Child side: runs every step. Async-signal safe.
+    pub(crate) fn run(&self) -> Result<(), SetupFailure> {
+        // SAFETY: setsid(2) takes no arguments.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(SetupFailure::last(SetupStep::NewSession));
+        }
+        if self.die_with_parent {
+            parent_death_signal(self.parent_pid)?;
+        }
+        if self.controlling_terminal {
+            // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty
+            // slave, and setsid above made us a session leader without a terminal.
+            if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
+                return Err(SetupFailure::last(SetupStep::ControllingTerminal));
+            }
+        }
+        let mut passed: &[RawFd] = &[];
+        if let Some(setup) = &self.setup {
+            setup.apply_in_child()?;
+            passed = setup.passed_fds();
+        }
+        close_unpassed(passed)
+    }
+
+    /// Child side, for `pre_exec`: [`Self::run`], sending a failure to the parent.
+    pub(crate) fn run_reporting(&self) -> std::io::Result<()> {
+        self.run()
+            .map_err(|failure| SetupReport::fail(self.report_fd, failure))
+    }
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn parent_death_signal(parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } < 0
+    {
+        return Err(SetupFailure::last(SetupStep::ParentDeathSignal));
+    }
+    // SAFETY: getppid(2) takes no arguments. The parent may have died before prctl; then we
+    // were re-parented and the signal will never come.
+    if unsafe { libc::getppid() } != parent_pid {
+        return Err(SetupFailure {
+            step: SetupStep::ParentDeathSignal,
+            errno: nix::errno::Errno::ESRCH,
+            detail: 0,
+        });
+    }
+    Ok(())
+}
+
+/// Elsewhere (macOS) the kernel has no parent-death signal: the child is not tied to us
+/// beyond its process group, which the owner kills at the end of the run.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn parent_death_signal(_parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
+    Ok(())
+}
+
+/// Marks every descriptor from 3 up close-on-exec, then clears the flag on `passed`.
+fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
+    mark_cloexec_from(3)?;
+    for &fd in passed {
+        // SAFETY: fcntl(F_SETFD) with an integer flag on a descriptor number.
+        if fd > 2 && unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
+            return Err(SetupFailure::last(SetupStep::CloseDescriptors));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn mark_cloexec_from(first: RawFd) -> Result<(), SetupFailure> {
+    // CLOSE_RANGE_CLOEXEC (Linux 5.11): one call, whatever the descriptor limit.
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range(2) with integer arguments; it only sets descriptor flags.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    use nix::errno::Errno;
+    match Errno::last() {
+        // An older kernel (no close_range, or no CLOEXEC flag), or a filter refusing it.
+        Errno::ENOSYS | Errno::EINVAL | Errno::EPERM => mark_cloexec_each(first),
+        errno => Err(SetupFailure {
+            step: SetupStep::CloseDescriptors,
+            errno,
+            detail: 0,
+        }),
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn mark_cloexec_from(first: RawFd) -> Result<(), SetupFailure> {
+    mark_cloexec_each(first)
+}
+
+/// The fallback: every descriptor number below the hard open-files limit, one by one.
+fn mark_cloexec_each(first: RawFd) -> Result<(), SetupFailure> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) writes into the struct on our stack.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(SetupFailure::last(SetupStep::CloseDescriptors));
+    }
+    // The hard limit bounds every descriptor the process could have opened (a lower soft
+    // limit set later does not close those above it). Capped: an "unlimited" limit would be
+    // a loop of billions of calls; no descriptor table gets that large in practice.
+    let end = limit.rlim_max.min(1 << 20) as RawFd;
+    for fd in first..end {
+        // SAFETY: fcntl(F_GETFD/F_SETFD) on a descriptor number; EBADF for a free one.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
