@@ -205,7 +205,9 @@ fn report(
     support: &ViewSupport,
     options: &NativeOptions,
 ) -> Enforcement {
-    let mut e = landlock::enforcement(plan, abi::landlock_abi());
+    let abi = abi::landlock_abi();
+    let mut e = landlock::enforcement(plan, abi);
+    account_layers(&mut e, plan, support, abi);
     match support {
         ViewSupport::Available => {
             e.mechanism = "view+landlock+seccomp".into();
@@ -256,6 +258,38 @@ fn report(
     e.enforced
         .push(format!("seccomp: {}", describe_seccomp(seccomp)));
     e
+}
+
+/// The policy's properties, judged over every layer this run has (`crate::layers`): what
+/// holds (and by which layer), the gaps that fail a run closed, and the downgrades it reports.
+fn account_layers(
+    e: &mut Enforcement,
+    plan: &compile::landlock::LandlockPlan,
+    support: &ViewSupport,
+    abi: i32,
+) {
+    let needs = crate::layers::Needs {
+        tcp_ports: plan.tcp.is_some(),
+        scope_signals: plan.scope_signals,
+        scope_abstract_unix: plan.scope_abstract_unix,
+    };
+    let layers = crate::layers::Layers {
+        landlock_abi: abi,
+        view: *support == ViewSupport::Available,
+        pid_namespace: false,
+        net_namespace: false,
+    };
+    let accounting = crate::layers::account(&needs, &layers);
+    e.enforced
+        .extend(accounting.held.iter().map(|v| v.enforced_line()));
+    e.gaps
+        .extend(accounting.gaps.iter().map(|v| v.missing_line()));
+    e.downgrades.extend(accounting.downgrades.iter().map(|v| {
+        format!(
+            "{}: no layer of this kernel holds it (Landlock ABI {abi})",
+            v.missing_line()
+        )
+    }));
 }
 
 fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
@@ -328,7 +362,9 @@ impl NativeSandbox {
             tracing::warn!(gaps = ?enforcement.gaps, "running with a degraded sandbox");
         }
         let ruleset = landlock::build(&plan)?;
-        if ruleset.is_none() && !allow_degraded {
+        // Without Landlock the view alone confines the filesystem (the accounting above);
+        // without either, nothing does.
+        if ruleset.is_none() && view.is_none() && !allow_degraded {
             return Err(HostError::Degraded {
                 backend: "native",
                 gaps: vec!["filesystem limits (Landlock is not available)".into()],
