@@ -63,8 +63,24 @@ const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsm
      once `sub` is a gitlink in the index (staged or committed) so does `git status` at the \
      top. No file rule can refuse a name, and no check after the run looks for it yet";
 
+/// Before Landlock ABI 6 no layer of the native backend scopes signals or abstract unix
+/// sockets (the pid and network namespaces will); the run reports it at its start, every time
+/// (`sandbox_host::layers`). Seen in Debian 12's 6.1 by `cargo xtask guest-test`.
+const NO_SCOPING: &str = "Landlock before ABI 6 cannot scope signals or abstract unix \
+     sockets and no other layer holds them yet; every run reports the downgrade";
+const SCOPING_ATTACKS: &[&str] = &[
+    "kill a process outside the sandbox",
+    "connect to an abstract unix socket outside",
+];
+
 fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
     let backend = backend.trim_end_matches(escape::DAEMON);
+    if backend.starts_with("native")
+        && SCOPING_ATTACKS.contains(&attack)
+        && sandbox_host::linux::abi::landlock_abi() < 6
+    {
+        return Some(NO_SCOPING);
+    }
     if attack == escape::PLANTED_REPOSITORY || attack == escape::PLANTED_SUBMODULE {
         return Some(PLANTED_REPOSITORY_GAP);
     }

@@ -13,7 +13,14 @@ fn private_view(ctx: &Context) -> serde_json::Value {
     use sandbox_host::linux::userns::{self, ViewSupport};
     let cache = sandbox_host::privdir::ensure("native", &ctx.dirs.runtime).ok();
     match userns::support(cache.as_deref()) {
-        ViewSupport::Available => json!({"available": true}),
+        // Where a run's quarantine layers would go (a tmpfs before Linux 6.6 takes no
+        // user.* xattrs, so they may go to disk), or why nowhere.
+        ViewSupport::Available => {
+            match sandbox_host::privdir::layer_dir(&ctx.dirs.runtime, &|_| true) {
+                Ok((dir, why)) => json!({"available": true, "layers": {"dir": dir, "why": why}}),
+                Err(error) => json!({"available": true, "layers": {"error": error}}),
+            }
+        }
         ViewSupport::Unavailable { reason } => json!({"available": false, "reason": reason}),
     }
 }
@@ -143,10 +150,21 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     }
     print_boxlite(&boxlite);
     match view["available"].as_bool() {
-        Some(true) => println!(
-            "\nprivate view: available (native runs in user + mount namespaces where only the \
-             policy's paths exist)"
-        ),
+        Some(true) => {
+            println!(
+                "\nprivate view: available (native runs in user + mount namespaces where only \
+                 the policy's paths exist)"
+            );
+            let layers = &view["layers"];
+            match layers["error"].as_str() {
+                Some(error) => println!("  ! git store quarantine: {error}"),
+                None => println!(
+                    "  git store quarantine layers: {} ({})",
+                    layers["dir"].as_str().unwrap_or("?"),
+                    layers["why"].as_str().unwrap_or("")
+                ),
+            }
+        }
         _ => println!(
             "\nprivate view: NOT available: {}\n  native falls back to Landlock + seccomp and \
              denies unix sockets (--allow-unix-sockets to allow them); to enable user \

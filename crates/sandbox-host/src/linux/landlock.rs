@@ -168,7 +168,10 @@ mod tests {
     #[test]
     fn abi_7_handles_the_device_ioctl_right() {
         let e = enforcement(&plan(true), 7);
-        assert!(!e.fs_rights_missing.contains(&"IoctlDev".to_string()), "{e:?}");
+        assert!(
+            !e.fs_rights_missing.contains(&"IoctlDev".to_string()),
+            "{e:?}"
+        );
         assert!(e.fs_rights_enforced.contains(&"IoctlDev".to_string()));
         assert!(e.notes.iter().any(|n| n.contains("ports, not addresses")));
     }

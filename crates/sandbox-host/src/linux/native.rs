@@ -309,6 +309,7 @@ impl NativeSandbox {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        let mut layer_note = None;
         let view = match &support {
             ViewSupport::Available => {
                 let private = private?;
@@ -321,12 +322,16 @@ impl NativeSandbox {
                         if git.quarantined(&policy.workspace.root, policy.unprotected_git) =>
                     {
                         // The quarantine's layers are made and removed on every run: in
-                        // memory where this machine allows (see `privdir::memory_scratch`),
-                        // never where the policy lets the command write.
-                        let scratch = crate::privdir::memory_scratch(&private, &|dir| {
-                            !policy.is_writable(dir)
-                        })
-                        .unwrap_or_else(|| private.clone());
+                        // memory where this machine allows, else on disk where the
+                        // filesystem takes what a layer needs (`privdir::layer_dir`), never
+                        // where the policy lets the command write.
+                        let (scratch, why) =
+                            crate::privdir::layer_dir(&private, &|dir| !policy.is_writable(dir))
+                                .map_err(HostError::GitQuarantine)?;
+                        layer_note = Some(format!(
+                            "git store quarantine layers under {} ({why})",
+                            scratch.display()
+                        ));
                         let store_dir = scratch.join("git-store");
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
@@ -376,6 +381,7 @@ impl NativeSandbox {
         let drop_caps_up_to = (nix::unistd::geteuid().is_root() && has_effective_cap(CAP_SETPCAP))
             .then(last_capability);
         let mut enforcement = enforcement;
+        enforcement.notes.extend(layer_note);
         if drop_caps_up_to.is_some() {
             enforcement.enforced.push(
                 "running as root: every capability is dropped, and exec cannot regain them".into(),
