@@ -154,8 +154,10 @@ pub fn probe() -> ViewSupport {
                 return ViewSupport::Available;
             }
             let errno = Errno::from_raw(i32::from_ne_bytes(bytes[1..].try_into().expect("4")));
+            let restricted =
+                std::fs::read_to_string(APPARMOR_RESTRICT).is_ok_and(|v| v.trim() == "1");
             ViewSupport::Unavailable {
-                reason: explain(bytes[0], errno),
+                reason: explain(bytes[0], errno, restricted),
             }
         }
         Err(e) => ViewSupport::Unavailable {
@@ -164,8 +166,25 @@ pub fn probe() -> ViewSupport {
     }
 }
 
-/// Why the view is unavailable, in terms of the switch to turn.
-fn explain(step: u8, errno: Errno) -> String {
+/// Ubuntu's switch (23.10 and later): unprivileged user namespaces get no capabilities unless
+/// the program has an AppArmor profile that allows `userns`.
+const APPARMOR_RESTRICT: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
+
+/// The fix for Ubuntu's restriction, named in every explanation it can cause.
+const APPARMOR_FIX: &str = "Ubuntu's AppArmor restriction is on \
+     (kernel.apparmor_restrict_unprivileged_userns=1): install the AppArmor profile shipped \
+     with sandbox (packaging/apparmor/sandbox, into /etc/apparmor.d/sandbox, then \
+     `sudo apparmor_parser -r /etc/apparmor.d/sandbox`; the NixOS module does this), or turn \
+     the restriction off for every program with \
+     `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` (docs/backends.md)";
+
+/// Why the view is unavailable, in terms of the switch to turn. `apparmor_restricted`: the
+/// sysctl above reads 1.
+fn explain(step: u8, errno: Errno, apparmor_restricted: bool) -> String {
+    let denied = matches!(errno, Errno::EPERM | Errno::EACCES);
+    if apparmor_restricted && (denied || step == STEP_ID_MAP) {
+        return format!("step {} failed ({errno}): {APPARMOR_FIX}", step_name(step));
+    }
     match (step, errno) {
         (STEP_UNSHARE, Errno::ENOSPC) => format!(
             "user namespaces are limited to 0 here (user.max_user_namespaces; {errno}); raise \
@@ -180,9 +199,39 @@ fn explain(step: u8, errno: Errno) -> String {
         (STEP_ID_MAP, _) => format!("the new user namespace refused an id map ({errno})"),
         (_, Errno::EPERM) | (_, Errno::EACCES) => format!(
             "a user namespace can be created but has no capabilities to mount ({errno}): \
-             Ubuntu's AppArmor restriction (kernel.apparmor_restrict_unprivileged_userns=1) \
-             does this; allow the sandbox binary with an AppArmor profile (docs/backends.md)"
+             an AppArmor or SELinux policy may confine user namespaces here"
         ),
         _ => format!("mounting in a new user namespace failed: {errno}"),
+    }
+}
+
+fn step_name(step: u8) -> &'static str {
+    match step {
+        STEP_UNSHARE => "unshare(CLONE_NEWUSER | CLONE_NEWNS)",
+        STEP_ID_MAP => "writing the uid/gid map",
+        _ => "mounting in the new user namespace",
+    }
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::*;
+
+    #[test]
+    fn ubuntus_restriction_is_named_with_its_sysctl_and_fix() {
+        for step in [STEP_UNSHARE, STEP_ID_MAP, STEP_MOUNT] {
+            let why = explain(step, Errno::EPERM, true);
+            assert!(
+                why.contains("kernel.apparmor_restrict_unprivileged_userns=1")
+                    && why.contains("apparmor_parser -r")
+                    && why.contains("packaging/apparmor/sandbox"),
+                "{why}"
+            );
+        }
+        // Without the sysctl, the other causes are named instead.
+        let why = explain(STEP_UNSHARE, Errno::EPERM, false);
+        assert!(why.contains("unprivileged_userns_clone"), "{why}");
+        assert!(!why.contains("apparmor_restrict"), "{why}");
+        assert!(explain(STEP_UNSHARE, Errno::ENOSPC, true).contains("max_user_namespaces"));
     }
 }
