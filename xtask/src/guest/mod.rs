@@ -643,3 +643,40 @@ fn virtfs(tag: &str, host: &Path, read_only: bool) -> [String; 2] {
     }
     ["-virtfs".into(), spec]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_bytes_travel_losslessly_as_latin1() {
+        let all: String = (0u8..=255).map(char::from).collect();
+        let reply = json!({"exit": 0, "signal": null, "timed_out": false, "seconds": 0.5,
+                           "stdout": all, "stderr": "é"});
+        let out: Output = serde_json::from_value(reply).unwrap();
+        assert_eq!(out.stdout, (0u8..=255).collect::<Vec<_>>());
+        assert_eq!(out.stderr, vec![0xe9]);
+        // A code point above 255 is not a byte: refused, not mangled.
+        let bad = json!({"exit": 0, "signal": null, "timed_out": false, "seconds": 0,
+                         "stdout": "\u{100}", "stderr": ""});
+        assert!(serde_json::from_value::<Output>(bad).is_err());
+    }
+
+    #[test]
+    fn the_cache_key_follows_the_inputs() {
+        assert_eq!(input_key("http://a"), input_key("http://a"));
+        assert_ne!(input_key("http://a"), input_key("http://b"));
+    }
+
+    #[test]
+    fn an_incomplete_image_directory_is_not_an_image() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Image::open(dir.path()).is_err());
+        std::fs::write(dir.path().join("rootfs.ext4"), "").unwrap();
+        std::fs::write(dir.path().join("initrd.cpio"), "").unwrap();
+        std::fs::write(dir.path().join("key"), "k").unwrap();
+        std::fs::write(dir.path().join("kernels"), "bookworm 6.1.0-50-amd64\n").unwrap();
+        // The kernel image is missing, and there is one kernel, not three.
+        assert!(Image::open(dir.path()).is_err());
+    }
+}
