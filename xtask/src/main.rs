@@ -36,9 +36,11 @@ tasks:
   box-image [--out DIR]
                  build the box image: an OCI image layout directory of a small Debian
                  userland (mmdebstrap); default DIR target/box-image; prints DIR
-  guest-test [--kernel SUITE]... [--quick]
-                 boot Debian kernels under QEMU (TCG) and run the native backend's checks
-                 in each, as root and as a user (see xtask/src/guest/); reports per kernel
+  guest-test [--kernel SUITE]... [--quick | --full]
+                 boot Debian kernels (suites bullseye, bookworm, bookworm-backports) under
+                 QEMU (TCG) and run the native backend's checks in each, as root and as a
+                 user (xtask/src/guest/); the escape suite as the user in bookworm's 6.1
+                 (--full: everywhere, as both; --quick: nowhere); reports per kernel
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;

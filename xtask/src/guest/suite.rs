@@ -61,13 +61,19 @@ struct CheckResult {
 
 struct Options {
     kernels: Vec<String>,
+    /// No escape suite at all.
     quick: bool,
+    /// The escape suite in every kernel, as root and as the user. By default it runs once, as
+    /// the user in Debian 12's 6.1 (the kernel whose degraded paths it must show held or
+    /// reported): in an emulated guest one pass takes minutes, and CI has 20 for the matrix.
+    full: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options {
         kernels: Vec::new(),
         quick: false,
+        full: false,
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -78,9 +84,10 @@ fn parse(args: &[String]) -> Result<Options> {
                     .clone(),
             ),
             "--quick" => options.quick = true,
+            "--full" => options.full = true,
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask guest-test [--kernel SUITE]... \
-                 [--quick]"
+                 [--quick | --full]"
             ),
         }
     }
@@ -155,8 +162,8 @@ pub fn run(args: &[String]) -> Result<bool> {
 
     let mut all_ok = true;
     let mut report = Vec::new();
-    let mut text = String::new();
     for kernel in &kernels {
+        let mut text = String::new();
         let kernel_started = Instant::now();
         let result = test_kernel(&root, &image, kernel, &bins, &options);
         let elapsed = kernel_started.elapsed();
@@ -208,7 +215,14 @@ pub fn run(args: &[String]) -> Result<bool> {
                 report.push(json!({"kernel": kernel.release, "error": format!("{err:#}")}));
             }
         }
+        // Each kernel's result as soon as it is known.
+        print!("{text}");
+        std::fs::write(
+            root.join("target/guest/report.json"),
+            serde_json::to_string_pretty(&report)?,
+        )?;
     }
+    let mut text = String::new();
     let _ = writeln!(
         text,
         "\nguest-test: image {:.0} s, whole matrix {:.0} s",
@@ -216,10 +230,6 @@ pub fn run(args: &[String]) -> Result<bool> {
         started.elapsed().as_secs_f64()
     );
     print!("{text}");
-    std::fs::write(
-        root.join("target/guest/report.json"),
-        serde_json::to_string_pretty(&report)?,
-    )?;
     Ok(all_ok)
 }
 
@@ -253,7 +263,8 @@ fn test_kernel(
         if user == User::Root {
             checks.push(signal_init(&mut guest, bins, &expect)?);
         }
-        if !options.quick {
+        let escape = options.full || (kernel.suite == "bookworm" && user == User::User);
+        if escape && !options.quick {
             checks.push(escape_suite(&mut guest, bins, user)?);
         }
     }
