@@ -16,7 +16,9 @@ fn private_view(ctx: &Context) -> serde_json::Value {
         // Where a run's quarantine layers would go (a tmpfs before Linux 6.6 takes no
         // user.* xattrs, so they may go to disk), or why nowhere.
         ViewSupport::Available => {
-            match sandbox_host::privdir::layer_dir(&ctx.dirs.runtime, &|_| true) {
+            match userns::overlay_probe()
+                .and_then(|()| sandbox_host::privdir::layer_dir(&ctx.dirs.runtime, &|_| true))
+            {
                 Ok((dir, why)) => json!({"available": true, "layers": {"dir": dir, "why": why}}),
                 Err(error) => json!({"available": true, "layers": {"error": error}}),
             }

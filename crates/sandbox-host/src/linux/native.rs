@@ -325,6 +325,15 @@ impl NativeSandbox {
                         // memory where this machine allows, else on disk where the
                         // filesystem takes what a layer needs (`privdir::layer_dir`), never
                         // where the policy lets the command write.
+                        // Before Linux 5.11 no overlay mounts in a user namespace: say so
+                        // before any command, not as the child's EPERM.
+                        userns::overlay_probe().map_err(|why| {
+                            HostError::GitQuarantine(format!(
+                                "{why}. Nothing was run. Use Linux 5.11 or later, or pass \
+                                 --unprotected-git to run without the quarantine (the \
+                                 repository's objects and refs are then writable)"
+                            ))
+                        })?;
                         let (scratch, why) =
                             crate::privdir::layer_dir(&private, &|dir| !policy.is_writable(dir))
                                 .map_err(HostError::GitQuarantine)?;
