@@ -133,9 +133,24 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
                 );
             }
         } else if b["degraded"].as_bool() == Some(true) {
-            println!("{name:<8} DEGRADED: runs fail closed unless --allow-degraded");
-            for gap in b["enforcement"]["gaps"].as_array().into_iter().flatten() {
+            // Judged on a sample that blocks the network: a gap may concern only runs that
+            // need it (TCP port rules for --block-net), so what holds is listed too.
+            println!(
+                "{name:<8} DEGRADED: runs that need what is listed as not enforced fail closed \
+                 unless --allow-degraded"
+            );
+            let e = &b["enforcement"];
+            for item in e["enforced"].as_array().into_iter().flatten() {
+                println!("         - {}", item.as_str().unwrap_or(""));
+            }
+            for gap in e["gaps"].as_array().into_iter().flatten() {
                 println!("         ! not enforced: {}", gap.as_str().unwrap_or(""));
+            }
+            for downgrade in e["downgrades"].as_array().into_iter().flatten() {
+                println!(
+                    "         ! layer missing: {}",
+                    downgrade.as_str().unwrap_or("")
+                );
             }
         } else {
             println!(
