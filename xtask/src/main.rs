@@ -13,10 +13,13 @@
 //! - `boxlite-runtime`: BoxLite's runtime files (shim, guest agent, libkrunfw, e2fsprogs) cut
 //!   out of the pinned PyPI wheel, each checked against its pinned sha256
 //!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
+//! - `guest-test`: Debian's kernels (5.10, 6.1, 6.12) booted under QEMU's software emulation,
+//!   the native backend's checks run inside each (`guest/`).
 
 mod box_image;
 mod boxlite_runtime;
 mod breakage;
+mod guest;
 mod nix_builders;
 mod nix_check;
 mod sources;
@@ -34,6 +37,11 @@ tasks:
   box-image [--out DIR]
                  build the box image: an OCI image layout directory of a small Debian
                  userland (mmdebstrap); default DIR target/box-image; prints DIR
+  guest-test [--kernel SUITE]... [--quick | --full]
+                 boot Debian kernels (suites bullseye, bookworm, bookworm-backports) under
+                 QEMU (TCG) and run the native backend's checks in each, as root and as a
+                 user (xtask/src/guest/); the escape suite as the user in bookworm's 6.1
+                 (--full: everywhere, as both; --quick: nowhere); reports per kernel
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
@@ -104,6 +112,14 @@ fn main() -> ExitCode {
             Ok(_) => ExitCode::SUCCESS,
             Err(err) => {
                 eprintln!("error: box-image: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("guest-test") => match guest::suite::run(&args[1..]) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("error: guest-test: {err:#}");
                 ExitCode::FAILURE
             }
         },

@@ -1,7 +1,9 @@
 //! The engine against the real BoxLite runtime and the real runtime files: opening the runtime,
 //! one runtime per home, importing an OCI layout, preparing the disks, starting the shim and
 //! each way a start fails. Tests that need a booted guest run when the boot works here and
-//! print `skipped: <reason>` otherwise (docs/boxlite.md, "On this build machine": no guest boots there).
+//! print `skipped: <reason>` otherwise (docs/boxlite.md, "On this build machine": no guest
+//! boots through this build machine's own KVM; one does through the KVM inside a TCG guest,
+//! `cargo xtask guest-test`'s harness).
 //!
 //! Needs the runtime files (`cargo xtask boxlite-runtime`, or `SANDBOX_BOXLITE_RUNTIME`);
 //! without them every test here fails, naming the command to run.

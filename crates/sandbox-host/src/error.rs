@@ -126,6 +126,11 @@ pub enum HostError {
     #[error("native: {0}")]
     GitQuarantine(#[source] sandbox_git::quarantine::QuarantineError),
 
+    /// This machine has no place or no kernel support for the quarantine's private layers
+    /// (nothing ran): the reason names what was tried and what to do.
+    #[error("native: git store quarantine: {reason}")]
+    QuarantineUnsupported { reason: String },
+
     /// A path of the private view cannot be used.
     #[error("native: private view: {}: {cause}", path.display())]
     ViewPath { path: PathBuf, cause: String },

@@ -13,13 +13,15 @@
 //!   each one's session and armed commands.
 //! * [`assembly`]: one policy assembly (defaults, grants, environment, trusted places) for the
 //!   CLI and the daemon.
-//! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`.
+//! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`;
+//!   [`layers`]: which layer of a run holds each property of the policy.
 
 pub mod assembly;
 pub mod backend;
 pub mod custom;
 pub mod error;
 pub mod gitguard;
+pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod nono;

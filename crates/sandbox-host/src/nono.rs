@@ -155,12 +155,31 @@ fn version_of(path: &Path, cache_dir: Option<&Path>) -> Result<String, HostError
 }
 
 /// Finds nono where the CLI said, refuses one the sandbox could write, checks its version.
+/// Why nono cannot run on a kernel with Landlock ABI `abi`, if it cannot: nono 0.81 asks for
+/// signal scoping (`SignalMode::AllowSameSandbox`, Landlock ABI 6) on every run and refuses
+/// every run below it, `--allow-degraded` or not (seen in Debian 12's 6.1 by
+/// `cargo xtask guest-test`). Refusing here says why before nono starts, and keeps `doctor`
+/// from listing nono as available with scoping it cannot give.
+pub fn kernel_refusal(abi: i32) -> Option<String> {
+    (abi < 6).then(|| {
+        format!(
+            "nono 0.81 needs Landlock ABI 6 (it scopes signals on every run) and this kernel \
+             has ABI {abi}; use the native backend, which holds the policy with its private \
+             view on this kernel, or Linux 6.12 or later"
+        )
+    })
+}
+
 pub fn locate(
     location: Option<&NonoLocation>,
     policy: &Policy,
     spawn_dir: &Path,
     cache_dir: Option<&Path>,
 ) -> Result<Nono, HostError> {
+    #[cfg(target_os = "linux")]
+    if let Some(why) = kernel_refusal(crate::linux::abi::landlock_abi()) {
+        return Err(unavailable(why));
+    }
     let Some(NonoLocation {
         path: Some(path),
         source,
@@ -573,6 +592,21 @@ pub fn setup_failed(status: i32, marker: &StartMarker) -> HostError {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nono_is_refused_below_landlock_abi_6_with_the_reason() {
+        for abi in 0..6 {
+            let why = kernel_refusal(abi).expect("refused");
+            assert!(
+                why.contains("ABI 6") && why.contains(&format!("ABI {abi}")),
+                "{why}"
+            );
+        }
+        for abi in 6..=9 {
+            assert_eq!(kernel_refusal(abi), None);
+        }
+    }
+
     use super::*;
 
     #[test]

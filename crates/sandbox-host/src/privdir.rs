@@ -83,3 +83,84 @@ pub fn memory_scratch(private: &Path, usable: &dyn Fn(&Path) -> bool) -> Option<
     let dir = ensure("native", &dir).ok()?;
     (on_tmpfs(&dir) && usable(&dir) && takes_user_xattrs(&dir)).then_some(dir)
 }
+
+#[cfg(target_os = "linux")]
+/// Whether `dir` can hold an unnamed temporary file (`O_TMPFILE`, which an overlay's copy-up
+/// uses on its writable layer).
+fn takes_tmpfile(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)
+        .is_ok()
+}
+
+#[cfg(target_os = "linux")]
+/// Why `dir` cannot hold an overlay's writable layer in a user namespace, if it cannot: the
+/// layer keeps whiteouts and opaque markers in `user.*` extended attributes, which tmpfs has
+/// only from Linux 6.6, and copies up through `O_TMPFILE`.
+pub fn layer_unsupported(dir: &Path) -> Option<&'static str> {
+    if !takes_user_xattrs(dir) {
+        Some("takes no user.* extended attributes (tmpfs before Linux 6.6)")
+    } else if !takes_tmpfile(dir) {
+        Some("takes no O_TMPFILE files")
+    } else {
+        None
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// The on-disk fallback for private layers: `$XDG_STATE_HOME/sandbox/layers`, or
+/// `~/.local/state/sandbox/layers` (the CLI's state directory, `sandbox-cli`'s `paths.rs`).
+fn state_layers_dir() -> Option<PathBuf> {
+    let state = match std::env::var_os("XDG_STATE_HOME") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+        _ => PathBuf::from(std::env::var_os("HOME")?).join(".local/state"),
+    };
+    Some(state.join("sandbox/layers"))
+}
+
+#[cfg(target_os = "linux")]
+/// Where a run's private layers (the git store quarantine's) go, and why there: in memory
+/// where that takes what a layer needs ([`memory_scratch`]), else `private` itself, else the
+/// state directory on disk. An error names every place tried and what each lacks.
+pub fn layer_dir(
+    private: &Path,
+    usable: &dyn Fn(&Path) -> bool,
+) -> Result<(PathBuf, String), String> {
+    if let Some(dir) = memory_scratch(private, usable) {
+        return Ok((dir, "in memory".into()));
+    }
+    let mut tried = Vec::new();
+    match layer_unsupported(private) {
+        None if usable(private) => return Ok((private.to_path_buf(), "the private dir".into())),
+        None => tried.push(format!("{}: the policy grants it", private.display())),
+        Some(why) => tried.push(format!("{}: {why}", private.display())),
+    }
+    if let Some(dir) = state_layers_dir() {
+        match ensure("native", &dir) {
+            Ok(dir) => match layer_unsupported(&dir) {
+                None if usable(&dir) => {
+                    return Ok((
+                        dir,
+                        format!(
+                            "on disk, since {} {}",
+                            private.display(),
+                            tried[0].split_once(": ").map_or("", |(_, w)| w)
+                        ),
+                    ))
+                }
+                None => tried.push(format!("{}: the policy grants it", dir.display())),
+                Some(why) => tried.push(format!("{}: {why}", dir.display())),
+            },
+            Err(e) => tried.push(e.to_string()),
+        }
+    }
+    Err(format!(
+        "no place for the git store quarantine's private layers: {}. Point XDG_STATE_HOME (or \
+         XDG_RUNTIME_DIR) at a directory on ext4, xfs or btrfs, or use Linux 6.6 or later",
+        tried.join("; ")
+    ))
+}

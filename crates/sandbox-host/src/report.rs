@@ -90,3 +90,21 @@ pub fn private_view(options: &crate::backend::BackendOptions) -> Result<(), Stri
         Err("the private view is built on Linux only".into())
     }
 }
+
+/// Where a run's git store quarantine layers would go here (`doctor`): a tmpfs before
+/// Linux 6.6 takes no `user.*` xattrs, so they may go to disk; `Err` says why nowhere (or
+/// that this kernel mounts no overlay in a user namespace).
+pub fn quarantine_layers(
+    options: &crate::backend::BackendOptions,
+) -> Result<(std::path::PathBuf, String), String> {
+    #[cfg(target_os = "linux")]
+    {
+        crate::linux::userns::overlay_probe()
+            .and_then(|()| crate::privdir::layer_dir(&options.private_dir(), &|_| true))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = options;
+        Err("the git store quarantine is built on Linux only".into())
+    }
+}

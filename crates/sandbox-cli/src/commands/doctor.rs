@@ -15,7 +15,12 @@ fn private_view(ctx: &Context) -> serde_json::Value {
         ..sandbox_host::BackendOptions::default()
     };
     match sandbox_host::report::private_view(&options) {
-        Ok(()) => json!({"available": true}),
+        // Where a run's quarantine layers would go (a tmpfs before Linux 6.6 takes no
+        // user.* xattrs, so they may go to disk), or why nowhere.
+        Ok(()) => match sandbox_host::report::quarantine_layers(&options) {
+            Ok((dir, why)) => json!({"available": true, "layers": {"dir": dir, "why": why}}),
+            Err(error) => json!({"available": true, "layers": {"error": error}}),
+        },
         Err(reason) => json!({"available": false, "reason": reason}),
     }
 }
@@ -121,9 +126,24 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
                 );
             }
         } else if b["degraded"].as_bool() == Some(true) {
-            println!("{name:<8} DEGRADED: runs fail closed unless --allow-degraded");
-            for gap in b["enforcement"]["gaps"].as_array().into_iter().flatten() {
+            // Judged on a sample that blocks the network: a gap may concern only runs that
+            // need it (TCP port rules for --block-net), so what holds is listed too.
+            println!(
+                "{name:<8} DEGRADED: runs that need what is listed as not enforced fail closed \
+                 unless --allow-degraded"
+            );
+            let e = &b["enforcement"];
+            for item in e["enforced"].as_array().into_iter().flatten() {
+                println!("         - {}", item.as_str().unwrap_or(""));
+            }
+            for gap in e["gaps"].as_array().into_iter().flatten() {
                 println!("         ! not enforced: {}", gap.as_str().unwrap_or(""));
+            }
+            for downgrade in e["downgrades"].as_array().into_iter().flatten() {
+                println!(
+                    "         ! layer missing: {}",
+                    downgrade.as_str().unwrap_or("")
+                );
             }
         } else {
             println!(
@@ -140,10 +160,21 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     }
     print_boxlite(&boxlite);
     match view["available"].as_bool() {
-        Some(true) => println!(
-            "\nprivate view: available (native runs in user + mount namespaces where only the \
-             policy's paths exist)"
-        ),
+        Some(true) => {
+            println!(
+                "\nprivate view: available (native runs in user + mount namespaces where only \
+                 the policy's paths exist)"
+            );
+            let layers = &view["layers"];
+            match layers["error"].as_str() {
+                Some(error) => println!("  ! git store quarantine: {error}"),
+                None => println!(
+                    "  git store quarantine layers: {} ({})",
+                    layers["dir"].as_str().unwrap_or("?"),
+                    layers["why"].as_str().unwrap_or("")
+                ),
+            }
+        }
         _ => println!(
             "\nprivate view: NOT available: {}\n  native falls back to Landlock + seccomp and \
              denies unix sockets (--allow-unix-sockets to allow them); to enable user \

@@ -1,6 +1,7 @@
 //! BoxLite boxes through the real daemon (`sandbox serve`) and the real BoxLite runtime: the
 //! protocol calls, their `boxState` events, reuse by name, the specific errors, and reaping
-//! by pid. Where the boot cannot work (docs/boxlite.md, "On this build machine": no guest boots there) the
+//! by pid. Where the boot cannot work (docs/boxlite.md, "On this build machine": no guest boots
+//! through this build machine's own KVM, only inside a TCG guest with nested KVM) the
 //! start must fail with the specific error and its log paths, and the parts that need a
 //! booted guest print `skipped: <reason>`.
 //!

@@ -106,8 +106,9 @@ pub fn device_dir_bits(abi: i32) -> u64 {
     (rights(Class::Device, true) & AccessFs::from_all(ABI::from(abi))).bits()
 }
 
-/// What this kernel enforces of `plan`, and what it cannot (the gaps that fail a run closed
-/// unless the user accepts them).
+/// What Landlock on this kernel gives `plan`: the filesystem rights it handles and its
+/// caveats. Which of the policy's properties hold, and by which layer, is the run's
+/// accounting over all its layers ([`crate::layers::account`]).
 pub fn enforcement(plan: &LandlockPlan, abi: i32) -> Enforcement {
     let kernel = ABI::from(abi);
     let handled = AccessFs::from_all(kernel);
@@ -121,46 +122,6 @@ pub fn enforcement(plan: &LandlockPlan, abi: i32) -> Enforcement {
         fs_rights_missing: names(AccessFs::from_all(TARGET) & !handled),
         ..Enforcement::default()
     };
-    if abi < 1 {
-        e.gaps
-            .push("filesystem limits (Landlock is not available on this kernel)".into());
-    } else if abi < 3 {
-        e.gaps
-            .push("truncate(2) of files outside the grants (needs Landlock ABI 3)".into());
-    }
-    if plan.tcp.is_some() {
-        if abi >= 4 {
-            e.enforced
-                .push("TCP connect/bind limited to the allowed ports".into());
-        } else {
-            e.gaps
-                .push("TCP port rules for --block-net (needs Landlock ABI 4)".into());
-        }
-    }
-    if abi >= 5 {
-        e.enforced
-            .push("device ioctls only on granted devices".into());
-    } else if abi >= 1 {
-        e.gaps
-            .push("ioctl restrictions on devices (needs Landlock ABI 5)".into());
-    }
-    if plan.scope_signals || plan.scope_abstract_unix {
-        if abi >= 6 {
-            e.enforced.push(
-                "no signals to, and no abstract unix sockets of, processes outside the sandbox"
-                    .into(),
-            );
-        } else {
-            e.gaps
-                .push("signal and abstract-unix-socket scoping (needs Landlock ABI 6)".into());
-        }
-    }
-    if abi >= 1 {
-        e.enforced.insert(
-            0,
-            "filesystem: only the listed paths, with the listed rights".into(),
-        );
-    }
     if abi < 9 {
         e.notes.push(
             "connecting to pathname unix sockets is not filtered before Landlock ABI 9; the \
@@ -196,28 +157,27 @@ mod tests {
     }
 
     #[test]
-    fn no_landlock_is_a_gap_in_filesystem_limits() {
+    fn no_landlock_handles_no_filesystem_right() {
         let e = enforcement(&plan(false), 0);
-        assert!(e.gaps.iter().any(|g| g.contains("filesystem")), "{e:?}");
         assert!(e.fs_rights_enforced.is_empty());
-    }
-
-    #[test]
-    fn each_missing_abi_feature_is_named() {
-        let e = enforcement(&plan(true), 3);
-        assert!(e.gaps.iter().any(|g| g.contains("TCP port rules")), "{e:?}");
-        assert!(e.gaps.iter().any(|g| g.contains("ABI 6")), "{e:?}");
-        assert!(!e.gaps.iter().any(|g| g.contains("truncate")), "{e:?}");
         let e = enforcement(&plan(false), 2);
-        assert!(e.gaps.iter().any(|g| g.contains("truncate")), "{e:?}");
-        // Without --block-net, missing TCP rules are not a gap.
-        assert!(!e.gaps.iter().any(|g| g.contains("TCP")), "{e:?}");
+        assert!(
+            !e.fs_rights_enforced.contains(&"Truncate".to_string()),
+            "{e:?}"
+        );
+        assert!(
+            e.fs_rights_missing.contains(&"Truncate".to_string()),
+            "{e:?}"
+        );
     }
 
     #[test]
-    fn abi_7_enforces_everything_requested() {
+    fn abi_7_handles_the_device_ioctl_right() {
         let e = enforcement(&plan(true), 7);
-        assert!(e.gaps.is_empty(), "{e:?}");
+        assert!(
+            !e.fs_rights_missing.contains(&"IoctlDev".to_string()),
+            "{e:?}"
+        );
         assert!(e.fs_rights_enforced.contains(&"IoctlDev".to_string()));
         assert!(e.notes.iter().any(|n| n.contains("ports, not addresses")));
     }

@@ -2,7 +2,7 @@
 //! ruleset fd, the BPF programs); the child makes three kinds of syscalls and execs.
 
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
@@ -234,7 +234,9 @@ fn report(
     support: &ViewSupport,
     options: &NativeOptions,
 ) -> Enforcement {
-    let mut e = landlock::enforcement(plan, abi::landlock_abi());
+    let abi = abi::landlock_abi();
+    let mut e = landlock::enforcement(plan, abi);
+    account_layers(&mut e, plan, support, abi);
     match support {
         ViewSupport::Available => {
             e.mechanism = "view+landlock+seccomp".into();
@@ -303,6 +305,38 @@ fn report(
     e
 }
 
+/// The policy's properties, judged over every layer this run has (`crate::layers`): what
+/// holds (and by which layer), the gaps that fail a run closed, and the downgrades it reports.
+fn account_layers(
+    e: &mut Enforcement,
+    plan: &compile::landlock::LandlockPlan,
+    support: &ViewSupport,
+    abi: i32,
+) {
+    let needs = crate::layers::Needs {
+        tcp_ports: plan.tcp.is_some(),
+        scope_signals: plan.scope_signals,
+        scope_abstract_unix: plan.scope_abstract_unix,
+    };
+    let layers = crate::layers::Layers {
+        landlock_abi: abi,
+        view: *support == ViewSupport::Available,
+        pid_namespace: false,
+        net_namespace: false,
+    };
+    let accounting = crate::layers::account(&needs, &layers);
+    e.enforced
+        .extend(accounting.held.iter().map(|v| v.enforced_line()));
+    e.gaps
+        .extend(accounting.gaps.iter().map(|v| v.missing_line()));
+    e.downgrades.extend(accounting.downgrades.iter().map(|v| {
+        format!(
+            "{}: no layer of this kernel holds it (Landlock ABI {abi})",
+            v.missing_line()
+        )
+    }));
+}
+
 fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
     let mut reasons: Vec<&str> = Vec::new();
     for rule in &plan.rules {
@@ -320,6 +354,7 @@ impl NativeSandbox {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        let mut layer_note = None;
         let view = match &support {
             ViewSupport::Available => {
                 let private = private?;
@@ -333,16 +368,35 @@ impl NativeSandbox {
                     {
                         // The quarantine's layers are made and removed on every run: in
                         // memory where this machine allows (see `privdir::memory_scratch`),
-                        // never where the policy lets the command write.
-                        let memory = crate::privdir::memory_scratch(&private, &|dir| {
-                            !policy.is_writable(dir)
-                        });
+                        // else on disk where the filesystem takes what a layer needs
+                        // (`privdir::layer_dir`), never where the policy lets the command write.
+                        // Before Linux 5.11 no overlay mounts in a user namespace: say so
+                        // before any command, not as the child's EPERM.
+                        userns::overlay_probe().map_err(|why| {
+                            HostError::QuarantineUnsupported {
+                                reason: format!(
+                                    "{why}. Nothing was run. Use Linux 5.11 or later, or pass \
+                                 --unprotected-git to run without the quarantine (the \
+                                 repository's objects and refs are then writable)"
+                                ),
+                            }
+                        })?;
+                        let usable = |dir: &Path| !policy.is_writable(dir);
+                        let memory = crate::privdir::memory_scratch(&private, &usable);
                         // A tmpfs there takes user xattrs (Linux 6.6 and later), which the
                         // overlay's `userxattr` needs of its upper layer: so can the run's own
-                        // bounded tmpfs. Otherwise the layer stays on the private dir's disk,
-                        // out of the host's memory.
+                        // bounded tmpfs. Otherwise the layer stays on disk, out of the host's
+                        // memory, bounded only by that disk.
                         let store_bytes = memory.is_some().then_some(options.git_store_bytes);
-                        let scratch = memory.unwrap_or_else(|| private.clone());
+                        let (scratch, why) = match memory {
+                            Some(dir) => (dir, "in memory".to_string()),
+                            None => crate::privdir::layer_dir(&private, &usable)
+                                .map_err(|reason| HostError::QuarantineUnsupported { reason })?,
+                        };
+                        layer_note = Some(format!(
+                            "git store quarantine layers under {} ({why})",
+                            scratch.display()
+                        ));
                         let store_dir = scratch.join("git-store");
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
@@ -384,7 +438,9 @@ impl NativeSandbox {
             tracing::warn!(gaps = ?enforcement.gaps, "running with a degraded sandbox");
         }
         let ruleset = landlock::build(&plan)?;
-        if ruleset.is_none() && !allow_degraded {
+        // Without Landlock the view alone confines the filesystem (the accounting above);
+        // without either, nothing does.
+        if ruleset.is_none() && view.is_none() && !allow_degraded {
             return Err(HostError::Degraded {
                 backend: "native",
                 gaps: vec!["filesystem limits (Landlock is not available)".into()],
@@ -396,6 +452,7 @@ impl NativeSandbox {
         let drop_caps_up_to = (nix::unistd::geteuid().is_root() && has_effective_cap(CAP_SETPCAP))
             .then(last_capability);
         let mut enforcement = enforcement;
+        enforcement.notes.extend(layer_note);
         if drop_caps_up_to.is_some() {
             enforcement.enforced.push(
                 "running as root: every capability is dropped, and exec cannot regain them".into(),

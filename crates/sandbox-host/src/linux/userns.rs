@@ -154,8 +154,10 @@ pub fn probe() -> ViewSupport {
                 return ViewSupport::Available;
             }
             let errno = Errno::from_raw(i32::from_ne_bytes(bytes[1..].try_into().expect("4")));
+            let restricted =
+                std::fs::read_to_string(APPARMOR_RESTRICT).is_ok_and(|v| v.trim() == "1");
             ViewSupport::Unavailable {
-                reason: explain(bytes[0], errno),
+                reason: explain(bytes[0], errno, restricted),
             }
         }
         Err(e) => ViewSupport::Unavailable {
@@ -164,8 +166,83 @@ pub fn probe() -> ViewSupport {
     }
 }
 
-/// Why the view is unavailable, in terms of the switch to turn.
-fn explain(step: u8, errno: Errno) -> String {
+/// Whether an overlay with `userxattr` mounts in a new user namespace (Linux 5.11 and later):
+/// the git store quarantine's layers are such an overlay. A real mount, in a forked child, on a
+/// tmpfs of its own; `Err` says why not.
+pub fn overlay_probe() -> Result<(), String> {
+    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
+    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    // SAFETY: the child makes only async-signal-safe system calls (unshare, open, write,
+    // mount, mkdir, _exit) on data prepared before the fork.
+    match unsafe { nix::unistd::fork() } {
+        // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
+        Ok(nix::unistd::ForkResult::Child) => unsafe {
+            let ok = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0
+                && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
+                && crate::linux::view::write_file(c"/proc/self/uid_map", &uid_map).is_ok()
+                && crate::linux::view::write_file(c"/proc/self/gid_map", &gid_map).is_ok()
+                && libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mount(
+                    c"tmpfs".as_ptr(),
+                    c"/tmp".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                ) == 0
+                && [c"/tmp/l", c"/tmp/u", c"/tmp/w", c"/tmp/m"]
+                    .iter()
+                    .all(|d| libc::mkdir(d.as_ptr(), 0o700) == 0)
+                && libc::mount(
+                    c"overlay".as_ptr(),
+                    c"/tmp/m".as_ptr(),
+                    c"overlay".as_ptr(),
+                    0,
+                    c"lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr"
+                        .as_ptr()
+                        .cast(),
+                ) == 0;
+            libc::_exit(if ok { 0 } else { Errno::last() as i32 & 0x7f })
+        },
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                    "this kernel cannot mount an overlay in a user namespace ({}; Linux 5.11 \
+                     and later can), so the git store quarantine cannot be built",
+                    Errno::from_raw(code)
+                )),
+                other => Err(format!("the overlay probe did not finish: {other:?}")),
+            }
+        }
+        Err(e) => Err(format!("could not fork the overlay probe: {e}")),
+    }
+}
+
+/// Ubuntu's switch (23.10 and later): unprivileged user namespaces get no capabilities unless
+/// the program has an AppArmor profile that allows `userns`.
+const APPARMOR_RESTRICT: &str = "/proc/sys/kernel/apparmor_restrict_unprivileged_userns";
+
+/// The fix for Ubuntu's restriction, named in every explanation it can cause.
+const APPARMOR_FIX: &str = "Ubuntu's AppArmor restriction is on \
+     (kernel.apparmor_restrict_unprivileged_userns=1): install the AppArmor profile shipped \
+     with sandbox (packaging/apparmor/sandbox, into /etc/apparmor.d/sandbox, then \
+     `sudo apparmor_parser -r /etc/apparmor.d/sandbox`; the NixOS module does this), or turn \
+     the restriction off for every program with \
+     `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0` (docs/backends.md)";
+
+/// Why the view is unavailable, in terms of the switch to turn. `apparmor_restricted`: the
+/// sysctl above reads 1.
+fn explain(step: u8, errno: Errno, apparmor_restricted: bool) -> String {
+    let denied = matches!(errno, Errno::EPERM | Errno::EACCES);
+    if apparmor_restricted && (denied || step == STEP_ID_MAP) {
+        return format!("step {} failed ({errno}): {APPARMOR_FIX}", step_name(step));
+    }
     match (step, errno) {
         (STEP_UNSHARE, Errno::ENOSPC) => format!(
             "user namespaces are limited to 0 here (user.max_user_namespaces; {errno}); raise \
@@ -180,9 +257,60 @@ fn explain(step: u8, errno: Errno) -> String {
         (STEP_ID_MAP, _) => format!("the new user namespace refused an id map ({errno})"),
         (_, Errno::EPERM) | (_, Errno::EACCES) => format!(
             "a user namespace can be created but has no capabilities to mount ({errno}): \
-             Ubuntu's AppArmor restriction (kernel.apparmor_restrict_unprivileged_userns=1) \
-             does this; allow the sandbox binary with an AppArmor profile (docs/backends.md)"
+             an AppArmor or SELinux policy may confine user namespaces here"
         ),
         _ => format!("mounting in a new user namespace failed: {errno}"),
+    }
+}
+
+fn step_name(step: u8) -> &'static str {
+    match step {
+        STEP_UNSHARE => "unshare(CLONE_NEWUSER | CLONE_NEWNS)",
+        STEP_ID_MAP => "writing the uid/gid map",
+        _ => "mounting in the new user namespace",
+    }
+}
+
+#[cfg(test)]
+mod explain_tests {
+    use super::*;
+
+    /// The real probe on this machine: where the view is available on Linux 5.11 or later, an
+    /// overlay mounts. (In Debian 11's 5.10 guest it fails, and the quarantine is refused
+    /// clearly: `cargo xtask guest-test`.)
+    #[test]
+    fn the_overlay_probe_mounts_where_the_view_is_available() {
+        match probe() {
+            ViewSupport::Available => {
+                let release = nix::sys::utsname::uname().unwrap();
+                let release = release.release().to_string_lossy().into_owned();
+                let mut v = release
+                    .split(['.', '-'])
+                    .map(|p| p.parse::<u32>().unwrap_or(0));
+                let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+                if (major, minor) >= (5, 11) {
+                    assert_eq!(overlay_probe(), Ok(()), "on {release}");
+                }
+            }
+            ViewSupport::Unavailable { reason } => eprintln!("skipped: {reason}"),
+        }
+    }
+
+    #[test]
+    fn ubuntus_restriction_is_named_with_its_sysctl_and_fix() {
+        for step in [STEP_UNSHARE, STEP_ID_MAP, STEP_MOUNT] {
+            let why = explain(step, Errno::EPERM, true);
+            assert!(
+                why.contains("kernel.apparmor_restrict_unprivileged_userns=1")
+                    && why.contains("apparmor_parser -r")
+                    && why.contains("packaging/apparmor/sandbox"),
+                "{why}"
+            );
+        }
+        // Without the sysctl, the other causes are named instead.
+        let why = explain(STEP_UNSHARE, Errno::EPERM, false);
+        assert!(why.contains("unprivileged_userns_clone"), "{why}");
+        assert!(!why.contains("apparmor_restrict"), "{why}");
+        assert!(explain(STEP_UNSHARE, Errno::ENOSPC, true).contains("max_user_namespaces"));
     }
 }
