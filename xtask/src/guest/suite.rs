@@ -108,8 +108,10 @@ fn build_binaries(root: &Path) -> Result<Binaries> {
             "test",
             "-p",
             "sandbox-cli",
+            // The integration tests are one binary (tests/cli); the escape suite is its
+            // `escape` module.
             "--test",
-            "escape",
+            "cli",
             "--no-run",
             "--message-format=json",
         ])
@@ -126,7 +128,7 @@ fn build_binaries(root: &Path) -> Result<Binaries> {
         if let Some(exe) = msg["executable"].as_str() {
             match msg["target"]["name"].as_str() {
                 Some("sandbox") => sandbox = Some(PathBuf::from(exe)),
-                Some("escape") => escape = Some(PathBuf::from(exe)),
+                Some("cli") => escape = Some(PathBuf::from(exe)),
                 _ => {}
             }
         }
@@ -473,7 +475,7 @@ fn escape_suite(guest: &mut Guest, bins: &Binaries, user: User) -> Result<CheckR
     let mut cmd = GuestCommand::shell(
         user,
         &format!(
-            "cd ~ && '{}' --test-threads=1 backends_hold_against_the_escape_suite --nocapture 2>&1",
+            "cd ~ && '{}' --test-threads=1 escape::backends_hold_against_the_escape_suite --nocapture 2>&1",
             bins.escape.display()
         ),
     );
