@@ -52,6 +52,8 @@ pub struct NativeSandbox {
 }
 
 /// How each command gets its private view.
+// One per backend session, never moved in a loop: boxing the larger variant buys nothing.
+#[allow(clippy::large_enum_variant)]
 enum ViewMode {
     /// The same view for every command.
     Shared(Arc<PreparedView>),
