@@ -203,6 +203,7 @@ pub struct StoreQuarantine {
 /// for as long as the host needs to read it.
 #[derive(Debug)]
 struct BoundedLayer {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     socket: std::os::fd::OwnedFd,
     bytes: u64,
     received: std::sync::OnceLock<HeldDir>,
@@ -555,6 +556,18 @@ impl StoreQuarantine {
     /// over `<run>/layer` in its own mount namespace: writes to the git store beyond the bound
     /// fail with ENOSPC inside, and the host's memory is never the limit. Returns what the
     /// child needs; the host end of the socket stays here.
+    #[cfg(not(target_os = "linux"))]
+    pub fn bound_layer(&mut self, _bytes: u64) -> Result<LayerMount, QuarantineError> {
+        // The child's tmpfs and the descriptor it sends back are Linux's private view.
+        Err(QuarantineError::Io {
+            what: "bounding the writable layer (Linux only) of",
+            path: self.dir.clone(),
+            source: std::io::ErrorKind::Unsupported.into(),
+        })
+    }
+
+    /// [`Self::bound_layer`] on Linux.
+    #[cfg(target_os = "linux")]
     pub fn bound_layer(&mut self, bytes: u64) -> Result<LayerMount, QuarantineError> {
         use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
         let dir = self.dir.join("layer");
@@ -596,6 +609,7 @@ impl StoreQuarantine {
     }
 
     /// The host end of the bounded layer's socket, to wait on (`None`: not bounded).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn layer_socket(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         use std::os::fd::AsFd;
         self.bounded
@@ -605,6 +619,11 @@ impl StoreQuarantine {
     }
 
     /// Takes the bounded layer's descriptor if the child sent it (never blocks).
+    #[cfg(not(target_os = "linux"))]
+    pub(crate) fn receive_layer(&self) {}
+
+    /// [`Self::receive_layer`] on Linux.
+    #[cfg(target_os = "linux")]
     pub(crate) fn receive_layer(&self) {
         use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
         use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

@@ -110,6 +110,14 @@ pub(crate) fn any_new(upper: &Path, state: &State) -> bool {
 
 /// Opens `path`, a file the sandbox wrote in its layer `root`, as [`read_untrusted`] does:
 /// beneath `root`, no symbolic link in any component, no blocking on a FIFO.
+#[cfg(not(target_os = "linux"))]
+fn open_untrusted(_root: &Path, _path: &Path) -> std::io::Result<std::fs::File> {
+    // No openat2, as for `read_untrusted`: the quarantine needs Linux's private view anyway.
+    Err(std::io::ErrorKind::Unsupported.into())
+}
+
+/// [`open_untrusted`] on Linux.
+#[cfg(target_os = "linux")]
 fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
     use std::os::fd::FromRawFd;

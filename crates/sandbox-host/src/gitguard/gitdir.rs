@@ -12,7 +12,9 @@
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+#[cfg(target_os = "linux")]
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -441,6 +443,22 @@ fn summary_of(bytes: &[u8]) -> io::Result<IndexSummary> {
 }
 
 /// Opens directory `rel` beneath `root` with no symbolic link in any component.
+#[cfg(not(target_os = "linux"))]
+fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
+    // No openat2 here: one component at a time, each opened without following a link.
+    let mut dir = open_dir(root)?;
+    for part in Path::new(rel).components() {
+        match part {
+            std::path::Component::Normal(name) => dir = open_subdir(&dir, name)?,
+            std::path::Component::CurDir => {}
+            _ => return Err(io::Error::other("a path that leaves the worktree")),
+        }
+    }
+    Ok(dir)
+}
+
+/// [`open_beneath`] on Linux, in one call.
+#[cfg(target_os = "linux")]
 fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
     use nix::fcntl::{openat2, OpenHow, ResolveFlag};
     let root = open_dir(root)?;
