@@ -46,14 +46,7 @@ pub fn native_forms(
     {
         let compiled = crate::linux::native::compiled(
             policy,
-            &crate::linux::native::NativeOptions {
-                allow_degraded: options.allow_degraded,
-                allow_unix_sockets: options.allow_unix_sockets,
-                private_dir: options.private_dir(),
-                git_store_bytes: options
-                    .git_store_bytes
-                    .unwrap_or(crate::linux::native::DEFAULT_GIT_STORE_BYTES),
-            },
+            &crate::linux::native::NativeOptions::of(options),
         );
         NativeForms {
             view: compiled.view,

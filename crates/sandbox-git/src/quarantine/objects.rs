@@ -10,6 +10,7 @@ use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid};
 
+use super::refs::open_untrusted;
 use super::{QuarantineError, RejectedObject, State};
 
 /// Larger objects are rejected: a small loose file that inflates without end would otherwise
@@ -106,39 +107,6 @@ pub(crate) fn any_new(upper: &Path, state: &State) -> bool {
             }
         })
     })
-}
-
-/// Opens `path`, a file the sandbox wrote in its layer `root`, as [`read_untrusted`] does:
-/// beneath `root`, no symbolic link in any component, no blocking on a FIFO.
-#[cfg(not(target_os = "linux"))]
-fn open_untrusted(_root: &Path, _path: &Path) -> std::io::Result<std::fs::File> {
-    // No openat2, as for `read_untrusted`: the quarantine needs Linux's private view anyway.
-    Err(std::io::ErrorKind::Unsupported.into())
-}
-
-/// [`open_untrusted`] on Linux.
-#[cfg(target_os = "linux")]
-fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
-    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    use std::os::fd::FromRawFd;
-    let rel = path
-        .strip_prefix(root)
-        .map_err(|_| std::io::Error::other("outside the layer"))?;
-    let dir = std::fs::File::open(root)?;
-    let how = OpenHow::new()
-        .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
-        .resolve(
-            ResolveFlag::RESOLVE_BENEATH
-                | ResolveFlag::RESOLVE_NO_SYMLINKS
-                | ResolveFlag::RESOLVE_NO_MAGICLINKS,
-        );
-    let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(&dir), rel, how)?;
-    // SAFETY: openat2 returned a fresh descriptor that nothing else owns.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
-    if !file.metadata()?.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok(file)
 }
 
 /// Inflates a loose object (`<type> <size>\0<body>`) into the store as a stream: the host

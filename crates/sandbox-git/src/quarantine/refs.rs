@@ -154,22 +154,21 @@ fn walk(
     }
 }
 
-/// Reads at most `limit` bytes of `path`, a file the sandbox wrote in its layer `root`:
-/// resolved beneath `root` with no symbolic link in any component (`openat2`), and without
-/// blocking on a FIFO. A link the sandbox planted can thus never make the host read one of
-/// its own files (whose last line would land in a reflog the sandbox can read).
+/// Opens `path`, a regular file the sandbox wrote in its layer `root`: resolved beneath
+/// `root` with no symbolic link in any component (`openat2`), and without blocking on a FIFO.
+/// A link the sandbox planted can thus never make the host read one of its own files (whose
+/// last line would land in a reflog the sandbox can read).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn read_untrusted(_root: &Path, _path: &Path, _limit: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn open_untrusted(_root: &Path, _path: &Path) -> std::io::Result<std::fs::File> {
     // No openat2: nothing here could read the layer as safely. The quarantine needs Linux's
     // private view anyway.
     Err(std::io::ErrorKind::Unsupported.into())
 }
 
-/// [`read_untrusted`] on Linux.
+/// [`open_untrusted`] on Linux.
 #[cfg(target_os = "linux")]
-pub(crate) fn read_untrusted(root: &Path, path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+pub(crate) fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    use std::io::Read;
     use std::os::fd::FromRawFd;
     let rel = path
         .strip_prefix(root)
@@ -188,8 +187,17 @@ pub(crate) fn read_untrusted(root: &Path, path: &Path, limit: u64) -> std::io::R
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
+    Ok(file)
+}
+
+/// Reads at most `limit` bytes of `path`, a file the sandbox wrote in its layer `root`,
+/// opened as [`open_untrusted`] opens it.
+pub(crate) fn read_untrusted(root: &Path, path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
     let mut bytes = Vec::new();
-    file.take(limit).read_to_end(&mut bytes)?;
+    open_untrusted(root, path)?
+        .take(limit)
+        .read_to_end(&mut bytes)?;
     Ok(bytes)
 }
 

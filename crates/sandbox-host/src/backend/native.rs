@@ -39,22 +39,11 @@ mod platform {
     use super::*;
     use crate::linux::native::{NativeOptions, NativeSandbox};
 
-    fn native_options(options: &BackendOptions) -> NativeOptions {
-        NativeOptions {
-            allow_degraded: options.allow_degraded,
-            allow_unix_sockets: options.allow_unix_sockets,
-            private_dir: options.private_dir(),
-            git_store_bytes: options
-                .git_store_bytes
-                .unwrap_or(crate::linux::native::DEFAULT_GIT_STORE_BYTES),
-        }
-    }
-
     pub(super) fn enforcement(
         policy: &Policy,
         options: &BackendOptions,
     ) -> Result<Enforcement, HostError> {
-        crate::linux::native::enforcement(policy, &native_options(options))
+        crate::linux::native::enforcement(policy, &NativeOptions::of(options))
     }
 
     pub(super) struct NativeSession {
@@ -67,7 +56,7 @@ mod platform {
         options: &BackendOptions,
     ) -> Result<NativeSession, HostError> {
         Ok(NativeSession {
-            sandbox: Arc::new(NativeSandbox::prepare(policy, &native_options(options))?),
+            sandbox: Arc::new(NativeSandbox::prepare(policy, &NativeOptions::of(options))?),
             git: policy.workspace.git.clone(),
         })
     }

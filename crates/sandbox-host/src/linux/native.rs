@@ -31,6 +31,18 @@ pub struct NativeOptions {
     pub git_store_bytes: u64,
 }
 
+impl NativeOptions {
+    /// The native backend's options from the seam's (the one place they are converted).
+    pub fn of(options: &crate::backend::BackendOptions) -> Self {
+        NativeOptions {
+            allow_degraded: options.allow_degraded,
+            allow_unix_sockets: options.allow_unix_sockets,
+            private_dir: options.private_dir(),
+            git_store_bytes: options.git_store_bytes.unwrap_or(DEFAULT_GIT_STORE_BYTES),
+        }
+    }
+}
+
 /// The git store layer's bound when the configuration names none.
 pub const DEFAULT_GIT_STORE_BYTES: u64 = 1 << 30;
 
