@@ -360,6 +360,7 @@ pub fn attacks() -> Vec<Attack> {
         git_code_attacks(),
         process_attacks(),
         network_attacks(),
+        device_attacks(),
         pointer_attacks(),
         store_attacks(),
         socket_attacks(),
@@ -883,8 +884,8 @@ fn network_attacks() -> Vec<Attack> {
     ]
 }
 
-/// The git pointers of the worktree (HEAD, .git, commondir) and their repair.
-fn pointer_attacks() -> Vec<Attack> {
+/// The host's terminals and device nodes, and file modes the host would honour (setuid).
+fn device_attacks() -> Vec<Attack> {
     vec![
         Attack {
             name: "read and write another terminal of the user (/dev/pts/N)",
@@ -954,6 +955,12 @@ fn pointer_attacks() -> Vec<Attack> {
                 )
             },
         },
+    ]
+}
+
+/// The git pointers of the worktree (HEAD, .git, commondir) and their repair.
+fn pointer_attacks() -> Vec<Attack> {
+    vec![
         Attack {
             name: "re-point another worktree's HEAD in <common>/worktrees",
             needs: None,
