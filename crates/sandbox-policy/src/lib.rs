@@ -8,6 +8,7 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
 
@@ -17,3 +18,4 @@ pub use error::PolicyError;
 pub use model::{
     FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,
 };
+pub use secrets::{is_secret, secrets_under, SecretKind};
