@@ -160,8 +160,8 @@ pub struct HomePolicy {
     pub toolchains: Vec<Toolchain>,
     /// Package caches layered copy-on-write over the user's own (view only).
     pub caches: Vec<CacheLayer>,
-    /// Credential files or directories inside a mounted tree, hidden in the view (an empty
-    /// file or directory is mounted over each).
+    /// Credential files or directories inside a toolchain's tree, left out of its grants
+    /// (the tree is granted as its other entries): they exist under no backend.
     pub masked: Vec<Masked>,
 }
 
@@ -186,14 +186,14 @@ pub struct CacheLayer {
     pub name: String,
     /// Where the cache is, on the host and in the view.
     pub path: PathBuf,
-    /// The host's cache when it exists (else the layer starts empty).
-    pub lower: Option<PathBuf>,
+    /// The host's cache, read-only below the private layer.
+    pub lower: PathBuf,
     /// The private layer's writable directory and overlayfs's work directory.
     pub upper: PathBuf,
     pub work: PathBuf,
 }
 
-/// A secret hidden in the view.
+/// A secret left out of a toolchain's grants.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Masked {
