@@ -235,6 +235,16 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub allow_unix_sockets: bool,
 
+    /// Mount this toolchain of yours read-only at its real path (`rust`, `node`, `python`,
+    /// `go`, ...; `sandbox home` lists those found), even where the configuration's
+    /// `toolchains:` leaves it out. Repeatable.
+    #[arg(long = "toolchain", value_name = "NAME")]
+    pub toolchain: Vec<String>,
+
+    /// Mount none of your toolchains (but those named with --toolchain).
+    #[arg(long)]
+    pub no_toolchains: bool,
+
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,

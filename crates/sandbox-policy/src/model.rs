@@ -163,6 +163,9 @@ pub struct HomePolicy {
     /// Credential files or directories inside a toolchain's tree, left out of its grants
     /// (the tree is granted as its other entries): they exist under no backend.
     pub masked: Vec<Masked>,
+    /// The bound of the cache layers' disk, checked at the start of a run.
+    #[serde(default)]
+    pub cache_cap_bytes: Option<u64>,
 }
 
 /// One toolchain: its name (`rust`, `node`, `python`) and the trees it needs, read-only.

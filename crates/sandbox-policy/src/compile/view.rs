@@ -690,6 +690,7 @@ mod tests {
                 dir: false,
                 what: "crates.io token".into(),
             }],
+            cache_cap_bytes: None,
         });
         let plan = compile(&p, &classify, None).unwrap();
         let b = binds(&plan);
