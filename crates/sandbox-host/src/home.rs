@@ -378,7 +378,9 @@ pub fn attach(
     Ok((guard, None))
 }
 
-fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
+/// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
+/// holds them.
+pub fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
     use std::os::fd::AsRawFd as _;
     let file = std::fs::OpenOptions::new()
         .create(true)

@@ -224,7 +224,7 @@ fn home_report(e: &mut Enforcement, policy: &Policy, view: bool) {
     };
     if view {
         e.enforced.push(format!(
-            "private home {} at {} (HOME keeps its path; {}, persistent); toolchains              read-only at their real paths: {chains}; package caches copy-on-write over              yours: {}; /tmp private and writable; / listable",
+            "private home {} at {} (HOME keeps its path; {}, persistent); toolchains read-only at their real paths: {chains}; package caches copy-on-write over yours: {}; /tmp private and writable; / listable",
             home.dir.display(),
             home.path.display(),
             home.scope,
@@ -240,7 +240,7 @@ fn home_report(e: &mut Enforcement, policy: &Policy, view: bool) {
         ));
     } else {
         e.downgrades.push(format!(
-            "no private view: HOME is the private home's own path {} (not {}); toolchains              read-only: {chains}; package caches not shared with yours (downloads go into              the private home); /tmp is the host's and not writable (use $TMPDIR)",
+            "no private view: HOME is the private home's own path {} (not {}); toolchains read-only: {chains}; package caches not shared with yours (downloads go into the private home); /tmp is the host's and not writable (use $TMPDIR)",
             home.dir.display(),
             home.path.display()
         ));
