@@ -26,7 +26,7 @@ pub struct Defaults {
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
     /// The private home's settings (`home:`, `toolchains:`, `caches:`), for the backends that
-    /// run on the host's filesystem ([`BackendKind::runs_on_host_fs`]).
+    /// give one ([`BackendKind::gets_private_home`]).
     pub home: Option<crate::home::HomeSettings>,
 }
 
@@ -48,8 +48,7 @@ pub struct Request {
     pub unprotected_git: bool,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
-    /// Give the run its private home (the backends that run on the host's filesystem do:
-    /// native, nono, custom).
+    /// Give the run its private home ([`BackendKind::gets_private_home`]: native, custom).
     pub home: Option<crate::home::HomeSettings>,
 }
 
@@ -253,11 +252,11 @@ pub fn command_env(
     }
     if let Some(home) = &policy.fs.home {
         // Under the native view the private home is at the real home's path; a backend
-        // without a view (nono, custom; native without user namespaces, see
-        // `home_without_view`) reaches it at its own.
+        // without a view (custom; native without user namespaces, see `home_without_view`)
+        // reaches it at its own.
         let at = match kind {
             BackendKind::Native => Some(&home.path),
-            BackendKind::Nono | BackendKind::Custom => Some(&home.dir),
+            BackendKind::Custom => Some(&home.dir),
             _ => None,
         };
         for (name, value) in at.map(|at| home.env(at)).unwrap_or_default() {
