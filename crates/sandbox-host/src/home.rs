@@ -49,10 +49,18 @@ pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
 pub struct HomeGuard {
     _lock: Option<std::fs::File>,
     throwaway: Option<PathBuf>,
+    /// The previous runs' overlay work directories, moved aside at the start (a rename
+    /// costs nothing; removing a directory can cost a TRIM) and removed when the run ends.
+    old_work: Vec<PathBuf>,
 }
 
 impl Drop for HomeGuard {
     fn drop(&mut self) {
+        for dir in self.old_work.drain(..) {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::debug!(path = %dir.display(), error = %e, "could not remove an old overlay work dir");
+            }
+        }
         if let Some(dir) = self.throwaway.take() {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 tracing::debug!(path = %dir.display(), error = %e, "could not remove a throwaway cache layer");
@@ -153,9 +161,14 @@ fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
     )
 }
 
-/// How deep a toolchain's tree is searched for credential files (nvm keeps a global
-/// `npmrc` at `versions/node/<v>/etc/npmrc`).
-const SECRET_DEPTH: usize = 5;
+/// How deep a toolchain's tree is searched for credential files on every run: its top two
+/// levels (a run pays for each directory listed). Deeper known places are named in
+/// [`DEEP_SECRETS`].
+const SECRET_DEPTH: usize = 2;
+
+/// Where layouts keep a credential file deeper down: `(parent of the versions, file)`, the
+/// versions listed once each (nvm keeps a global `npmrc` at `versions/node/<v>/etc/npmrc`).
+const DEEP_SECRETS: &[(&str, &str)] = &[("versions/node", "etc/npmrc")];
 
 /// The grants of one toolchain tree with its credential files left out: the tree itself when
 /// it holds none, else its entries one level down, recursively, except the secrets.
@@ -168,7 +181,17 @@ fn tree_grants(tree: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
     if tree.join("toolchains").is_dir() && tree.join("settings.toml").exists() {
         return vec![tree.to_path_buf()];
     }
-    let hits = secrets::secrets_under(tree, SECRET_DEPTH, list);
+    let mut hits = secrets::secrets_under(tree, SECRET_DEPTH, list);
+    for (versions, file) in DEEP_SECRETS {
+        for version in list(&tree.join(versions)).unwrap_or_default() {
+            let path = tree.join(versions).join(&version.name).join(file);
+            if let Some(kind) = secrets::is_secret(&path) {
+                if path.symlink_metadata().is_ok() {
+                    hits.push(secrets::SecretHit { path, kind });
+                }
+            }
+        }
+    }
     if hits.is_empty() {
         return vec![tree.to_path_buf()];
     }
@@ -336,7 +359,14 @@ pub fn attach(
                 // overlayfs keeps a marker of a volatile mount in its work dir and refuses
                 // the next mount while it is there; the lock makes this run its only user.
                 if work.exists() {
-                    std::fs::remove_dir_all(&work).map_err(|e| fail(&work, e.to_string()))?;
+                    let aside = layers.join(format!(
+                        "old-work-{}-{}-{}",
+                        cache.name,
+                        std::process::id(),
+                        guard.old_work.len()
+                    ));
+                    std::fs::rename(&work, &aside).map_err(|e| fail(&work, e.to_string()))?;
+                    guard.old_work.push(aside);
                 }
                 for d in [&upper, &work] {
                     std::fs::create_dir_all(d).map_err(|e| fail(d, e.to_string()))?;

@@ -1,0 +1,220 @@
+//! The private home's cost: the start-up a run pays for its home, toolchains and cache
+//! overlays, and a `cargo build` inside (rustup read-only, the registry an overlay) against the
+//! same build on the host.
+//!
+//! `cargo bench -p sandbox-cli --bench home` (`--profile dev` on a loaded machine: the
+//! bench profile's fat-LTO build of the CLI takes long). `SANDBOX_BENCH_RUNS` (default 30)
+//! sets the start-up sample, `SANDBOX_BENCH_BUILDS` (default 2) the builds of each side.
+//!
+//! The "user" is a temporary home with caches of its own; the toolchain is the machine's
+//! rustup. The build is a crate depending on `serde_json` and `regex` (14 crates), fetched
+//! into that user's cache on the host first, so neither side downloads.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
+
+fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "b")
+        .env("GIT_AUTHOR_EMAIL", "b@b")
+        .env("GIT_COMMITTER_NAME", "b")
+        .env("GIT_COMMITTER_EMAIL", "b@b")
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "git {args:?}");
+}
+
+struct User {
+    root: PathBuf,
+    rustup: PathBuf,
+    bin: PathBuf,
+}
+
+impl User {
+    fn home(&self) -> PathBuf {
+        self.root.join("home")
+    }
+
+    fn cmd(&self, program: &Path) -> Command {
+        let mut cmd = Command::new(program);
+        cmd.env_clear()
+            .env(
+                "PATH",
+                format!("{}:/usr/local/bin:/usr/bin:/bin", self.bin.display()),
+            )
+            .env("RUSTUP_HOME", &self.rustup)
+            .env("HOME", self.home())
+            .env("XDG_CONFIG_HOME", self.home().join(".config"))
+            .env("XDG_STATE_HOME", self.home().join(".local/state"))
+            .env("XDG_RUNTIME_DIR", self.root.join("run"))
+            .env("CARGO_TERM_COLOR", "never")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn config(&self, text: &str) {
+        let dir = self.home().join(".config/sandbox");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("config.yaml"), text).unwrap();
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn timed(mut cmd: Command) -> Duration {
+    let start = Instant::now();
+    let out = cmd.output().unwrap();
+    let took = start.elapsed();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    took
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let real_home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    let rustup = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".rustup"));
+    let bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| real_home.join(".cargo"))
+        .join("bin");
+    if !bin.join("cargo").is_file() {
+        println!("skipped: no rustup toolchain on this machine");
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-bench-home-")
+        .tempdir()
+        .unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let user = User { root, rustup, bin };
+    for d in [".config", ".local/state", ".npm", ".cache/pip"] {
+        std::fs::create_dir_all(user.home().join(d)).unwrap();
+    }
+    std::fs::create_dir_all(user.root.join("run")).unwrap();
+    let main = user.root.join("main");
+    std::fs::create_dir_all(&main).unwrap();
+    git(&main, &["init", "-q", "-b", "main"]);
+    git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(&main, &["worktree", "add", "-q", "../task", "-b", "task"]);
+    let task = user.root.join("task");
+    std::fs::create_dir_all(task.join("src")).unwrap();
+    std::fs::write(
+        task.join("Cargo.toml"),
+        "[package]\nname = \"mid\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\nserde_json = \"=1.0.133\"\nregex = \"=1.11.1\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        task.join("src/main.rs"),
+        "fn main() { let r = regex::Regex::new(\"a+\").unwrap(); \
+         println!(\"{}\", serde_json::json!({\"m\": r.is_match(\"aa\")})); }\n",
+    )
+    .unwrap();
+    // The user's cache gets the sources, on the host.
+    let mut fetch = user.cmd(&user.bin.join("cargo"));
+    fetch.arg("fetch").current_dir(&task);
+    timed(fetch);
+
+    // Start-up: `sandbox run -- true`, the home off against on (rust toolchain, three cache
+    // overlays: cargo registry, npm, pip), interleaved.
+    let runs = env_num("SANDBOX_BENCH_RUNS", 30);
+    let (mut off, mut on) = (Vec::new(), Vec::new());
+    for i in 0..runs + 3 {
+        for (config, into) in [("home: off\n", &mut off), ("", &mut on)] {
+            user.config(config);
+            let mut cmd = user.cmd(Path::new(BIN));
+            cmd.args(["run", "--", "true"]).current_dir(&task);
+            let took = timed(cmd);
+            if i >= 3 {
+                into.push(took);
+            }
+        }
+    }
+    user.config("");
+    let mut show = user.cmd(Path::new(BIN));
+    show.args(["policy", "show"]).current_dir(&task);
+    let shown = String::from_utf8_lossy(&show.output().unwrap().stdout).into_owned();
+    let caches = shown
+        .lines()
+        .find(|l| l.contains("package caches copy-on-write"))
+        .unwrap_or("")
+        .to_string();
+    println!("start-up, {runs} runs each, median:");
+    println!(
+        "  home off                         {:8.2} ms",
+        ms(median(off.clone()))
+    );
+    println!(
+        "  home + toolchains + caches       {:8.2} ms",
+        ms(median(on.clone()))
+    );
+    println!(
+        "  added                            {:8.2} ms",
+        ms(median(on)) - ms(median(off))
+    );
+    println!("  ({})", caches.trim());
+
+    // The build: inside (target in the worktree) against the host (a target dir of its own),
+    // clean each time, alternating.
+    let builds = env_num("SANDBOX_BENCH_BUILDS", 2);
+    let (mut host, mut inside) = (Vec::new(), Vec::new());
+    for _ in 0..builds {
+        let host_target = user.root.join("host-target");
+        let _ = std::fs::remove_dir_all(&host_target);
+        let mut cmd = user.cmd(&user.bin.join("cargo"));
+        cmd.args(["build", "--offline", "-q"])
+            .env("CARGO_TARGET_DIR", &host_target)
+            .current_dir(&task);
+        host.push(timed(cmd));
+        let _ = std::fs::remove_dir_all(task.join("target"));
+        let mut cmd = user.cmd(Path::new(BIN));
+        cmd.args(["run", "--", "cargo", "build", "--offline", "-q"])
+            .current_dir(&task);
+        inside.push(timed(cmd));
+    }
+    let (h, s) = (median(host.clone()), median(inside.clone()));
+    println!("cargo build (serde_json + regex, debug, clean), {builds} each:");
+    println!(
+        "  host                             {:8.2} s   {:?}",
+        h.as_secs_f64(),
+        host.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>()
+    );
+    println!(
+        "  sandbox run (overlay registry)   {:8.2} s   {:?}",
+        s.as_secs_f64(),
+        inside.iter().map(|d| d.as_secs_f64()).collect::<Vec<_>>()
+    );
+    println!(
+        "  ratio                            {:8.3}",
+        s.as_secs_f64() / h.as_secs_f64()
+    );
+}
