@@ -676,3 +676,51 @@ fn a_venv_with_pip_and_pytest_twice_the_second_time_without_the_index() {
         "the user's pip cache changed"
     );
 }
+
+#[test]
+fn without_user_namespaces_home_is_the_private_homes_own_path() {
+    use common::escape::{nouserns_unavailable, NOUSERNS_WRAPPER};
+    if let Some(why) = nouserns_unavailable() {
+        return skip("nouserns-harness", why);
+    }
+    let Some((rustup, bin)) = machine_rustup() else {
+        return skip(
+            "rustup",
+            "no rustup toolchain on this machine (RUSTUP_HOME, ~/.cargo/bin)",
+        );
+    };
+    let env = Env::new();
+    let dir = worktrees(&env, &["task"]).remove(0);
+    let mut cmd = env.cmd_under(&NOUSERNS_WRAPPER);
+    user_env(&mut cmd, &env, &rustup, &bin);
+    let out = cmd
+        .current_dir(&dir)
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $HOME && touch $HOME/kept && cargo --version >/dev/null && echo toolchain-ok",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    let home = PathBuf::from(lines.next().unwrap());
+    assert!(
+        home.starts_with(env.home().join(".local/state/sandbox/homes")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(lines.next(), Some("toolchain-ok"));
+    assert!(home.join("kept").exists());
+    assert!(!env.home().join("kept").exists());
+    // Every run says what the missing view costs.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("HOME is the private home's own path"),
+        "{}",
+        text(&out)
+    );
+}
