@@ -94,6 +94,28 @@ fn timed(mut cmd: Command) -> Duration {
     took
 }
 
+/// Wall time and the CPU time (user + system) of the child and everything it waited for.
+// The child is reaped by wait4(2), which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn timed_cpu(mut cmd: Command) -> (Duration, Duration) {
+    let start = Instant::now();
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut status = 0;
+    // SAFETY: `rusage` is plain integers; all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4(2) on our own child, writing its status and usage into our locals.
+    let rc = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut usage) };
+    let took = start.elapsed();
+    assert!(rc == pid.as_raw() && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (took, tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -135,7 +157,25 @@ fn main() {
     .unwrap();
     std::fs::write(
         task.join("src/main.rs"),
-        "fn main() { let r = regex::Regex::new(\"a+\").unwrap(); \
+        "/// Wall time and the CPU time (user + system) of the child and everything it waited for.
+// The child is reaped by wait4(2), which also gives its resource usage.
+#[allow(clippy::zombie_processes)]
+fn timed_cpu(mut cmd: Command) -> (Duration, Duration) {
+    let start = Instant::now();
+    let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut status = 0;
+    // SAFETY: `rusage` is plain integers; all zeroes is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4(2) on our own child, writing its status and usage into our locals.
+    let rc = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut usage) };
+    let took = start.elapsed();
+    assert!(rc == pid.as_raw() && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    (took, tv(usage.ru_utime) + tv(usage.ru_stime))
+}
+
+fn main() { let r = regex::Regex::new(\"a+\").unwrap(); \
          println!(\"{}\", serde_json::json!({\"m\": r.is_match(\"aa\")})); }\n",
     )
     .unwrap();
@@ -144,18 +184,26 @@ fn main() {
     fetch.arg("fetch").current_dir(&task);
     timed(fetch);
 
-    // Start-up: `sandbox run -- true`, the home off against on (rust toolchain, three cache
-    // overlays: cargo registry, npm, pip), interleaved.
+    // Start-up: `sandbox run -- true` with the home off, with the home and toolchains but no
+    // cache layers, and with everything (the rust toolchain; three cache overlays: cargo
+    // registry, npm, pip), interleaved. Wall time and the CPU time of the whole process tree.
     let runs = env_num("SANDBOX_BENCH_RUNS", 30);
-    let (mut off, mut on) = (Vec::new(), Vec::new());
+    let configs = [
+        ("home off", "home: off\n"),
+        ("home + toolchains, no caches", "caches: false\n"),
+        ("home + toolchains + 3 caches", ""),
+    ];
+    let mut wall: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
+    let mut cpu: Vec<Vec<Duration>> = vec![Vec::new(); configs.len()];
     for i in 0..runs + 3 {
-        for (config, into) in [("home: off\n", &mut off), ("", &mut on)] {
+        for (k, (_, config)) in configs.iter().enumerate() {
             user.config(config);
             let mut cmd = user.cmd(Path::new(BIN));
             cmd.args(["run", "--", "true"]).current_dir(&task);
-            let took = timed(cmd);
+            let (took, used) = timed_cpu(cmd);
             if i >= 3 {
-                into.push(took);
+                wall[k].push(took);
+                cpu[k].push(used);
             }
         }
     }
@@ -165,22 +213,21 @@ fn main() {
     let shown = String::from_utf8_lossy(&show.output().unwrap().stdout).into_owned();
     let caches = shown
         .lines()
-        .find(|l| l.contains("package caches copy-on-write"))
+        .find(|l| l.starts_with("caches"))
         .unwrap_or("")
         .to_string();
-    println!("start-up, {runs} runs each, median:");
-    println!(
-        "  home off                         {:8.2} ms",
-        ms(median(off.clone()))
-    );
-    println!(
-        "  home + toolchains + caches       {:8.2} ms",
-        ms(median(on.clone()))
-    );
-    println!(
-        "  added                            {:8.2} ms",
-        ms(median(on)) - ms(median(off))
-    );
+    println!("start-up of `sandbox run -- true`, {runs} runs each, median (wall / CPU):");
+    let base = (median(wall[0].clone()), median(cpu[0].clone()));
+    for (k, (name, _)) in configs.iter().enumerate() {
+        let (w, c) = (median(wall[k].clone()), median(cpu[k].clone()));
+        println!(
+            "  {name:<30} {:8.2} ms / {:6.2} ms   added {:+7.2} ms / {:+6.2} ms",
+            ms(w),
+            ms(c),
+            ms(w) - ms(base.0),
+            ms(c) - ms(base.1)
+        );
+    }
     println!("  ({})", caches.trim());
 
     // The build: inside (target in the worktree) against the host (a target dir of its own),

@@ -49,18 +49,10 @@ pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
 pub struct HomeGuard {
     _lock: Option<std::fs::File>,
     throwaway: Option<PathBuf>,
-    /// The previous runs' overlay work directories, moved aside at the start (a rename
-    /// costs nothing; removing a directory can cost a TRIM) and removed when the run ends.
-    old_work: Vec<PathBuf>,
 }
 
 impl Drop for HomeGuard {
     fn drop(&mut self) {
-        for dir in self.old_work.drain(..) {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::debug!(path = %dir.display(), error = %e, "could not remove an old overlay work dir");
-            }
-        }
         if let Some(dir) = self.throwaway.take() {
             if let Err(e) = std::fs::remove_dir_all(&dir) {
                 tracing::debug!(path = %dir.display(), error = %e, "could not remove a throwaway cache layer");
@@ -356,18 +348,12 @@ pub fn attach(
             for cache in found {
                 let at = layers.join(cache.name);
                 let (upper, work) = (at.join("upper"), at.join("work"));
-                // overlayfs keeps a marker of a volatile mount in its work dir and refuses
-                // the next mount while it is there; the lock makes this run its only user.
-                if work.exists() {
-                    let aside = layers.join(format!(
-                        "old-work-{}-{}-{}",
-                        cache.name,
-                        std::process::id(),
-                        guard.old_work.len()
-                    ));
-                    std::fs::rename(&work, &aside).map_err(|e| fail(&work, e.to_string()))?;
-                    guard.old_work.push(aside);
-                }
+                // overlayfs marks a volatile mount in `work/work/incompat` and refuses the
+                // next mount while the marker is there; the lock makes this run the layer's
+                // only user. Moved aside, not removed: a rename costs nothing, removing a
+                // directory can cost a TRIM of several milliseconds; the moved markers are
+                // removed together once they are many.
+                set_aside_volatile_marker(&at).map_err(|e| fail(&at, e.to_string()))?;
                 for d in [&upper, &work] {
                     std::fs::create_dir_all(d).map_err(|e| fail(d, e.to_string()))?;
                 }
@@ -406,6 +392,31 @@ pub fn attach(
     policy.fs.home = Some(home_policy);
     prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
     Ok((guard, None))
+}
+
+/// How many moved-aside volatile markers a cache layer keeps before they are removed at once.
+const ASIDE_BATCH: usize = 64;
+
+/// Moves the last volatile mount's marker out of the way of the next mount (see `attach`).
+fn set_aside_volatile_marker(layer: &Path) -> std::io::Result<()> {
+    let marker = layer.join("work/work/incompat");
+    if marker.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let aside = layer.join("aside");
+    std::fs::create_dir_all(&aside)?;
+    let count = std::fs::read_dir(&aside)?.count();
+    if count >= ASIDE_BATCH {
+        std::fs::remove_dir_all(&aside)?;
+        std::fs::create_dir(&aside)?;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::fs::rename(
+        &marker,
+        aside.join(format!("{}-{nanos}", std::process::id())),
+    )
 }
 
 /// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
