@@ -153,6 +153,13 @@ fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
     )
 }
 
+/// The credential files and directories at or under `dir`, at most `depth` levels down, on
+/// this machine's filesystem (links are not followed): [`secrets::secrets_under`] with the
+/// real listing. For warnings about grants that expose them.
+pub fn scan_secrets(dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
+    secrets::secrets_under(dir, depth, list)
+}
+
 /// How deep a toolchain's tree is searched for credential files on every run: its top two
 /// levels (a run pays for each directory listed). Deeper known places are named in
 /// [`DEEP_SECRETS`].
