@@ -155,9 +155,19 @@ fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
 
 /// The credential files and directories at or under `dir`, at most `depth` levels down, on
 /// this machine's filesystem (links are not followed): [`secrets::secrets_under`] with the
-/// real listing. For warnings about grants that expose them.
-pub fn scan_secrets(dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
-    secrets::secrets_under(dir, depth, list)
+/// real listing, judged relative to `home` where `dir` lies in it (so `~/.ssh` counts). Paths
+/// come back absolute. For the toolchains' trees and warnings about grants that expose them.
+pub fn scan_secrets(home: &Path, dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
+    match dir.strip_prefix(home) {
+        Ok(rel) => secrets::secrets_under(rel, depth, |d| list(&home.join(d)))
+            .into_iter()
+            .map(|hit| secrets::SecretHit {
+                path: home.join(&hit.path),
+                kind: hit.kind,
+            })
+            .collect(),
+        Err(_) => secrets::secrets_under(dir, depth, list),
+    }
 }
 
 /// How deep a toolchain's tree is searched for credential files on every run: its top two
@@ -171,7 +181,7 @@ const DEEP_SECRETS: &[(&str, &str)] = &[("versions/node", "etc/npmrc")];
 
 /// The grants of one toolchain tree with its credential files left out: the tree itself when
 /// it holds none, else its entries one level down, recursively, except the secrets.
-fn tree_grants(tree: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
+fn tree_grants(tree: &Path, home: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
     if !tree.is_dir() {
         return vec![tree.to_path_buf()];
     }
@@ -180,7 +190,7 @@ fn tree_grants(tree: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
     if tree.join("toolchains").is_dir() && tree.join("settings.toml").exists() {
         return vec![tree.to_path_buf()];
     }
-    let mut hits = secrets::secrets_under(tree, SECRET_DEPTH, list);
+    let mut hits = scan_secrets(home, tree, SECRET_DEPTH);
     for (versions, file) in DEEP_SECRETS {
         for version in list(&tree.join(versions)).unwrap_or_default() {
             let path = tree.join(versions).join(&version.name).join(file);
@@ -285,7 +295,7 @@ pub fn attach(
         let mut paths = Vec::new();
         if enabled {
             for tree in &found.paths {
-                paths.extend(tree_grants(tree, &mut masked));
+                paths.extend(tree_grants(tree, &home, &mut masked));
             }
             for var in &found.pass {
                 policy.env.pass.push(var.clone());
@@ -627,7 +637,7 @@ mod tests {
         std::fs::write(etc.join("other"), "").unwrap();
         std::fs::write(nvm.join("nvm.sh"), "").unwrap();
         let mut masked = Vec::new();
-        let mut grants = tree_grants(&nvm, &mut masked);
+        let mut grants = tree_grants(&nvm, &home, &mut masked);
         grants.sort();
         assert_eq!(
             grants,
@@ -642,8 +652,31 @@ mod tests {
         // No secret: the tree itself.
         std::fs::remove_file(etc.join("npmrc")).unwrap();
         let mut masked = Vec::new();
-        assert_eq!(tree_grants(&nvm, &mut masked), vec![nvm.clone()]);
+        assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
         assert!(masked.is_empty());
+    }
+
+    #[test]
+    fn a_scan_of_the_home_finds_home_anchored_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
+        std::fs::create_dir_all(home.join("proj")).unwrap();
+        std::fs::write(home.join("proj/.npmrc"), "token").unwrap();
+        let hits: Vec<(PathBuf, &str)> = scan_secrets(&home, &home, 3)
+            .into_iter()
+            .map(|h| (h.path, h.kind.id))
+            .collect();
+        assert_eq!(
+            hits,
+            vec![
+                (home.join(".ssh"), "ssh"),
+                (home.join("proj/.npmrc"), "npmrc")
+            ]
+        );
+        // Outside the home only the tails count.
+        assert_eq!(scan_secrets(&home.join("proj"), &home, 3).len(), 1);
     }
 
     #[test]
