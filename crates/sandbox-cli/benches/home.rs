@@ -9,6 +9,7 @@
 //! The "user" is a temporary home with caches of its own; the toolchain is the machine's
 //! rustup. The build is a crate depending on `serde_json` and `regex` (14 crates), fetched
 //! into that user's cache on the host first, so neither side downloads.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
