@@ -8,12 +8,16 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod toolchains;
 
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
-    FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,
+    CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy, Limits, Masked, NetPolicy,
+    PointerFile, Policy, Toolchain, Workspace,
 };
+pub use secrets::{is_secret, secrets_under, SecretKind};

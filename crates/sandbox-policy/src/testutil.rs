@@ -48,6 +48,7 @@ pub fn linked_policy(block: bool) -> Policy {
             system_read: vec!["/usr".into(), "/etc".into()],
             devices: vec!["/dev/null".into()],
             tmpdir: None,
+            home: None,
         },
         net: if block {
             NetPolicy::Block {

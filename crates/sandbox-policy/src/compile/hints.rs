@@ -259,6 +259,7 @@ mod tests {
                 system_read: vec!["/usr".into()],
                 devices: vec!["/dev/null".into()],
                 tmpdir: Some("/tmp/run".into()),
+                home: None,
             },
             net: NetPolicy::Block {
                 allow_tcp_ports: vec![3000],

@@ -314,6 +314,7 @@ mod tests {
                 system_read: vec!["/usr".into(), "/etc".into()],
                 devices: vec!["/dev/null".into(), "/dev/pts".into()],
                 tmpdir: Some("/tmp/run".into()),
+                home: None,
             },
             net: NetPolicy::Allow,
             env: EnvPolicy::default(),
