@@ -235,6 +235,15 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub allow_unix_sockets: bool,
 
+    /// Use the agent profile NAME (claude, codex, gemini, opencode, aider, goose, pi, or one
+    /// under `agents:` in the config): what the host's agent runs or obeys under your home
+    /// (settings with hooks, MCP server commands, permission lists, plugins) stays read-only,
+    /// its sessions, history and logs are writable, and a file mixing both (~/.claude.json) is
+    /// a private copy. Default: chosen by the command's name (`claude`, `codex`, `pi-acp`…);
+    /// `--agent none` for no profile. `sandbox policy show` lists what it adds, and why.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,

@@ -91,6 +91,17 @@ pub struct Config {
     )]
     #[schemars(with = "Option<BackendsConfig>")]
     pub backends: BackendsConfig,
+    /// Agent profiles by name (`--agent NAME`, or chosen by the command's name): each replaces
+    /// the shipped profile of that name, or adds one. A profile lists the agent's paths under
+    /// the home and their access: `read` (what the host's agent runs or obeys), `write` (its
+    /// sessions, history, logs), `copy` (a file mixing both: the run gets a private copy).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[schemars(with = "Option<BTreeMap<String, sandbox_policy::agents::AgentProfile>>")]
+    pub agents: BTreeMap<String, sandbox_policy::agents::AgentProfile>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -397,6 +408,7 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
     base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
+    base.agents.extend(over.agents);
     opt(
         &mut base.backends.native.git_store_size_mib,
         over.backends.native.git_store_size_mib,

@@ -227,8 +227,15 @@ pub fn choose_backend(
 impl Session {
     /// Builds the policy for these arguments. `runs_command` is for sessions that run something:
     /// they get the private TMPDIR and, while a daemon runs, a status-hook token lease.
-    pub fn open(args: &SandboxArgs, ctx: &Context, runs_command: bool) -> anyhow::Result<Self> {
+    /// `command` is the program to run, if known: its name can choose the agent profile.
+    pub fn open(
+        args: &SandboxArgs,
+        ctx: &Context,
+        runs_command: bool,
+        command: Option<&std::ffi::OsStr>,
+    ) -> anyhow::Result<Self> {
         let dir = workdir(args.workdir.as_deref())?;
+        let agent = agent_request(args, ctx, command, &task_root(&dir), runs_command)?;
         let cwd = match &args.cd {
             Some(cd) => Some(
                 WorkspaceGuard::new(&dir)?
@@ -253,6 +260,7 @@ impl Session {
                 prefix: "sandbox-run-".into(),
                 root: None,
             }),
+            agent,
         };
         let Assembled { mut policy, tmpdir } =
             assembly::assemble(&defaults, request).map_err(|e| match e {
@@ -407,6 +415,53 @@ pub fn report(finished: &Finished) {
             eprintln!("sandbox: warning: {line}");
         }
     }
+}
+
+/// The agent profile for this run: `--agent NAME`, else the one whose commands name the
+/// program (`claude`), else none (`--agent none` turns the choice by name off).
+fn agent_request(
+    args: &SandboxArgs,
+    ctx: &Context,
+    command: Option<&std::ffi::OsStr>,
+    root: &Path,
+    prepare: bool,
+) -> anyhow::Result<Option<sandbox_host::agent::AgentRequest>> {
+    use sandbox_policy::agents::{compile, Profiles};
+    if args.agent.as_deref() == Some("none") {
+        return Ok(None);
+    }
+    let profiles =
+        Profiles::load(&ctx.config().agents).map_err(|e| Failure::setup(e.to_string()))?;
+    let (profile, selected_by) = match args.agent.as_deref() {
+        Some(name) => (
+            profiles
+                .get(name)
+                .map_err(|e| Failure::setup(format!("--agent {name}: {e}")))?,
+            "--agent",
+        ),
+        None => match command.and_then(|c| profiles.detect(Path::new(c))) {
+            Some(profile) => (profile, "the command's name"),
+            None => return Ok(None),
+        },
+    };
+    let home = expand_home(Path::new("~"));
+    if home == Path::new("/") {
+        tracing::debug!("no HOME: the agent profile {} adds nothing", profile.name);
+        return Ok(None);
+    }
+    let compiled = compile(profile, &home).map_err(|e| Failure::setup(e.to_string()))?;
+    Ok(Some(sandbox_host::agent::AgentRequest {
+        private_dir: ctx
+            .dirs
+            .state
+            .join("agents")
+            .join(sandbox_host::agent::project_key(root))
+            .join(&profile.name),
+        profile: compiled,
+        home,
+        selected_by: selected_by.to_string(),
+        prepare,
+    }))
 }
 
 fn absolute(path: &Path) -> PathBuf {

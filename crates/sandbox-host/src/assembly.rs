@@ -45,6 +45,8 @@ pub struct Request {
     pub unprotected_git: bool,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
+    /// An agent profile's paths (`--agent`, or detected from the command).
+    pub agent: Option<crate::agent::AgentRequest>,
 }
 
 /// Where the private TMPDIR goes.
@@ -155,6 +157,10 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
+    let agent = match &request.agent {
+        Some(a) => crate::agent::materialize(a)?,
+        None => crate::agent::Materialized::default(),
+    };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
         defaults
             .iter()
@@ -173,8 +179,18 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     let policy = sandbox_policy::build(PolicyRequest {
         workdir: request.workdir,
         cwd: request.cwd,
-        allow_read: grants(&defaults.allow_read, &request.allow_read),
-        allow_write: grants(&defaults.allow_write, &request.allow_write),
+        allow_read: [
+            grants(&defaults.allow_read, &request.allow_read),
+            agent.read,
+        ]
+        .concat(),
+        allow_write: [
+            grants(&defaults.allow_write, &request.allow_write),
+            agent.write,
+        ]
+        .concat(),
+        copies: agent.copies,
+        agent: agent.record,
         block_net: request.block_net || defaults.block_net,
         allow_ports,
         hook_port: defaults.hook_port,

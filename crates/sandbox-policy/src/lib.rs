@@ -2,6 +2,7 @@
 //! configuration ([`build()`]), and pure compilers from it to each backend's own form
 //! ([`compile`]). Nothing here applies anything; `sandbox-host` and the VM crates do.
 
+pub mod agents;
 pub mod build;
 pub mod compile;
 pub mod env;
@@ -15,5 +16,6 @@ pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
-    FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,
+    AgentGrantPath, AgentGrants, FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy,
+    PointerFile, Policy, PrivateCopy, Workspace,
 };

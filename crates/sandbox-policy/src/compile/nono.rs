@@ -312,6 +312,7 @@ mod tests {
                 system_read: vec!["/usr".into(), "/etc".into()],
                 devices: vec!["/dev/null".into(), "/dev/pts".into()],
                 tmpdir: Some("/tmp/run".into()),
+                copies: vec![],
             },
             net: NetPolicy::Allow,
             env: EnvPolicy::default(),
@@ -319,6 +320,7 @@ mod tests {
             hook_port: Some(7465),
             allow_domains: vec![],
             unprotected_git: false,
+            agent: None,
         }
     }
 
