@@ -4,6 +4,7 @@
 
 mod common;
 
+mod agents;
 mod boxlite;
 mod config;
 mod escape;
