@@ -382,6 +382,31 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
+/// For `sandbox run cargo build --release` (no `--`, so clap took `cargo` for an argument of
+/// ours and would take `--release` for a flag): the same line with `--` where the command
+/// starts, at the first argument clap could not place. `None` when the line has a `--`
+/// already (then the unknown flag really is a typo of ours) or `invalid` is not in it.
+pub fn missing_separator_hint(argv: &[String], invalid: &str) -> Option<String> {
+    if argv.iter().skip(1).any(|a| a == "--") {
+        return None;
+    }
+    // The subcommand is argv[1]; the command starts at the first unplaceable argument.
+    let at = argv.iter().skip(2).position(|a| a == invalid)? + 2;
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| shlex::try_quote(a).map_or_else(|_| a.clone(), |q| q.into_owned()))
+        .collect();
+    let program = std::path::Path::new(&argv[0]).file_name().map_or_else(
+        || "sandbox".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    Some(format!(
+        "put `--` before the command: {program} {} -- {}",
+        quoted[1..at].join(" "),
+        quoted[at..].join(" ")
+    ))
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let d = humantime::parse_duration(s)
         .map_err(|e| format!("{s:?} is not a duration (try 30s, 5m, 1h): {e}"))?;
@@ -402,6 +427,31 @@ mod tests {
             Ok(parsed) => format!("{parsed:?}"),
             Err(err) => format!("{:?}: {}", err.kind(), err.render()),
         }
+    }
+
+    #[test]
+    fn a_missing_separator_is_pointed_out_where_the_command_starts() {
+        let argv = |line: &str| -> Vec<String> { line.split(' ').map(String::from).collect() };
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox run cargo build --release"), "cargo").as_deref(),
+            Some("put `--` before the command: sandbox run -- cargo build --release")
+        );
+        assert_eq!(
+            missing_separator_hint(&argv("/x/sandbox run -C /w --block-net npm test"), "npm")
+                .as_deref(),
+            Some("put `--` before the command: sandbox run -C /w --block-net -- npm test")
+        );
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox exec pi-acp --verbose"), "pi-acp").as_deref(),
+            Some("put `--` before the command: sandbox exec -- pi-acp --verbose")
+        );
+        // With a `--` the unknown flag is ours, mistyped: no hint.
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox run --bogus -- true"), "--bogus"),
+            None
+        );
+        // What clap names must be in the line.
+        assert_eq!(missing_separator_hint(&argv("sandbox run x"), "y"), None);
     }
 
     #[test]

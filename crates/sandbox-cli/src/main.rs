@@ -49,6 +49,19 @@ fn main() {
                 (true, false) => err.exit_code(),
             };
             let _ = err.print();
+            if wraps && err.kind() == clap::error::ErrorKind::UnknownArgument {
+                let argv: Vec<String> = std::env::args().collect();
+                let invalid = err
+                    .get(clap::error::ContextKind::InvalidArg)
+                    .and_then(|v| match v {
+                        clap::error::ContextValue::String(s) => Some(s.clone()),
+                        _ => None,
+                    });
+                if let Some(hint) = invalid.and_then(|arg| cli::missing_separator_hint(&argv, &arg))
+                {
+                    eprintln!("sandbox: {hint}");
+                }
+            }
             std::process::exit(code);
         }
     };
