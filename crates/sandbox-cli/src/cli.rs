@@ -116,6 +116,17 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Show the resolved policy and its compiled form for a backend (the dry run).
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Show (or reset) the private home of this project: where it is, the disk it and its
+    /// cache layers take, the toolchains found on this machine.
+    #[command(
+        after_help = "Each run of the native, nono and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes (per project; `home: per-task` in the configuration for one per worktree). Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
+
+Examples:
+  sandbox home
+  sandbox home reset --yes
+  sandbox home reset --caches --yes"
+    )]
+    Home(HomeArgs),
     /// Report, for each backend, whether it is available here and what it enforces.
     Doctor(DoctorArgs),
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
@@ -243,6 +254,15 @@ pub struct SandboxArgs {
     /// `--agent none` for no profile. `sandbox policy show` lists what it adds, and why.
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Mount this toolchain of yours read-only at its real path (`rust`, `node`, `python`,
+    /// `go`, ...; `sandbox home` lists those found), even where the configuration's
+    /// `toolchains:` leaves it out. Repeatable.
+    #[arg(long = "toolchain", value_name = "NAME")]
+    pub toolchain: Vec<String>,
+
+    /// Mount none of your toolchains (but those named with --toolchain).
+    #[arg(long)]
+    pub no_toolchains: bool,
 
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
@@ -352,6 +372,35 @@ pub struct UseArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HomeArgs {
+    #[command(subcommand)]
+    pub action: Option<HomeAction>,
+
+    /// The task worktree. Default: the current directory.
+    #[arg(short = 'C', long = "workdir", value_name = "DIR", global = true)]
+    pub workdir: Option<PathBuf>,
+
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HomeAction {
+    /// Show the private home (the default).
+    Show,
+    /// Delete the private home and its cache layers; the next run starts from an empty one.
+    Reset {
+        /// Only the cache layers (what runs downloaded), not the home.
+        #[arg(long)]
+        caches: bool,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -122,6 +122,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let ctx = Context::load()?;
             commands::doctor::run(args, &ctx)
         }
+        Command::Home(args) => {
+            let ctx = Context::load()?;
+            commands::home::run(args, &ctx)
+        }
         Command::View(cmd) => {
             let ctx = Context::load()?;
             commands::view::run(cmd, &ctx)

@@ -57,6 +57,7 @@ pub struct Session {
     /// `SANDBOX_BOX` for the commands (`sandbox exec --box NAME`); `None` for `run`.
     pub box_name: Option<String>,
     tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    home: Option<sandbox_host::home::HomeGuard>,
 }
 
 /// The places that decide the boundary — configuration, remembered backend choices, the
@@ -108,6 +109,43 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         allow_domains: config.network.allow_domains.clone(),
         timeout,
         hook_port: config.service.hook_port,
+        home: home_settings(ctx, &[], false),
+    })
+}
+
+/// The private home's settings from the configuration (`home:`, `toolchains:`, `caches:`,
+/// `cache_size_mib`) and the flags; `None` with `home: off`.
+pub fn home_settings(
+    ctx: &Context,
+    add_toolchains: &[String],
+    no_toolchains: bool,
+) -> Option<sandbox_host::home::HomeSettings> {
+    use sandbox_policy::toolchains::Selection;
+    let config = ctx.config();
+    let scope = config.home.as_deref().unwrap_or("per-project");
+    if scope == "off" {
+        return None;
+    }
+    let toolchains = match config.toolchains.as_deref() {
+        None => Selection::Auto,
+        Some([one]) if one == "auto" => Selection::Auto,
+        Some([one]) if one == "none" => Selection::None,
+        Some(names) => Selection::Only(names.to_vec()),
+    };
+    Some(sandbox_host::home::HomeSettings {
+        state_dir: ctx.dirs.state.clone(),
+        per_task: scope == "per-task",
+        toolchains,
+        add_toolchains: add_toolchains.to_vec(),
+        no_toolchains,
+        caches: config.caches.unwrap_or(true),
+        cache_cap_bytes: Some(
+            config
+                .cache_size_mib
+                .map_or(sandbox_host::home::DEFAULT_CACHE_CAP_BYTES, |mib| {
+                    mib.saturating_mul(1 << 20)
+                }),
+        ),
     })
 }
 
@@ -245,6 +283,11 @@ impl Session {
             None => None,
         };
         let defaults = defaults(ctx)?;
+        // The backend first (keyed on the worktree root, where the policy's discovery puts
+        // the workspace): the private home is for the backends on the host's filesystem.
+        let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &task_root(&dir))?;
+        let home = home_settings(ctx, &args.toolchain, args.no_toolchains)
+            .filter(|_| kind.runs_on_host_fs());
         let request = Request {
             workdir: dir,
             cwd,
@@ -261,13 +304,22 @@ impl Session {
                 root: None,
             }),
             agent,
+            home,
         };
-        let Assembled { mut policy, tmpdir } =
-            assembly::assemble(&defaults, request).map_err(|e| match e {
-                HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
-                other => anyhow::Error::from(other),
-            })?;
-        let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
+        let Assembled {
+            mut policy,
+            tmpdir,
+            home,
+            home_note,
+        } = assembly::assemble(&defaults, request).map_err(|e| match e {
+            HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
+            other => anyhow::Error::from(other),
+        })?;
+        if let Some(note) = &home_note {
+            if runs_command {
+                eprintln!("sandbox: notice: {note}");
+            }
+        }
         let mut options = backend_options(ctx, Some(kind));
         options.allow_unix_sockets |= args.allow_unix_sockets;
         // A run gets this check from the seam when it prepares the backend; showing a policy
@@ -301,6 +353,7 @@ impl Session {
             hook,
             box_name: None,
             tmpdir,
+            home,
         })
     }
 
@@ -338,6 +391,8 @@ impl Session {
         let assembled = Assembled {
             policy: self.policy.clone(),
             tmpdir: self.tmpdir.take(),
+            home: self.home.take(),
+            home_note: None,
         };
         let run = if self.kind == BackendKind::Lima {
             // A VM's first spawn takes minutes: each step is shown as it happens.

@@ -22,6 +22,7 @@ pub mod backend;
 pub mod custom;
 pub mod error;
 pub mod gitguard;
+pub mod home;
 pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
@@ -29,6 +30,7 @@ pub mod nono;
 pub mod placement;
 pub mod privdir;
 pub mod report;
+pub mod resolve;
 pub mod run;
 pub mod seatbelt;
 pub mod tmpdir;

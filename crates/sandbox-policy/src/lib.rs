@@ -9,13 +9,16 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod toolchains;
 
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
-    AgentGrantPath, AgentGrants, FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy,
-    PointerFile, Policy, PrivateCopy, Workspace,
+    AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
+    Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Toolchain, Workspace,
 };
+pub use secrets::{is_secret, secrets_under, SecretKind};

@@ -49,6 +49,7 @@ pub fn linked_policy(block: bool) -> Policy {
             devices: vec!["/dev/null".into()],
             tmpdir: None,
             copies: vec![],
+            home: None,
         },
         net: if block {
             NetPolicy::Block {

@@ -4,6 +4,7 @@ pub mod config;
 pub mod doctor;
 pub mod exec;
 pub mod exec_box;
+pub mod home;
 pub mod hook;
 pub mod lima;
 pub mod policy;

@@ -73,6 +73,15 @@ impl BackendKind {
         BackendKind::Boxlite,
     ];
 
+    /// Whether commands run on the host's own filesystem (native, nono, custom), where the
+    /// private home, the toolchains and the cache layers apply; a VM has its own home.
+    pub fn runs_on_host_fs(self) -> bool {
+        matches!(
+            self,
+            BackendKind::Native | BackendKind::Nono | BackendKind::Custom
+        )
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Host => "host",

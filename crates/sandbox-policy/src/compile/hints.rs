@@ -260,6 +260,7 @@ mod tests {
                 devices: vec!["/dev/null".into()],
                 tmpdir: Some("/tmp/run".into()),
                 copies: vec![],
+                home: None,
             },
             net: NetPolicy::Block {
                 allow_tcp_ports: vec![3000],

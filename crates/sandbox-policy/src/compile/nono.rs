@@ -313,6 +313,7 @@ mod tests {
                 devices: vec!["/dev/null".into(), "/dev/pts".into()],
                 tmpdir: Some("/tmp/run".into()),
                 copies: vec![],
+                home: None,
             },
             net: NetPolicy::Allow,
             env: EnvPolicy::default(),

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::PolicyError;
-use crate::model::{GitLayout, Policy};
+use crate::model::{GitLayout, GrantReason, HomePolicy, Policy};
 
 /// What a host path is, as the platform step finds it (the compiler itself does no I/O).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,8 +181,18 @@ pub fn compile(
         });
     }
     let mut binds: Vec<MountOp> = Vec::new();
+    // A link inside the private home (a toolchain's `~/.nix-profile`) is made there by the
+    // host, before the run: the home is bound from the host, not built on a tmpfs.
+    let in_home = |path: &Path| {
+        policy
+            .fs
+            .home
+            .as_ref()
+            .is_some_and(|h| path.starts_with(&h.path))
+    };
     let mut bind = |source: &Path, readonly: bool, why: &'static str| match classify(source) {
         EntryKind::Missing => {}
+        EntryKind::Symlink(_) if in_home(source) => {}
         EntryKind::Symlink(target) => ops_link(&mut binds, source, target),
         kind => binds.push(MountOp::Bind {
             source: source.to_path_buf(),
@@ -213,7 +223,12 @@ pub fn compile(
         let on = git.quarantined(&policy.workspace.root, policy.unprotected_git);
         store.filter(|_| on).map(|store| (git, store))
     });
+    let home = policy.fs.home.as_ref();
     for grant in &policy.fs.write {
+        // The private home is bound at the real home's path, below.
+        if grant.reason == GrantReason::Home && home.is_some_and(|h| h.dir == grant.path) {
+            continue;
+        }
         if let Some((git, _)) = quarantine {
             if grant.path.starts_with(&git.common_dir) && grant.path != git.worktree_gitdir {
                 continue;
@@ -243,6 +258,9 @@ pub fn compile(
     if let Some((git, store)) = quarantine {
         binds.extend(store_ops(git, store, classify));
     }
+    if let Some(home) = home {
+        binds.extend(home_ops(home));
+    }
     if policy.fs.devices.iter().any(is_pty) {
         binds.push(MountOp::Devpts {
             target: DEVPTS.into(),
@@ -254,6 +272,29 @@ pub fn compile(
     binds.sort_by_key(|op| (depth(op.target()), op.rank()));
     ops.extend(binds);
     Ok(ViewPlan { ops })
+}
+
+/// The private home at the real home's path (the toolchains' read-only binds stack on it:
+/// they are read grants) and the package caches as overlays. Credential files inside a
+/// toolchain were left out of its grants by the host (`HomePolicy::masked`): they do not exist.
+fn home_ops(home: &HomePolicy) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::Bind {
+        source: home.dir.clone(),
+        target: home.path.clone(),
+        dir: true,
+        readonly: false,
+        why: "the private home",
+    }];
+    for cache in &home.caches {
+        ops.push(MountOp::Overlay {
+            target: cache.path.clone(),
+            lower: vec![cache.lower.clone()],
+            upper: cache.upper.clone(),
+            work: cache.work.clone(),
+            why: "package cache, copy-on-write",
+        });
+    }
+    ops
 }
 
 fn ops_link(ops: &mut Vec<MountOp>, link: &Path, target: PathBuf) {
@@ -369,7 +410,7 @@ pub fn view_git_problem(policy: &Policy) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Grant, GrantReason};
+    use crate::model::{CacheLayer, Grant, Masked, Toolchain};
     use crate::testutil::linked_policy;
 
     fn classify(path: &Path) -> EntryKind {
@@ -673,5 +714,66 @@ mod tests {
         ));
         p.unprotected_git = true;
         assert!(compile(&p, &classify, None).is_ok());
+    }
+
+    #[test]
+    fn the_private_home_is_bound_at_the_real_homes_path_with_toolchains_caches_and_masks_on_it() {
+        let mut p = linked_policy(false);
+        p.fs.write.push(Grant {
+            path: "/state/homes/p1".into(),
+            reason: GrantReason::Home,
+        });
+        p.fs.read.push(Grant {
+            path: "/home/u/.cargo/bin".into(),
+            reason: GrantReason::Toolchain,
+        });
+        p.fs.home = Some(HomePolicy {
+            path: "/home/u".into(),
+            dir: "/state/homes/p1".into(),
+            scope: "per-project".into(),
+            toolchains: vec![Toolchain {
+                name: "rust".into(),
+                kind: "rustup".into(),
+                paths: vec!["/home/u/.cargo/bin".into()],
+                enabled: true,
+            }],
+            caches: vec![CacheLayer {
+                name: "cargo-registry".into(),
+                path: "/home/u/.cargo/registry".into(),
+                lower: "/home/u/.cargo/registry".into(),
+                upper: "/state/caches/p1/cargo-registry/upper".into(),
+                work: "/state/caches/p1/cargo-registry/work".into(),
+            }],
+            masked: vec![Masked {
+                path: "/home/u/.cargo/bin/credentials.toml".into(),
+                dir: false,
+                what: "crates.io token".into(),
+            }],
+            cache_cap_bytes: None,
+        });
+        let plan = compile(&p, &classify, None).unwrap();
+        let b = binds(&plan);
+        // The home at the real path, writable; never at its own path on the host.
+        assert!(b.contains(&("/home/u".into(), false)), "{b:?}");
+        assert!(!b.iter().any(|(t, _)| t.starts_with("/state")), "{b:?}");
+        assert!(b.contains(&("/home/u/.cargo/bin".into(), true)), "{b:?}");
+        let at = |t: &str| {
+            plan.ops
+                .iter()
+                .position(|op| op.target() == Path::new(t))
+                .unwrap()
+        };
+        assert!(at("/home/u") < at("/home/u/.cargo/bin"));
+        assert!(at("/home/u") < at("/home/u/.cargo/registry"));
+        assert!(matches!(
+            &plan.ops[at("/home/u/.cargo/registry")],
+            MountOp::Overlay { lower, upper, .. }
+                if lower == &[PathBuf::from("/home/u/.cargo/registry")]
+                    && upper.starts_with("/state/caches")
+        ));
+        assert!(!plan
+            .ops
+            .iter()
+            .any(|op| op.target().ends_with("credentials.toml")));
     }
 }

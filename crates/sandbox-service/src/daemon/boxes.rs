@@ -79,6 +79,7 @@ pub(super) async fn box_create(
                 root: state.opts.box_tmp_root.clone(),
             }),
             agent: None,
+            home: defaults.home.clone().filter(|_| kind.runs_on_host_fs()),
         },
     )
     .map_err(|e| match e {
