@@ -129,6 +129,14 @@ Examples:
     Home(HomeArgs),
     /// Report, for each backend, whether it is available here and what it enforces.
     Doctor(DoctorArgs),
+    /// Explain whether PATH is visible and writable in the next run with these options, and
+    /// what decides it: a grant, a toolchain, a cache layer, the private home, an agent profile.
+    #[command(
+        after_help = "Nothing is run or created: the answer comes from the same policy \
+(and private view) a run with these options would get.\n\nExamples:\n  sandbox why ~/.ssh\n  \
+sandbox why ~/.claude/settings.json --agent claude\n  sandbox why ~/.cargo/registry --json"
+    )]
+    Why(WhyArgs),
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
     ///
     /// A sandbox view is a second linked worktree of your task's repository, on the child
@@ -412,6 +420,20 @@ pub enum PolicyCommand {
 
 #[derive(Debug, Args)]
 pub struct PolicyShowArgs {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The path to explain (`~` is your home; relative to the current directory).
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+
     #[command(flatten)]
     pub sandbox: SandboxArgs,
 

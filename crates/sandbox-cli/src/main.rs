@@ -118,6 +118,10 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let ctx = Context::load()?;
             commands::policy::run(args, &ctx)
         }
+        Command::Why(args) => {
+            let ctx = Context::load()?;
+            commands::why::run(args, &ctx)
+        }
         Command::Doctor(args) => {
             let ctx = Context::load()?;
             commands::doctor::run(args, &ctx)

@@ -320,6 +320,20 @@ impl Session {
                 eprintln!("sandbox: notice: {note}");
             }
         }
+        // What the user needs to know before anything runs (stderr: `exec`'s stdout is the
+        // command's alone).
+        let real_home = expand_home(Path::new("~"));
+        for exposure in sandbox_host::notices::exposed_secrets(&policy, &real_home) {
+            eprintln!("sandbox: warning: {}", exposure.message(&real_home));
+        }
+        for name in
+            sandbox_host::notices::unset_passed_vars(&args.env, |n| std::env::var_os(n).is_some())
+        {
+            eprintln!(
+                "sandbox: warning: --env {name}: {name} is not set here, so the command does not \
+                 get it (--env {name}=VALUE sets it)"
+            );
+        }
         let mut options = backend_options(ctx, Some(kind));
         options.allow_unix_sockets |= args.allow_unix_sockets;
         // A run gets this check from the seam when it prepares the backend; showing a policy
@@ -384,6 +398,15 @@ impl Session {
     /// when the boundary cannot be set up), warning when it runs degraded. The run owns the
     /// private TMPDIR from here on.
     pub fn start(&mut self, ctx: &Context, allow_degraded: bool) -> anyhow::Result<Run> {
+        // A choice made once and forgotten: said on every run and shell.
+        if self.kind == BackendKind::Host && !matches!(self.choice, ChoiceSource::Flag) {
+            eprintln!(
+                "sandbox: warning: no isolation: {} runs on the host backend (chosen by {}); \
+                 `sandbox use native` turns isolation back on",
+                self.policy.workspace.root.display(),
+                self.choice.as_str()
+            );
+        }
         let options = BackendOptions {
             allow_degraded,
             ..self.options.clone()

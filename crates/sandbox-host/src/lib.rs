@@ -27,6 +27,7 @@ pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod nono;
+pub mod notices;
 pub mod placement;
 pub mod privdir;
 pub mod report;

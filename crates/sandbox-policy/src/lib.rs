@@ -13,6 +13,7 @@ pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod toolchains;
+pub mod why;
 
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};

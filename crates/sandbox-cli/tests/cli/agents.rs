@@ -118,9 +118,14 @@ fn each_agent_cli_starts_inside_with_its_profile() {
         assert!(
             (out.status.success() || name == "pi" && out.status.code() == Some(1))
                 && all.contains("sandbox-demo")
-                && !["EACCES", "EROFS", "Permission denied", "Read-only file system"]
-                    .iter()
-                    .any(|e| all.contains(e)),
+                && ![
+                    "EACCES",
+                    "EROFS",
+                    "Permission denied",
+                    "Read-only file system"
+                ]
+                .iter()
+                .any(|e| all.contains(e)),
             "{name} mcp list: {}",
             text(&out)
         );
