@@ -155,11 +155,21 @@ fn through_view(plan: &ViewPlan, path: &Path) -> (bool, bool, String) {
                 upper.display()
             ),
         ),
-        Some(MountOp::Tmpfs { target, .. }) => (
+        Some(MountOp::Tmpfs { target, .. }) if target == path => (
             true,
             true,
             format!(
                 "a private tmpfs at {} (gone when the run ends)",
+                target.display()
+            ),
+        ),
+        // Below a private tmpfs the host's file is hidden; the run may make its own.
+        Some(MountOp::Tmpfs { target, .. }) => (
+            false,
+            true,
+            format!(
+                "a private tmpfs at {}: the host's file there is hidden; what the run creates \
+                 is its own, gone when it ends",
                 target.display()
             ),
         ),
@@ -301,6 +311,8 @@ mod tests {
         assert!(!ssh.visible && !ssh.writable, "{ssh:?}");
         assert!(ssh.because.is_empty());
         let tmp = explain(&p, Some(&plan), Path::new("/tmp/x"));
+        assert!(!tmp.visible && tmp.writable && tmp.decided_by.contains("hidden"));
+        let tmp = explain(&p, Some(&plan), Path::new("/tmp"));
         assert!(tmp.visible && tmp.writable && tmp.decided_by.contains("tmpfs"));
     }
 

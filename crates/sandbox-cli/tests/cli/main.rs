@@ -13,6 +13,7 @@ mod external;
 mod git_store;
 mod lima;
 mod native;
+mod notices;
 mod run;
 mod seam;
 mod service;
