@@ -9,6 +9,7 @@ mod exit;
 mod paths;
 mod session;
 mod state;
+mod text;
 mod tools;
 
 use clap::{CommandFactory, Parser};

@@ -148,14 +148,12 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                         "any"
                     }
                 );
-                println!("\nseccomp (deny with errno):");
-                for rule in &seccomp.rules {
-                    let cond = if rule.when.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" when {:?}", rule.when)
-                    };
-                    println!("  {}{cond}: {}", rule.syscall, rule.why);
+                println!("\nseccomp (denied with EPERM unless named):");
+                for line in compile::seccomp::describe(&seccomp) {
+                    print!(
+                        "{}",
+                        crate::text::wrap(&line, crate::text::WIDTH, "  ", "      ")
+                    );
                 }
             }
         }
