@@ -379,6 +379,15 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
             )))
         }
     };
+    for (name, profile) in &config.agents {
+        let profile = sandbox_policy::agents::AgentProfile {
+            name: name.clone(),
+            ..profile.clone()
+        };
+        if let Err(e) = sandbox_policy::agents::compile(&profile, Path::new("/home/user")) {
+            return Err(invalid(format!("key `agents.{name}`: {e}")));
+        }
+    }
     let paths = [
         ("additional_folders", &config.additional_folders[..]),
         ("read_folders", &config.read_folders[..]),

@@ -26,15 +26,14 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-/// How the sandboxed agent may use one path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+/// How the sandboxed agent may use one path: `read` (read-only: the host runs or obeys what
+/// it says), `write` (read-write on the host: the agent's own state), `copy` (a private copy
+/// at the real path; the host's file is never written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum AgentAccess {
-    /// Read-only: the host runs or obeys what it says.
     Read,
-    /// Read-write on the host: the agent's own state.
     Write,
-    /// A private copy at the real path; the host's file is never written.
     Copy,
 }
 
@@ -49,9 +48,7 @@ impl AgentAccess {
 }
 
 /// What a path is, for creating it when missing (only `write` paths are created).
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PathKind {
     #[default]
@@ -59,11 +56,50 @@ pub enum PathKind {
     File,
 }
 
+/// The configuration schema says the enums as strings with a pattern (whole-string, in the
+/// language Rust's `regex` and Nix's `builtins.match` read alike): the form the Nix modules'
+/// settings type turns into `strMatching` (nixos-modules/settings.nix).
+fn string_pattern(pattern: &str, description: &str) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": pattern,
+        "description": description,
+    })
+}
+
+impl schemars::JsonSchema for AgentAccess {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AgentAccess".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        string_pattern(
+            "read|write|copy",
+            "`read` (read-only: the host runs or obeys what it says), `write` (the agent's own \
+             state, written on the host), `copy` (a private copy at the real path)",
+        )
+    }
+}
+
+impl schemars::JsonSchema for PathKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PathKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        string_pattern(
+            "dir|file",
+            "`dir` (the default) or `file`: what a missing `write` path is created as",
+        )
+    }
+}
+
 /// One path of a profile, as written in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfilePath {
     /// Under the home directory: `~/.claude/projects`.
+    #[schemars(extend("pattern" = "~/.+"))]
     pub path: String,
     pub access: AgentAccess,
     /// `dir` (the default) or `file`: what a missing `write` path is created as. A `copy` is
@@ -86,6 +122,7 @@ pub struct AgentProfile {
     /// Program names that select this profile when the command is one of them (`claude`).
     #[serde(default)]
     pub commands: Vec<String>,
+    /// The agent's paths under the home, each with its access and why.
     pub paths: Vec<ProfilePath>,
 }
 
