@@ -185,6 +185,35 @@ fn plant(f: &Fixture, agent: &str) -> (Vec<PathBuf>, String) {
             _ => {}
         }
     }
+    // What each agent's host copy runs or obeys, named here rather than read from the profile:
+    // a profile that made one of these writable fails the test.
+    let must_hold: &[&str] = match agent {
+        "claude" => &[
+            ".claude/settings.json",
+            ".claude.json",
+            ".claude/plugins/p.json",
+        ],
+        "codex" => &[".codex/config.toml", ".codex/rules/default.rules"],
+        "gemini" => &[".gemini/settings.json", ".gemini/extensions/e.json"],
+        "opencode" => &[".config/opencode/opencode.json"],
+        "aider" => &[".aider.conf.yml"],
+        "goose" => &[".config/goose/config.yaml"],
+        "pi" => &[".pi/agent/settings.json", ".pi/agent/extensions/x.ts"],
+        _ => &[],
+    };
+    for rel in must_hold {
+        let file = f.home.join(rel);
+        if planted.contains(&file) {
+            continue;
+        }
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "original\n").unwrap();
+        script.push_str(&format!(
+            "echo pwned > '{0}'; rm -f '{0}'; mv '{0}' '{0}.moved'; ",
+            file.display()
+        ));
+        planted.push(file);
+    }
     script.push_str("true");
     (planted, script)
 }
