@@ -508,8 +508,14 @@ fn agent_request(
     if args.agent.as_deref() == Some("none") {
         return Ok(None);
     }
-    let profiles =
-        Profiles::load(&ctx.config().agents).map_err(|e| Failure::setup(e.to_string()))?;
+    // Most commands are no agent: tell so without parsing a profile.
+    let configured = &ctx.config().agents;
+    if args.agent.is_none()
+        && !command.is_some_and(|c| sandbox_policy::agents::may_select(Path::new(c), configured))
+    {
+        return Ok(None);
+    }
+    let profiles = Profiles::load(configured).map_err(|e| Failure::setup(e.to_string()))?;
     let (profile, selected_by) = match args.agent.as_deref() {
         Some(name) => (
             profiles

@@ -203,6 +203,25 @@ impl Profiles {
     }
 }
 
+/// Whether the program `argv0` could select a profile, without parsing any: a scan of the
+/// shipped files' `commands:` lines and the configured profiles. Most commands are not
+/// agents, and `sandbox run` is on every one's path.
+pub fn may_select(argv0: &Path, configured: &BTreeMap<String, AgentProfile>) -> bool {
+    let Some(name) = argv0.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let in_line = |line: &str| {
+        line.strip_prefix("commands:").is_some_and(|list| {
+            list.split(|c: char| c == '[' || c == ']' || c == ',' || c.is_whitespace())
+                .any(|word| word == name)
+        })
+    };
+    BUILTIN.iter().any(|(_, text)| text.lines().any(in_line))
+        || configured
+            .values()
+            .any(|p| p.commands.iter().any(|c| c == name))
+}
+
 /// One grant a profile adds: an absolute path under the home.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -384,6 +403,16 @@ mod tests {
         assert_eq!(name("pi-acp").as_deref(), Some("pi"));
         assert_eq!(name("gemini").as_deref(), Some("gemini"));
         assert_eq!(name("cargo"), None);
+        // The scan without parsing agrees.
+        for argv0 in [
+            "claude", "/x/codex", "pi-acp", "gemini", "opencode", "aider", "goose", "pi",
+        ] {
+            assert!(may_select(Path::new(argv0), &BTreeMap::new()), "{argv0}");
+            assert!(all.detect(Path::new(argv0)).is_some(), "{argv0}");
+        }
+        for argv0 in ["cargo", "claude-helper", "p", "commands", "sh"] {
+            assert!(!may_select(Path::new(argv0), &BTreeMap::new()), "{argv0}");
+        }
         assert_eq!(name("claude-helper"), None);
         let err = all.get("nope").unwrap_err().to_string();
         assert!(err.contains("claude") && err.contains("agents:"), "{err}");
