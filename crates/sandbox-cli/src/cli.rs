@@ -119,7 +119,7 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Show (or reset) the private home of this project: where it is, the disk it and its
     /// cache layers take, the toolchains found on this machine.
     #[command(
-        after_help = "Each run of the native, nono and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes (per project; `home: per-task` in the configuration for one per worktree). Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
+        after_help = "Each run of the native and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes (per project; `home: per-task` in the configuration for one per worktree). Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
 
 Examples:
   sandbox home

@@ -105,7 +105,7 @@ pub struct Config {
     )]
     #[schemars(with = "Option<BTreeMap<String, sandbox_policy::agents::AgentProfile>>")]
     pub agents: BTreeMap<String, sandbox_policy::agents::AgentProfile>,
-    /// The run's private, persistent home (native, nono, custom): `per-project` (the
+    /// The run's private, persistent home (native, custom): `per-project` (the
     /// default: every worktree of a repository shares one), `per-task`, or `off` (the
     /// command gets your HOME string but not its content, no toolchains, no caches).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -287,7 +287,7 @@ impl Session {
         // the workspace): the private home is for the backends on the host's filesystem.
         let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &task_root(&dir))?;
         let home = home_settings(ctx, &args.toolchain, args.no_toolchains)
-            .filter(|_| kind.runs_on_host_fs());
+            .filter(|_| kind.gets_private_home());
         let request = Request {
             workdir: dir,
             cwd,

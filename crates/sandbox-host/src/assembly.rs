@@ -26,7 +26,7 @@ pub struct Defaults {
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
     /// The private home's settings (`home:`, `toolchains:`, `caches:`), for the backends that
-    /// run on the host's filesystem ([`BackendKind::runs_on_host_fs`]).
+    /// give one ([`BackendKind::gets_private_home`]).
     pub home: Option<crate::home::HomeSettings>,
 }
 
@@ -50,8 +50,7 @@ pub struct Request {
     pub tmpdir: Option<TmpdirRequest>,
     /// An agent profile's paths (`--agent`, or detected from the command).
     pub agent: Option<crate::agent::AgentRequest>,
-    /// Give the run its private home (the backends that run on the host's filesystem do:
-    /// native, nono, custom).
+    /// Give the run its private home ([`BackendKind::gets_private_home`]: native, custom).
     pub home: Option<crate::home::HomeSettings>,
 }
 
@@ -269,11 +268,11 @@ pub fn command_env(
     }
     if let Some(home) = &policy.fs.home {
         // Under the native view the private home is at the real home's path; a backend
-        // without a view (nono, custom; native without user namespaces, see
-        // `home_without_view`) reaches it at its own.
+        // without a view (custom; native without user namespaces, see `home_without_view`)
+        // reaches it at its own.
         let at = match kind {
             BackendKind::Native => Some(&home.path),
-            BackendKind::Nono | BackendKind::Custom => Some(&home.dir),
+            BackendKind::Custom => Some(&home.dir),
             _ => None,
         };
         for (name, value) in at.map(|at| home.env(at)).unwrap_or_default() {

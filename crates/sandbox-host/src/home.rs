@@ -153,13 +153,35 @@ fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
     )
 }
 
-/// How deep a toolchain's tree is searched for credential files (nvm keeps a global
-/// `npmrc` at `versions/node/<v>/etc/npmrc`).
-const SECRET_DEPTH: usize = 5;
+/// The credential files and directories at or under `dir`, at most `depth` levels down, on
+/// this machine's filesystem (links are not followed): [`secrets::secrets_under`] with the
+/// real listing, judged relative to `home` where `dir` lies in it (so `~/.ssh` counts). Paths
+/// come back absolute. For the toolchains' trees and warnings about grants that expose them.
+pub fn scan_secrets(home: &Path, dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
+    match dir.strip_prefix(home) {
+        Ok(rel) => secrets::secrets_under(rel, depth, |d| list(&home.join(d)))
+            .into_iter()
+            .map(|hit| secrets::SecretHit {
+                path: home.join(&hit.path),
+                kind: hit.kind,
+            })
+            .collect(),
+        Err(_) => secrets::secrets_under(dir, depth, list),
+    }
+}
+
+/// How deep a toolchain's tree is searched for credential files on every run: its top two
+/// levels (a run pays for each directory listed). Deeper known places are named in
+/// [`DEEP_SECRETS`].
+const SECRET_DEPTH: usize = 2;
+
+/// Where layouts keep a credential file deeper down: `(parent of the versions, file)`, the
+/// versions listed once each (nvm keeps a global `npmrc` at `versions/node/<v>/etc/npmrc`).
+const DEEP_SECRETS: &[(&str, &str)] = &[("versions/node", "etc/npmrc")];
 
 /// The grants of one toolchain tree with its credential files left out: the tree itself when
 /// it holds none, else its entries one level down, recursively, except the secrets.
-fn tree_grants(tree: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
+fn tree_grants(tree: &Path, home: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
     if !tree.is_dir() {
         return vec![tree.to_path_buf()];
     }
@@ -168,7 +190,17 @@ fn tree_grants(tree: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
     if tree.join("toolchains").is_dir() && tree.join("settings.toml").exists() {
         return vec![tree.to_path_buf()];
     }
-    let hits = secrets::secrets_under(tree, SECRET_DEPTH, list);
+    let mut hits = scan_secrets(home, tree, SECRET_DEPTH);
+    for (versions, file) in DEEP_SECRETS {
+        for version in list(&tree.join(versions)).unwrap_or_default() {
+            let path = tree.join(versions).join(&version.name).join(file);
+            if let Some(kind) = secrets::is_secret(&path) {
+                if path.symlink_metadata().is_ok() {
+                    hits.push(secrets::SecretHit { path, kind });
+                }
+            }
+        }
+    }
     if hits.is_empty() {
         return vec![tree.to_path_buf()];
     }
@@ -263,7 +295,7 @@ pub fn attach(
         let mut paths = Vec::new();
         if enabled {
             for tree in &found.paths {
-                paths.extend(tree_grants(tree, &mut masked));
+                paths.extend(tree_grants(tree, &home, &mut masked));
             }
             for var in &found.pass {
                 policy.env.pass.push(var.clone());
@@ -333,11 +365,12 @@ pub fn attach(
             for cache in found {
                 let at = layers.join(cache.name);
                 let (upper, work) = (at.join("upper"), at.join("work"));
-                // overlayfs keeps a marker of a volatile mount in its work dir and refuses
-                // the next mount while it is there; the lock makes this run its only user.
-                if work.exists() {
-                    std::fs::remove_dir_all(&work).map_err(|e| fail(&work, e.to_string()))?;
-                }
+                // overlayfs marks a volatile mount in `work/work/incompat` and refuses the
+                // next mount while the marker is there; the lock makes this run the layer's
+                // only user. Moved aside, not removed: a rename costs nothing, removing a
+                // directory can cost a TRIM of several milliseconds; the moved markers are
+                // removed together once they are many.
+                set_aside_volatile_marker(&at).map_err(|e| fail(&at, e.to_string()))?;
                 for d in [&upper, &work] {
                     std::fs::create_dir_all(d).map_err(|e| fail(d, e.to_string()))?;
                 }
@@ -376,6 +409,31 @@ pub fn attach(
     policy.fs.home = Some(home_policy);
     prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
     Ok((guard, None))
+}
+
+/// How many moved-aside volatile markers a cache layer keeps before they are removed at once.
+const ASIDE_BATCH: usize = 64;
+
+/// Moves the last volatile mount's marker out of the way of the next mount (see `attach`).
+fn set_aside_volatile_marker(layer: &Path) -> std::io::Result<()> {
+    let marker = layer.join("work/work/incompat");
+    if marker.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let aside = layer.join("aside");
+    std::fs::create_dir_all(&aside)?;
+    let count = std::fs::read_dir(&aside)?.count();
+    if count >= ASIDE_BATCH {
+        std::fs::remove_dir_all(&aside)?;
+        std::fs::create_dir(&aside)?;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::fs::rename(
+        &marker,
+        aside.join(format!("{}-{nanos}", std::process::id())),
+    )
 }
 
 /// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
@@ -579,7 +637,7 @@ mod tests {
         std::fs::write(etc.join("other"), "").unwrap();
         std::fs::write(nvm.join("nvm.sh"), "").unwrap();
         let mut masked = Vec::new();
-        let mut grants = tree_grants(&nvm, &mut masked);
+        let mut grants = tree_grants(&nvm, &home, &mut masked);
         grants.sort();
         assert_eq!(
             grants,
@@ -594,8 +652,31 @@ mod tests {
         // No secret: the tree itself.
         std::fs::remove_file(etc.join("npmrc")).unwrap();
         let mut masked = Vec::new();
-        assert_eq!(tree_grants(&nvm, &mut masked), vec![nvm.clone()]);
+        assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
         assert!(masked.is_empty());
+    }
+
+    #[test]
+    fn a_scan_of_the_home_finds_home_anchored_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
+        std::fs::create_dir_all(home.join("proj")).unwrap();
+        std::fs::write(home.join("proj/.npmrc"), "token").unwrap();
+        let hits: Vec<(PathBuf, &str)> = scan_secrets(&home, &home, 3)
+            .into_iter()
+            .map(|h| (h.path, h.kind.id))
+            .collect();
+        assert_eq!(
+            hits,
+            vec![
+                (home.join(".ssh"), "ssh"),
+                (home.join("proj/.npmrc"), "npmrc")
+            ]
+        );
+        // Outside the home only the tails count.
+        assert_eq!(scan_secrets(&home.join("proj"), &home, 3).len(), 1);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_policy::secrets::{self, ListedEntry};
+use sandbox_policy::secrets;
 use sandbox_policy::{GrantReason, Policy};
 
 /// How deep a granted directory is searched for credential files that may lie anywhere
@@ -50,19 +50,6 @@ impl Exposure {
     }
 }
 
-fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
-    let entries = std::fs::read_dir(dir).ok()?;
-    Some(
-        entries
-            .filter_map(Result::ok)
-            .map(|e| ListedEntry {
-                name: e.file_name(),
-                is_dir: e.file_type().is_ok_and(|t| t.is_dir()),
-            })
-            .collect(),
-    )
-}
-
 /// The grants from the command line or the configuration that put credential files within
 /// the sandbox's reach (`--allow-read ~`, a directory holding `.ssh` or `.aws`, a
 /// `credentials.toml`), each with what it exposes. Profiles' and toolchains' own grants are
@@ -89,25 +76,9 @@ pub fn exposed_secrets(policy: &Policy, home: &Path) -> Vec<Exposure> {
             }
         }
         // The grant itself, or what lies in it a few levels down (`.npmrc`, `.netrc`).
-        let at = match grant.path.strip_prefix(home) {
-            Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
-            _ => grant.path.clone(),
-        };
-        let walked = secrets::secrets_under(&at, SEARCH_DEPTH, |d| {
-            list(&if d.is_absolute() {
-                d.to_path_buf()
-            } else {
-                home.join(d)
-            })
-        });
-        for hit in walked {
-            let path = if hit.path.is_absolute() {
-                hit.path
-            } else {
-                home.join(hit.path)
-            };
-            if !found.iter().any(|(p, _)| path.starts_with(p)) {
-                found.push((path, hit.kind.what));
+        for hit in crate::home::scan_secrets(home, &grant.path, SEARCH_DEPTH) {
+            if !found.iter().any(|(p, _)| hit.path.starts_with(p)) {
+                found.push((hit.path, hit.kind.what));
             }
         }
         if !found.is_empty() {

@@ -88,8 +88,18 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         Err(e) => json!({"path": dir, "git": "error", "problem": e.to_string()}),
     };
 
+    let home = match crate::commands::home::locate(ctx, &dir) {
+        Ok((home_dir, layers, _)) => {
+            let (home_bytes, layers_bytes) = crate::commands::home::usage(&home_dir, &layers);
+            json!({"dir": home_dir, "bytes": home_bytes, "cache_layers": layers,
+                   "cache_layer_bytes": layers_bytes,
+                   "off": ctx.config().home.as_deref() == Some("off")})
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    };
     let boxlite = boxlite_report(ctx);
     let report = json!({
+        "home": home,
         "boxlite": boxlite,
         "private_view": view,
         "backends": backends,
@@ -246,6 +256,25 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             }
         }
         None => {}
+    }
+    if let Some(dir) = home["dir"].as_str() {
+        let size = |v: &serde_json::Value| {
+            v.as_u64().map_or(
+                "not created yet".to_string(),
+                sandbox_host::home::human_bytes,
+            )
+        };
+        println!(
+            "  private home {}: {}; cache layers {}{}",
+            dir,
+            size(&home["bytes"]),
+            size(&home["cache_layer_bytes"]),
+            if home["off"] == json!(true) {
+                " (home: off)"
+            } else {
+                ""
+            }
+        );
     }
     if !ctx.loaded.sources.is_empty() {
         let files: Vec<String> = ctx

@@ -11,7 +11,10 @@ use crate::exit::Failure;
 use crate::session::workdir;
 
 /// The project's home and cache-layer directories, as a run would key them.
-fn locate(ctx: &Context, dir: &Path) -> anyhow::Result<(PathBuf, PathBuf, sandbox_policy::Policy)> {
+pub(crate) fn locate(
+    ctx: &Context,
+    dir: &Path,
+) -> anyhow::Result<(PathBuf, PathBuf, sandbox_policy::Policy)> {
     let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
         workdir: dir.to_path_buf(),
         ..Default::default()
@@ -164,4 +167,15 @@ fn reset(home_dir: &Path, layers: &Path, caches_only: bool, yes: bool) -> anyhow
         println!("deleted {}", removed.join(", "));
     }
     Ok(0)
+}
+
+/// The disk the project's home and cache layers take (`doctor`): `(home, layers)`.
+pub(crate) fn usage(home_dir: &Path, layers: &Path) -> (Option<u64>, u64) {
+    let home_bytes = home_dir.is_dir().then(|| home::disk_usage(home_dir));
+    let layers_bytes = if layers.is_dir() {
+        home::disk_usage(layers)
+    } else {
+        0
+    };
+    (home_bytes, layers_bytes)
 }

@@ -327,6 +327,55 @@ fn human(
             .map(|t| humantime::format_duration(t).to_string())
             .unwrap_or_else(|| "none".into())
     );
+    if let Some(home) = &p.fs.home {
+        let layers: u64 = home
+            .caches
+            .iter()
+            .map(|c| sandbox_host::home::disk_usage(&c.upper))
+            .sum();
+        let _ = writeln!(
+            s,
+            "home      {} at {}  ({}, {}; cache layers {})",
+            home.dir.display(),
+            home.path.display(),
+            home.scope,
+            sandbox_host::home::human_bytes(sandbox_host::home::disk_usage(&home.dir)),
+            sandbox_host::home::human_bytes(layers)
+        );
+        let on: Vec<&str> = home
+            .toolchains
+            .iter()
+            .filter(|t| t.enabled)
+            .map(|t| t.name.as_str())
+            .collect();
+        let off: Vec<&str> = home
+            .toolchains
+            .iter()
+            .filter(|t| !t.enabled)
+            .map(|t| t.name.as_str())
+            .collect();
+        let _ = writeln!(
+            s,
+            "toolchains {}{}",
+            if on.is_empty() {
+                "none".to_string()
+            } else {
+                on.join(" ")
+            },
+            if off.is_empty() {
+                String::new()
+            } else {
+                format!("  (not mounted: {})", off.join(" "))
+            }
+        );
+        if !home.caches.is_empty() {
+            let names: Vec<&str> = home.caches.iter().map(|c| c.name.as_str()).collect();
+            let _ = writeln!(s, "caches    {}  (copy-on-write)", names.join(" "));
+        }
+        for m in &home.masked {
+            let _ = writeln!(s, "left out  {}  ({})", m.path.display(), m.what);
+        }
+    }
     if let Some(e) = enforcement {
         if let Some(abi) = e.landlock_abi {
             let _ = writeln!(s, "\nenforced here (Landlock ABI {abi}):");

@@ -15,6 +15,7 @@ mod escape;
 mod exec;
 mod external;
 mod git_store;
+mod home;
 mod lima;
 mod native;
 mod notices;

@@ -73,13 +73,11 @@ impl BackendKind {
         BackendKind::Boxlite,
     ];
 
-    /// Whether commands run on the host's own filesystem (native, nono, custom), where the
-    /// private home, the toolchains and the cache layers apply; a VM has its own home.
-    pub fn runs_on_host_fs(self) -> bool {
-        matches!(
-            self,
-            BackendKind::Native | BackendKind::Nono | BackendKind::Custom
-        )
+    /// Whether its commands get the private home (`crate::home`): native and custom, which
+    /// run on the host's filesystem. Not nono: it keeps its own state under `$HOME`, and
+    /// refuses a writable grant over it. A VM has a home of its own.
+    pub fn gets_private_home(self) -> bool {
+        matches!(self, BackendKind::Native | BackendKind::Custom)
     }
 
     pub fn as_str(self) -> &'static str {

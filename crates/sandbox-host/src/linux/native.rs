@@ -199,11 +199,27 @@ fn landlock_plan(
 fn caches_unsupported(policy: &Policy) -> Option<String> {
     let home = policy.fs.home.as_ref()?;
     let first = home.caches.first()?;
-    if let Err(why) = userns::overlay_probe() {
-        return Some(why);
+    // The kernel's version, not the forking probe: the check runs on every start.
+    if !kernel_at_least(5, 11) {
+        return Some("overlays in a user namespace need Linux 5.11".into());
     }
     let layers = first.upper.parent()?;
     crate::privdir::layer_unsupported(layers).map(|why| format!("{}: {why}", layers.display()))
+}
+
+/// Whether the running kernel is at least `major.minor` (`uname -r`).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(uts) = nix::sys::utsname::uname() else {
+        return false;
+    };
+    let release = uts.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
 }
 
 /// What `policy show` and `doctor` say of the private home under this backend.

@@ -79,7 +79,7 @@ pub(super) async fn box_create(
                 root: state.opts.box_tmp_root.clone(),
             }),
             agent: None,
-            home: defaults.home.clone().filter(|_| kind.runs_on_host_fs()),
+            home: defaults.home.clone().filter(|_| kind.gets_private_home()),
         },
     )
     .map_err(|e| match e {
