@@ -94,6 +94,17 @@ pub struct Config {
     )]
     #[schemars(with = "Option<BackendsConfig>")]
     pub backends: BackendsConfig,
+    /// Agent profiles by name (`--agent NAME`, or chosen by the command's name): each replaces
+    /// the shipped profile of that name, or adds one. A profile lists the agent's paths under
+    /// the home and their access: `read` (what the host's agent runs or obeys), `write` (its
+    /// sessions, history, logs), `copy` (a file mixing both: the run gets a private copy).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[schemars(with = "Option<BTreeMap<String, sandbox_policy::agents::AgentProfile>>")]
+    pub agents: BTreeMap<String, sandbox_policy::agents::AgentProfile>,
     /// The run's private, persistent home (native, custom): `per-project` (the
     /// default: every worktree of a repository shares one), `per-task`, or `off` (the
     /// command gets your HOME string but not its content, no toolchains, no caches).
@@ -368,6 +379,15 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
             )))
         }
     };
+    for (name, profile) in &config.agents {
+        let profile = sandbox_policy::agents::AgentProfile {
+            name: name.clone(),
+            ..profile.clone()
+        };
+        if let Err(e) = sandbox_policy::agents::compile(&profile, Path::new("/home/user")) {
+            return Err(invalid(format!("key `agents.{name}`: {e}")));
+        }
+    }
     let paths = [
         ("additional_folders", &config.additional_folders[..]),
         ("read_folders", &config.read_folders[..]),
@@ -464,6 +484,7 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
     base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
+    base.agents.extend(over.agents);
     opt(&mut base.home, over.home);
     opt(&mut base.toolchains, over.toolchains);
     opt(&mut base.caches, over.caches);

@@ -265,8 +265,15 @@ pub fn choose_backend(
 impl Session {
     /// Builds the policy for these arguments. `runs_command` is for sessions that run something:
     /// they get the private TMPDIR and, while a daemon runs, a status-hook token lease.
-    pub fn open(args: &SandboxArgs, ctx: &Context, runs_command: bool) -> anyhow::Result<Self> {
+    /// `command` is the program to run, if known: its name can choose the agent profile.
+    pub fn open(
+        args: &SandboxArgs,
+        ctx: &Context,
+        runs_command: bool,
+        command: Option<&std::ffi::OsStr>,
+    ) -> anyhow::Result<Self> {
         let dir = workdir(args.workdir.as_deref())?;
+        let agent = agent_request(args, ctx, command, &task_root(&dir), runs_command)?;
         let cwd = match &args.cd {
             Some(cd) => Some(
                 WorkspaceGuard::new(&dir)?
@@ -296,6 +303,7 @@ impl Session {
                 prefix: "sandbox-run-".into(),
                 root: None,
             }),
+            agent,
             home,
         };
         let Assembled {
@@ -311,6 +319,20 @@ impl Session {
             if runs_command {
                 eprintln!("sandbox: notice: {note}");
             }
+        }
+        // What the user needs to know before anything runs (stderr: `exec`'s stdout is the
+        // command's alone).
+        let real_home = expand_home(Path::new("~"));
+        for exposure in sandbox_host::notices::exposed_secrets(&policy, &real_home) {
+            eprintln!("sandbox: warning: {}", exposure.message(&real_home));
+        }
+        for name in
+            sandbox_host::notices::unset_passed_vars(&args.env, |n| std::env::var_os(n).is_some())
+        {
+            eprintln!(
+                "sandbox: warning: --env {name}: {name} is not set here, so the command does not \
+                 get it (--env {name}=VALUE sets it)"
+            );
         }
         let mut options = backend_options(ctx, Some(kind));
         options.allow_unix_sockets |= args.allow_unix_sockets;
@@ -376,6 +398,15 @@ impl Session {
     /// when the boundary cannot be set up), warning when it runs degraded. The run owns the
     /// private TMPDIR from here on.
     pub fn start(&mut self, ctx: &Context, allow_degraded: bool) -> anyhow::Result<Run> {
+        // A choice made once and forgotten: said on every run and shell.
+        if self.kind == BackendKind::Host && !matches!(self.choice, ChoiceSource::Flag) {
+            eprintln!(
+                "sandbox: warning: no isolation: {} runs on the host backend (chosen by {}); \
+                 `sandbox use native` turns isolation back on",
+                self.policy.workspace.root.display(),
+                self.choice.as_str()
+            );
+        }
         let options = BackendOptions {
             allow_degraded,
             ..self.options.clone()
@@ -462,6 +493,59 @@ pub fn report(finished: &Finished) {
             eprintln!("sandbox: warning: {line}");
         }
     }
+}
+
+/// The agent profile for this run: `--agent NAME`, else the one whose commands name the
+/// program (`claude`), else none (`--agent none` turns the choice by name off).
+fn agent_request(
+    args: &SandboxArgs,
+    ctx: &Context,
+    command: Option<&std::ffi::OsStr>,
+    root: &Path,
+    prepare: bool,
+) -> anyhow::Result<Option<sandbox_host::agent::AgentRequest>> {
+    use sandbox_policy::agents::{compile, Profiles};
+    if args.agent.as_deref() == Some("none") {
+        return Ok(None);
+    }
+    // Most commands are no agent: tell so without parsing a profile.
+    let configured = &ctx.config().agents;
+    if args.agent.is_none()
+        && !command.is_some_and(|c| sandbox_policy::agents::may_select(Path::new(c), configured))
+    {
+        return Ok(None);
+    }
+    let profiles = Profiles::load(configured).map_err(|e| Failure::setup(e.to_string()))?;
+    let (profile, selected_by) = match args.agent.as_deref() {
+        Some(name) => (
+            profiles
+                .get(name)
+                .map_err(|e| Failure::setup(format!("--agent {name}: {e}")))?,
+            "--agent",
+        ),
+        None => match command.and_then(|c| profiles.detect(Path::new(c))) {
+            Some(profile) => (profile, "the command's name"),
+            None => return Ok(None),
+        },
+    };
+    let home = expand_home(Path::new("~"));
+    if home == Path::new("/") {
+        tracing::debug!("no HOME: the agent profile {} adds nothing", profile.name);
+        return Ok(None);
+    }
+    let compiled = compile(profile, &home).map_err(|e| Failure::setup(e.to_string()))?;
+    Ok(Some(sandbox_host::agent::AgentRequest {
+        private_dir: ctx
+            .dirs
+            .state
+            .join("agents")
+            .join(sandbox_host::agent::project_key(root))
+            .join(&profile.name),
+        profile: compiled,
+        home,
+        selected_by: selected_by.to_string(),
+        prepare,
+    }))
 }
 
 fn absolute(path: &Path) -> PathBuf {

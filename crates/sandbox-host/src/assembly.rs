@@ -48,6 +48,8 @@ pub struct Request {
     pub unprotected_git: bool,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
+    /// An agent profile's paths (`--agent`, or detected from the command).
+    pub agent: Option<crate::agent::AgentRequest>,
     /// Give the run its private home ([`BackendKind::gets_private_home`]: native, custom).
     pub home: Option<crate::home::HomeSettings>,
 }
@@ -168,6 +170,10 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
+    let agent = match &request.agent {
+        Some(a) => crate::agent::materialize(a)?,
+        None => crate::agent::Materialized::default(),
+    };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
         defaults
             .iter()
@@ -186,8 +192,18 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     let mut policy = sandbox_policy::build(PolicyRequest {
         workdir: request.workdir,
         cwd: request.cwd,
-        allow_read: grants(&defaults.allow_read, &request.allow_read),
-        allow_write: grants(&defaults.allow_write, &request.allow_write),
+        allow_read: [
+            grants(&defaults.allow_read, &request.allow_read),
+            agent.read,
+        ]
+        .concat(),
+        allow_write: [
+            grants(&defaults.allow_write, &request.allow_write),
+            agent.write,
+        ]
+        .concat(),
+        copies: agent.copies,
+        agent: agent.record,
         block_net: request.block_net || defaults.block_net,
         allow_ports,
         hook_port: defaults.hook_port,

@@ -190,6 +190,11 @@ pub enum HostError {
     /// A grant would put the boundary's own state within the sandbox's reach.
     #[error("{0}")]
     TrustedPlace(String),
+
+    /// An agent profile's paths could not be prepared on the host (a writable path created,
+    /// a private copy made).
+    #[error("agent profile: {0}")]
+    Agent(String),
 }
 
 impl HostError {

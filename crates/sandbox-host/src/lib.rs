@@ -16,6 +16,7 @@
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`;
 //!   [`layers`]: which layer of a run holds each property of the policy.
 
+pub mod agent;
 pub mod assembly;
 pub mod backend;
 pub mod custom;
@@ -26,6 +27,7 @@ pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod nono;
+pub mod notices;
 pub mod placement;
 pub mod privdir;
 pub mod report;

@@ -23,6 +23,42 @@ pub struct Policy {
     /// The user accepted that git hooks/config inside the writable tree cannot be protected
     /// (`--unprotected-git`).
     pub unprotected_git: bool,
+    /// The agent profile this run uses, and what it added (shown by `policy show`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentGrants>,
+}
+
+/// What an agent profile added to a policy, path by path, with what was found on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentGrants {
+    pub agent: String,
+    pub title: String,
+    /// `--agent` or `detected from the command name`.
+    pub selected_by: String,
+    pub paths: Vec<AgentGrantPath>,
+}
+
+/// One path of the profile as it applies to this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentGrantPath {
+    pub path: PathBuf,
+    pub access: crate::agents::AgentAccess,
+    pub why: String,
+    /// `granted`, `created` (a writable path made on the host), `copied` (a private copy
+    /// made), or `missing` (a read-only or copied path that does not exist: nothing granted).
+    pub status: String,
+}
+
+impl AgentGrants {
+    /// The profile's entry for `path` or the nearest one above it.
+    pub fn entry_for(&self, path: &Path) -> Option<&AgentGrantPath> {
+        self.paths
+            .iter()
+            .filter(|p| path.starts_with(&p.path) && p.status != "missing")
+            .max_by_key(|p| p.path.components().count())
+    }
 }
 
 /// The task's worktree and its git layout.
@@ -138,9 +174,24 @@ pub struct FsPolicy {
     pub devices: Vec<PathBuf>,
     /// The private per-run temporary directory (also in `write`), exported as `TMPDIR`.
     pub tmpdir: Option<PathBuf>,
+    /// Files the run sees as a private copy at their real path (an agent profile's `copy`):
+    /// the real path is also in `read`, so a backend without a private view keeps the host's
+    /// file read-only; the view binds the copy there, writable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<PrivateCopy>,
     /// The run's private home, with the user's toolchains and package caches in it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub home: Option<HomePolicy>,
+}
+
+/// A host file shown to the run as a private copy at the same path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateCopy {
+    /// The real path (the host's file, never written).
+    pub path: PathBuf,
+    /// The private copy (under the user's state dir, never read back by the host).
+    pub copy: PathBuf,
 }
 
 /// The private, persistent home of a run (docs/security.md, "The private home"): a directory
@@ -251,6 +302,9 @@ pub enum GrantReason {
     Tmpdir,
     User,
     Config,
+    /// An agent profile (`--agent`, or detected from the command): the policy's `agent`
+    /// says which path and why.
+    Agent,
     /// The run's private home.
     Home,
     /// A toolchain of the user's, read-only.
@@ -266,6 +320,7 @@ impl GrantReason {
             GrantReason::Tmpdir => "private TMPDIR",
             GrantReason::User => "granted on the command line",
             GrantReason::Config => "granted in the configuration",
+            GrantReason::Agent => "the agent profile",
             GrantReason::Home => "the private home",
             GrantReason::Toolchain => "a toolchain (read-only)",
         }

@@ -7,6 +7,10 @@ use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::tools;
 
+fn wrap(text: &str, first: &str, rest: &str) -> String {
+    crate::text::wrap(text, crate::text::WIDTH, first, rest)
+}
+
 /// Whether the native backend can build its private view here (the seam's real probe,
 /// cached in the private directory).
 fn private_view(ctx: &Context) -> serde_json::Value {
@@ -124,10 +128,27 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
                 e["mechanism"].as_str().unwrap_or("")
             );
             for item in e["enforced"].as_array().into_iter().flatten() {
-                println!("         - {}", item.as_str().unwrap_or(""));
+                let item = item.as_str().unwrap_or("");
+                if name == "native" && item.starts_with("seccomp:") {
+                    // The rules themselves, one reason a line, instead of the reasons alone.
+                    println!("         - seccomp (denied with EPERM unless named):");
+                    let plan = sandbox_policy::compile::seccomp::compile(&sample);
+                    for line in sandbox_policy::compile::seccomp::describe(&plan) {
+                        print!("{}", wrap(&line, "             ", "                 "));
+                    }
+                    continue;
+                }
+                print!("{}", wrap(item, "         - ", "           "));
             }
             for note in e["notes"].as_array().into_iter().flatten() {
-                println!("         note: {}", note.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(
+                        note.as_str().unwrap_or(""),
+                        "         note: ",
+                        "               "
+                    )
+                );
             }
             for downgrade in e["downgrades"].as_array().into_iter().flatten() {
                 println!(
@@ -144,10 +165,20 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             );
             let e = &b["enforcement"];
             for item in e["enforced"].as_array().into_iter().flatten() {
-                println!("         - {}", item.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(item.as_str().unwrap_or(""), "         - ", "           ")
+                );
             }
             for gap in e["gaps"].as_array().into_iter().flatten() {
-                println!("         ! not enforced: {}", gap.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(
+                        gap.as_str().unwrap_or(""),
+                        "         ! not enforced: ",
+                        "                         "
+                    )
+                );
             }
             for downgrade in e["downgrades"].as_array().into_iter().flatten() {
                 println!(

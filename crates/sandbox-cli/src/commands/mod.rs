@@ -13,3 +13,4 @@ pub mod run;
 pub mod serve;
 pub mod use_backend;
 pub mod view;
+pub mod why;

@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::session::Session;
 
 pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
-    let session = Session::open(&args.sandbox, ctx, false)?;
+    let session = Session::open(&args.sandbox, ctx, false, None)?;
     let policy = &session.policy;
     // The same checks and report a run would get from the seam, without preparing anything.
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
@@ -148,14 +148,12 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                         "any"
                     }
                 );
-                println!("\nseccomp (deny with errno):");
-                for rule in &seccomp.rules {
-                    let cond = if rule.when.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" when {:?}", rule.when)
-                    };
-                    println!("  {}{cond}: {}", rule.syscall, rule.why);
+                println!("\nseccomp (denied with EPERM unless named):");
+                for line in compile::seccomp::describe(&seccomp) {
+                    print!(
+                        "{}",
+                        crate::text::wrap(&line, crate::text::WIDTH, "  ", "      ")
+                    );
                 }
             }
         }
@@ -193,6 +191,43 @@ fn describe_mount(op: &compile::view::MountOp) -> String {
             target.display()
         ),
     }
+}
+
+/// The agent profile's section: every path it names, its access and why, and what was found.
+fn describe_agent(
+    agent: &sandbox_policy::AgentGrants,
+    copies: &[sandbox_policy::PrivateCopy],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "agent     {} (profile {}), chosen by {}",
+        agent.title, agent.agent, agent.selected_by
+    );
+    for entry in &agent.paths {
+        let state = match entry.status.as_str() {
+            "missing" => " [not on this machine: nothing granted]".to_string(),
+            "created" => " [created]".to_string(),
+            "would be created" => " [missing: a run creates it]".to_string(),
+            "would be copied" => " [a run gets a private copy]".to_string(),
+            "copied" => match copies.iter().find(|c| c.path == entry.path) {
+                Some(c) => format!(
+                    " [the run writes its copy {}; without a private view, read-only]",
+                    c.copy.display()
+                ),
+                None => String::new(),
+            },
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "          {:<12}  {}  ({}){state}",
+            entry.access.as_str(),
+            entry.path.display(),
+            entry.why
+        );
+    }
+    s
 }
 
 fn human(
@@ -249,6 +284,9 @@ fn human(
                 g.reason.as_str()
             );
         }
+    }
+    if let Some(agent) = &p.agent {
+        let _ = write!(s, "{}", describe_agent(agent, &p.fs.copies));
     }
     let sys: Vec<String> =
         p.fs.system_read

@@ -48,7 +48,8 @@ pub fn direct_options() -> SpawnOptions {
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
-    let mut session = Session::open(&args.sandbox, ctx, true)?;
+    let program = args.command.first().map(|c| c.as_os_str());
+    let mut session = Session::open(&args.sandbox, ctx, true, program)?;
     let run = session.start(ctx, args.sandbox.allow_degraded)?;
     let command = session.arm(&run, args.command)?;
     if args.sandbox.guard_args {
@@ -129,7 +130,7 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
         .or_else(|| std::env::var_os("SHELL").map(PathBuf::from))
         .filter(|s| !s.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("/bin/sh"));
-    let mut session = Session::open(&args.sandbox, ctx, true)?;
+    let mut session = Session::open(&args.sandbox, ctx, true, None)?;
     if let Some(home) = &session.policy.fs.home {
         rc_notice_once(home);
     }

@@ -8,6 +8,7 @@
 
 mod common;
 
+mod agents;
 mod boxlite;
 mod config;
 mod escape;
@@ -17,6 +18,7 @@ mod git_store;
 mod home;
 mod lima;
 mod native;
+mod notices;
 mod run;
 mod seam;
 mod service;

@@ -259,6 +259,7 @@ mod tests {
                 system_read: vec!["/usr".into()],
                 devices: vec!["/dev/null".into()],
                 tmpdir: Some("/tmp/run".into()),
+                copies: vec![],
                 home: None,
             },
             net: NetPolicy::Block {
@@ -269,6 +270,7 @@ mod tests {
             hook_port: Some(7465),
             allow_domains: vec![],
             unprotected_git: false,
+            agent: None,
         }
     }
 

@@ -212,8 +212,9 @@ pub fn compile(
         bind(dev, true, "device (read-only node)");
     }
     let written: BTreeSet<&Path> = policy.fs.write.iter().map(|g| g.path.as_path()).collect();
+    let copied: BTreeSet<&Path> = policy.fs.copies.iter().map(|c| c.path.as_path()).collect();
     for grant in &policy.fs.read {
-        if !written.contains(grant.path.as_path()) {
+        if !written.contains(grant.path.as_path()) && !copied.contains(grant.path.as_path()) {
             bind(&grant.path, true, grant.reason.as_str());
         }
     }
@@ -240,6 +241,18 @@ pub fn compile(
             for (path, readonly, why) in git_binds(policy, git) {
                 bind(&path, readonly, why);
             }
+        }
+    }
+    // A private copy at the real path, writable; the host's file is never bound.
+    for copy in &policy.fs.copies {
+        if classify(&copy.copy) == EntryKind::File {
+            binds.push(MountOp::Bind {
+                source: copy.copy.clone(),
+                target: copy.path.clone(),
+                dir: false,
+                readonly: false,
+                why: "a private copy (the host's file is untouched)",
+            });
         }
     }
     if let Some((git, store)) = quarantine {
@@ -420,6 +433,52 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_private_copy_is_bound_writable_at_the_real_path_and_the_hosts_file_never() {
+        let mut p = linked_policy(false);
+        let real = PathBuf::from("/home/u/.claude.json");
+        let copy = PathBuf::from("/state/agents/p/claude/.claude.json");
+        p.fs.read.push(Grant {
+            path: real.clone(),
+            reason: GrantReason::Agent,
+        });
+        p.fs.copies.push(crate::model::PrivateCopy {
+            path: real.clone(),
+            copy: copy.clone(),
+        });
+        let classify = |path: &Path| match path.to_str().unwrap() {
+            "/home/u/.claude.json" | "/state/agents/p/claude/.claude.json" => EntryKind::File,
+            other => classify(Path::new(other)),
+        };
+        let plan = compile(&p, &classify, None).unwrap();
+        let at_real: Vec<&MountOp> = plan.ops.iter().filter(|op| op.target() == real).collect();
+        assert_eq!(
+            at_real,
+            [&MountOp::Bind {
+                source: copy.clone(),
+                target: real.clone(),
+                dir: false,
+                readonly: false,
+                why: "a private copy (the host's file is untouched)",
+            }]
+        );
+        // Landlock: under the view the copy's own file is writable; without a view only the
+        // host's file is granted, read-only.
+        let under = crate::compile::landlock::compile_under_view(&p).unwrap();
+        let access = |plan: &crate::compile::landlock::LandlockPlan, path: &Path| {
+            plan.paths
+                .iter()
+                .filter(|r| r.path == path)
+                .map(|r| r.access)
+                .collect::<Vec<_>>()
+        };
+        use crate::compile::landlock::Access;
+        assert_eq!(access(&under, &copy), [Access::ReadWrite]);
+        let bare = crate::compile::landlock::compile(&p).unwrap();
+        assert!(access(&bare, &copy).is_empty());
+        assert_eq!(access(&bare, &real), [Access::ReadExec]);
     }
 
     #[test]
