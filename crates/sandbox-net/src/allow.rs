@@ -63,7 +63,8 @@ impl Target {
 /// Why a connection was refused. Its [`fmt::Display`] is the body the program inside gets:
 /// what was refused, by which rule, and how the user allows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", tag = "rule")]
+// Tagged by the same short name as [`Refusal::rule`] (a test keeps them equal).
+#[serde(rename_all = "kebab-case", tag = "rule")]
 pub enum Refusal {
     /// The name matches no entry.
     NotListed { host: String },
@@ -387,6 +388,34 @@ mod tests {
         let l = list(&["a.test"]);
         for bad in ["", "a..test", "a test", "a.test\0", "é.test"] {
             assert_eq!(rule(&l, bad), Err("invalid-name"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn refusals_serialise_tagged_by_their_rule() {
+        for refusal in [
+            Refusal::NotListed {
+                host: "b.test".into(),
+            },
+            Refusal::InvalidName {
+                host: "a..b".into(),
+            },
+            Refusal::IpLiteral {
+                ip: "10.0.0.1".parse().unwrap(),
+            },
+            Refusal::NonPublicAnswer {
+                host: "a.test".into(),
+                addresses: vec!["10.0.0.1".parse().unwrap()],
+            },
+            Refusal::NoAnswer {
+                host: "a.test".into(),
+                error: "no address".into(),
+            },
+            Refusal::BadRequest { why: "x".into() },
+        ] {
+            let json = serde_json::to_value(&refusal).unwrap();
+            assert_eq!(json["rule"], refusal.rule(), "{json}");
+            assert_eq!(serde_json::from_value::<Refusal>(json).unwrap(), refusal);
         }
     }
 
