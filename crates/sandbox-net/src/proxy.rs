@@ -203,7 +203,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             head.rest
         }
         Kind::Http => {
-            let mut bytes = origin_form(&head, &path);
+            let mut bytes = origin_form(&head, &host, port, &path);
             bytes.extend_from_slice(&head.rest);
             bytes
         }
@@ -380,10 +380,12 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Option<(String
     (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
 }
 
-/// The request as the server gets it: origin form, no proxy or hop-by-hop headers, and
-/// `Connection: close`.
-fn origin_form(head: &Head, path: &str) -> Vec<u8> {
-    const DROPPED: [&str; 5] = [
+/// The request as the server gets it: origin form, no proxy or hop-by-hop headers,
+/// `Connection: close`, and a `Host` that is the checked host — whatever `Host` the program
+/// sent, so a server that hosts many names (a CDN) cannot be asked for one not on the list.
+fn origin_form(head: &Head, host: &str, port: u16, path: &str) -> Vec<u8> {
+    const DROPPED: [&str; 6] = [
+        "host",
         "proxy-connection",
         "proxy-authorization",
         "connection",
@@ -391,6 +393,17 @@ fn origin_form(head: &Head, path: &str) -> Vec<u8> {
         "upgrade",
     ];
     let mut out = format!("{} {path} HTTP/1.{}\r\n", head.method, head.minor_version).into_bytes();
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let host = if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    };
+    out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
     for (name, value) in &head.headers {
         if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
             continue;

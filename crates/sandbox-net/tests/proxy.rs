@@ -276,7 +276,7 @@ async fn plain_http_is_forwarded_in_origin_form_without_proxy_headers() {
 
     let body = "y".repeat(100_000);
     let request = format!(
-        "POST http://a.test:{port}/upload?x=1 HTTP/1.1\r\nHost: a.test:{port}\r\n\
+        "POST http://a.test:{port}/upload?x=1 HTTP/1.1\r\nHost: b.test\r\n\
          Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\n\
          Content-Length: {}\r\n\r\n{body}",
         body.len()
@@ -290,6 +290,13 @@ async fn plain_http_is_forwarded_in_origin_form_without_proxy_headers() {
     );
     assert!(answer.contains("body: 100000 bytes"));
     assert!(answer.contains("Connection: close\r\n"));
+    // The server is asked for the checked host, not the `Host` the program sent.
+    assert!(
+        answer.contains(&format!("Host: a.test:{port}\r\n")),
+        "{}",
+        &answer[..400]
+    );
+    assert!(!answer.contains("b.test"), "{}", &answer[..400]);
     let lower = answer.to_ascii_lowercase();
     assert!(!lower.contains("proxy-connection"), "{}", &answer[..400]);
     assert!(!lower.contains("proxy-authorization"), "{}", &answer[..400]);
