@@ -116,8 +116,27 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Show the resolved policy and its compiled form for a backend (the dry run).
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Show (or reset) the private home of this project: where it is, the disk it and its
+    /// cache layers take, the toolchains found on this machine.
+    #[command(
+        after_help = "Each run of the native and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes (per project; `home: per-task` in the configuration for one per worktree). Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
+
+Examples:
+  sandbox home
+  sandbox home reset --yes
+  sandbox home reset --caches --yes"
+    )]
+    Home(HomeArgs),
     /// Report, for each backend, whether it is available here and what it enforces.
     Doctor(DoctorArgs),
+    /// Explain whether PATH is visible and writable in the next run with these options, and
+    /// what decides it: a grant, a toolchain, a cache layer, the private home, an agent profile.
+    #[command(
+        after_help = "Nothing is run or created: the answer comes from the same policy \
+(and private view) a run with these options would get.\n\nExamples:\n  sandbox why ~/.ssh\n  \
+sandbox why ~/.claude/settings.json --agent claude\n  sandbox why ~/.cargo/registry --json"
+    )]
+    Why(WhyArgs),
     /// Manage sandbox views: tracked-files worktrees on `s/<branch>` for VM backends.
     ///
     /// A sandbox view is a second linked worktree of your task's repository, on the child
@@ -235,6 +254,24 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub allow_unix_sockets: bool,
 
+    /// Use the agent profile NAME (claude, codex, gemini, opencode, aider, goose, pi, or one
+    /// under `agents:` in the config): what the host's agent runs or obeys under your home
+    /// (settings with hooks, MCP server commands, permission lists, plugins) stays read-only,
+    /// its sessions, history and logs are writable, and a file mixing both (~/.claude.json) is
+    /// a private copy. Default: chosen by the command's name (`claude`, `codex`, `pi-acp`…);
+    /// `--agent none` for no profile. `sandbox policy show` lists what it adds, and why.
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Mount this toolchain of yours read-only at its real path (`rust`, `node`, `python`,
+    /// `go`, ...; `sandbox home` lists those found), even where the configuration's
+    /// `toolchains:` leaves it out. Repeatable.
+    #[arg(long = "toolchain", value_name = "NAME")]
+    pub toolchain: Vec<String>,
+
+    /// Mount none of your toolchains (but those named with --toolchain).
+    #[arg(long)]
+    pub no_toolchains: bool,
+
     /// Pass NAME from this terminal into the sandbox, or set NAME=VALUE. Repeatable.
     #[arg(long = "env", value_name = "NAME[=VALUE]")]
     pub env: Vec<String>,
@@ -345,6 +382,35 @@ pub struct UseArgs {
     pub json: bool,
 }
 
+#[derive(Debug, Args)]
+pub struct HomeArgs {
+    #[command(subcommand)]
+    pub action: Option<HomeAction>,
+
+    /// The task worktree. Default: the current directory.
+    #[arg(short = 'C', long = "workdir", value_name = "DIR", global = true)]
+    pub workdir: Option<PathBuf>,
+
+    /// Machine-readable output.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HomeAction {
+    /// Show the private home (the default).
+    Show,
+    /// Delete the private home and its cache layers; the next run starts from an empty one.
+    Reset {
+        /// Only the cache layers (what runs downloaded), not the home.
+        #[arg(long)]
+        caches: bool,
+        /// Do not ask.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum PolicyCommand {
     /// Print the policy for a run with these options, and what the backend compiles it to
@@ -363,6 +429,20 @@ pub struct PolicyShowArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct WhyArgs {
+    /// The path to explain (`~` is your home; relative to the current directory).
+    #[arg(value_name = "PATH")]
+    pub path: PathBuf,
+
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct DoctorArgs {
     /// The worktree to check git protection for. Default: the current directory.
     #[arg(short = 'C', long = "workdir", value_name = "DIR")]
@@ -371,6 +451,31 @@ pub struct DoctorArgs {
     /// Machine-readable output.
     #[arg(long)]
     pub json: bool,
+}
+
+/// For `sandbox run cargo build --release` (no `--`, so clap took `cargo` for an argument of
+/// ours and would take `--release` for a flag): the same line with `--` where the command
+/// starts, at the first argument clap could not place. `None` when the line has a `--`
+/// already (then the unknown flag really is a typo of ours) or `invalid` is not in it.
+pub fn missing_separator_hint(argv: &[String], invalid: &str) -> Option<String> {
+    if argv.iter().skip(1).any(|a| a == "--") {
+        return None;
+    }
+    // The subcommand is argv[1]; the command starts at the first unplaceable argument.
+    let at = argv.iter().skip(2).position(|a| a == invalid)? + 2;
+    let quoted: Vec<String> = argv
+        .iter()
+        .map(|a| shlex::try_quote(a).map_or_else(|_| a.clone(), |q| q.into_owned()))
+        .collect();
+    let program = std::path::Path::new(&argv[0]).file_name().map_or_else(
+        || "sandbox".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    Some(format!(
+        "put `--` before the command: {program} {} -- {}",
+        quoted[1..at].join(" "),
+        quoted[at..].join(" ")
+    ))
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -393,6 +498,31 @@ mod tests {
             Ok(parsed) => format!("{parsed:?}"),
             Err(err) => format!("{:?}: {}", err.kind(), err.render()),
         }
+    }
+
+    #[test]
+    fn a_missing_separator_is_pointed_out_where_the_command_starts() {
+        let argv = |line: &str| -> Vec<String> { line.split(' ').map(String::from).collect() };
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox run cargo build --release"), "cargo").as_deref(),
+            Some("put `--` before the command: sandbox run -- cargo build --release")
+        );
+        assert_eq!(
+            missing_separator_hint(&argv("/x/sandbox run -C /w --block-net npm test"), "npm")
+                .as_deref(),
+            Some("put `--` before the command: sandbox run -C /w --block-net -- npm test")
+        );
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox exec pi-acp --verbose"), "pi-acp").as_deref(),
+            Some("put `--` before the command: sandbox exec -- pi-acp --verbose")
+        );
+        // With a `--` the unknown flag is ours, mistyped: no hint.
+        assert_eq!(
+            missing_separator_hint(&argv("sandbox run --bogus -- true"), "--bogus"),
+            None
+        );
+        // What clap names must be in the line.
+        assert_eq!(missing_separator_hint(&argv("sandbox run x"), "y"), None);
     }
 
     #[test]

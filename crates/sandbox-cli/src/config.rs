@@ -20,7 +20,10 @@ use std::path::{Path, PathBuf};
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use formats::{DurationFormat, EnvMapFormat, EnvNameFormat, PathFormat, PortFormat};
+use formats::{
+    DurationFormat, EnvMapFormat, EnvNameFormat, HomeScopeFormat, PathFormat, PortFormat,
+    ToolchainFormat,
+};
 
 /// The whole configuration schema. Every key is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -91,6 +94,61 @@ pub struct Config {
     )]
     #[schemars(with = "Option<BackendsConfig>")]
     pub backends: BackendsConfig,
+    /// Agent profiles by name (`--agent NAME`, or chosen by the command's name): each replaces
+    /// the shipped profile of that name, or adds one. A profile lists the agent's paths under
+    /// the home and their access: `read` (what the host's agent runs or obeys), `write` (its
+    /// sessions, history, logs), `copy` (a file mixing both: the run gets a private copy).
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[schemars(with = "Option<BTreeMap<String, sandbox_policy::agents::AgentProfile>>")]
+    pub agents: BTreeMap<String, sandbox_policy::agents::AgentProfile>,
+    /// The run's private, persistent home (native, custom): `per-project` (the
+    /// default: every worktree of a repository shares one), `per-task`, or `off` (the
+    /// command gets your HOME string but not its content, no toolchains, no caches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<HomeScopeFormat>")]
+    pub home: Option<String>,
+    /// Your toolchains, mounted read-only at their real paths: `auto` (the default: every
+    /// one found on PATH and in the well-known layouts), `none`, or a list of names (`rust`,
+    /// `node`, `python`, `go`, ...; `sandbox home` lists them).
+    #[serde(
+        default,
+        deserialize_with = "one_or_many",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(with = "Option<Vec<ToolchainFormat>>")]
+    pub toolchains: Option<Vec<String>>,
+    /// Layer your package caches (cargo, npm, pip, go, ...) copy-on-write into the private
+    /// home (default true): a run reuses what you downloaded, keeps what it downloads, and
+    /// never writes your caches.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caches: Option<bool>,
+    /// The bound of one project's cache layers, in MiB (default 10240), checked when a run
+    /// starts: over it, the run is refused (`sandbox home reset --caches` frees them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16777216))]
+    pub cache_size_mib: Option<u64>,
+}
+
+/// A list, or one value standing for a list of it (`toolchains: auto`).
+fn one_or_many<'de, D>(de: D) -> Result<Option<Vec<String>>, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(de)? {
+        None => None,
+        Some(OneOrMany::One(v)) => Some(vec![v]),
+        Some(OneOrMany::Many(v)) => Some(v),
+    })
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -321,6 +379,15 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
             )))
         }
     };
+    for (name, profile) in &config.agents {
+        let profile = sandbox_policy::agents::AgentProfile {
+            name: name.clone(),
+            ..profile.clone()
+        };
+        if let Err(e) = sandbox_policy::agents::compile(&profile, Path::new("/home/user")) {
+            return Err(invalid(format!("key `agents.{name}`: {e}")));
+        }
+    }
     let paths = [
         ("additional_folders", &config.additional_folders[..]),
         ("read_folders", &config.read_folders[..]),
@@ -352,6 +419,26 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
     }
     for name in &config.env.pass {
         check("env.pass", name, &formats::ENV_NAME)?;
+    }
+    if let Some(scope) = &config.home {
+        check("home", scope, &formats::HOME_SCOPE)?;
+    }
+    for name in config.toolchains.iter().flatten() {
+        check("toolchains", name, &formats::TOOLCHAIN)?;
+    }
+    if let Some(list) = &config.toolchains {
+        if list.len() > 1 && list.iter().any(|n| n == "auto" || n == "none") {
+            return Err(invalid(
+                "key `toolchains`: `auto` and `none` stand alone, not in a list of names".into(),
+            ));
+        }
+    }
+    if let Some(mib) = config.cache_size_mib {
+        if !(1..=1 << 24).contains(&mib) {
+            return Err(invalid(format!(
+                "key `cache_size_mib`: {mib} is not between 1 and 16777216 (MiB)"
+            )));
+        }
     }
     for name in config.env.set.keys() {
         check("env.set", name, &formats::ENV_NAME)?;
@@ -397,6 +484,11 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     );
     opt(&mut base.backends.nono.path, over.backends.nono.path);
     base.backends.native.allow_unix_sockets |= over.backends.native.allow_unix_sockets;
+    base.agents.extend(over.agents);
+    opt(&mut base.home, over.home);
+    opt(&mut base.toolchains, over.toolchains);
+    opt(&mut base.caches, over.caches);
+    opt(&mut base.cache_size_mib, over.cache_size_mib);
     opt(
         &mut base.backends.native.git_store_size_mib,
         over.backends.native.git_store_size_mib,

@@ -9,6 +9,7 @@ mod exit;
 mod paths;
 mod session;
 mod state;
+mod text;
 mod tools;
 
 use clap::{CommandFactory, Parser};
@@ -49,6 +50,19 @@ fn main() {
                 (true, false) => err.exit_code(),
             };
             let _ = err.print();
+            if wraps && err.kind() == clap::error::ErrorKind::UnknownArgument {
+                let argv: Vec<String> = std::env::args().collect();
+                let invalid = err
+                    .get(clap::error::ContextKind::InvalidArg)
+                    .and_then(|v| match v {
+                        clap::error::ContextValue::String(s) => Some(s.clone()),
+                        _ => None,
+                    });
+                if let Some(hint) = invalid.and_then(|arg| cli::missing_separator_hint(&argv, &arg))
+                {
+                    eprintln!("sandbox: {hint}");
+                }
+            }
             std::process::exit(code);
         }
     };
@@ -105,9 +119,17 @@ fn dispatch(cli: Cli) -> anyhow::Result<i32> {
             let ctx = Context::load()?;
             commands::policy::run(args, &ctx)
         }
+        Command::Why(args) => {
+            let ctx = Context::load()?;
+            commands::why::run(args, &ctx)
+        }
         Command::Doctor(args) => {
             let ctx = Context::load()?;
             commands::doctor::run(args, &ctx)
+        }
+        Command::Home(args) => {
+            let ctx = Context::load()?;
+            commands::home::run(args, &ctx)
         }
         Command::View(cmd) => {
             let ctx = Context::load()?;

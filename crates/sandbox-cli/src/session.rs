@@ -57,6 +57,7 @@ pub struct Session {
     /// `SANDBOX_BOX` for the commands (`sandbox exec --box NAME`); `None` for `run`.
     pub box_name: Option<String>,
     tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
+    home: Option<sandbox_host::home::HomeGuard>,
 }
 
 /// The places that decide the boundary — configuration, remembered backend choices, the
@@ -108,6 +109,43 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         allow_domains: config.network.allow_domains.clone(),
         timeout,
         hook_port: config.service.hook_port,
+        home: home_settings(ctx, &[], false),
+    })
+}
+
+/// The private home's settings from the configuration (`home:`, `toolchains:`, `caches:`,
+/// `cache_size_mib`) and the flags; `None` with `home: off`.
+pub fn home_settings(
+    ctx: &Context,
+    add_toolchains: &[String],
+    no_toolchains: bool,
+) -> Option<sandbox_host::home::HomeSettings> {
+    use sandbox_policy::toolchains::Selection;
+    let config = ctx.config();
+    let scope = config.home.as_deref().unwrap_or("per-project");
+    if scope == "off" {
+        return None;
+    }
+    let toolchains = match config.toolchains.as_deref() {
+        None => Selection::Auto,
+        Some([one]) if one == "auto" => Selection::Auto,
+        Some([one]) if one == "none" => Selection::None,
+        Some(names) => Selection::Only(names.to_vec()),
+    };
+    Some(sandbox_host::home::HomeSettings {
+        state_dir: ctx.dirs.state.clone(),
+        per_task: scope == "per-task",
+        toolchains,
+        add_toolchains: add_toolchains.to_vec(),
+        no_toolchains,
+        caches: config.caches.unwrap_or(true),
+        cache_cap_bytes: Some(
+            config
+                .cache_size_mib
+                .map_or(sandbox_host::home::DEFAULT_CACHE_CAP_BYTES, |mib| {
+                    mib.saturating_mul(1 << 20)
+                }),
+        ),
     })
 }
 
@@ -227,8 +265,15 @@ pub fn choose_backend(
 impl Session {
     /// Builds the policy for these arguments. `runs_command` is for sessions that run something:
     /// they get the private TMPDIR and, while a daemon runs, a status-hook token lease.
-    pub fn open(args: &SandboxArgs, ctx: &Context, runs_command: bool) -> anyhow::Result<Self> {
+    /// `command` is the program to run, if known: its name can choose the agent profile.
+    pub fn open(
+        args: &SandboxArgs,
+        ctx: &Context,
+        runs_command: bool,
+        command: Option<&std::ffi::OsStr>,
+    ) -> anyhow::Result<Self> {
         let dir = workdir(args.workdir.as_deref())?;
+        let agent = agent_request(args, ctx, command, &task_root(&dir), runs_command)?;
         let cwd = match &args.cd {
             Some(cd) => Some(
                 WorkspaceGuard::new(&dir)?
@@ -238,6 +283,11 @@ impl Session {
             None => None,
         };
         let defaults = defaults(ctx)?;
+        // The backend first (keyed on the worktree root, where the policy's discovery puts
+        // the workspace): the private home is for the backends on the host's filesystem.
+        let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &task_root(&dir))?;
+        let home = home_settings(ctx, &args.toolchain, args.no_toolchains)
+            .filter(|_| kind.gets_private_home());
         let request = Request {
             workdir: dir,
             cwd,
@@ -253,13 +303,37 @@ impl Session {
                 prefix: "sandbox-run-".into(),
                 root: None,
             }),
+            agent,
+            home,
         };
-        let Assembled { mut policy, tmpdir } =
-            assembly::assemble(&defaults, request).map_err(|e| match e {
-                HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
-                other => anyhow::Error::from(other),
-            })?;
-        let (kind, choice) = choose_backend(args.backend.as_deref(), ctx, &policy.workspace.root)?;
+        let Assembled {
+            mut policy,
+            tmpdir,
+            home,
+            home_note,
+        } = assembly::assemble(&defaults, request).map_err(|e| match e {
+            HostError::Env { arg, cause } => Failure::setup(format!("--env {arg}: {cause}")),
+            other => anyhow::Error::from(other),
+        })?;
+        if let Some(note) = &home_note {
+            if runs_command {
+                eprintln!("sandbox: notice: {note}");
+            }
+        }
+        // What the user needs to know before anything runs (stderr: `exec`'s stdout is the
+        // command's alone).
+        let real_home = expand_home(Path::new("~"));
+        for exposure in sandbox_host::notices::exposed_secrets(&policy, &real_home) {
+            eprintln!("sandbox: warning: {}", exposure.message(&real_home));
+        }
+        for name in
+            sandbox_host::notices::unset_passed_vars(&args.env, |n| std::env::var_os(n).is_some())
+        {
+            eprintln!(
+                "sandbox: warning: --env {name}: {name} is not set here, so the command does not \
+                 get it (--env {name}=VALUE sets it)"
+            );
+        }
         let mut options = backend_options(ctx, Some(kind));
         options.allow_unix_sockets |= args.allow_unix_sockets;
         // A run gets this check from the seam when it prepares the backend; showing a policy
@@ -293,6 +367,7 @@ impl Session {
             hook,
             box_name: None,
             tmpdir,
+            home,
         })
     }
 
@@ -323,6 +398,15 @@ impl Session {
     /// when the boundary cannot be set up), warning when it runs degraded. The run owns the
     /// private TMPDIR from here on.
     pub fn start(&mut self, ctx: &Context, allow_degraded: bool) -> anyhow::Result<Run> {
+        // A choice made once and forgotten: said on every run and shell.
+        if self.kind == BackendKind::Host && !matches!(self.choice, ChoiceSource::Flag) {
+            eprintln!(
+                "sandbox: warning: no isolation: {} runs on the host backend (chosen by {}); \
+                 `sandbox use native` turns isolation back on",
+                self.policy.workspace.root.display(),
+                self.choice.as_str()
+            );
+        }
         let options = BackendOptions {
             allow_degraded,
             ..self.options.clone()
@@ -330,6 +414,8 @@ impl Session {
         let assembled = Assembled {
             policy: self.policy.clone(),
             tmpdir: self.tmpdir.take(),
+            home: self.home.take(),
+            home_note: None,
         };
         let run = if self.kind == BackendKind::Lima {
             // A VM's first spawn takes minutes: each step is shown as it happens.
@@ -407,6 +493,59 @@ pub fn report(finished: &Finished) {
             eprintln!("sandbox: warning: {line}");
         }
     }
+}
+
+/// The agent profile for this run: `--agent NAME`, else the one whose commands name the
+/// program (`claude`), else none (`--agent none` turns the choice by name off).
+fn agent_request(
+    args: &SandboxArgs,
+    ctx: &Context,
+    command: Option<&std::ffi::OsStr>,
+    root: &Path,
+    prepare: bool,
+) -> anyhow::Result<Option<sandbox_host::agent::AgentRequest>> {
+    use sandbox_policy::agents::{compile, Profiles};
+    if args.agent.as_deref() == Some("none") {
+        return Ok(None);
+    }
+    // Most commands are no agent: tell so without parsing a profile.
+    let configured = &ctx.config().agents;
+    if args.agent.is_none()
+        && !command.is_some_and(|c| sandbox_policy::agents::may_select(Path::new(c), configured))
+    {
+        return Ok(None);
+    }
+    let profiles = Profiles::load(configured).map_err(|e| Failure::setup(e.to_string()))?;
+    let (profile, selected_by) = match args.agent.as_deref() {
+        Some(name) => (
+            profiles
+                .get(name)
+                .map_err(|e| Failure::setup(format!("--agent {name}: {e}")))?,
+            "--agent",
+        ),
+        None => match command.and_then(|c| profiles.detect(Path::new(c))) {
+            Some(profile) => (profile, "the command's name"),
+            None => return Ok(None),
+        },
+    };
+    let home = expand_home(Path::new("~"));
+    if home == Path::new("/") {
+        tracing::debug!("no HOME: the agent profile {} adds nothing", profile.name);
+        return Ok(None);
+    }
+    let compiled = compile(profile, &home).map_err(|e| Failure::setup(e.to_string()))?;
+    Ok(Some(sandbox_host::agent::AgentRequest {
+        private_dir: ctx
+            .dirs
+            .state
+            .join("agents")
+            .join(sandbox_host::agent::project_key(root))
+            .join(&profile.name),
+        profile: compiled,
+        home,
+        selected_by: selected_by.to_string(),
+        prepare,
+    }))
 }
 
 fn absolute(path: &Path) -> PathBuf {

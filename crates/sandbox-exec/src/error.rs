@@ -27,6 +27,11 @@ pub enum ExecError {
         searched: Option<String>,
     },
 
+    /// The program is on the host's `PATH` but not in the sandbox's view of it; `hint` says
+    /// which toolchain or grant would make it visible.
+    #[error("{program}: command not found in the sandbox: {hint}")]
+    NotInSandbox { program: String, hint: String },
+
     /// The program exists but cannot be executed (mode bits, noexec mount, wrong format, or the
     /// sandbox denied execution).
     #[error("{program}: cannot execute: {cause}")]
@@ -81,7 +86,7 @@ impl ExecError {
     /// The conventional exit status for this error (see DESIGN §7).
     pub fn exit_code(&self) -> i32 {
         match self {
-            ExecError::NotFound { .. } => 127,
+            ExecError::NotFound { .. } | ExecError::NotInSandbox { .. } => 127,
             ExecError::NotExecutable { .. } => 126,
             ExecError::Timeout { .. } => 124,
             ExecError::Signaled { signal, .. } => 128 + signal,

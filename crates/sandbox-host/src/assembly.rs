@@ -25,6 +25,9 @@ pub struct Defaults {
     pub timeout: Option<Duration>,
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
+    /// The private home's settings (`home:`, `toolchains:`, `caches:`), for the backends that
+    /// give one ([`BackendKind::gets_private_home`]).
+    pub home: Option<crate::home::HomeSettings>,
 }
 
 /// What one caller asks for on top of the defaults (flags, `box.create` parameters).
@@ -45,6 +48,10 @@ pub struct Request {
     pub unprotected_git: bool,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
+    /// An agent profile's paths (`--agent`, or detected from the command).
+    pub agent: Option<crate::agent::AgentRequest>,
+    /// Give the run its private home ([`BackendKind::gets_private_home`]: native, custom).
+    pub home: Option<crate::home::HomeSettings>,
 }
 
 /// Where the private TMPDIR goes.
@@ -61,6 +68,10 @@ pub struct TmpdirRequest {
 pub struct Assembled {
     pub policy: Policy,
     pub tmpdir: Option<PrivateTmpdir>,
+    /// The run's claim on its private home's cache layers.
+    pub home: Option<crate::home::HomeGuard>,
+    /// Why the run keeps the real `HOME`, when it asked for a private one and gets none.
+    pub home_note: Option<String>,
 }
 
 /// A place whose content decides the boundary (configuration, remembered choices, the
@@ -112,7 +123,11 @@ impl TrustedPlaces {
                 }
                 let relation = if at.starts_with(&grant.path) {
                     "covers"
-                } else if grant.path.starts_with(&at) {
+                } else if grant.path.starts_with(&at)
+                    // The private home is ours, under the state dir, and holds no trusted
+                    // file: only a grant covering a trusted place counts for it.
+                    && grant.reason != GrantReason::Home
+                {
                     "lies inside"
                 } else {
                     continue;
@@ -155,6 +170,10 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
+    let agent = match &request.agent {
+        Some(a) => crate::agent::materialize(a)?,
+        None => crate::agent::Materialized::default(),
+    };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
         defaults
             .iter()
@@ -170,11 +189,21 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
             allow_domains.push(d.clone());
         }
     }
-    let policy = sandbox_policy::build(PolicyRequest {
+    let mut policy = sandbox_policy::build(PolicyRequest {
         workdir: request.workdir,
         cwd: request.cwd,
-        allow_read: grants(&defaults.allow_read, &request.allow_read),
-        allow_write: grants(&defaults.allow_write, &request.allow_write),
+        allow_read: [
+            grants(&defaults.allow_read, &request.allow_read),
+            agent.read,
+        ]
+        .concat(),
+        allow_write: [
+            grants(&defaults.allow_write, &request.allow_write),
+            agent.write,
+        ]
+        .concat(),
+        copies: agent.copies,
+        agent: agent.record,
         block_net: request.block_net || defaults.block_net,
         allow_ports,
         hook_port: defaults.hook_port,
@@ -185,7 +214,19 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),
         ..PolicyRequest::default()
     })?;
-    Ok(Assembled { policy, tmpdir })
+    let (home, home_note) = match &request.home {
+        Some(settings) => {
+            let (guard, note) = crate::home::attach(&mut policy, settings)?;
+            (Some(guard), note)
+        }
+        None => (None, None),
+    };
+    Ok(Assembled {
+        policy,
+        tmpdir,
+        home,
+        home_note,
+    })
 }
 
 fn create_tmpdir(request: &TmpdirRequest, task: &Path) -> Result<PrivateTmpdir, HostError> {
@@ -225,6 +266,19 @@ pub fn command_env(
                 cause,
             })?;
     }
+    if let Some(home) = &policy.fs.home {
+        // Under the native view the private home is at the real home's path; a backend
+        // without a view (custom; native without user namespaces, see `home_without_view`)
+        // reaches it at its own.
+        let at = match kind {
+            BackendKind::Native => Some(&home.path),
+            BackendKind::Custom => Some(&home.dir),
+            _ => None,
+        };
+        for (name, value) in at.map(|at| home.env(at)).unwrap_or_default() {
+            env.set_var(name, value.to_string_lossy());
+        }
+    }
     env.set_var("SANDBOX_BACKEND", kind.as_str());
     env.set_var("SANDBOX_TASK", who.task.clone());
     if let Some(name) = &who.box_name {
@@ -245,6 +299,22 @@ pub fn command_env(
         wait_longer_for_ref_locks(&mut resolved);
     }
     Ok(resolved)
+}
+
+/// Points `HOME` and the XDG directories of a command's environment at the private home's
+/// own path: for the native backend when this machine gives it no view (the real home's path
+/// then is the host's real home, which the run cannot reach).
+pub fn home_without_view(policy: &Policy, env: &mut [(OsString, OsString)]) {
+    let Some(home) = &policy.fs.home else {
+        return;
+    };
+    for (name, value) in home.env(&home.dir) {
+        for (n, v) in env.iter_mut() {
+            if n == name {
+                *v = value.clone().into_os_string();
+            }
+        }
+    }
 }
 
 /// How long git inside waits for a ref lock (`core.filesRefLockTimeout`) or for

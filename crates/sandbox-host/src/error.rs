@@ -13,6 +13,10 @@ pub enum HostError {
     #[error(transparent)]
     Policy(#[from] sandbox_policy::PolicyError),
 
+    /// The private home (or its toolchains, cache layers) could not be set up.
+    #[error("private home {path}: {cause}", path = .path.display())]
+    Home { path: PathBuf, cause: String },
+
     /// The command itself cannot run (not found: 127, not executable: 126), found while a
     /// backend prepared it.
     #[error(transparent)]
@@ -186,6 +190,11 @@ pub enum HostError {
     /// A grant would put the boundary's own state within the sandbox's reach.
     #[error("{0}")]
     TrustedPlace(String),
+
+    /// An agent profile's paths could not be prepared on the host (a writable path created,
+    /// a private copy made).
+    #[error("agent profile: {0}")]
+    Agent(String),
 }
 
 impl HostError {

@@ -16,18 +16,22 @@
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`;
 //!   [`layers`]: which layer of a run holds each property of the policy.
 
+pub mod agent;
 pub mod assembly;
 pub mod backend;
 pub mod custom;
 pub mod error;
 pub mod gitguard;
+pub mod home;
 pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod nono;
+pub mod notices;
 pub mod placement;
 pub mod privdir;
 pub mod report;
+pub mod resolve;
 pub mod run;
 pub mod seatbelt;
 pub mod tmpdir;

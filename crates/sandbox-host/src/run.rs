@@ -68,6 +68,8 @@ pub struct Run {
     policy: Policy,
     session: Arc<dyn BackendSession>,
     tmpdir: Option<PrivateTmpdir>,
+    /// The claim on the private home's cache layers, released when the run ends.
+    _home: Option<crate::home::HomeGuard>,
 }
 
 impl std::fmt::Debug for Run {
@@ -105,13 +107,22 @@ impl Run {
         options: &BackendOptions,
         progress: &dyn Progress,
     ) -> Result<Run, HostError> {
-        let Assembled { policy, tmpdir } = assembled;
+        let Assembled {
+            policy,
+            tmpdir,
+            home,
+            ..
+        } = assembled;
+        if let Some(home) = &policy.fs.home {
+            crate::home::check_cap(home)?;
+        }
         let session = backends.prepare(kind, &policy, options, progress)?;
         Ok(Run {
             kind,
             policy,
             session,
             tmpdir,
+            _home: home,
         })
     }
 
@@ -123,6 +134,7 @@ impl Run {
             policy,
             session,
             tmpdir: None,
+            _home: None,
         }
     }
 

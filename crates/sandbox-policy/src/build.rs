@@ -7,7 +7,9 @@ use std::time::Duration;
 use crate::env::EnvPolicy;
 use crate::error::PolicyError;
 use crate::git;
-use crate::model::{FsPolicy, Grant, GrantReason, Limits, NetPolicy, Policy, Workspace};
+use crate::model::{
+    AgentGrants, FsPolicy, Grant, GrantReason, Limits, NetPolicy, Policy, PrivateCopy, Workspace,
+};
 
 /// System directories programs need, read-only. Only those that exist are granted.
 pub const LINUX_SYSTEM_READ: &[&str] = &[
@@ -62,6 +64,10 @@ pub struct PolicyRequest {
     pub system_read: Option<Vec<PathBuf>>,
     /// Override of the device list.
     pub devices: Option<Vec<PathBuf>>,
+    /// Private copies (an agent profile's `copy` paths), made by the caller.
+    pub copies: Vec<PrivateCopy>,
+    /// The agent profile's record of what it added.
+    pub agent: Option<AgentGrants>,
 }
 
 fn canonical_grant(path: &Path, flag: &'static str) -> Result<PathBuf, PolicyError> {
@@ -210,6 +216,19 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
             reason: *reason,
         });
     }
+    for copy in &req.copies {
+        let path = canonical_grant(&copy.path, "a private copy")?;
+        let private = canonical_grant(&copy.copy, "a private copy")?;
+        // Without a private view the host's file is what the run sees: read-only.
+        fs.read.push(Grant {
+            path: path.clone(),
+            reason: GrantReason::Agent,
+        });
+        fs.copies.push(PrivateCopy {
+            path,
+            copy: private,
+        });
+    }
     dedup_grants(&mut fs.write);
     dedup_grants(&mut fs.read);
 
@@ -257,6 +276,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),
         unprotected_git: req.unprotected_git,
+        agent: req.agent.clone(),
     };
     Ok(policy)
 }

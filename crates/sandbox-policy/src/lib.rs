@@ -2,18 +2,24 @@
 //! configuration ([`build()`]), and pure compilers from it to each backend's own form
 //! ([`compile`]). Nothing here applies anything; `sandbox-host` and the VM crates do.
 
+pub mod agents;
 pub mod build;
 pub mod compile;
 pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
+pub mod toolchains;
+pub mod why;
 
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
-    FsPolicy, GitLayout, Grant, GrantReason, Limits, NetPolicy, PointerFile, Policy, Workspace,
+    AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
+    Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Toolchain, Workspace,
 };
+pub use secrets::{is_secret, secrets_under, SecretKind};

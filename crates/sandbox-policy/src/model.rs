@@ -23,6 +23,42 @@ pub struct Policy {
     /// The user accepted that git hooks/config inside the writable tree cannot be protected
     /// (`--unprotected-git`).
     pub unprotected_git: bool,
+    /// The agent profile this run uses, and what it added (shown by `policy show`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<AgentGrants>,
+}
+
+/// What an agent profile added to a policy, path by path, with what was found on the host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentGrants {
+    pub agent: String,
+    pub title: String,
+    /// `--agent` or `detected from the command name`.
+    pub selected_by: String,
+    pub paths: Vec<AgentGrantPath>,
+}
+
+/// One path of the profile as it applies to this run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentGrantPath {
+    pub path: PathBuf,
+    pub access: crate::agents::AgentAccess,
+    pub why: String,
+    /// `granted`, `created` (a writable path made on the host), `copied` (a private copy
+    /// made), or `missing` (a read-only or copied path that does not exist: nothing granted).
+    pub status: String,
+}
+
+impl AgentGrants {
+    /// The profile's entry for `path` or the nearest one above it.
+    pub fn entry_for(&self, path: &Path) -> Option<&AgentGrantPath> {
+        self.paths
+            .iter()
+            .filter(|p| path.starts_with(&p.path) && p.status != "missing")
+            .max_by_key(|p| p.path.components().count())
+    }
 }
 
 /// The task's worktree and its git layout.
@@ -138,6 +174,115 @@ pub struct FsPolicy {
     pub devices: Vec<PathBuf>,
     /// The private per-run temporary directory (also in `write`), exported as `TMPDIR`.
     pub tmpdir: Option<PathBuf>,
+    /// Files the run sees as a private copy at their real path (an agent profile's `copy`):
+    /// the real path is also in `read`, so a backend without a private view keeps the host's
+    /// file read-only; the view binds the copy there, writable.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<PrivateCopy>,
+    /// The run's private home, with the user's toolchains and package caches in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<HomePolicy>,
+}
+
+/// A host file shown to the run as a private copy at the same path.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrivateCopy {
+    /// The real path (the host's file, never written).
+    pub path: PathBuf,
+    /// The private copy (under the user's state dir, never read back by the host).
+    pub copy: PathBuf,
+}
+
+/// The private, persistent home of a run (docs/security.md, "The private home"): a directory
+/// the host owns under the state dir, mounted in the view at the real home's path (so `$HOME`
+/// keeps its string), writable. Toolchains and caches are mounts stacked on top of it at
+/// their real paths. Without a view `HOME` is the directory itself.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HomePolicy {
+    /// The real home's path: where the view mounts the private home, and `$HOME` inside it.
+    pub path: PathBuf,
+    /// The host directory that holds the private home (canonical; also a write grant).
+    pub dir: PathBuf,
+    /// `per-project` or `per-task`: what `dir` is keyed on.
+    pub scope: String,
+    /// Toolchains found on this machine; the enabled ones are read grants at their real paths.
+    pub toolchains: Vec<Toolchain>,
+    /// Package caches layered copy-on-write over the user's own (view only).
+    pub caches: Vec<CacheLayer>,
+    /// Credential files or directories inside a toolchain's tree, left out of its grants
+    /// (the tree is granted as its other entries): they exist under no backend.
+    pub masked: Vec<Masked>,
+    /// The bound of the cache layers' disk, checked at the start of a run.
+    #[serde(default)]
+    pub cache_cap_bytes: Option<u64>,
+}
+
+/// One toolchain: its name (`rust`, `node`, `python`) and the trees it needs, read-only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Toolchain {
+    pub name: String,
+    /// What it was found as (`rustup`, `nvm`, `pyenv`), for messages.
+    pub kind: String,
+    pub paths: Vec<PathBuf>,
+    /// Mounted in this run (`toolchains:` and `--toolchain`/`--no-toolchains` decide).
+    pub enabled: bool,
+}
+
+/// A package cache as an overlay: the user's cache read-only below, the run's private
+/// persistent layer above it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheLayer {
+    /// `cargo-registry`, `npm`, `pip`, ...
+    pub name: String,
+    /// Where the cache is, on the host and in the view.
+    pub path: PathBuf,
+    /// The host's cache, read-only below the private layer.
+    pub lower: PathBuf,
+    /// The private layer's writable directory and overlayfs's work directory.
+    pub upper: PathBuf,
+    pub work: PathBuf,
+}
+
+/// A secret left out of a toolchain's grants.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Masked {
+    pub path: PathBuf,
+    pub dir: bool,
+    /// What it holds ("crates.io token").
+    pub what: String,
+}
+
+impl HomePolicy {
+    /// The read-only trees of the enabled toolchains.
+    pub fn toolchain_paths(&self) -> impl Iterator<Item = &Path> {
+        self.toolchains
+            .iter()
+            .filter(|t| t.enabled)
+            .flat_map(|t| t.paths.iter().map(PathBuf::as_path))
+    }
+
+    /// The variables that point into the home: `HOME` and the XDG base directories.
+    pub fn env(&self, at: &Path) -> Vec<(&'static str, PathBuf)> {
+        vec![
+            ("HOME", at.to_path_buf()),
+            ("XDG_CONFIG_HOME", at.join(".config")),
+            ("XDG_CACHE_HOME", at.join(".cache")),
+            ("XDG_DATA_HOME", at.join(".local/share")),
+            ("XDG_STATE_HOME", at.join(".local/state")),
+        ]
+    }
+
+    /// The toolchain (enabled or not) whose trees hold `path`.
+    pub fn toolchain_of(&self, path: &Path) -> Option<&Toolchain> {
+        self.toolchains
+            .iter()
+            .find(|t| t.paths.iter().any(|p| path.starts_with(p)))
+    }
 }
 
 /// One granted path and why it is granted (shown by `policy show`).
@@ -157,6 +302,13 @@ pub enum GrantReason {
     Tmpdir,
     User,
     Config,
+    /// An agent profile (`--agent`, or detected from the command): the policy's `agent`
+    /// says which path and why.
+    Agent,
+    /// The run's private home.
+    Home,
+    /// A toolchain of the user's, read-only.
+    Toolchain,
 }
 
 impl GrantReason {
@@ -168,6 +320,9 @@ impl GrantReason {
             GrantReason::Tmpdir => "private TMPDIR",
             GrantReason::User => "granted on the command line",
             GrantReason::Config => "granted in the configuration",
+            GrantReason::Agent => "the agent profile",
+            GrantReason::Home => "the private home",
+            GrantReason::Toolchain => "a toolchain (read-only)",
         }
     }
 }

@@ -48,6 +48,8 @@ pub fn linked_policy(block: bool) -> Policy {
             system_read: vec!["/usr".into(), "/etc".into()],
             devices: vec!["/dev/null".into()],
             tmpdir: None,
+            copies: vec![],
+            home: None,
         },
         net: if block {
             NetPolicy::Block {
@@ -61,5 +63,6 @@ pub fn linked_policy(block: bool) -> Policy {
         hook_port: Some(7465),
         allow_domains: vec![],
         unprotected_git: false,
+        agent: None,
     }
 }

@@ -7,6 +7,10 @@ use crate::cli::DoctorArgs;
 use crate::context::Context;
 use crate::tools;
 
+fn wrap(text: &str, first: &str, rest: &str) -> String {
+    crate::text::wrap(text, crate::text::WIDTH, first, rest)
+}
+
 /// Whether the native backend can build its private view here (the seam's real probe,
 /// cached in the private directory).
 fn private_view(ctx: &Context) -> serde_json::Value {
@@ -84,8 +88,18 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         Err(e) => json!({"path": dir, "git": "error", "problem": e.to_string()}),
     };
 
+    let home = match crate::commands::home::locate(ctx, &dir) {
+        Ok((home_dir, layers, _)) => {
+            let (home_bytes, layers_bytes) = crate::commands::home::usage(&home_dir, &layers);
+            json!({"dir": home_dir, "bytes": home_bytes, "cache_layers": layers,
+                   "cache_layer_bytes": layers_bytes,
+                   "off": ctx.config().home.as_deref() == Some("off")})
+        }
+        Err(e) => json!({"error": e.to_string()}),
+    };
     let boxlite = boxlite_report(ctx);
     let report = json!({
+        "home": home,
         "boxlite": boxlite,
         "private_view": view,
         "backends": backends,
@@ -114,10 +128,27 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
                 e["mechanism"].as_str().unwrap_or("")
             );
             for item in e["enforced"].as_array().into_iter().flatten() {
-                println!("         - {}", item.as_str().unwrap_or(""));
+                let item = item.as_str().unwrap_or("");
+                if name == "native" && item.starts_with("seccomp:") {
+                    // The rules themselves, one reason a line, instead of the reasons alone.
+                    println!("         - seccomp (denied with EPERM unless named):");
+                    let plan = sandbox_policy::compile::seccomp::compile(&sample);
+                    for line in sandbox_policy::compile::seccomp::describe(&plan) {
+                        print!("{}", wrap(&line, "             ", "                 "));
+                    }
+                    continue;
+                }
+                print!("{}", wrap(item, "         - ", "           "));
             }
             for note in e["notes"].as_array().into_iter().flatten() {
-                println!("         note: {}", note.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(
+                        note.as_str().unwrap_or(""),
+                        "         note: ",
+                        "               "
+                    )
+                );
             }
             for downgrade in e["downgrades"].as_array().into_iter().flatten() {
                 println!(
@@ -134,10 +165,20 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             );
             let e = &b["enforcement"];
             for item in e["enforced"].as_array().into_iter().flatten() {
-                println!("         - {}", item.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(item.as_str().unwrap_or(""), "         - ", "           ")
+                );
             }
             for gap in e["gaps"].as_array().into_iter().flatten() {
-                println!("         ! not enforced: {}", gap.as_str().unwrap_or(""));
+                print!(
+                    "{}",
+                    wrap(
+                        gap.as_str().unwrap_or(""),
+                        "         ! not enforced: ",
+                        "                         "
+                    )
+                );
             }
             for downgrade in e["downgrades"].as_array().into_iter().flatten() {
                 println!(
@@ -215,6 +256,25 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
             }
         }
         None => {}
+    }
+    if let Some(dir) = home["dir"].as_str() {
+        let size = |v: &serde_json::Value| {
+            v.as_u64().map_or(
+                "not created yet".to_string(),
+                sandbox_host::home::human_bytes,
+            )
+        };
+        println!(
+            "  private home {}: {}; cache layers {}{}",
+            dir,
+            size(&home["bytes"]),
+            size(&home["cache_layer_bytes"]),
+            if home["off"] == json!(true) {
+                " (home: off)"
+            } else {
+                ""
+            }
+        );
     }
     if !ctx.loaded.sources.is_empty() {
         let files: Vec<String> = ctx

@@ -248,7 +248,12 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
             .allow_write
             .push(in_place_mount(spec).map_err(setup)?);
     }
-    let mut session = Session::open(&sandbox, ctx, true)?;
+    let mut session = Session::open(
+        &sandbox,
+        ctx,
+        true,
+        args.command.first().map(|c| c.as_os_str()),
+    )?;
     check_backend(session.kind, &args).map_err(setup)?;
     session.box_name = args.box_name.take();
     let run = session.start(ctx, args.sandbox.allow_degraded)?;

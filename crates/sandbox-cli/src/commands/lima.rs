@@ -152,7 +152,7 @@ fn project(settings: &LimaSettings, args: &LimaArgs, create_view: bool) -> anyho
     settings.project(&view).map_err(fail)
 }
 
-fn confirm(question: &str, yes: bool) -> anyhow::Result<bool> {
+pub(crate) fn confirm(question: &str, yes: bool) -> anyhow::Result<bool> {
     if yes {
         return Ok(true);
     }

@@ -14,7 +14,7 @@ use crate::context::Context;
 use crate::session::Session;
 
 pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
-    let session = Session::open(&args.sandbox, ctx, false)?;
+    let session = Session::open(&args.sandbox, ctx, false, None)?;
     let policy = &session.policy;
     // The same checks and report a run would get from the seam, without preparing anything.
     let enforcement = backend::check_policy(session.kind, policy, &session.options)
@@ -148,14 +148,12 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                         "any"
                     }
                 );
-                println!("\nseccomp (deny with errno):");
-                for rule in &seccomp.rules {
-                    let cond = if rule.when.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" when {:?}", rule.when)
-                    };
-                    println!("  {}{cond}: {}", rule.syscall, rule.why);
+                println!("\nseccomp (denied with EPERM unless named):");
+                for line in compile::seccomp::describe(&seccomp) {
+                    print!(
+                        "{}",
+                        crate::text::wrap(&line, crate::text::WIDTH, "  ", "      ")
+                    );
                 }
             }
         }
@@ -193,6 +191,43 @@ fn describe_mount(op: &compile::view::MountOp) -> String {
             target.display()
         ),
     }
+}
+
+/// The agent profile's section: every path it names, its access and why, and what was found.
+fn describe_agent(
+    agent: &sandbox_policy::AgentGrants,
+    copies: &[sandbox_policy::PrivateCopy],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "agent     {} (profile {}), chosen by {}",
+        agent.title, agent.agent, agent.selected_by
+    );
+    for entry in &agent.paths {
+        let state = match entry.status.as_str() {
+            "missing" => " [not on this machine: nothing granted]".to_string(),
+            "created" => " [created]".to_string(),
+            "would be created" => " [missing: a run creates it]".to_string(),
+            "would be copied" => " [a run gets a private copy]".to_string(),
+            "copied" => match copies.iter().find(|c| c.path == entry.path) {
+                Some(c) => format!(
+                    " [the run writes its copy {}; without a private view, read-only]",
+                    c.copy.display()
+                ),
+                None => String::new(),
+            },
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "          {:<12}  {}  ({}){state}",
+            entry.access.as_str(),
+            entry.path.display(),
+            entry.why
+        );
+    }
+    s
 }
 
 fn human(
@@ -250,6 +285,9 @@ fn human(
             );
         }
     }
+    if let Some(agent) = &p.agent {
+        let _ = write!(s, "{}", describe_agent(agent, &p.fs.copies));
+    }
     let sys: Vec<String> =
         p.fs.system_read
             .iter()
@@ -289,6 +327,55 @@ fn human(
             .map(|t| humantime::format_duration(t).to_string())
             .unwrap_or_else(|| "none".into())
     );
+    if let Some(home) = &p.fs.home {
+        let layers: u64 = home
+            .caches
+            .iter()
+            .map(|c| sandbox_host::home::disk_usage(&c.upper))
+            .sum();
+        let _ = writeln!(
+            s,
+            "home      {} at {}  ({}, {}; cache layers {})",
+            home.dir.display(),
+            home.path.display(),
+            home.scope,
+            sandbox_host::home::human_bytes(sandbox_host::home::disk_usage(&home.dir)),
+            sandbox_host::home::human_bytes(layers)
+        );
+        let on: Vec<&str> = home
+            .toolchains
+            .iter()
+            .filter(|t| t.enabled)
+            .map(|t| t.name.as_str())
+            .collect();
+        let off: Vec<&str> = home
+            .toolchains
+            .iter()
+            .filter(|t| !t.enabled)
+            .map(|t| t.name.as_str())
+            .collect();
+        let _ = writeln!(
+            s,
+            "toolchains {}{}",
+            if on.is_empty() {
+                "none".to_string()
+            } else {
+                on.join(" ")
+            },
+            if off.is_empty() {
+                String::new()
+            } else {
+                format!("  (not mounted: {})", off.join(" "))
+            }
+        );
+        if !home.caches.is_empty() {
+            let names: Vec<&str> = home.caches.iter().map(|c| c.name.as_str()).collect();
+            let _ = writeln!(s, "caches    {}  (copy-on-write)", names.join(" "));
+        }
+        for m in &home.masked {
+            let _ = writeln!(s, "left out  {}  ({})", m.path.display(), m.what);
+        }
+    }
     if let Some(e) = enforcement {
         if let Some(abi) = e.landlock_abi {
             let _ = writeln!(s, "\nenforced here (Landlock ABI {abi}):");

@@ -48,7 +48,8 @@ pub fn direct_options() -> SpawnOptions {
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
-    let mut session = Session::open(&args.sandbox, ctx, true)?;
+    let program = args.command.first().map(|c| c.as_os_str());
+    let mut session = Session::open(&args.sandbox, ctx, true, program)?;
     let run = session.start(ctx, args.sandbox.allow_degraded)?;
     let command = session.arm(&run, args.command)?;
     if args.sandbox.guard_args {
@@ -129,7 +130,10 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
         .or_else(|| std::env::var_os("SHELL").map(PathBuf::from))
         .filter(|s| !s.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("/bin/sh"));
-    let mut session = Session::open(&args.sandbox, ctx, true)?;
+    let mut session = Session::open(&args.sandbox, ctx, true, None)?;
+    if let Some(home) = &session.policy.fs.home {
+        rc_notice_once(home);
+    }
     let run = session.start(ctx, args.sandbox.allow_degraded)?;
     let command = session.arm(&run, vec![shell.into_os_string(), "-l".into()])?;
     let program = command.display_program();
@@ -139,4 +143,25 @@ pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {
     crate::session::report(&finished);
     Session::close(run);
     conclude(&finished, waited, &program)
+}
+
+/// The first shell in a private home says, once, that none of the user's rc files is read
+/// there (a marker beside the home, outside what the shell can write, remembers it).
+fn rc_notice_once(home: &sandbox_policy::HomePolicy) {
+    let (Some(parent), Some(name)) = (home.dir.parent(), home.dir.file_name()) else {
+        return;
+    };
+    let marker = parent.join(format!("{}.rc-noticed", name.to_string_lossy()));
+    if marker.exists() {
+        return;
+    }
+    eprintln!(
+        "sandbox: notice: this shell's HOME is the private home {} (`sandbox home`): none of \
+         your rc files is read; it starts with a minimal .bashrc and .profile of ours. \
+         (Said once.)",
+        home.dir.display()
+    );
+    if let Err(e) = std::fs::write(&marker, b"") {
+        tracing::debug!(path = %marker.display(), error = %e, "could not remember the rc notice");
+    }
 }

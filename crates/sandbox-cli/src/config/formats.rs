@@ -58,6 +58,16 @@ format!(
     "[^=]+", "an environment variable name (not empty, no `=`)"
 );
 
+format!(
+    HOME_SCOPE,
+    "per-project|per-task|off", "per-project, per-task or off"
+);
+
+format!(
+    TOOLCHAIN,
+    "[A-Za-z0-9_-]+", "a toolchain name (rust, node, python, ...), auto or none"
+);
+
 /// The JSON Schema of a string in `format`.
 fn string_schema(format: &Format, name: &str) -> Schema {
     json_schema!({
@@ -77,6 +87,28 @@ pub struct EnvNameFormat;
 pub struct EnvMapFormat;
 /// A TCP port other than 0.
 pub struct PortFormat;
+/// `home:` (per-project, per-task, off).
+pub struct HomeScopeFormat;
+/// A name in `toolchains:`.
+pub struct ToolchainFormat;
+
+impl JsonSchema for HomeScopeFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "HomeScope".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&HOME_SCOPE, "sandbox-home-scope")
+    }
+}
+
+impl JsonSchema for ToolchainFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Toolchain".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&TOOLCHAIN, "sandbox-toolchain")
+    }
+}
 
 impl JsonSchema for PathFormat {
     fn schema_name() -> Cow<'static, str> {

@@ -8,14 +8,17 @@
 
 mod common;
 
+mod agents;
 mod boxlite;
 mod config;
 mod escape;
 mod exec;
 mod external;
 mod git_store;
+mod home;
 mod lima;
 mod native;
+mod notices;
 mod run;
 mod seam;
 mod service;

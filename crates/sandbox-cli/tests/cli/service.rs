@@ -230,8 +230,8 @@ fn socket_session_covers_the_whole_lifecycle() {
         "lifecycle",
         &["sh", "-c", &format!("echo x > {}", outside.display())],
     );
-    let run = collect(&mut c, id);
-    assert_ne!(run.exit.exit_code, Some(0));
+    // (Inside, the path may be written: it lies in the box's private /tmp.) Judged on the host.
+    let _ = collect(&mut c, id);
     assert!(!outside.exists(), "escaped the box");
 
     // Kill: the whole group, reported as a signal.

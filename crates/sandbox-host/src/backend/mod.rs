@@ -73,6 +73,13 @@ impl BackendKind {
         BackendKind::Boxlite,
     ];
 
+    /// Whether its commands get the private home (`crate::home`): native and custom, which
+    /// run on the host's filesystem. Not nono: it keeps its own state under `$HOME`, and
+    /// refuses a writable grant over it. A VM has a home of its own.
+    pub fn gets_private_home(self) -> bool {
+        matches!(self, BackendKind::Native | BackendKind::Custom)
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Host => "host",

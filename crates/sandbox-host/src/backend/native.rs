@@ -49,6 +49,7 @@ mod platform {
     pub(super) struct NativeSession {
         sandbox: Arc<NativeSandbox>,
         git: Option<sandbox_policy::GitLayout>,
+        policy: Policy,
     }
 
     pub(super) fn prepare(
@@ -58,6 +59,7 @@ mod platform {
         Ok(NativeSession {
             sandbox: Arc::new(NativeSandbox::prepare(policy, &NativeOptions::of(options))?),
             git: policy.workspace.git.clone(),
+            policy: policy.clone(),
         })
     }
 
@@ -66,7 +68,12 @@ mod platform {
             self.sandbox.enforcement()
         }
 
-        fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError> {
+        fn command(&self, mut spec: CommandSpec) -> Result<PreparedCommand, HostError> {
+            if self.sandbox.has_view() {
+                crate::resolve::in_view(&self.policy, &mut spec)?;
+            } else {
+                crate::assembly::home_without_view(&self.policy, &mut spec.env);
+            }
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.
             let (child, store) = self.sandbox.command()?;

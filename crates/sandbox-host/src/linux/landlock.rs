@@ -100,6 +100,12 @@ pub fn read_write_dir_bits(abi: i32) -> u64 {
     (rights(Class::ReadWrite, true) & AccessFs::from_all(ABI::from(abi))).bits()
 }
 
+/// Listing a directory only, as `landlock_add_rule` takes it: the view's root (`ls /`), where
+/// only the policy's paths exist.
+pub fn list_dir_bits() -> u64 {
+    (AccessFs::from_all(ABI::V1) & AccessFs::ReadDir).bits()
+}
+
 /// The rights a device rule grants a directory of devices (the private devpts) on this
 /// kernel, as `landlock_add_rule` takes them (for a rule added in the child).
 pub fn device_dir_bits(abi: i32) -> u64 {

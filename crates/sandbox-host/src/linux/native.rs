@@ -61,6 +61,9 @@ pub struct NativeSandbox {
     /// inside a Landlock domain.
     drop_caps_up_to: Option<u32>,
     enforcement: Enforcement,
+    /// Under the view, Landlock rules each command's child adds once its mounts exist: the
+    /// private `/tmp` (writable), the root (listable), each package cache's overlay.
+    view_rules: Vec<(PathBuf, u64)>,
 }
 
 /// How each command gets its private view.
@@ -191,6 +194,82 @@ fn landlock_plan(
     }
 }
 
+/// Why this machine cannot layer the policy's package caches, if it cannot: overlays in a
+/// user namespace need Linux 5.11, and their upper layer `user.*` extended attributes.
+fn caches_unsupported(policy: &Policy) -> Option<String> {
+    let home = policy.fs.home.as_ref()?;
+    let first = home.caches.first()?;
+    // The kernel's version, not the forking probe: the check runs on every start.
+    if !kernel_at_least(5, 11) {
+        return Some("overlays in a user namespace need Linux 5.11".into());
+    }
+    let layers = first.upper.parent()?;
+    crate::privdir::layer_unsupported(layers).map(|why| format!("{}: {why}", layers.display()))
+}
+
+/// Whether the running kernel is at least `major.minor` (`uname -r`).
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(uts) = nix::sys::utsname::uname() else {
+        return false;
+    };
+    let release = uts.release().to_string_lossy();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    match (parts.next(), parts.next()) {
+        (Some(a), Some(b)) => (a, b) >= (major, minor),
+        _ => false,
+    }
+}
+
+/// What `policy show` and `doctor` say of the private home under this backend.
+fn home_report(e: &mut Enforcement, policy: &Policy, view: bool) {
+    let Some(home) = &policy.fs.home else {
+        return;
+    };
+    let chains: Vec<&str> = home
+        .toolchains
+        .iter()
+        .filter(|t| t.enabled)
+        .map(|t| t.name.as_str())
+        .collect();
+    let chains = if chains.is_empty() {
+        "none".to_string()
+    } else {
+        chains.join(", ")
+    };
+    if view {
+        e.enforced.push(format!(
+            "private home {} at {} (HOME keeps its path; {}, persistent); toolchains read-only at their real paths: {chains}; package caches copy-on-write over yours: {}; /tmp private and writable; / listable",
+            home.dir.display(),
+            home.path.display(),
+            home.scope,
+            if home.caches.is_empty() {
+                "none".to_string()
+            } else {
+                home.caches
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        ));
+    } else {
+        e.downgrades.push(format!(
+            "no private view: HOME is the private home's own path {} (not {}); toolchains read-only: {chains}; package caches not shared with yours (downloads go into the private home); /tmp is the host's and not writable (use $TMPDIR)",
+            home.dir.display(),
+            home.path.display()
+        ));
+    }
+    for m in &home.masked {
+        e.notes.push(format!(
+            "left out of a toolchain: {} ({})",
+            m.path.display(),
+            m.what
+        ));
+    }
+}
+
 /// What the native backend would enforce for `policy` on this kernel, without preparing it.
 pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforcement, HostError> {
     let support = view_support(options);
@@ -314,6 +393,7 @@ fn report(
         ),
         _ => {}
     }
+    home_report(&mut e, policy, *support == ViewSupport::Available);
     e.enforced
         .push(format!("seccomp: {}", describe_seccomp(seccomp)));
     e
@@ -368,6 +448,24 @@ impl NativeSandbox {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        // Package caches are overlays in the view: where this machine cannot mount one, the
+        // run goes without (the tools download into the private home instead) and says so.
+        let without_caches;
+        let mut cache_note = None;
+        let policy = match (&support, caches_unsupported(policy)) {
+            (ViewSupport::Available, Some(why)) => {
+                let mut p = policy.clone();
+                if let Some(home) = &mut p.fs.home {
+                    home.caches.clear();
+                }
+                cache_note = Some(format!(
+                    "package caches not layered ({why}): downloads go into the private home"
+                ));
+                without_caches = p;
+                &without_caches
+            }
+            _ => policy,
+        };
         let mut layer_note = None;
         let view = match &support {
             ViewSupport::Available => {
@@ -467,12 +565,25 @@ impl NativeSandbox {
             .then(last_capability);
         let mut enforcement = enforcement;
         enforcement.notes.extend(layer_note);
+        enforcement.notes.extend(cache_note);
         if drop_caps_up_to.is_some() {
             enforcement.enforced.push(
                 "running as root: every capability is dropped, and exec cannot regain them".into(),
             );
         }
+        let mut view_rules = Vec::new();
+        if view.is_some() {
+            let abi = abi::landlock_abi();
+            view_rules.push((PathBuf::from("/tmp"), landlock::read_write_dir_bits(abi)));
+            view_rules.push((PathBuf::from("/"), landlock::list_dir_bits()));
+            if let Some(home) = &policy.fs.home {
+                for cache in &home.caches {
+                    view_rules.push((cache.path.clone(), landlock::read_write_dir_bits(abi)));
+                }
+            }
+        }
         Ok(NativeSandbox {
+            view_rules,
             view,
             ruleset,
             landlock: plan,
@@ -484,6 +595,11 @@ impl NativeSandbox {
 
     pub fn enforcement(&self) -> &Enforcement {
         &self.enforcement
+    }
+
+    /// Whether commands get the private view (else Landlock and seccomp only).
+    pub fn has_view(&self) -> bool {
+        self.view.is_some()
     }
 
     /// The setup of one command, with its git store quarantine when the session has one
@@ -530,6 +646,11 @@ impl NativeSandbox {
                 )
             }
         };
+        if view.is_some() {
+            for (path, access) in &self.view_rules {
+                child_rules.push(ChildRule::new(path, *access)?);
+            }
+        }
         if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
             child_rules.push(ChildRule::new(
                 devpts,

@@ -259,6 +259,8 @@ mod tests {
                 system_read: vec!["/usr".into()],
                 devices: vec!["/dev/null".into()],
                 tmpdir: Some("/tmp/run".into()),
+                copies: vec![],
+                home: None,
             },
             net: NetPolicy::Block {
                 allow_tcp_ports: vec![3000],
@@ -268,6 +270,7 @@ mod tests {
             hook_port: Some(7465),
             allow_domains: vec![],
             unprotected_git: false,
+            agent: None,
         }
     }
 

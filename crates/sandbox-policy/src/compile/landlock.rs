@@ -62,7 +62,17 @@ pub fn compile_under_view(policy: &Policy) -> Result<LandlockPlan, PolicyError> 
     if let Some(problem) = super::view::view_git_problem(policy) {
         return Err(PolicyError::UnprotectedGit(problem));
     }
-    Ok(rules(policy))
+    let mut plan = rules(policy);
+    // In the view a private copy is what lies at the real path: the run may write it. The
+    // rule is opened on the host, so it names the copy's own file (the bind shares its inode).
+    for copy in &policy.fs.copies {
+        plan.paths.push(PathRule {
+            path: copy.copy.clone(),
+            access: Access::ReadWrite,
+            why: "a private copy (the host's file is untouched)".into(),
+        });
+    }
+    Ok(plan)
 }
 
 fn rules(policy: &Policy) -> LandlockPlan {

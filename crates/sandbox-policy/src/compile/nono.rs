@@ -314,6 +314,8 @@ mod tests {
                 system_read: vec!["/usr".into(), "/etc".into()],
                 devices: vec!["/dev/null".into(), "/dev/pts".into()],
                 tmpdir: Some("/tmp/run".into()),
+                copies: vec![],
+                home: None,
             },
             net: NetPolicy::Allow,
             env: EnvPolicy::default(),
@@ -321,6 +323,7 @@ mod tests {
             hook_port: Some(7465),
             allow_domains: vec![],
             unprotected_git: false,
+            agent: None,
         }
     }
 

@@ -416,8 +416,178 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
     SeccompPlan { rules }
 }
 
+/// The arguments' names of the calls the rules look into, in order.
+fn arg_names(syscall: &str) -> &'static [&'static str] {
+    match syscall {
+        "ioctl" => &["fd", "request"],
+        "socket" => &["domain", "type", "protocol"],
+        "clone" => &["flags"],
+        "chmod" | "creat" | "mknod" => &["path", "mode"],
+        "fchmod" => &["fd", "mode"],
+        "fchmodat" | "fchmodat2" | "mknodat" => &["dirfd", "path", "mode"],
+        "open" => &["path", "flags", "mode"],
+        "openat" => &["dirfd", "path", "flags", "mode"],
+        "chown" | "lchown" | "fchown" => &["file", "owner", "group"],
+        "fchownat" => &["dirfd", "path", "owner", "group"],
+        _ => &[],
+    }
+}
+
+/// A constant's name where the argument has named values, else the number.
+fn value_name(syscall: &str, arg: &str, value: u64) -> String {
+    use consts::*;
+    let named: &[(u64, &str)] = match (syscall, arg) {
+        ("ioctl", "request") => &[(TIOCSTI, "TIOCSTI"), (TIOCLINUX, "TIOCLINUX")],
+        ("socket", "domain") => &[
+            (AF_UNIX, "AF_UNIX"),
+            (AF_INET, "AF_INET"),
+            (AF_INET6, "AF_INET6"),
+            (AF_NETLINK, "AF_NETLINK"),
+            (AF_VSOCK, "AF_VSOCK"),
+        ],
+        ("socket", "type") => &[
+            (1, "SOCK_STREAM"),
+            (2, "SOCK_DGRAM"),
+            (3, "SOCK_RAW"),
+            (4, "SOCK_RDM"),
+            (5, "SOCK_SEQPACKET"),
+            (6, "SOCK_DCCP"),
+            (10, "SOCK_PACKET"),
+        ],
+        ("socket", "protocol") => &[(IPPROTO_TCP, "IPPROTO_TCP")],
+        ("clone", "flags") => &[
+            (CLONE_NEWTIME, "CLONE_NEWTIME"),
+            (CLONE_NEWNS, "CLONE_NEWNS"),
+            (CLONE_NEWCGROUP, "CLONE_NEWCGROUP"),
+            (CLONE_NEWUTS, "CLONE_NEWUTS"),
+            (CLONE_NEWIPC, "CLONE_NEWIPC"),
+            (CLONE_NEWUSER, "CLONE_NEWUSER"),
+            (CLONE_NEWPID, "CLONE_NEWPID"),
+            (CLONE_NEWNET, "CLONE_NEWNET"),
+        ],
+        (_, "mode") => &[(S_ISUID, "S_ISUID"), (S_ISGID, "S_ISGID")],
+        (_, "flags") => &[(O_CREAT, "O_CREAT"), (O_TMPFILE_BIT, "O_TMPFILE")],
+        (_, "owner") => &[(NO_CHANGE, "-1")],
+        _ => &[],
+    };
+    named
+        .iter()
+        .find(|(v, _)| *v == value)
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| {
+            if value > 9 && matches!(arg, "mask" | "flags" | "mode" | "type") {
+                format!("{value:#x}")
+            } else {
+                value.to_string()
+            }
+        })
+}
+
+/// One rule as a call pattern a person reads: `ioctl(TIOCSTI)`, `chmod(mode & S_ISUID)`,
+/// `socket(AF_INET, type SOCK_DGRAM)`, `chown(owner != -1, owner != 1000)`; a rule without
+/// conditions is the bare name.
+pub fn describe_call(rule: &SyscallRule) -> String {
+    if rule.when.is_empty() {
+        return rule.syscall.to_string();
+    }
+    let names = arg_names(rule.syscall);
+    let name = |arg: u8| {
+        names.get(usize::from(arg)).copied().unwrap_or(match arg {
+            0 => "arg0",
+            1 => "arg1",
+            2 => "arg2",
+            3 => "arg3",
+            4 => "arg4",
+            _ => "arg5",
+        })
+    };
+    let conditions: Vec<String> = rule
+        .when
+        .iter()
+        .map(|check| match *check {
+            // Equality with a named constant reads as the argument itself.
+            ArgCheck::Eq { arg, value, .. } => value_name(rule.syscall, name(arg), value),
+            ArgCheck::Ne { arg, value, .. } => format!(
+                "{} != {}",
+                name(arg),
+                value_name(rule.syscall, name(arg), value)
+            ),
+            ArgCheck::MaskedEq {
+                arg, mask, value, ..
+            } if mask == value => format!(
+                "{} & {}",
+                name(arg),
+                value_name(rule.syscall, name(arg), value)
+            ),
+            ArgCheck::MaskedEq {
+                arg, mask, value, ..
+            } => format!(
+                "{} {}",
+                name(arg),
+                value_name(rule.syscall, name(arg), value & mask)
+            ),
+        })
+        .collect();
+    format!("{}({})", rule.syscall, conditions.join(", "))
+}
+
+/// The plan as lines a person reads: the calls of consecutive rules with one reason joined,
+/// then the reason (`chmod(mode & S_ISUID), chmod(mode & S_ISGID), …: no setuid/setgid
+/// files`), and the errno where it is not EPERM.
+pub fn describe(plan: &SeccompPlan) -> Vec<String> {
+    let mut groups: Vec<(Vec<String>, &'static str, i32)> = Vec::new();
+    for rule in &plan.rules {
+        let call = describe_call(rule);
+        match groups.last_mut() {
+            Some((calls, why, errno)) if *why == rule.why && *errno == rule.errno => {
+                if !calls.contains(&call) {
+                    calls.push(call);
+                }
+            }
+            _ => groups.push((vec![call], rule.why, rule.errno)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(calls, why, errno)| {
+            let errno = match errno {
+                consts::EPERM => String::new(),
+                consts::EACCES => " (EACCES)".to_string(),
+                consts::ENOSYS => " (ENOSYS)".to_string(),
+                other => format!(" (errno {other})"),
+            };
+            format!("{}{errno}: {why}", calls.join(", "))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn rules_read_as_calls_with_named_constants() {
+        let plan = compile(&crate::testutil::linked_policy(true));
+        let lines = describe(&plan);
+        let all = lines.join("\n");
+        for want in [
+            "ioctl(TIOCSTI): TIOCSTI would push keystrokes",
+            "chmod(mode & S_ISUID), chmod(mode & S_ISGID),",
+            "openat(flags & O_CREAT, mode & S_ISUID)",
+            "openat(flags & O_TMPFILE, mode & S_ISGID)",
+            "clone(flags & CLONE_NEWUSER)",
+            "clone3 (ENOSYS): clone3 hides its flags",
+            "socket(AF_VSOCK) (EACCES)",
+            "socket(domain != AF_UNIX, domain != AF_INET, domain != AF_INET6, domain != AF_NETLINK)",
+            "socket(AF_INET, type SOCK_DGRAM)",
+            "socket(AF_INET6, type SOCK_STREAM, protocol != 0, protocol != IPPROTO_TCP)",
+            "mount, umount2, pivot_root",
+        ] {
+            assert!(all.contains(want), "{want:?} not in:\n{all}");
+        }
+        assert!(!all.contains("MaskedEq") && !all.contains("dword"), "{all}");
+        let chown = describe_call(&chown_rules(1000)[0]);
+        assert_eq!(chown, "chown(owner != -1, owner != 1000)");
+    }
+
     use super::consts::*;
     use super::*;
     use crate::testutil::linked_policy;

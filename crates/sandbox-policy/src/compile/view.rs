@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::error::PolicyError;
-use crate::model::{GitLayout, Policy};
+use crate::model::{GitLayout, GrantReason, HomePolicy, Policy};
 
 /// What a host path is, as the platform step finds it (the compiler itself does no I/O).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,8 +181,18 @@ pub fn compile(
         });
     }
     let mut binds: Vec<MountOp> = Vec::new();
+    // A link inside the private home (a toolchain's `~/.nix-profile`) is made there by the
+    // host, before the run: the home is bound from the host, not built on a tmpfs.
+    let in_home = |path: &Path| {
+        policy
+            .fs
+            .home
+            .as_ref()
+            .is_some_and(|h| path.starts_with(&h.path))
+    };
     let mut bind = |source: &Path, readonly: bool, why: &'static str| match classify(source) {
         EntryKind::Missing => {}
+        EntryKind::Symlink(_) if in_home(source) => {}
         EntryKind::Symlink(target) => ops_link(&mut binds, source, target),
         kind => binds.push(MountOp::Bind {
             source: source.to_path_buf(),
@@ -202,8 +212,9 @@ pub fn compile(
         bind(dev, true, "device (read-only node)");
     }
     let written: BTreeSet<&Path> = policy.fs.write.iter().map(|g| g.path.as_path()).collect();
+    let copied: BTreeSet<&Path> = policy.fs.copies.iter().map(|c| c.path.as_path()).collect();
     for grant in &policy.fs.read {
-        if !written.contains(grant.path.as_path()) {
+        if !written.contains(grant.path.as_path()) && !copied.contains(grant.path.as_path()) {
             bind(&grant.path, true, grant.reason.as_str());
         }
     }
@@ -212,7 +223,12 @@ pub fn compile(
         let on = git.quarantined(&policy.workspace.root, policy.unprotected_git);
         store.filter(|_| on).map(|store| (git, store))
     });
+    let home = policy.fs.home.as_ref();
     for grant in &policy.fs.write {
+        // The private home is bound at the real home's path, below.
+        if grant.reason == GrantReason::Home && home.is_some_and(|h| h.dir == grant.path) {
+            continue;
+        }
         if let Some((git, _)) = quarantine {
             if grant.path.starts_with(&git.common_dir) && grant.path != git.worktree_gitdir {
                 continue;
@@ -227,8 +243,23 @@ pub fn compile(
             }
         }
     }
+    // A private copy at the real path, writable; the host's file is never bound.
+    for copy in &policy.fs.copies {
+        if classify(&copy.copy) == EntryKind::File {
+            binds.push(MountOp::Bind {
+                source: copy.copy.clone(),
+                target: copy.path.clone(),
+                dir: false,
+                readonly: false,
+                why: "a private copy (the host's file is untouched)",
+            });
+        }
+    }
     if let Some((git, store)) = quarantine {
         binds.extend(store_ops(git, store, classify));
+    }
+    if let Some(home) = home {
+        binds.extend(home_ops(home));
     }
     if policy.fs.devices.iter().any(is_pty) {
         binds.push(MountOp::Devpts {
@@ -241,6 +272,29 @@ pub fn compile(
     binds.sort_by_key(|op| (depth(op.target()), op.rank()));
     ops.extend(binds);
     Ok(ViewPlan { ops })
+}
+
+/// The private home at the real home's path (the toolchains' read-only binds stack on it:
+/// they are read grants) and the package caches as overlays. Credential files inside a
+/// toolchain were left out of its grants by the host (`HomePolicy::masked`): they do not exist.
+fn home_ops(home: &HomePolicy) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::Bind {
+        source: home.dir.clone(),
+        target: home.path.clone(),
+        dir: true,
+        readonly: false,
+        why: "the private home",
+    }];
+    for cache in &home.caches {
+        ops.push(MountOp::Overlay {
+            target: cache.path.clone(),
+            lower: vec![cache.lower.clone()],
+            upper: cache.upper.clone(),
+            work: cache.work.clone(),
+            why: "package cache, copy-on-write",
+        });
+    }
+    ops
 }
 
 fn ops_link(ops: &mut Vec<MountOp>, link: &Path, target: PathBuf) {
@@ -356,7 +410,7 @@ pub fn view_git_problem(policy: &Policy) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Grant, GrantReason};
+    use crate::model::{CacheLayer, Grant, Masked, Toolchain};
     use crate::testutil::linked_policy;
 
     fn classify(path: &Path) -> EntryKind {
@@ -379,6 +433,52 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_private_copy_is_bound_writable_at_the_real_path_and_the_hosts_file_never() {
+        let mut p = linked_policy(false);
+        let real = PathBuf::from("/home/u/.claude.json");
+        let copy = PathBuf::from("/state/agents/p/claude/.claude.json");
+        p.fs.read.push(Grant {
+            path: real.clone(),
+            reason: GrantReason::Agent,
+        });
+        p.fs.copies.push(crate::model::PrivateCopy {
+            path: real.clone(),
+            copy: copy.clone(),
+        });
+        let classify = |path: &Path| match path.to_str().unwrap() {
+            "/home/u/.claude.json" | "/state/agents/p/claude/.claude.json" => EntryKind::File,
+            other => classify(Path::new(other)),
+        };
+        let plan = compile(&p, &classify, None).unwrap();
+        let at_real: Vec<&MountOp> = plan.ops.iter().filter(|op| op.target() == real).collect();
+        assert_eq!(
+            at_real,
+            [&MountOp::Bind {
+                source: copy.clone(),
+                target: real.clone(),
+                dir: false,
+                readonly: false,
+                why: "a private copy (the host's file is untouched)",
+            }]
+        );
+        // Landlock: under the view the copy's own file is writable; without a view only the
+        // host's file is granted, read-only.
+        let under = crate::compile::landlock::compile_under_view(&p).unwrap();
+        let access = |plan: &crate::compile::landlock::LandlockPlan, path: &Path| {
+            plan.paths
+                .iter()
+                .filter(|r| r.path == path)
+                .map(|r| r.access)
+                .collect::<Vec<_>>()
+        };
+        use crate::compile::landlock::Access;
+        assert_eq!(access(&under, &copy), [Access::ReadWrite]);
+        let bare = crate::compile::landlock::compile(&p).unwrap();
+        assert!(access(&bare, &copy).is_empty());
+        assert_eq!(access(&bare, &real), [Access::ReadExec]);
     }
 
     #[test]
@@ -614,5 +714,66 @@ mod tests {
         ));
         p.unprotected_git = true;
         assert!(compile(&p, &classify, None).is_ok());
+    }
+
+    #[test]
+    fn the_private_home_is_bound_at_the_real_homes_path_with_toolchains_caches_and_masks_on_it() {
+        let mut p = linked_policy(false);
+        p.fs.write.push(Grant {
+            path: "/state/homes/p1".into(),
+            reason: GrantReason::Home,
+        });
+        p.fs.read.push(Grant {
+            path: "/home/u/.cargo/bin".into(),
+            reason: GrantReason::Toolchain,
+        });
+        p.fs.home = Some(HomePolicy {
+            path: "/home/u".into(),
+            dir: "/state/homes/p1".into(),
+            scope: "per-project".into(),
+            toolchains: vec![Toolchain {
+                name: "rust".into(),
+                kind: "rustup".into(),
+                paths: vec!["/home/u/.cargo/bin".into()],
+                enabled: true,
+            }],
+            caches: vec![CacheLayer {
+                name: "cargo-registry".into(),
+                path: "/home/u/.cargo/registry".into(),
+                lower: "/home/u/.cargo/registry".into(),
+                upper: "/state/caches/p1/cargo-registry/upper".into(),
+                work: "/state/caches/p1/cargo-registry/work".into(),
+            }],
+            masked: vec![Masked {
+                path: "/home/u/.cargo/bin/credentials.toml".into(),
+                dir: false,
+                what: "crates.io token".into(),
+            }],
+            cache_cap_bytes: None,
+        });
+        let plan = compile(&p, &classify, None).unwrap();
+        let b = binds(&plan);
+        // The home at the real path, writable; never at its own path on the host.
+        assert!(b.contains(&("/home/u".into(), false)), "{b:?}");
+        assert!(!b.iter().any(|(t, _)| t.starts_with("/state")), "{b:?}");
+        assert!(b.contains(&("/home/u/.cargo/bin".into(), true)), "{b:?}");
+        let at = |t: &str| {
+            plan.ops
+                .iter()
+                .position(|op| op.target() == Path::new(t))
+                .unwrap()
+        };
+        assert!(at("/home/u") < at("/home/u/.cargo/bin"));
+        assert!(at("/home/u") < at("/home/u/.cargo/registry"));
+        assert!(matches!(
+            &plan.ops[at("/home/u/.cargo/registry")],
+            MountOp::Overlay { lower, upper, .. }
+                if lower == &[PathBuf::from("/home/u/.cargo/registry")]
+                    && upper.starts_with("/state/caches")
+        ));
+        assert!(!plan
+            .ops
+            .iter()
+            .any(|op| op.target().ends_with("credentials.toml")));
     }
 }

@@ -78,6 +78,8 @@ pub(super) async fn box_create(
                 prefix: format!("sandbox-box-{}-", p.name),
                 root: state.opts.box_tmp_root.clone(),
             }),
+            agent: None,
+            home: defaults.home.clone().filter(|_| kind.gets_private_home()),
         },
     )
     .map_err(|e| match e {

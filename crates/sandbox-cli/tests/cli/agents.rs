@@ -1,0 +1,385 @@
+//! Agent profiles through the real binary: the real agent CLIs from npm (`.ci/run` installs
+//! them under `/opt/sandbox-agents`, or `SANDBOX_AGENT_CLIS`) start inside with their
+//! profiles, and what a profile keeps read-only cannot be changed from inside — from the
+//! attacker's side, with `--backend host` as the control that shows the same writes land.
+
+use crate::common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::escape::Fixture;
+use common::text;
+
+/// Where the agent CLIs are installed (`npm install -g --prefix DIR`, `.ci/run`).
+fn clis() -> PathBuf {
+    std::env::var_os("SANDBOX_AGENT_CLIS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/opt/sandbox-agents"))
+}
+
+/// The installed CLI `name`, or a skip naming how to install it.
+fn cli(name: &str) -> Option<PathBuf> {
+    let path = clis().join("bin").join(name);
+    if path.is_file() {
+        Some(path)
+    } else {
+        common::skip(
+            "agent-clis",
+            format!(
+                "{} is missing: install the agent CLIs as .ci/run does (npm install -g \
+                 --prefix {} …)",
+                path.display(),
+                clis().display()
+            ),
+        );
+        None
+    }
+}
+
+/// The CLIs' `bin` first on `PATH` (their `node` too: pi needs Node 22).
+fn path_with_clis() -> String {
+    format!(
+        "{}:/usr/local/bin:/usr/bin:/bin",
+        clis().join("bin").display()
+    )
+}
+
+/// `sandbox run [FLAGS] -- ARGV` in the fixture's task, with the CLIs on `PATH`.
+fn run(f: &Fixture, flags: &[&str], argv: &[&str]) -> Output {
+    f.env
+        .cmd()
+        .current_dir(&f.task)
+        .env("PATH", path_with_clis())
+        .arg("run")
+        .args(flags)
+        .arg("--")
+        .args(argv)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Each agent's configuration with one MCP server named `sandbox-demo`, written where the
+/// host's agent reads it: only a run that sees the read-only (or copied) file lists it.
+fn seed_mcp_servers(home: &Path) {
+    let write = |rel: &str, text: &str| {
+        let path = home.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        ".claude.json",
+        r#"{"mcpServers":{"sandbox-demo":{"type":"stdio","command":"/bin/true","args":[]}}}"#,
+    );
+    write(
+        ".codex/config.toml",
+        "[mcp_servers.sandbox-demo]\ncommand = \"/bin/true\"\n",
+    );
+    write(
+        ".gemini/settings.json",
+        r#"{"mcpServers":{"sandbox-demo":{"command":"/bin/true"}}}"#,
+    );
+    write(
+        ".pi/agent/mcp.json",
+        r#"{"mcpServers":{"sandbox-demo":{"command":"/bin/true"}}}"#,
+    );
+}
+
+#[test]
+fn each_agent_cli_starts_inside_with_its_profile() {
+    let f = Fixture::new();
+    seed_mcp_servers(&f.home);
+    for (name, version) in [
+        ("claude", "2.1.332"),
+        ("codex", "0.171.0"),
+        ("gemini", "0.61.0"),
+        ("pi", "1.6.0"),
+    ] {
+        let Some(_) = cli(name) else { return };
+        let out = run(&f, &[], &[name, "--version"]);
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains(version),
+            "{name} --version: {}",
+            text(&out)
+        );
+        // Needs no API key, and reads what the profile keeps read-only: the MCP servers.
+        // Chosen by the command's name (no --agent): without the profile the view holds no
+        // configuration, and no agent lists the server.
+        let out = run(&f, &[], &[name, "mcp", "list"]);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // (pi also connects to the server, which /bin/true is not: it exits 1 after listing.)
+        assert!(
+            (out.status.success() || name == "pi" && out.status.code() == Some(1))
+                && all.contains("sandbox-demo")
+                && ![
+                    "EACCES",
+                    "EROFS",
+                    "Permission denied",
+                    "Read-only file system"
+                ]
+                .iter()
+                .any(|e| all.contains(e)),
+            "{name} mcp list: {}",
+            text(&out)
+        );
+        let out = run(&f, &["--agent", "none"], &[name, "mcp", "list"]);
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            !all.contains("sandbox-demo"),
+            "{name} mcp list saw the host's configuration without its profile: {}",
+            text(&out)
+        );
+    }
+    // Claude Code rewrote its state file inside: only the private copy changed.
+    assert!(std::fs::read_to_string(f.home.join(".claude.json"))
+        .unwrap()
+        .starts_with(r#"{"mcpServers":{"sandbox-demo""#));
+}
+
+/// One profile's read-only entries, made to exist on the host (a file, or a directory with a
+/// file in it), and a script that tries to change each from inside.
+fn plant(f: &Fixture, agent: &str) -> (Vec<PathBuf>, String) {
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["policy", "show", "--json", "--agent", agent])
+        .output()
+        .unwrap();
+    let shown: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let paths = shown["policy"]["agent"]["paths"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{agent}: no agent in policy show: {}", text(&out)))
+        .clone();
+    let mut planted = Vec::new();
+    let mut script = String::new();
+    for entry in paths {
+        let path = PathBuf::from(entry["path"].as_str().unwrap());
+        match entry["access"].as_str().unwrap() {
+            "read" | "copy" => {
+                let file = if path.extension().is_some() || entry["access"] == "copy" {
+                    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                    path.clone()
+                } else {
+                    std::fs::create_dir_all(&path).unwrap();
+                    path.join("hook.sh")
+                };
+                std::fs::write(&file, "original\n").unwrap();
+                script.push_str(&format!(
+                    "echo pwned > '{0}'; rm -f '{0}'; mv '{0}' '{0}.moved'; ",
+                    file.display()
+                ));
+                planted.push(file);
+            }
+            _ => {}
+        }
+    }
+    // What each agent's host copy runs or obeys, named here rather than read from the profile:
+    // a profile that made one of these writable fails the test.
+    let must_hold: &[&str] = match agent {
+        "claude" => &[
+            ".claude/settings.json",
+            ".claude.json",
+            ".claude/plugins/p.json",
+        ],
+        "codex" => &[".codex/config.toml", ".codex/rules/default.rules"],
+        "gemini" => &[".gemini/settings.json", ".gemini/extensions/e.json"],
+        "opencode" => &[".config/opencode/opencode.json"],
+        "aider" => &[".aider.conf.yml"],
+        "goose" => &[".config/goose/config.yaml"],
+        "pi" => &[".pi/agent/settings.json", ".pi/agent/extensions/x.ts"],
+        _ => &[],
+    };
+    for rel in must_hold {
+        let file = f.home.join(rel);
+        if planted.contains(&file) {
+            continue;
+        }
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "original\n").unwrap();
+        script.push_str(&format!(
+            "echo pwned > '{0}'; rm -f '{0}'; mv '{0}' '{0}.moved'; ",
+            file.display()
+        ));
+        planted.push(file);
+    }
+    script.push_str("true");
+    (planted, script)
+}
+
+#[test]
+fn what_a_profile_keeps_read_only_cannot_be_changed_from_inside() {
+    for agent in [
+        "claude", "codex", "gemini", "opencode", "aider", "goose", "pi",
+    ] {
+        let f = Fixture::new();
+        let (planted, script) = plant(&f, agent);
+        assert!(!planted.is_empty(), "{agent}");
+        let out = run(&f, &["--agent", agent], &["sh", "-c", &script]);
+        assert_eq!(out.status.code(), Some(0), "{agent}: {}", text(&out));
+        for file in &planted {
+            assert_eq!(
+                std::fs::read_to_string(file).ok().as_deref(),
+                Some("original\n"),
+                "{agent}: {} changed from inside: {}",
+                file.display(),
+                text(&out)
+            );
+        }
+        // The control: the host backend enforces nothing, and the same script changes them.
+        let out = run(
+            &f,
+            &["--backend", "host", "--agent", agent],
+            &["sh", "-c", &script],
+        );
+        assert_eq!(out.status.code(), Some(0), "{agent}: {}", text(&out));
+        for file in &planted {
+            assert!(
+                std::fs::read_to_string(file).is_err(),
+                "{agent}: the control did not reach {}",
+                file.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn sessions_reach_the_host_and_a_private_copy_never_does() {
+    let f = Fixture::new();
+    std::fs::write(f.home.join(".claude.json"), "{\"host\":true}\n").unwrap();
+    let script = "echo '{\"inside\":true}' > ~/.claude.json && cat ~/.claude.json && \
+                  echo session > ~/.claude/projects/s.jsonl";
+    let out = run(&f, &["--agent", "claude"], &["sh", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "{\"inside\":true}\n");
+    assert_eq!(
+        std::fs::read_to_string(f.home.join(".claude.json")).unwrap(),
+        "{\"host\":true}\n",
+        "the private copy was written back"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.home.join(".claude/projects/s.jsonl")).unwrap(),
+        "session\n"
+    );
+    // The next run starts from the host's file again.
+    let out = run(
+        &f,
+        &["--agent", "claude"],
+        &["cat", &format!("{}/.claude.json", f.home.display())],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "{\"host\":true}\n",
+        "{}",
+        text(&out)
+    );
+    // The control: on the host the write lands.
+    let out = run(
+        &f,
+        &["--backend", "host", "--agent", "claude"],
+        &["sh", "-c", script],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(f.home.join(".claude.json")).unwrap(),
+        "{\"inside\":true}\n"
+    );
+}
+
+#[test]
+fn policy_show_lists_what_the_profile_added_and_why() {
+    let f = Fixture::new();
+    std::fs::create_dir_all(f.home.join(".claude")).unwrap();
+    std::fs::write(f.home.join(".claude/settings.json"), "{}").unwrap();
+    std::fs::write(f.home.join(".claude.json"), "{}").unwrap();
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["policy", "show", "--agent", "claude"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    for want in [
+        "agent     Claude Code (profile claude), chosen by --agent",
+        "read-only",
+        ".claude/settings.json  (settings with hooks",
+        "private copy  ",
+        "[missing: a run creates it]",
+    ] {
+        assert!(shown.contains(want), "{want:?} not in:\n{shown}");
+    }
+    // A dry run creates nothing on the host.
+    assert!(!f.home.join(".claude/projects").exists());
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["policy", "show", "--agent", "nope"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(
+        text(&out).contains("no agent profile named \"nope\""),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn pi_acp_answers_an_acp_initialize_line_byte_exact_on_stdout() {
+    let Some(pi_acp) = cli("pi-acp") else { return };
+    let f = Fixture::new();
+    let line = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{\"protocolVersion\":1,\"clientCapabilities\":{}}}\n";
+    let feed = |mut cmd: Command| -> Output {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // pi-acp answers, then ends at EOF.
+        child.stdin.take().unwrap().write_all(line).unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let mut inside = f.env.cmd();
+    inside
+        .current_dir(&f.task)
+        .env("PATH", path_with_clis())
+        .args(["exec", "--", "pi-acp"]);
+    let inside = feed(inside);
+    // The same program on the host, with the same environment: the reference bytes.
+    let mut direct = Command::new(&pi_acp);
+    direct
+        .env_clear()
+        .env("PATH", path_with_clis())
+        .env("HOME", &f.home)
+        .current_dir(&f.task);
+    let direct = feed(direct);
+    assert!(direct.status.success(), "{}", text(&direct));
+    assert_eq!(inside.status.code(), Some(0), "{}", text(&inside));
+    assert!(
+        inside
+            .stdout
+            .starts_with(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"protocolVersion\":1"),
+        "{}",
+        text(&inside)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&inside.stdout),
+        String::from_utf8_lossy(&direct.stdout)
+    );
+    assert_eq!(inside.stdout, direct.stdout);
+}

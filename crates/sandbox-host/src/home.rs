@@ -1,0 +1,688 @@
+//! The run's private home, on the host: where it lives, the toolchains and caches found on
+//! this machine (probed here, decided by [`sandbox_policy::toolchains`]), the grants they
+//! become, and the disk they take.
+//!
+//! ```text
+//! $XDG_STATE_HOME/sandbox/homes/<key>/          the private home (HOME inside)
+//! $XDG_STATE_HOME/sandbox/caches/<key>/<cache>/ {upper,work} of each cache's overlay
+//! ```
+//!
+//! `<key>` names the project (the repository's common dir; `home: per-task`: the worktree).
+//! Both trees are the host's: a run writes the home and, through its overlays, the cache
+//! layers, never the user's own caches or toolchains (read-only, at their real paths).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use sandbox_policy::secrets::{self, ListedEntry};
+use sandbox_policy::toolchains::{self, HostSnapshot, Selection};
+use sandbox_policy::{CacheLayer, Grant, GrantReason, HomePolicy, Masked, Policy, Toolchain};
+
+use crate::error::HostError;
+
+/// The private home's settings, from the trusted configuration and the flags.
+#[derive(Debug, Clone)]
+pub struct HomeSettings {
+    /// `$XDG_STATE_HOME/sandbox`.
+    pub state_dir: PathBuf,
+    /// `home: per-task` (else per project).
+    pub per_task: bool,
+    /// `toolchains:` in the configuration.
+    pub toolchains: Selection,
+    /// `--toolchain NAME`.
+    pub add_toolchains: Vec<String>,
+    /// `--no-toolchains`: none but those named with `--toolchain`.
+    pub no_toolchains: bool,
+    /// Layer the package caches (`caches: false` turns it off).
+    pub caches: bool,
+    /// The bound of all cache layers of one project, in bytes, checked at the start.
+    pub cache_cap_bytes: Option<u64>,
+}
+
+/// The bound of a project's cache layers when the configuration names none: 10 GiB.
+pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
+
+/// What holds a run's claim on its layers: the lock of the project's cache layers (another
+/// run of the same project at the same time gets throwaway layers of its own, removed when
+/// this is dropped).
+#[derive(Debug, Default)]
+pub struct HomeGuard {
+    _lock: Option<std::fs::File>,
+    throwaway: Option<PathBuf>,
+}
+
+impl Drop for HomeGuard {
+    fn drop(&mut self) {
+        if let Some(dir) = self.throwaway.take() {
+            if let Err(e) = std::fs::remove_dir_all(&dir) {
+                tracing::debug!(path = %dir.display(), error = %e, "could not remove a throwaway cache layer");
+            }
+        }
+    }
+}
+
+/// `<name>-<hash of the path>`: a stable, readable key for a project or task directory.
+pub fn key_of(dir: &Path) -> String {
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::digest(dir.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let name: String = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    let name = name.trim_start_matches(['.', '_']);
+    if name.is_empty() {
+        hex
+    } else {
+        format!("{name}-{hex}")
+    }
+}
+
+/// The directory a project (or task) is keyed on: the main worktree of a repository (its
+/// common dir's parent, so every linked worktree of it shares one home), else the workspace.
+pub fn project_dir(policy: &Policy, per_task: bool) -> PathBuf {
+    match &policy.workspace.git {
+        Some(git) if !per_task => git
+            .common_dir
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| git.common_dir.clone()),
+        _ => policy.workspace.root.clone(),
+    }
+}
+
+/// Where the private homes and the cache layers of `state_dir` are.
+pub fn homes_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("homes")
+}
+
+pub fn caches_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("caches")
+}
+
+/// The real home, as `$HOME` names it (absolute, not `/`).
+pub fn real_home() -> Option<PathBuf> {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|h| h.is_absolute() && h != Path::new("/"))
+}
+
+/// The snapshot of this host that detection reads: the user's environment and filesystem.
+pub fn detect_here(home: &Path, system: &[PathBuf]) -> Vec<toolchains::Detected> {
+    with_snapshot(home, system, toolchains::detect)
+}
+
+fn with_snapshot<T>(home: &Path, system: &[PathBuf], f: impl FnOnce(&HostSnapshot<'_>) -> T) -> T {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let is_dir = |p: &Path| p.is_dir();
+    let exists = |p: &Path| p.symlink_metadata().is_ok();
+    let host = HostSnapshot {
+        home: home.to_path_buf(),
+        path: std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default(),
+        var: &var,
+        is_dir: &is_dir,
+        exists: &exists,
+        system: system.to_vec(),
+    };
+    f(&host)
+}
+
+/// A directory listing for [`secrets::secrets_under`]: links are never followed.
+fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    Some(
+        entries
+            .filter_map(Result::ok)
+            .map(|e| ListedEntry {
+                name: e.file_name(),
+                is_dir: e.file_type().is_ok_and(|t| t.is_dir()),
+            })
+            .collect(),
+    )
+}
+
+/// The credential files and directories at or under `dir`, at most `depth` levels down, on
+/// this machine's filesystem (links are not followed): [`secrets::secrets_under`] with the
+/// real listing, judged relative to `home` where `dir` lies in it (so `~/.ssh` counts). Paths
+/// come back absolute. For the toolchains' trees and warnings about grants that expose them.
+pub fn scan_secrets(home: &Path, dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
+    match dir.strip_prefix(home) {
+        Ok(rel) => secrets::secrets_under(rel, depth, |d| list(&home.join(d)))
+            .into_iter()
+            .map(|hit| secrets::SecretHit {
+                path: home.join(&hit.path),
+                kind: hit.kind,
+            })
+            .collect(),
+        Err(_) => secrets::secrets_under(dir, depth, list),
+    }
+}
+
+/// How deep a toolchain's tree is searched for credential files on every run: its top two
+/// levels (a run pays for each directory listed). Deeper known places are named in
+/// [`DEEP_SECRETS`].
+const SECRET_DEPTH: usize = 2;
+
+/// Where layouts keep a credential file deeper down: `(parent of the versions, file)`, the
+/// versions listed once each (nvm keeps a global `npmrc` at `versions/node/<v>/etc/npmrc`).
+const DEEP_SECRETS: &[(&str, &str)] = &[("versions/node", "etc/npmrc")];
+
+/// The grants of one toolchain tree with its credential files left out: the tree itself when
+/// it holds none, else its entries one level down, recursively, except the secrets.
+fn tree_grants(tree: &Path, home: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
+    if !tree.is_dir() {
+        return vec![tree.to_path_buf()];
+    }
+    // rustup's tree is large and holds no credentials; walking it on every run would cost
+    // more than the rest of the start-up.
+    if tree.join("toolchains").is_dir() && tree.join("settings.toml").exists() {
+        return vec![tree.to_path_buf()];
+    }
+    let mut hits = scan_secrets(home, tree, SECRET_DEPTH);
+    for (versions, file) in DEEP_SECRETS {
+        for version in list(&tree.join(versions)).unwrap_or_default() {
+            let path = tree.join(versions).join(&version.name).join(file);
+            if let Some(kind) = secrets::is_secret(&path) {
+                if path.symlink_metadata().is_ok() {
+                    hits.push(secrets::SecretHit { path, kind });
+                }
+            }
+        }
+    }
+    if hits.is_empty() {
+        return vec![tree.to_path_buf()];
+    }
+    for hit in &hits {
+        if !masked.iter().any(|m| m.path == hit.path) {
+            masked.push(Masked {
+                path: hit.path.clone(),
+                dir: hit.path.is_dir(),
+                what: hit.kind.what.to_string(),
+            });
+        }
+    }
+    let mut out = Vec::new();
+    split(
+        tree,
+        &hits.iter().map(|h| h.path.clone()).collect::<Vec<_>>(),
+        &mut out,
+    );
+    out
+}
+
+/// `dir`'s entries as grants, descending into those that hold a secret, leaving the secrets.
+fn split(dir: &Path, secrets: &[PathBuf], out: &mut Vec<PathBuf>) {
+    let Some(entries) = list(dir) else {
+        return;
+    };
+    for e in entries {
+        let path = dir.join(&e.name);
+        if secrets.contains(&path) {
+            continue;
+        }
+        if e.is_dir && secrets.iter().any(|s| s.starts_with(&path)) {
+            split(&path, secrets, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// Gives `policy` its private home: creates the directories, adds the home (writable) and
+/// the enabled toolchains (read-only) as grants, the cache layers, and `HOME` and the XDG
+/// base directories pointing into it. `Ok(None)` with a reason when the run keeps the real
+/// `HOME` (no home to point at, or the workspace holds the home).
+pub fn attach(
+    policy: &mut Policy,
+    settings: &HomeSettings,
+) -> Result<(HomeGuard, Option<String>), HostError> {
+    let Some(home) = real_home() else {
+        return Ok((
+            HomeGuard::default(),
+            Some("HOME is unset or /: no private home".into()),
+        ));
+    };
+    if home.starts_with(&policy.workspace.root) {
+        return Ok((
+            HomeGuard::default(),
+            Some(format!(
+                "the workspace {} holds the home {}: no private home",
+                policy.workspace.root.display(),
+                home.display()
+            )),
+        ));
+    }
+    let fail = |path: &Path, cause: String| HostError::Home {
+        path: path.to_path_buf(),
+        cause,
+    };
+    let key = key_of(&project_dir(policy, settings.per_task));
+    let homes = crate::privdir::ensure("native", &homes_dir(&settings.state_dir))?;
+    let dir = homes.join(&key);
+    if !dir.is_dir() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| fail(&dir, format!("creating the private home: {e}")))?;
+        write_shell_rc(&dir).map_err(|e| fail(&dir, format!("writing its shell rc: {e}")))?;
+    }
+    let dir = std::fs::canonicalize(&dir).map_err(|e| fail(&dir, e.to_string()))?;
+
+    // Toolchains: detected, selected, their trees without credential files.
+    let mut masked = Vec::new();
+    let mut chains = Vec::new();
+    for found in detect_here(&home, &policy.fs.system_read) {
+        let enabled = if settings.no_toolchains {
+            settings.add_toolchains.contains(&found.name)
+        } else {
+            settings
+                .toolchains
+                .enables(&found.name, &settings.add_toolchains)
+        };
+        let mut paths = Vec::new();
+        if enabled {
+            for tree in &found.paths {
+                paths.extend(tree_grants(tree, &home, &mut masked));
+            }
+            for var in &found.pass {
+                policy.env.pass.push(var.clone());
+            }
+        } else {
+            paths = found.paths.clone();
+        }
+        chains.push(Toolchain {
+            name: found.name,
+            kind: found.kind,
+            paths,
+            enabled,
+        });
+    }
+    for unknown in &settings.add_toolchains {
+        if !chains.iter().any(|c| &c.name == unknown) {
+            return Err(fail(
+                &home,
+                format!(
+                    "--toolchain {unknown}: no such toolchain on this machine (found: {}); \
+                     `sandbox home` lists them",
+                    chains
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ));
+        }
+    }
+    for chain in chains.iter().filter(|c| c.enabled) {
+        for path in &chain.paths {
+            // A toolchain inside the workspace or another grant is visible already.
+            if policy.readable_paths().any(|p| path.starts_with(p)) {
+                continue;
+            }
+            policy.fs.read.push(Grant {
+                path: path.clone(),
+                reason: GrantReason::Toolchain,
+            });
+        }
+    }
+
+    // Caches: an overlay each, over the user's cache, with the project's private layer.
+    let mut guard = HomeGuard::default();
+    let mut caches = Vec::new();
+    if settings.caches {
+        let found = with_snapshot(&home, &policy.fs.system_read, toolchains::detect_caches);
+        if !found.is_empty() {
+            let root = crate::privdir::ensure("native", &caches_dir(&settings.state_dir))?;
+            let mut layers = crate::privdir::ensure("native", &root.join(&key))?;
+            match lock(&layers) {
+                Ok(file) => guard._lock = Some(file),
+                Err(_) => {
+                    // Another run of this project holds the layers: this one gets its own,
+                    // thrown away at the end (an overlay's upper layer takes one mount).
+                    let throwaway = crate::privdir::ensure(
+                        "native",
+                        &layers.join(format!("busy-{}", std::process::id())),
+                    )?;
+                    guard.throwaway = Some(throwaway.clone());
+                    layers = throwaway;
+                }
+            }
+            let empty = layers.join("empty");
+            std::fs::create_dir_all(&empty).map_err(|e| fail(&empty, e.to_string()))?;
+            for cache in found {
+                let at = layers.join(cache.name);
+                let (upper, work) = (at.join("upper"), at.join("work"));
+                // overlayfs marks a volatile mount in `work/work/incompat` and refuses the
+                // next mount while the marker is there; the lock makes this run the layer's
+                // only user. Moved aside, not removed: a rename costs nothing, removing a
+                // directory can cost a TRIM of several milliseconds; the moved markers are
+                // removed together once they are many.
+                set_aside_volatile_marker(&at).map_err(|e| fail(&at, e.to_string()))?;
+                for d in [&upper, &work] {
+                    std::fs::create_dir_all(d).map_err(|e| fail(d, e.to_string()))?;
+                }
+                caches.push(CacheLayer {
+                    name: cache.name.to_string(),
+                    path: cache.path.clone(),
+                    lower: cache.path,
+                    upper,
+                    work,
+                });
+            }
+        }
+    }
+
+    let home_policy = HomePolicy {
+        path: home.clone(),
+        dir: dir.clone(),
+        scope: if settings.per_task {
+            "per-task"
+        } else {
+            "per-project"
+        }
+        .into(),
+        toolchains: chains,
+        caches,
+        masked,
+        cache_cap_bytes: settings.cache_cap_bytes,
+    };
+    policy.fs.write.push(Grant {
+        path: dir.clone(),
+        reason: GrantReason::Home,
+    });
+    for (name, value) in home_policy.env(&home) {
+        policy.env.set_var(name, value.to_string_lossy());
+    }
+    policy.fs.home = Some(home_policy);
+    prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
+    Ok((guard, None))
+}
+
+/// How many moved-aside volatile markers a cache layer keeps before they are removed at once.
+const ASIDE_BATCH: usize = 64;
+
+/// Moves the last volatile mount's marker out of the way of the next mount (see `attach`).
+fn set_aside_volatile_marker(layer: &Path) -> std::io::Result<()> {
+    let marker = layer.join("work/work/incompat");
+    if marker.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let aside = layer.join("aside");
+    std::fs::create_dir_all(&aside)?;
+    let count = std::fs::read_dir(&aside)?.count();
+    if count >= ASIDE_BATCH {
+        std::fs::remove_dir_all(&aside)?;
+        std::fs::create_dir(&aside)?;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    std::fs::rename(
+        &marker,
+        aside.join(format!("{}-{nanos}", std::process::id())),
+    )
+}
+
+/// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
+/// holds them.
+pub fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
+    use std::os::fd::AsRawFd as _;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("lock"))?;
+    // SAFETY: flock(2) on the descriptor we just opened; released when it is closed.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc == 0 {
+        Ok(file)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Everything the view mounts inside the real home's path needs a mount point in the private
+/// home (which is bound from the host, not built on a tmpfs): each made here, as a real
+/// directory or file — a link the run left in its way is removed, so a mount cannot be
+/// redirected elsewhere in the view. A toolchain's link (`~/.nix-profile`) is recreated.
+fn prepare_mount_points(policy: &Policy) -> Result<(), (PathBuf, String)> {
+    let Some(home) = &policy.fs.home else {
+        return Ok(());
+    };
+    let mut targets: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    for grant in policy.fs.read.iter().chain(policy.fs.write.iter()) {
+        if grant.reason == GrantReason::Home {
+            continue;
+        }
+        targets.push((grant.path.clone(), None));
+    }
+    targets.extend(home.caches.iter().map(|c| (c.path.clone(), None)));
+    targets.extend(policy.fs.devices.iter().map(|d| (d.clone(), None)));
+    for (target, _) in targets {
+        let Ok(rel) = target.strip_prefix(&home.path) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let source = std::fs::symlink_metadata(&target);
+        let link = match &source {
+            Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&target).ok(),
+            _ => None,
+        };
+        let is_dir = target.is_dir();
+        let mut at = home.dir.clone();
+        let comps: Vec<_> = rel.components().collect();
+        for (i, c) in comps.iter().enumerate() {
+            at.push(c);
+            let last = i + 1 == comps.len();
+            let meta = std::fs::symlink_metadata(&at);
+            if last {
+                if let Some(link) = &link {
+                    if std::fs::read_link(&at).ok().as_ref() != Some(link) {
+                        remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
+                        std::os::unix::fs::symlink(link, &at)
+                            .map_err(|e| (at.clone(), e.to_string()))?;
+                    }
+                    break;
+                }
+            }
+            let want_dir = !last || is_dir;
+            let ok = match &meta {
+                Ok(m) => !m.file_type().is_symlink() && m.is_dir() == want_dir,
+                Err(_) => false,
+            };
+            if ok {
+                continue;
+            }
+            if meta.is_ok() {
+                remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            }
+            if want_dir {
+                std::fs::create_dir(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            } else {
+                std::fs::File::create(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn remove_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+}
+
+/// The minimal shell rc of a new private home: no host rc file is read inside.
+pub const SHELL_RC: &str = "\
+# The private home of a sandbox (`sandbox home`): none of your own rc files is read here.
+# Edit this file to add what you need; `sandbox home reset` starts over.
+PS1='[sandbox] \\w \\$ '
+";
+
+fn write_shell_rc(dir: &Path) -> std::io::Result<()> {
+    for name in [".bashrc", ".profile"] {
+        let mut f = std::fs::File::create(dir.join(name))?;
+        f.write_all(SHELL_RC.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// The disk a directory takes, in bytes (allocated blocks; links not followed, each inode
+/// once).
+pub fn disk_usage(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
+    let mut total = 0u64;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.filter_map(Result::ok) {
+            let Ok(m) = e.metadata() else { continue };
+            if seen.insert((m.dev(), m.ino())) {
+                total += m.blocks() * 512;
+            }
+            if m.is_dir() {
+                stack.push(e.path());
+            }
+        }
+    }
+    total
+}
+
+/// `1.2 GiB`, `340 KiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: &[&str] = &["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+/// Checks the project's cache layers against the bound: an error (exit 125) names the size,
+/// the bound and what to do.
+pub fn check_cap(home: &HomePolicy) -> Result<(), HostError> {
+    let Some(cap) = home.cache_cap_bytes else {
+        return Ok(());
+    };
+    let Some(first) = home.caches.first() else {
+        return Ok(());
+    };
+    let Some(layers) = first.upper.parent().and_then(Path::parent) else {
+        return Ok(());
+    };
+    let used: u64 = home.caches.iter().map(|c| disk_usage(&c.upper)).sum();
+    if used > cap {
+        return Err(HostError::Home {
+            path: layers.to_path_buf(),
+            cause: format!(
+                "the cache layers take {} (bound: {}). Nothing was run. Free them with \
+                 `sandbox home reset --caches`, or raise `home_cache_size_mib` in the \
+                 configuration",
+                human_bytes(used),
+                human_bytes(cap)
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_stable_readable_and_distinct() {
+        let a = key_of(Path::new("/work/proj"));
+        assert_eq!(a, key_of(Path::new("/work/proj")));
+        assert!(a.starts_with("proj-"), "{a}");
+        assert_ne!(a, key_of(Path::new("/other/proj")));
+        assert!(!key_of(Path::new("/x/.hidden dir")).contains([' ', '/', '.']));
+    }
+
+    #[test]
+    fn a_tree_with_a_credential_file_is_granted_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let nvm = home.join(".nvm");
+        let etc = nvm.join("versions/node/v20/etc");
+        std::fs::create_dir_all(&etc).unwrap();
+        std::fs::create_dir_all(nvm.join("versions/node/v20/bin")).unwrap();
+        std::fs::write(etc.join("npmrc"), "//registry.npmjs.org/:_authToken=secret").unwrap();
+        std::fs::write(etc.join("other"), "").unwrap();
+        std::fs::write(nvm.join("nvm.sh"), "").unwrap();
+        let mut masked = Vec::new();
+        let mut grants = tree_grants(&nvm, &home, &mut masked);
+        grants.sort();
+        assert_eq!(
+            grants,
+            vec![
+                nvm.join("nvm.sh"),
+                nvm.join("versions/node/v20/bin"),
+                etc.join("other"),
+            ]
+        );
+        assert_eq!(masked.len(), 1);
+        assert_eq!(masked[0].path, etc.join("npmrc"));
+        // No secret: the tree itself.
+        std::fs::remove_file(etc.join("npmrc")).unwrap();
+        let mut masked = Vec::new();
+        assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
+        assert!(masked.is_empty());
+    }
+
+    #[test]
+    fn a_scan_of_the_home_finds_home_anchored_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
+        std::fs::create_dir_all(home.join("proj")).unwrap();
+        std::fs::write(home.join("proj/.npmrc"), "token").unwrap();
+        let hits: Vec<(PathBuf, &str)> = scan_secrets(&home, &home, 3)
+            .into_iter()
+            .map(|h| (h.path, h.kind.id))
+            .collect();
+        assert_eq!(
+            hits,
+            vec![
+                (home.join(".ssh"), "ssh"),
+                (home.join("proj/.npmrc"), "npmrc")
+            ]
+        );
+        // Outside the home only the tails count.
+        assert_eq!(scan_secrets(&home.join("proj"), &home, 3).len(), 1);
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(2048), "2.0 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+    }
+}

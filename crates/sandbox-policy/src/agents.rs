@@ -1,0 +1,523 @@
+//! Agent profiles: which of a coding agent's paths under the real home a sandboxed run of it
+//! needs, and how it may touch each (docs/security.md, "Agent profiles").
+//!
+//! A profile is data, one YAML file per agent in `profiles/` (shipped in the binary, each
+//! file saying where its paths come from), overridable by the `agents:` key of the
+//! configuration. Each path is one of:
+//!
+//! - `read`: what the host's agent runs or obeys — settings with hooks, MCP server commands,
+//!   permission lists, plugins, instructions — and its login. Read-only, so nothing the agent
+//!   does inside can give it code execution the next time the user runs it on the host.
+//! - `write`: the agent's own state — sessions, history, logs, caches — written on the host,
+//!   so `--resume` works across sandboxed and host runs. Created (empty) when missing.
+//! - `copy`: a file that mixes both (Claude Code's `~/.claude.json`: onboarding state beside
+//!   MCP servers and allowed tools). The host's file stays untouched; the run gets a private
+//!   copy, made at start in a per-project place of the user's state dir and bound at the real
+//!   path where the backend has a private view (read-only elsewhere). The host never reads
+//!   the copy back.
+//!
+//! [`compile`] turns a profile into grants — a pure function, so every backend with path
+//! grants gets the same ones, and the private view puts them on top of the private home.
+//! What the profile added, and why, stays in the policy ([`crate::model::AgentGrants`]) for
+//! `policy show` and `sandbox why`.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How the sandboxed agent may use one path: `read` (read-only: the host runs or obeys what
+/// it says), `write` (read-write on the host: the agent's own state), `copy` (a private copy
+/// at the real path; the host's file is never written).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentAccess {
+    Read,
+    Write,
+    Copy,
+}
+
+impl AgentAccess {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentAccess::Read => "read-only",
+            AgentAccess::Write => "writable",
+            AgentAccess::Copy => "private copy",
+        }
+    }
+}
+
+/// What a path is, for creating it when missing (only `write` paths are created).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathKind {
+    #[default]
+    Dir,
+    File,
+}
+
+/// The configuration schema says the enums as strings with a pattern (whole-string, in the
+/// language Rust's `regex` and Nix's `builtins.match` read alike): the form the Nix modules'
+/// settings type turns into `strMatching` (nixos-modules/settings.nix).
+fn string_pattern(pattern: &str, description: &str) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": pattern,
+        "description": description,
+    })
+}
+
+impl schemars::JsonSchema for AgentAccess {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AgentAccess".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        string_pattern(
+            "read|write|copy",
+            "`read` (read-only: the host runs or obeys what it says), `write` (the agent's own \
+             state, written on the host), `copy` (a private copy at the real path)",
+        )
+    }
+}
+
+impl schemars::JsonSchema for PathKind {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "PathKind".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        string_pattern(
+            "dir|file",
+            "`dir` (the default) or `file`: what a missing `write` path is created as",
+        )
+    }
+}
+
+/// One path of a profile, as written in its file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfilePath {
+    /// Under the home directory: `~/.claude/projects`.
+    #[schemars(extend("pattern" = "~/.+"))]
+    pub path: String,
+    pub access: AgentAccess,
+    /// `dir` (the default) or `file`: what a missing `write` path is created as. A `copy` is
+    /// always a file.
+    #[serde(default)]
+    pub kind: PathKind,
+    /// Why the agent needs it, and why this access (shown by `policy show`).
+    pub why: String,
+}
+
+/// One agent's profile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentProfile {
+    /// The name `--agent` takes (`claude`); in the configuration, the key.
+    #[serde(default)]
+    pub name: String,
+    /// The agent's own name (`Claude Code`).
+    pub title: String,
+    /// Program names that select this profile when the command is one of them (`claude`).
+    #[serde(default)]
+    pub commands: Vec<String>,
+    /// The agent's paths under the home, each with its access and why.
+    pub paths: Vec<ProfilePath>,
+}
+
+/// The profiles shipped in the binary, each file as written (comments say where every path
+/// comes from).
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("claude", include_str!("../profiles/claude.yaml")),
+    ("codex", include_str!("../profiles/codex.yaml")),
+    ("gemini", include_str!("../profiles/gemini.yaml")),
+    ("opencode", include_str!("../profiles/opencode.yaml")),
+    ("aider", include_str!("../profiles/aider.yaml")),
+    ("goose", include_str!("../profiles/goose.yaml")),
+    ("pi", include_str!("../profiles/pi.yaml")),
+];
+
+/// A profile that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("agent profile {name}: cannot be parsed: {cause}")]
+    Parse { name: String, cause: String },
+    #[error(
+        "no agent profile named {name:?} (known: {known}); add one under `agents:` in the \
+         configuration"
+    )]
+    Unknown { name: String, known: String },
+    #[error("agent profile {agent}: path {path:?}: {cause}")]
+    Path {
+        agent: String,
+        path: String,
+        cause: String,
+    },
+}
+
+/// The shipped profiles with the configuration's on top (a configured profile replaces the
+/// shipped one of the same name), by name.
+#[derive(Debug, Clone, Default)]
+pub struct Profiles(BTreeMap<String, AgentProfile>);
+
+impl Profiles {
+    /// The shipped profiles, then `configured` (the `agents:` key) replacing or adding.
+    pub fn load(configured: &BTreeMap<String, AgentProfile>) -> Result<Self, AgentError> {
+        let mut all = BTreeMap::new();
+        for (name, text) in BUILTIN {
+            let profile: AgentProfile =
+                serde_yaml::from_str(text).map_err(|e| AgentError::Parse {
+                    name: (*name).to_string(),
+                    cause: e.to_string(),
+                })?;
+            all.insert((*name).to_string(), profile);
+        }
+        for (name, profile) in configured {
+            let mut profile = profile.clone();
+            profile.name = name.clone();
+            all.insert(name.clone(), profile);
+        }
+        Ok(Profiles(all))
+    }
+
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.0.keys().map(String::as_str)
+    }
+
+    /// The profile `--agent NAME` asks for.
+    pub fn get(&self, name: &str) -> Result<&AgentProfile, AgentError> {
+        self.0.get(name).ok_or_else(|| AgentError::Unknown {
+            name: name.to_string(),
+            known: self.names().collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// The profile whose `commands` name the program `argv0` runs (its file name:
+    /// `/usr/local/bin/claude` is `claude`).
+    pub fn detect(&self, argv0: &Path) -> Option<&AgentProfile> {
+        let name = argv0.file_name()?.to_str()?;
+        self.0
+            .values()
+            .find(|p| p.commands.iter().any(|c| c == name))
+    }
+}
+
+/// Whether the program `argv0` could select a profile, without parsing any: a scan of the
+/// shipped files' `commands:` lines and the configured profiles. Most commands are not
+/// agents, and `sandbox run` is on every one's path.
+pub fn may_select(argv0: &Path, configured: &BTreeMap<String, AgentProfile>) -> bool {
+    let Some(name) = argv0.file_name().and_then(|n| n.to_str()) else {
+        return false;
+    };
+    let in_line = |line: &str| {
+        line.strip_prefix("commands:").is_some_and(|list| {
+            list.split(|c: char| c == '[' || c == ']' || c == ',' || c.is_whitespace())
+                .any(|word| word == name)
+        })
+    };
+    BUILTIN.iter().any(|(_, text)| text.lines().any(in_line))
+        || configured
+            .values()
+            .any(|p| p.commands.iter().any(|c| c == name))
+}
+
+/// One grant a profile adds: an absolute path under the home.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPath {
+    pub path: PathBuf,
+    pub access: AgentAccess,
+    pub kind: PathKind,
+    pub why: String,
+}
+
+/// A profile compiled against one home: the grants, in the profile's order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompiledProfile {
+    pub agent: String,
+    pub title: String,
+    pub paths: Vec<AgentPath>,
+}
+
+/// `~/x/y` under `home`, refusing anything that could leave it or name it whole.
+fn expand(agent: &str, path: &str, home: &Path) -> Result<PathBuf, AgentError> {
+    let bad = |cause: &str| AgentError::Path {
+        agent: agent.to_string(),
+        path: path.to_string(),
+        cause: cause.to_string(),
+    };
+    let rest = path
+        .strip_prefix("~/")
+        .ok_or_else(|| bad("must start with ~/ (a path under the home directory)"))?;
+    let rest = Path::new(rest);
+    if rest.as_os_str().is_empty() {
+        return Err(bad("names the whole home directory"));
+    }
+    // `components()` would quietly drop an inner `.` or `//`: the text is checked as written.
+    let text = rest.to_string_lossy();
+    if !rest.components().all(|c| matches!(c, Component::Normal(_)))
+        || text.split('/').any(|c| c.is_empty() || c == ".")
+    {
+        return Err(bad("may not contain `.`, `..` or `//`"));
+    }
+    Ok(home.join(rest))
+}
+
+/// Compiles `profile` against the real `home`: every path made absolute and checked. Pure.
+///
+/// Refused: a path outside the home or the home itself, a `copy` of a directory, and a
+/// read-only path (or copy) inside a writable one — where only the kernel's path rules hold
+/// (Landlock, Seatbelt), a writable directory covers everything below it, so the read-only
+/// file could be replaced.
+pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, AgentError> {
+    let mut paths = Vec::new();
+    for entry in &profile.paths {
+        let path = expand(&profile.name, &entry.path, home)?;
+        paths.push(AgentPath {
+            path,
+            access: entry.access,
+            // A copy is a file; `kind` defaults to dir only for `write`.
+            kind: if entry.access == AgentAccess::Copy {
+                PathKind::File
+            } else {
+                entry.kind
+            },
+            why: entry.why.clone(),
+        });
+    }
+    for inner in paths.iter().filter(|p| p.access != AgentAccess::Write) {
+        if let Some(outer) = paths
+            .iter()
+            .find(|p| p.access == AgentAccess::Write && inner.path.starts_with(&p.path))
+        {
+            return Err(AgentError::Path {
+                agent: profile.name.clone(),
+                path: inner.path.display().to_string(),
+                cause: format!(
+                    "is {} but lies inside the writable {}: list the writable paths beside it \
+                     instead",
+                    inner.access.as_str(),
+                    outer.path.display()
+                ),
+            });
+        }
+    }
+    Ok(CompiledProfile {
+        agent: profile.name.clone(),
+        title: profile.title.clone(),
+        paths,
+    })
+}
+
+/// Where the private copy of `path` (under `home`) goes in the per-project place `dir`:
+/// the same path below it (`~/.claude.json` → `<dir>/.claude.json`).
+pub fn copy_location(dir: &Path, home: &Path, path: &Path) -> Option<PathBuf> {
+    Some(dir.join(path.strip_prefix(home).ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn profiles() -> Profiles {
+        Profiles::load(&BTreeMap::new()).unwrap()
+    }
+
+    #[test]
+    fn every_shipped_profile_parses_and_compiles() {
+        let all = profiles();
+        let names: Vec<&str> = all.names().collect();
+        for want in [
+            "aider", "claude", "codex", "gemini", "goose", "opencode", "pi",
+        ] {
+            assert!(names.contains(&want), "{names:?}");
+        }
+        for name in names {
+            let profile = all.get(name).unwrap();
+            assert_eq!(profile.name, name);
+            let compiled = compile(profile, Path::new("/home/u")).unwrap();
+            assert!(!compiled.paths.is_empty(), "{name}");
+            for p in &compiled.paths {
+                assert!(
+                    p.path.starts_with("/home/u/"),
+                    "{name}: {}",
+                    p.path.display()
+                );
+                assert!(!p.why.is_empty(), "{name}: {}", p.path.display());
+            }
+            // Each profile says where its paths come from.
+            let text = BUILTIN.iter().find(|(n, _)| *n == name).unwrap().1;
+            assert!(text.contains("Where each path comes from"), "{name}");
+        }
+    }
+
+    #[test]
+    fn what_the_host_runs_stays_read_only_and_mixed_files_are_copied() {
+        let all = profiles();
+        let home = Path::new("/home/u");
+        let access = |agent: &str, path: &str| {
+            compile(all.get(agent).unwrap(), home)
+                .unwrap()
+                .paths
+                .into_iter()
+                .find(|p| p.path == home.join(path))
+                .map(|p| p.access)
+        };
+        assert_eq!(
+            access("claude", ".claude/settings.json"),
+            Some(AgentAccess::Read)
+        );
+        assert_eq!(access("claude", ".claude/plugins"), Some(AgentAccess::Read));
+        assert_eq!(access("claude", ".claude.json"), Some(AgentAccess::Copy));
+        assert_eq!(
+            access("claude", ".claude/projects"),
+            Some(AgentAccess::Write)
+        );
+        assert_eq!(
+            access("codex", ".codex/config.toml"),
+            Some(AgentAccess::Read)
+        );
+        assert_eq!(access("codex", ".codex/sessions"), Some(AgentAccess::Write));
+        assert_eq!(
+            access("gemini", ".gemini/settings.json"),
+            Some(AgentAccess::Read)
+        );
+        assert_eq!(
+            access("pi", ".pi/agent/extensions"),
+            Some(AgentAccess::Read)
+        );
+        assert_eq!(access("pi", ".pi/agent/sessions"), Some(AgentAccess::Write));
+        // Scripts a host session sources are not granted at all (the private home has them).
+        assert_eq!(access("claude", ".claude/shell-snapshots"), None);
+        assert_eq!(access("codex", ".codex/shell_snapshots"), None);
+    }
+
+    #[test]
+    fn the_command_name_selects_the_profile() {
+        let all = profiles();
+        let name = |argv0: &str| all.detect(Path::new(argv0)).map(|p| p.name.clone());
+        assert_eq!(name("claude").as_deref(), Some("claude"));
+        assert_eq!(name("/opt/x/bin/codex").as_deref(), Some("codex"));
+        assert_eq!(name("pi-acp").as_deref(), Some("pi"));
+        assert_eq!(name("gemini").as_deref(), Some("gemini"));
+        assert_eq!(name("cargo"), None);
+        // The scan without parsing agrees.
+        for argv0 in [
+            "claude", "/x/codex", "pi-acp", "gemini", "opencode", "aider", "goose", "pi",
+        ] {
+            assert!(may_select(Path::new(argv0), &BTreeMap::new()), "{argv0}");
+            assert!(all.detect(Path::new(argv0)).is_some(), "{argv0}");
+        }
+        for argv0 in ["cargo", "claude-helper", "p", "commands", "sh"] {
+            assert!(!may_select(Path::new(argv0), &BTreeMap::new()), "{argv0}");
+        }
+        assert_eq!(name("claude-helper"), None);
+        let err = all.get("nope").unwrap_err().to_string();
+        assert!(err.contains("claude") && err.contains("agents:"), "{err}");
+    }
+
+    fn profile(paths: &[(&str, AgentAccess)]) -> AgentProfile {
+        AgentProfile {
+            name: "x".into(),
+            title: "X".into(),
+            commands: vec![],
+            paths: paths
+                .iter()
+                .map(|(p, a)| ProfilePath {
+                    path: p.to_string(),
+                    access: *a,
+                    kind: PathKind::Dir,
+                    why: "test".into(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn paths_that_leave_the_home_or_hide_under_a_writable_one_are_refused() {
+        let home = Path::new("/home/u");
+        for bad in [
+            "/etc/passwd",
+            "~",
+            "~/",
+            "~/../other",
+            "~/a/./b",
+            "relative",
+            "~/a//b",
+        ] {
+            let err = compile(&profile(&[(bad, AgentAccess::Read)]), home);
+            assert!(err.is_err(), "{bad}");
+        }
+        let err = compile(
+            &profile(&[
+                ("~/.x", AgentAccess::Write),
+                ("~/.x/settings.json", AgentAccess::Read),
+            ]),
+            home,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("inside the writable"), "{err}");
+        let err = compile(
+            &profile(&[
+                ("~/.x", AgentAccess::Write),
+                ("~/.x/y.json", AgentAccess::Copy),
+            ]),
+            home,
+        );
+        assert!(err.is_err());
+        // Writable inside read-only is fine (a rule for the deeper path adds writing).
+        let ok = compile(
+            &profile(&[
+                ("~/.x", AgentAccess::Read),
+                ("~/.x/log", AgentAccess::Write),
+            ]),
+            home,
+        )
+        .unwrap();
+        assert_eq!(ok.paths[1].path, Path::new("/home/u/.x/log"));
+        // A copy is always a file.
+        let copy = compile(&profile(&[("~/.x.json", AgentAccess::Copy)]), home).unwrap();
+        assert_eq!(copy.paths[0].kind, PathKind::File);
+    }
+
+    #[test]
+    fn a_configured_profile_replaces_the_shipped_one() {
+        let mut configured = BTreeMap::new();
+        configured.insert(
+            "claude".to_string(),
+            AgentProfile {
+                name: "ignored".into(),
+                ..profile(&[("~/.mine", AgentAccess::Write)])
+            },
+        );
+        configured.insert(
+            "mytool".to_string(),
+            profile(&[("~/.t", AgentAccess::Read)]),
+        );
+        let all = Profiles::load(&configured).unwrap();
+        let claude = all.get("claude").unwrap();
+        assert_eq!(claude.name, "claude");
+        assert_eq!(claude.paths.len(), 1);
+        assert!(all.get("mytool").is_ok());
+        assert!(all.get("codex").is_ok());
+    }
+
+    #[test]
+    fn a_copy_lands_at_the_same_path_below_the_private_place() {
+        assert_eq!(
+            copy_location(
+                Path::new("/state/agents/p/claude"),
+                Path::new("/home/u"),
+                Path::new("/home/u/.claude.json")
+            ),
+            Some(PathBuf::from("/state/agents/p/claude/.claude.json"))
+        );
+        assert_eq!(
+            copy_location(Path::new("/s"), Path::new("/home/u"), Path::new("/etc/x")),
+            None
+        );
+    }
+}
