@@ -1,0 +1,559 @@
+//! The proxy: HTTP `CONNECT` tunnels and plain-HTTP requests in absolute form, one per
+//! client connection.
+//!
+//! For each request: the target's name is checked against the [`AllowList`] first (a refused
+//! name is never resolved, so not even a DNS query leaks it); a listed name is resolved by
+//! the proxy's own [`Resolver`]; answers that are not public addresses are dropped unless the
+//! list names them, and the connection goes to the first remaining address that accepts —
+//! the very address that was checked. Refusals are answered `403` with a text body naming
+//! the rule and the `--allow-domain` that would allow it, and an `X-Sandbox-Refused: RULE`
+//! header. A plain-HTTP request is forwarded in origin form with `Connection: close`, so the
+//! server closes after one response and a second request on the same connection cannot
+//! reach another host through it.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+use crate::allow::{AllowList, Refusal, Target};
+use crate::error::NetError;
+use crate::log::{Connection, Kind};
+use crate::resolve::Resolver;
+
+/// The largest request head read (request line and headers).
+const MAX_HEAD: usize = 64 * 1024;
+/// How long a client may take to send its request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one connection attempt to a server may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// The relay's buffer per direction.
+const RELAY_BUFFER: usize = 64 * 1024;
+
+/// The proxy: an allow-list, a resolver and the connection log. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    allow: AllowList,
+    resolver: Resolver,
+    log: Mutex<Vec<Connection>>,
+    /// The number of records, for [`Proxy::wait_for_log`].
+    logged: watch::Sender<usize>,
+}
+
+impl Inner {
+    /// The log's lock. Records are pushed in one step with nothing that can panic half-way,
+    /// so a lock poisoned by a panic elsewhere still guards a consistent list.
+    fn log(&self) -> MutexGuard<'_, Vec<Connection>> {
+        self.log.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn record(&self, connection: Connection) {
+        tracing::debug!(?connection, "proxy connection");
+        let n = {
+            let mut log = self.log();
+            log.push(connection);
+            log.len()
+        };
+        self.logged.send_replace(n);
+    }
+}
+
+impl Proxy {
+    pub fn new(allow: AllowList, resolver: Resolver) -> Proxy {
+        Proxy {
+            inner: Arc::new(Inner {
+                allow,
+                resolver,
+                log: Mutex::new(Vec::new()),
+                logged: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    /// Serves every connection `listener` accepts, each in a task of its own, until the
+    /// listener fails.
+    pub async fn serve(&self, listener: TcpListener) -> Result<(), NetError> {
+        loop {
+            let (stream, _) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                // The client gave up between SYN and accept: nothing to serve.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => continue,
+                Err(e) => return Err(NetError::Listen(e)),
+            };
+            let inner = Arc::clone(&self.inner);
+            tokio::spawn(async move {
+                if let Some(record) = handle(&inner, stream).await {
+                    inner.record(record);
+                }
+            });
+        }
+    }
+
+    /// Every connection so far, in the order they ended.
+    pub fn log(&self) -> Vec<Connection> {
+        self.inner.log().clone()
+    }
+
+    /// Waits until the log holds at least `n` records, and returns them.
+    pub async fn wait_for_log(&self, n: usize) -> Vec<Connection> {
+        let mut rx = self.inner.logged.subscribe();
+        // The sender lives as long as `self`, so this only ends once the count is reached.
+        let _ = rx.wait_for(|count| *count >= n).await;
+        self.log()
+    }
+}
+
+/// A parsed request head and what the client sent after it.
+struct Head {
+    method: String,
+    target: String,
+    minor_version: u8,
+    headers: Vec<(String, Vec<u8>)>,
+    rest: Vec<u8>,
+}
+
+/// Serves one client connection; `None` if it closed before sending a request.
+async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
+    let _ = client.set_nodelay(true);
+    let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
+        Err(_elapsed) => return None,
+        Ok(Ok(None)) => return None,
+        Ok(Ok(Some(head))) => head,
+        Ok(Err(refusal)) => {
+            let record = refused(String::new(), 0, Kind::Http, &refusal);
+            let _ = client.write_all(&refusal_response(&refusal)).await;
+            return Some(record);
+        }
+    };
+    let kind = if head.method.eq_ignore_ascii_case("CONNECT") {
+        Kind::Connect
+    } else {
+        Kind::Http
+    };
+    let parsed = match kind {
+        Kind::Connect => split_authority(&head.target, None)
+            .map(|(host, port)| (host, port, String::new()))
+            .ok_or_else(|| Refusal::BadRequest {
+                why: format!("CONNECT needs host:port, not {:?}", head.target),
+            }),
+        Kind::Http => absolute_http(&head.target),
+    };
+    let (host, port, path) = match parsed {
+        Ok(parsed) => parsed,
+        Err(refusal) => {
+            let _ = client.write_all(&refusal_response(&refusal)).await;
+            return Some(refused(head.target.clone(), 0, kind, &refusal));
+        }
+    };
+    let (target, candidates) = match decide(inner, &host).await {
+        Ok(decided) => decided,
+        Err(refusal) => {
+            let _ = client.write_all(&refusal_response(&refusal)).await;
+            return Some(refused(host.to_ascii_lowercase(), port, kind, &refusal));
+        }
+    };
+    let mut record = Connection {
+        host: match &target {
+            Target::Name { name, .. } => name.clone(),
+            Target::Address { ip, .. } => ip.to_string(),
+        },
+        port,
+        kind,
+        allowed: true,
+        rule: target.rule().to_owned(),
+        address: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        error: None,
+    };
+    let (upstream, address) = match connect(&candidates, port).await {
+        Ok(connected) => connected,
+        Err(e) => {
+            let why = format!(
+                "sandbox: {}:{port} is allowed (rule {}) but could not be reached: {e}",
+                record.host, record.rule
+            );
+            let _ = client
+                .write_all(&response("502 Bad Gateway", None, &why))
+                .await;
+            record.error = Some(e.to_string());
+            return Some(record);
+        }
+    };
+    record.address = Some(address);
+    let _ = upstream.set_nodelay(true);
+    let mut upstream = upstream;
+    let first = match kind {
+        Kind::Connect => {
+            if let Err(e) = client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+            {
+                record.error = Some(format!("answering the client: {e}"));
+                return Some(record);
+            }
+            head.rest
+        }
+        Kind::Http => {
+            let mut bytes = origin_form(&head, &host, port, &path);
+            bytes.extend_from_slice(&head.rest);
+            bytes
+        }
+    };
+    if !first.is_empty() {
+        if let Err(e) = upstream.write_all(&first).await {
+            record.error = Some(format!("writing to the server: {e}"));
+            return Some(record);
+        }
+    }
+    let (up, down, error) = relay(client, upstream).await;
+    record.bytes_up = first.len() as u64 + up;
+    record.bytes_down = down;
+    record.error = error;
+    Some(record)
+}
+
+/// The allow-list's decision and, if allowed, the addresses that may be connected to.
+async fn decide(inner: &Inner, host: &str) -> Result<(Target, Vec<IpAddr>), Refusal> {
+    let target = inner.allow.check_host(host)?;
+    let name = match &target {
+        Target::Address { ip, .. } => {
+            let ip = *ip;
+            return Ok((target, vec![ip]));
+        }
+        Target::Name { name, .. } => name.clone(),
+    };
+    let answers = inner
+        .resolver
+        .lookup(&name)
+        .await
+        .map_err(|e| Refusal::NoAnswer {
+            host: name.clone(),
+            error: e.to_string(),
+        })?;
+    if answers.is_empty() {
+        return Err(Refusal::NoAnswer {
+            host: name,
+            error: "no address".into(),
+        });
+    }
+    let (usable, refused): (Vec<IpAddr>, Vec<IpAddr>) = answers
+        .into_iter()
+        .partition(|ip| inner.allow.answer_allowed(*ip));
+    if usable.is_empty() {
+        return Err(Refusal::NonPublicAnswer {
+            host: name,
+            addresses: refused,
+        });
+    }
+    if !refused.is_empty() {
+        tracing::info!(host = %name, ?refused, "proxy: dropped non-public answers");
+    }
+    Ok((target, usable))
+}
+
+async fn connect(candidates: &[IpAddr], port: u16) -> std::io::Result<(TcpStream, IpAddr)> {
+    let mut last = std::io::Error::other("no address to connect to");
+    for ip in candidates {
+        let addr = SocketAddr::new(*ip, port);
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => return Ok((stream, *ip)),
+            Ok(Err(e)) => last = e,
+            Err(_elapsed) => {
+                last = std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("{addr}: no answer in {} s", CONNECT_TIMEOUT.as_secs()),
+                )
+            }
+        }
+    }
+    Err(last)
+}
+
+/// Reads until a complete request head. `Ok(None)`: the client closed first.
+async fn read_head(client: &mut TcpStream) -> Result<Option<Head>, Refusal> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = client.read(&mut chunk).await.unwrap_or(0);
+        if n == 0 {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(Refusal::BadRequest {
+                    why: "the connection closed inside the request head".into(),
+                })
+            };
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let head = Head {
+                    method: req.method.unwrap_or_default().to_owned(),
+                    target: req.path.unwrap_or_default().to_owned(),
+                    minor_version: req.version.unwrap_or(1),
+                    headers: req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_owned(), h.value.to_vec()))
+                        .collect(),
+                    rest: buf[len..].to_vec(),
+                };
+                return Ok(Some(head));
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            Ok(httparse::Status::Partial) => {
+                return Err(Refusal::BadRequest {
+                    why: format!("the request head is longer than {MAX_HEAD} bytes"),
+                })
+            }
+            Err(e) => {
+                return Err(Refusal::BadRequest {
+                    why: format!("not an HTTP request ({e})"),
+                })
+            }
+        }
+    }
+}
+
+/// `http://host[:port]/path?query` → host, port, origin-form path.
+fn absolute_http(target: &str) -> Result<(String, u16, String), Refusal> {
+    let bad = |why: String| Refusal::BadRequest { why };
+    let scheme_end = target.find("://").ok_or_else(|| {
+        bad(format!(
+            "a proxy request names its URL in full (`GET http://host/path`), not {target:?}"
+        ))
+    })?;
+    let scheme = &target[..scheme_end];
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(bad(format!(
+            "{scheme}:// goes through CONNECT (HTTPS_PROXY), not as a plain request"
+        )));
+    }
+    let rest = &target[scheme_end + 3..];
+    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(bad("credentials in the URL are not forwarded".into()));
+    }
+    let path = match path.chars().next() {
+        None | Some('#') => "/".to_owned(),
+        Some('?') => format!("/{path}"),
+        Some(_) => path.to_owned(),
+    };
+    let (host, port) = split_authority(authority, Some(80))
+        .ok_or_else(|| bad(format!("no host in {target:?}")))?;
+    Ok((host, port, path))
+}
+
+/// `host:port`, `[v6]:port`, or (with a default port) `host`. The host comes back without
+/// brackets.
+fn split_authority(authority: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => Some(p),
+            None if after.is_empty() => None,
+            None => return None,
+        };
+        (host, port)
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port {
+        Some(p) => p.parse().ok()?,
+        None => default_port?,
+    };
+    (!host.is_empty() && port != 0).then(|| (host.to_owned(), port))
+}
+
+/// The request as the server gets it: origin form, no proxy or hop-by-hop headers,
+/// `Connection: close`, and a `Host` that is the checked host — whatever `Host` the program
+/// sent, so a server that hosts many names (a CDN) cannot be asked for one not on the list.
+fn origin_form(head: &Head, host: &str, port: u16, path: &str) -> Vec<u8> {
+    const DROPPED: [&str; 6] = [
+        "host",
+        "proxy-connection",
+        "proxy-authorization",
+        "connection",
+        "keep-alive",
+        "upgrade",
+    ];
+    let mut out = format!("{} {path} HTTP/1.{}\r\n", head.method, head.minor_version).into_bytes();
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let host = if port == 80 {
+        host
+    } else {
+        format!("{host}:{port}")
+    };
+    out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+    for (name, value) in &head.headers {
+        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+fn refused(host: String, port: u16, kind: Kind, refusal: &Refusal) -> Connection {
+    Connection {
+        host,
+        port,
+        kind,
+        allowed: false,
+        rule: refusal.rule().to_owned(),
+        address: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        error: None,
+    }
+}
+
+fn refusal_response(refusal: &Refusal) -> Vec<u8> {
+    let status = match refusal {
+        Refusal::BadRequest { .. } | Refusal::InvalidName { .. } => "400 Bad Request",
+        Refusal::NoAnswer { .. } => "502 Bad Gateway",
+        _ => "403 Forbidden",
+    };
+    response(status, Some(refusal.rule()), &refusal.to_string())
+}
+
+fn response(status: &str, rule: Option<&str>, body: &str) -> Vec<u8> {
+    let body = format!("{body}\n");
+    let mut out = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(rule) = rule {
+        out.push_str(&format!("X-Sandbox-Refused: {rule}\r\n"));
+    }
+    out.push_str("\r\n");
+    out.push_str(&body);
+    out.into_bytes()
+}
+
+/// Relays both ways until both sides are done, or either breaks. Returns the bytes each way
+/// (up: client → server) and the first error.
+async fn relay(client: TcpStream, upstream: TcpStream) -> (u64, u64, Option<String>) {
+    let (client_read, client_write) = client.into_split();
+    let (upstream_read, upstream_write) = upstream.into_split();
+    let up_bytes = AtomicU64::new(0);
+    let down_bytes = AtomicU64::new(0);
+    let up = pump(client_read, upstream_write, &up_bytes);
+    let down = pump(upstream_read, client_write, &down_bytes);
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    let mut error = None;
+    while !(up_done && down_done) {
+        tokio::select! {
+            result = &mut up, if !up_done => {
+                up_done = true;
+                if let Err(e) = result {
+                    error = Some(format!("program → server: {e}"));
+                    break;
+                }
+            }
+            result = &mut down, if !down_done => {
+                down_done = true;
+                if let Err(e) = result {
+                    error = Some(format!("server → program: {e}"));
+                    break;
+                }
+            }
+        }
+    }
+    (
+        up_bytes.load(Ordering::Relaxed),
+        down_bytes.load(Ordering::Relaxed),
+        error,
+    )
+}
+
+/// Copies until end of stream, then shuts the writer down (a half-close reaches the other
+/// side); counts as it goes, so a broken relay still reports what it moved.
+async fn pump<R, W>(mut from: R, mut to: W, count: &AtomicU64) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; RELAY_BUFFER];
+    loop {
+        let n = from.read(&mut buf).await?;
+        if n == 0 {
+            break;
+        }
+        to.write_all(&buf[..n]).await?;
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    // The peer may already have closed its side; the relay in this direction is done.
+    let _ = to.shutdown().await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities_split_with_and_without_ports() {
+        assert_eq!(
+            split_authority("a.test:443", None),
+            Some(("a.test".into(), 443))
+        );
+        assert_eq!(split_authority("a.test", None), None);
+        assert_eq!(
+            split_authority("a.test", Some(80)),
+            Some(("a.test".into(), 80))
+        );
+        assert_eq!(
+            split_authority("[::1]:8080", None),
+            Some(("::1".into(), 8080))
+        );
+        assert_eq!(split_authority("[::1]", Some(80)), Some(("::1".into(), 80)));
+        assert_eq!(split_authority("[::1]x", Some(80)), None);
+        assert_eq!(split_authority(":443", None), None);
+        assert_eq!(split_authority("a.test:0", None), None);
+        assert_eq!(split_authority("a.test:http", None), None);
+    }
+
+    #[test]
+    fn absolute_urls_become_origin_form() {
+        assert_eq!(
+            absolute_http("http://a.test:8080/x/y?z=1").unwrap(),
+            ("a.test".into(), 8080, "/x/y?z=1".into())
+        );
+        assert_eq!(
+            absolute_http("HTTP://a.test").unwrap(),
+            ("a.test".into(), 80, "/".into())
+        );
+        assert_eq!(
+            absolute_http("http://a.test?q").unwrap(),
+            ("a.test".into(), 80, "/?q".into())
+        );
+        assert!(absolute_http("/relative").is_err());
+        assert!(absolute_http("https://a.test/").is_err());
+        assert!(absolute_http("http://user:pw@a.test/").is_err());
+    }
+}

@@ -1,0 +1,465 @@
+//! The proxy against real sockets on loopback: servers the tests start on 127.0.0.1, names
+//! from a real UDP DNS server the test runs ([`Answerer`]), and a client that speaks to the
+//! proxy as curl would (`CONNECT` for HTTPS_PROXY, absolute-form requests for HTTP_PROXY).
+//! Each refusal is written from the attacker's side, with the control run (the same request
+//! with the address allowed) showing that the path would otherwise reach the server.
+
+// A panic is how a test or a benchmark reports failure; the workspace lints against
+// unwrap/expect apply to shipped code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+use sandbox_net::{AllowList, Connection, Kind, Proxy, Resolver};
+use simple_dns::rdata::{RData, A};
+use simple_dns::{Packet, PacketFlag, ResourceRecord, CLASS, QTYPE, RCODE, TYPE};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UdpSocket};
+
+const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// A DNS server on 127.0.0.1 (UDP). Each name has a sequence of IPv4 answers: the n-th A
+/// query for it gets the n-th (the last one repeats); AAAA queries get none; unknown names
+/// NXDOMAIN. It records every name it was asked.
+struct Answerer {
+    addr: SocketAddr,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl Answerer {
+    async fn start(zone: &[(&str, &[Ipv4Addr])]) -> Answerer {
+        let socket = UdpSocket::bind((LOOPBACK, 0)).await.unwrap();
+        let addr = socket.local_addr().unwrap();
+        let zone: HashMap<String, Vec<Ipv4Addr>> = zone
+            .iter()
+            .map(|(name, answers)| ((*name).to_owned(), answers.to_vec()))
+            .collect();
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&asked);
+        tokio::spawn(async move {
+            let mut a_queries: HashMap<String, usize> = HashMap::new();
+            let mut buf = [0u8; 1500];
+            loop {
+                let (n, from) = socket.recv_from(&mut buf).await.unwrap();
+                let query = Packet::parse(&buf[..n]).unwrap();
+                let mut reply = Packet::new_reply(query.id());
+                reply.set_flags(PacketFlag::RECURSION_AVAILABLE);
+                for q in &query.questions {
+                    let name = q.qname.to_string();
+                    log.lock().unwrap().push(name.clone());
+                    reply.questions.push(q.clone());
+                    let Some(answers) = zone.get(&name) else {
+                        *reply.rcode_mut() = RCODE::NameError;
+                        continue;
+                    };
+                    if q.qtype == QTYPE::TYPE(TYPE::A) {
+                        let i = a_queries.entry(name).or_default();
+                        let ip = answers[(*i).min(answers.len() - 1)];
+                        *i += 1;
+                        reply.answers.push(ResourceRecord::new(
+                            q.qname.clone(),
+                            CLASS::IN,
+                            60,
+                            RData::A(A {
+                                address: u32::from(ip),
+                            }),
+                        ));
+                    }
+                }
+                let bytes = reply.build_bytes_vec().unwrap();
+                socket.send_to(&bytes, from).await.unwrap();
+            }
+        });
+        Answerer { addr, asked }
+    }
+
+    fn asked(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+
+    /// Asks for `name`'s A record as a client inside would before connecting.
+    async fn query_a(&self, name: &str) -> Vec<IpAddr> {
+        Resolver::Server(self.addr).lookup(name).await.unwrap()
+    }
+}
+
+/// A TCP server on 127.0.0.1 that answers each connection with `reply(bytes received)`
+/// once the client has half-closed, and counts the connections it accepted.
+struct Server {
+    port: u16,
+    accepted: Arc<Mutex<usize>>,
+    listener_probe: Arc<TcpListener>,
+}
+
+impl Server {
+    async fn start(reply: fn(Vec<u8>) -> Vec<u8>) -> Server {
+        let listener = Arc::new(TcpListener::bind((LOOPBACK, 0)).await.unwrap());
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(Mutex::new(0));
+        let count = Arc::clone(&accepted);
+        let l = Arc::clone(&listener);
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = l.accept().await.unwrap();
+                *count.lock().unwrap() += 1;
+                tokio::spawn(async move {
+                    let mut got = Vec::new();
+                    stream.read_to_end(&mut got).await.unwrap();
+                    stream.write_all(&reply(got)).await.unwrap();
+                });
+            }
+        });
+        Server {
+            port,
+            accepted,
+            listener_probe: listener,
+        }
+    }
+
+    fn accepted(&self) -> usize {
+        // Keep the listener alive for as long as the test holds the server.
+        let _ = &self.listener_probe;
+        *self.accepted.lock().unwrap()
+    }
+}
+
+/// An HTTP/1.1 server on 127.0.0.1: reads one request (head and a Content-Length body) and
+/// answers with a body that shows the request line and headers it saw, then the body size.
+async fn http_server() -> (u16, Arc<Mutex<usize>>) {
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = Arc::new(Mutex::new(0));
+    let count = Arc::clone(&accepted);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            *count.lock().unwrap() += 1;
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 65536];
+                let (head_len, body_len) = loop {
+                    let n = stream.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "closed before a full request");
+                    buf.extend_from_slice(&chunk[..n]);
+                    let mut headers = [httparse::EMPTY_HEADER; 32];
+                    let mut req = httparse::Request::new(&mut headers);
+                    if let httparse::Status::Complete(len) = req.parse(&buf).unwrap() {
+                        let body_len = req
+                            .headers
+                            .iter()
+                            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                            .map_or(0, |h| {
+                                std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                            });
+                        break (len, body_len);
+                    }
+                };
+                while buf.len() < head_len + body_len {
+                    let n = stream.read(&mut chunk).await.unwrap();
+                    assert!(n > 0, "closed inside the body");
+                    buf.extend_from_slice(&chunk[..n]);
+                }
+                let head = String::from_utf8_lossy(&buf[..head_len]).into_owned();
+                // A large answer, so bytes flow both ways in volume.
+                let body = format!("{head}body: {body_len} bytes\n{}", "x".repeat(200_000));
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                stream.write_all(answer.as_bytes()).await.unwrap();
+            });
+        }
+    });
+    (port, accepted)
+}
+
+async fn start_proxy(allow: &[&str], resolver: Resolver) -> (Proxy, SocketAddr) {
+    let proxy = Proxy::new(AllowList::parse(allow).unwrap(), resolver);
+    let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = proxy.clone();
+    tokio::spawn(async move { serving.serve(listener).await });
+    (proxy, addr)
+}
+
+/// Sends `CONNECT target` and returns the stream and the proxy's answer head (and, for a
+/// refusal, its body).
+async fn connect(proxy: SocketAddr, target: &str) -> (TcpStream, String) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).await.unwrap(),
+            1,
+            "proxy closed: {head:?}"
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    if head.starts_with("HTTP/1.1 200") {
+        (s, head)
+    } else {
+        let mut body = String::new();
+        s.read_to_string(&mut body).await.unwrap();
+        (s, format!("{head}{body}"))
+    }
+}
+
+/// One request through the proxy as HTTP_PROXY sends it; the whole answer.
+async fn http_via(proxy: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).await.unwrap();
+    String::from_utf8(answer).unwrap()
+}
+
+fn reverse(mut got: Vec<u8>) -> Vec<u8> {
+    got.reverse();
+    got
+}
+
+fn one(log: &[Connection]) -> &Connection {
+    assert_eq!(log.len(), 1, "{log:#?}");
+    &log[0]
+}
+
+#[tokio::test]
+async fn an_allowed_name_tunnels_bytes_both_ways_and_is_logged() {
+    let dns = Answerer::start(&[("a.test", &[Ipv4Addr::LOCALHOST])]).await;
+    let server = Server::start(reverse).await;
+    // The test's servers are on loopback, so the address is allowed too.
+    let (proxy, addr) = start_proxy(&["a.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+
+    let (mut tunnel, head) = connect(addr, &format!("a.test:{}", server.port)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let sent: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    tunnel.write_all(&sent).await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, reverse(sent.clone()));
+
+    let log = proxy.wait_for_log(1).await;
+    let c = one(&log);
+    assert_eq!(
+        (c.host.as_str(), c.port, c.kind, c.allowed, c.rule.as_str()),
+        ("a.test", server.port, Kind::Connect, true, "a.test")
+    );
+    assert_eq!(c.address, Some(LOOPBACK));
+    assert_eq!((c.bytes_up, c.bytes_down), (300_000, 300_000));
+    assert_eq!(c.error, None);
+    // The log is serde data, as `--report-json` will carry it.
+    let json = serde_json::to_value(&log).unwrap();
+    assert_eq!(json[0]["bytesUp"], 300_000);
+    assert_eq!(json[0]["kind"], "connect");
+    let back: Vec<Connection> = serde_json::from_value(json).unwrap();
+    assert_eq!(back, log);
+    assert_eq!(
+        dns.asked(),
+        ["a.test", "a.test"],
+        "one A and one AAAA query"
+    );
+}
+
+#[tokio::test]
+async fn plain_http_is_forwarded_in_origin_form_without_proxy_headers() {
+    let dns = Answerer::start(&[("a.test", &[Ipv4Addr::LOCALHOST])]).await;
+    let (port, _) = http_server().await;
+    let (proxy, addr) = start_proxy(&["a.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+
+    let body = "y".repeat(100_000);
+    let request = format!(
+        "POST http://a.test:{port}/upload?x=1 HTTP/1.1\r\nHost: b.test\r\n\
+         Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = http_via(addr, &request).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{}", &answer[..200]);
+    assert!(
+        answer.contains("POST /upload?x=1 HTTP/1.1\r\n"),
+        "{}",
+        &answer[..400]
+    );
+    assert!(answer.contains("body: 100000 bytes"));
+    assert!(answer.contains("Connection: close\r\n"));
+    // The server is asked for the checked host, not the `Host` the program sent.
+    assert!(
+        answer.contains(&format!("Host: a.test:{port}\r\n")),
+        "{}",
+        &answer[..400]
+    );
+    assert!(!answer.contains("b.test"), "{}", &answer[..400]);
+    let lower = answer.to_ascii_lowercase();
+    assert!(!lower.contains("proxy-connection"), "{}", &answer[..400]);
+    assert!(!lower.contains("proxy-authorization"), "{}", &answer[..400]);
+
+    let log = proxy.wait_for_log(1).await;
+    let c = one(&log);
+    assert_eq!((c.kind, c.allowed, c.port), (Kind::Http, true, port));
+    assert!(c.bytes_up > 100_000, "{c:?}");
+    assert_eq!(c.bytes_down, answer.len() as u64);
+}
+
+#[tokio::test]
+async fn a_name_not_on_the_list_is_refused_with_a_body_and_never_resolved() {
+    let dns = Answerer::start(&[
+        ("a.test", &[Ipv4Addr::LOCALHOST]),
+        ("b.test", &[Ipv4Addr::LOCALHOST]),
+    ])
+    .await;
+    let server = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["a.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+
+    let (_, answer) = connect(addr, &format!("b.test:{}", server.port)).await;
+    assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+    assert!(answer.contains("X-Sandbox-Refused: not-listed"), "{answer}");
+    assert!(
+        answer.contains("b.test is not on this run's network allow-list"),
+        "{answer}"
+    );
+    assert!(answer.contains("--allow-domain b.test"), "{answer}");
+    let answer = http_via(
+        addr,
+        &format!(
+            "GET http://b.test:{}/ HTTP/1.1\r\nHost: b.test\r\n\r\n",
+            server.port
+        ),
+    )
+    .await;
+    assert!(answer.contains("--allow-domain b.test"), "{answer}");
+
+    let log = proxy.wait_for_log(2).await;
+    for c in &log {
+        assert_eq!(
+            (c.host.as_str(), c.allowed, c.rule.as_str()),
+            ("b.test", false, "not-listed")
+        );
+    }
+    // Checked before resolving: the name never reached the DNS server, nor the server.
+    assert_eq!(dns.asked(), Vec::<String>::new());
+    assert_eq!(server.accepted(), 0);
+
+    // Control: the same tunnel to a listed name reaches the server.
+    let (mut tunnel, head) = connect(addr, &format!("a.test:{}", server.port)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"ab").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"ba");
+}
+
+#[tokio::test]
+async fn a_name_that_rebinds_from_public_to_loopback_is_refused() {
+    // The attacker's DNS answers a public address first (what a client's own check sees),
+    // then 127.0.0.1, where a service of the host listens.
+    let public = Ipv4Addr::new(93, 184, 216, 34);
+    let dns = Answerer::start(&[("rebind.test", &[public, Ipv4Addr::LOCALHOST])]).await;
+    let victim = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["rebind.test"], Resolver::Server(dns.addr)).await;
+
+    assert_eq!(dns.query_a("rebind.test").await, [IpAddr::V4(public)]);
+    let (_, answer) = connect(addr, &format!("rebind.test:{}", victim.port)).await;
+    assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+    assert!(
+        answer.contains("X-Sandbox-Refused: non-public-answer"),
+        "{answer}"
+    );
+    assert!(
+        answer.contains("rebind.test resolved to 127.0.0.1"),
+        "{answer}"
+    );
+    assert!(answer.contains("--allow-domain 127.0.0.1"), "{answer}");
+    // The proxy answered after deciding, so a connection it had made would be accepted
+    // by now.
+    assert_eq!(victim.accepted(), 0);
+    let log = proxy.wait_for_log(1).await;
+    assert_eq!(one(&log).rule, "non-public-answer");
+
+    // Control: with the address allowed, the same second answer reaches the service.
+    let (_, addr) = start_proxy(&["rebind.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+    let (mut tunnel, head) = connect(addr, &format!("rebind.test:{}", victim.port)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(victim.accepted(), 1);
+}
+
+#[tokio::test]
+async fn ip_literals_are_refused_unless_the_address_is_listed() {
+    let dns = Answerer::start(&[]).await;
+    let server = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["a.test"], Resolver::Server(dns.addr)).await;
+
+    let (_, answer) = connect(addr, &format!("127.0.0.1:{}", server.port)).await;
+    assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+    assert!(answer.contains("X-Sandbox-Refused: ip-literal"), "{answer}");
+    assert!(answer.contains("--allow-domain 127.0.0.1"), "{answer}");
+    let answer = http_via(
+        addr,
+        &format!("GET http://127.0.0.1:{}/ HTTP/1.1\r\n\r\n", server.port),
+    )
+    .await;
+    assert!(answer.contains("X-Sandbox-Refused: ip-literal"), "{answer}");
+    let (_, answer) = connect(addr, &format!("[::1]:{}", server.port)).await;
+    assert!(answer.contains("X-Sandbox-Refused: ip-literal"), "{answer}");
+    let log = proxy.wait_for_log(3).await;
+    assert!(
+        log.iter().all(|c| !c.allowed && c.rule == "ip-literal"),
+        "{log:#?}"
+    );
+    assert_eq!(server.accepted(), 0);
+
+    // Control: listed, the literal is connected to as it is.
+    let (proxy, addr) = start_proxy(&["127.0.0.1"], Resolver::Server(dns.addr)).await;
+    let (mut tunnel, head) = connect(addr, &format!("127.0.0.1:{}", server.port)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"xyz").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"zyx");
+    let log = proxy.wait_for_log(1).await;
+    assert_eq!(one(&log).rule, "127.0.0.1");
+    assert_eq!(
+        dns.asked(),
+        Vec::<String>::new(),
+        "a literal is never resolved"
+    );
+}
+
+#[tokio::test]
+async fn the_system_resolver_resolves_localhost() {
+    let server = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["localhost", "127.0.0.1", "::1"], Resolver::System).await;
+    let (mut tunnel, head) = connect(addr, &format!("localhost:{}", server.port)).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    tunnel.write_all(b"12").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"21");
+    let log = proxy.wait_for_log(1).await;
+    assert_eq!(one(&log).address, Some(LOOPBACK));
+}
+
+#[tokio::test]
+async fn malformed_requests_get_a_readable_400() {
+    let (proxy, addr) = start_proxy(&["a.test"], Resolver::System).await;
+    let answer = http_via(addr, "GET /relative HTTP/1.1\r\nHost: a.test\r\n\r\n").await;
+    assert!(answer.starts_with("HTTP/1.1 400 Bad Request"), "{answer}");
+    assert!(answer.contains("HTTP_PROXY"), "{answer}");
+    let answer = http_via(addr, "CONNECT a.test HTTP/1.1\r\n\r\n").await;
+    assert!(answer.contains("CONNECT needs host:port"), "{answer}");
+    let log = proxy.wait_for_log(2).await;
+    assert!(log.iter().all(|c| c.rule == "bad-request"), "{log:#?}");
+}
