@@ -289,6 +289,53 @@ fn later_runs_move_and_delete_the_refs_earlier_runs_created() {
         .unwrap();
     assert!(!out.status.success(), "{}", common::text(&out));
     assert_ne!(escape::rev_parse(&f, "refs/heads/users"), "");
+    // The failure says why, from git's own report: the ref is pinned, not the task's.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "`git branch -D users` failed inside because refs/heads/users is not this task's"
+        ) && stderr.contains("run `git branch -D users` on the host"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn git_gc_inside_says_why_it_cannot_pack_refs() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let run = |script: &str| {
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let out = run("git commit -q --allow-empty -m one && git gc -q");
+    assert!(!out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("failed inside because"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("`git gc -q`")
+            && lines[0].contains("packed-refs is read-only in the sandbox")
+            && lines[0].contains("`git pack-refs --all`"),
+        "{stderr}"
+    );
+    // A git command that fails for a reason of its own gets no such line.
+    let out = run("git rev-parse --verify -q no-such-ref");
+    assert!(!out.status.success(), "{}", common::text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("failed inside"),
+        "{}",
+        common::text(&out)
+    );
 }
 
 #[test]

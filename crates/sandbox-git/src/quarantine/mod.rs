@@ -23,6 +23,7 @@ mod live;
 mod objects;
 pub mod refs;
 pub mod task;
+pub mod trace;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -115,6 +116,10 @@ pub struct StoreReport {
     /// git store then failed with ENOSPC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_full: Option<u64>,
+    /// Commands inside that failed on a ref or `packed-refs` the host pinned read-only, as
+    /// git reported them ([`trace`]): one line each, saying why and what to run on the host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pinned_failures: Vec<String>,
 }
 
 impl StoreReport {
@@ -151,7 +156,11 @@ impl StoreReport {
                 bytes >> 20
             )
         });
-        refused.chain(rejected).chain(full).collect()
+        refused
+            .chain(rejected)
+            .chain(full)
+            .chain(self.pinned_failures.iter().cloned())
+            .collect()
     }
 }
 
@@ -539,6 +548,11 @@ impl StoreQuarantine {
 
     pub fn layers(&self) -> &Layers {
         &self.layers
+    }
+
+    /// The repository's common dir.
+    pub fn common(&self) -> &Path {
+        &self.common
     }
 
     /// The writable layer, as every read of it goes: through the held directory (the

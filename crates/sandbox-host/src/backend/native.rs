@@ -66,10 +66,21 @@ mod platform {
             self.sandbox.enforcement()
         }
 
-        fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError> {
+        fn command(&self, mut spec: CommandSpec) -> Result<PreparedCommand, HostError> {
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.
-            let (child, store) = self.sandbox.command()?;
+            let (child, mut store) = self.sandbox.command()?;
+            // git inside reports its errors to a socket in the private TMPDIR, so a command
+            // that fails on a pinned ref gets a line that says so (unless the user traces
+            // git events elsewhere already).
+            let tmpdir = spec.env_var("TMPDIR").map(std::path::PathBuf::from);
+            if let (Some(store), Some(tmpdir), None) =
+                (store.as_mut(), tmpdir, spec.env_var("GIT_TRACE2_EVENT"))
+            {
+                if let Some(target) = store.listen_for_git_errors(&tmpdir) {
+                    spec.env.push(("GIT_TRACE2_EVENT".into(), target));
+                }
+            }
             Ok(PreparedCommand::new(
                 BackendKind::Native,
                 spec,
