@@ -249,6 +249,7 @@ impl Session {
             allow_domains: args.allow_domain.clone(),
             timeout: args.timeout,
             unprotected_git: args.unprotected_git,
+            push_remotes: args.allow_push.clone(),
             tmpdir: runs_command.then(|| TmpdirRequest {
                 prefix: "sandbox-run-".into(),
                 root: None,

@@ -822,3 +822,144 @@ fn walk_size(dir: &std::path::Path) -> u64 {
         })
         .sum()
 }
+
+/// A bare repository beside the fixture's, holding its `main`, and the task's `origin`.
+fn bare_remote(f: &Fixture) -> std::path::PathBuf {
+    let remote = f.outside.join("remote.git");
+    common::escape::git(
+        &f.outside,
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+    );
+    common::escape::git(&f.main, &["push", "-q", remote.to_str().unwrap(), "HEAD"]);
+    common::escape::git(
+        &f.task,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    remote
+}
+
+#[test]
+fn a_push_to_a_local_bare_remote_needs_allow_push_and_lands_through_the_quarantine() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let remote = bare_remote(&f);
+    let push = |flags: &[&str], script: &str| {
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native"])
+            .args(flags)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let remote_ref = |name: &str| {
+        let out = escape::host_git(&remote, &["rev-parse", "-q", "--verify", name]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // Without the flag: the push fails, and says which flag would let it through.
+    let out = push(
+        &[],
+        "git commit -q --allow-empty -m p1 && git push -q origin feature",
+    );
+    assert!(!out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("`--allow-push {}`", remote.display())),
+        "{stderr}"
+    );
+    assert_eq!(remote_ref("refs/heads/feature"), "");
+    // With it (by the remote's name): the branch lands, and a later push moves it.
+    let out = push(&["--allow-push", "origin"], "git push -q origin feature");
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        remote_ref("refs/heads/feature"),
+        escape::rev_parse(&f, "feature")
+    );
+    let out = push(
+        &["--allow-push", "origin"],
+        "git commit -q --allow-empty -m p2 && git push -q origin feature",
+    );
+    assert!(out.status.success(), "{}", common::text(&out));
+    let feature = escape::rev_parse(&f, "feature");
+    assert_eq!(remote_ref("refs/heads/feature"), feature);
+    // The repository's remote-tracking ref followed the remote, and nothing was refused.
+    assert_eq!(
+        escape::rev_parse(&f, "refs/remotes/origin/feature"),
+        feature
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("refused"),
+        "{}",
+        common::text(&out)
+    );
+    // The remote's trunk is not the task's: refused inside, unchanged on the host.
+    let trunk = remote_ref("refs/heads/trunk");
+    assert_ne!(trunk, "");
+    let out = push(
+        &["--allow-push", "origin"],
+        "git push -q -f origin feature:trunk",
+    );
+    assert!(!out.status.success(), "{}", common::text(&out));
+    assert_eq!(remote_ref("refs/heads/trunk"), trunk);
+    // Objects arrived by content: the remote is whole.
+    let fsck = escape::host_git(&remote, &["fsck", "--connectivity-only"]);
+    assert!(fsck.status.success(), "{}", common::text(&fsck));
+}
+
+#[test]
+fn a_hook_planted_in_the_push_remote_never_lands() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let remote = bare_remote(&f);
+    let mark = f.outside.join("remote-hook-ran");
+    // The attack: a hook (and a hooks path in its config) in the remote, from inside; the
+    // user's next push from the host would run it.
+    let plant = format!(
+        "r={r}; printf '#!/bin/sh\\ntouch {m}\\n' > $r/hooks/pre-receive; chmod +x $r/hooks/pre-receive; \
+         git config -f $r/config core.hooksPath $r/hooks; \
+         mkdir -p $r/planted && cp $r/hooks/pre-receive $r/planted/ 2>/dev/null; \
+         git push -q origin feature; true",
+        r = remote.display(),
+        m = mark.display()
+    );
+    let host_push = || {
+        let out = escape::host_git(&f.task, &["push", "-q", "origin", "HEAD:refs/heads/check"]);
+        assert!(out.status.success(), "{}", common::text(&out));
+        escape::host_git(&remote, &["update-ref", "-d", "refs/heads/check"]);
+    };
+    for backend in ["native", "host"] {
+        let mut cmd = f.env.cmd();
+        cmd.current_dir(&f.task).args(["run", "--backend", backend]);
+        if backend == "native" {
+            cmd.args(["--allow-push", remote.to_str().unwrap()]);
+        }
+        let out = cmd.args(["--", "sh", "-c", &plant]).output().unwrap();
+        assert!(out.status.success(), "{backend}: {}", common::text(&out));
+        host_push();
+        let ran = mark.exists();
+        if backend == "host" {
+            // The control: without a sandbox the planted hook runs on the user's push.
+            assert!(
+                ran,
+                "host: the planted hook did not run: the attack is broken"
+            );
+        } else {
+            assert!(
+                !ran,
+                "native: the hook planted in the push remote ran on the host"
+            );
+            assert!(!remote.join("hooks/pre-receive").exists());
+            assert!(!remote.join("planted").exists());
+            // The push itself went through.
+            let out = escape::host_git(&remote, &["rev-parse", "-q", "--verify", "feature"]);
+            assert!(out.status.success(), "{}", common::text(&out));
+        }
+    }
+}

@@ -27,6 +27,9 @@ use std::path::{Path, PathBuf};
 pub struct Failure {
     pub argv: Vec<String>,
     pub errors: Vec<String>,
+    /// The repository paths its `git-receive-pack` processes were started on (a push to a
+    /// local path runs one, inside).
+    pub pushed_to: Vec<String>,
 }
 
 /// At most this many command trees, messages per tree and bytes per message are kept: the
@@ -85,6 +88,24 @@ impl Collected {
                     .unwrap_or_default();
                 if let Some(tree) = self.tree(root) {
                     tree.argv = argv;
+                }
+            }
+            "start" => {
+                let argv: Vec<&str> = event
+                    .get("argv")
+                    .and_then(|v| v.as_array())
+                    .map(|a| a.iter().take(4).filter_map(|s| s.as_str()).collect())
+                    .unwrap_or_default();
+                let path = match argv.as_slice() {
+                    [pack, path, ..] if pack.ends_with("git-receive-pack") => Some(*path),
+                    [git, "receive-pack", path, ..] if git.ends_with("git") => Some(*path),
+                    _ => None,
+                };
+                if let (Some(path), Some(tree)) = (path, self.tree(root)) {
+                    if tree.pushed_to.len() < MAX_ERRORS {
+                        tree.pushed_to
+                            .push(path.chars().take(MAX_MESSAGE).collect());
+                    }
                 }
             }
             "error" => {
@@ -231,6 +252,25 @@ fn read_events(socket: std::os::unix::net::UnixDatagram, stop: OwnedFd) -> Vec<F
 pub struct Pins<'a> {
     pub common: &'a Path,
     pub pinned_refs: &'a [String],
+    /// The push remotes the run may reach (`--allow-push`), as git dirs.
+    pub push_remotes: &'a [PathBuf],
+}
+
+/// The git dir of the repository at `path` on this machine (a bare one, or a worktree's
+/// `.git` directory), canonical.
+pub fn local_repository(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let path = std::fs::canonicalize(path).ok()?;
+    let dot_git = path.join(".git");
+    if dot_git.is_dir() {
+        return Some(dot_git);
+    }
+    ["HEAD", "objects", "refs"]
+        .iter()
+        .all(|n| path.join(n).exists())
+        .then_some(path)
 }
 
 /// A command line for a message: `git` for git's own path, words quoted for a shell.
@@ -269,8 +309,14 @@ fn names_path(msg: &str, path: &Path) -> bool {
 }
 
 /// One line per failed command whose message names a file the host pinned: `packed-refs`
-/// (frozen) or a ref that is not the task's. Pure.
-pub fn explain(failures: &[Failure], pins: &Pins<'_>) -> Vec<String> {
+/// (frozen) or a ref that is not the task's; or a push whose `receive-pack` failed on a
+/// path that `local_repository` (which asks the host) says is the git dir of a repository
+/// on this machine, not one of the run's push remotes. Pure but for `local_repository`.
+pub fn explain(
+    failures: &[Failure],
+    pins: &Pins<'_>,
+    local_repository: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Vec<String> {
     let packed = pins.common.join("packed-refs");
     let mut lines = BTreeSet::new();
     let mut ordered = Vec::new();
@@ -300,6 +346,22 @@ pub fn explain(failures: &[Failure], pins: &Pins<'_>) -> Vec<String> {
                     )
                 })
         };
+        let line = line.or_else(|| {
+            failure.pushed_to.iter().find_map(|path| {
+                let named = failure.errors.iter().any(|m| m.contains(path.as_str()));
+                let gitdir = local_repository(Path::new(path))?;
+                (named && !pins.push_remotes.contains(&gitdir)).then(|| {
+                    let arg = command_line(&["git".into(), path.clone()]);
+                    let arg = arg.trim_start_matches("git ");
+                    format!(
+                        "git: `{cmd}` failed inside because {path} is a repository on this \
+                         machine, which a run may not write: to push there through a \
+                         quarantine (the host takes in new branches and tags, the remote's \
+                         hooks and config stay read-only), run again with `--allow-push {arg}`"
+                    )
+                })
+            })
+        });
         if let Some(line) = line {
             if lines.insert(line.clone()) && ordered.len() < 8 {
                 ordered.push(line);
@@ -324,6 +386,7 @@ mod tests {
         Failure {
             argv: argv.iter().map(|s| s.to_string()).collect(),
             errors: errors.iter().map(|s| s.to_string()).collect(),
+            pushed_to: Vec::new(),
         }
     }
 
@@ -333,6 +396,7 @@ mod tests {
         let pins = Pins {
             common: &common,
             pinned_refs: &refs,
+            push_remotes: &[],
         };
         let gc = failure(
             &["git", "gc"],
@@ -357,7 +421,8 @@ mod tests {
             ),
             failure(&["git", "commit"], &["nothing to commit"]),
         ];
-        let lines = explain(&[gc, delete], &pins);
+        let none = |_: &Path| None;
+        let lines = explain(&[gc, delete], &pins, &none);
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert!(
             lines[0].contains("`git gc`") && lines[0].contains("packed-refs"),
@@ -370,7 +435,38 @@ mod tests {
             "{}",
             lines[1]
         );
-        assert_eq!(explain(&others, &pins), Vec::<String>::new());
+        assert_eq!(explain(&others, &pins, &none), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_push_to_a_local_repository_names_the_flag_unless_granted() {
+        let (common, refs) = pins();
+        let granted = [PathBuf::from("/srv/granted.git")];
+        let pins = Pins {
+            common: &common,
+            pinned_refs: &refs,
+            push_remotes: &granted,
+        };
+        let repo = |p: &Path| {
+            ["/srv/remote.git", "/srv/granted.git"]
+                .contains(&p.to_str().unwrap())
+                .then(|| p.to_path_buf())
+        };
+        let push = |to: &str| Failure {
+            argv: vec!["git".into(), "push".into(), "origin".into()],
+            errors: vec![format!("'{to}' does not appear to be a git repository")],
+            pushed_to: vec![to.into()],
+        };
+        let lines = explain(&[push("/srv/remote.git")], &pins, &repo);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("`--allow-push /srv/remote.git`"),
+            "{}",
+            lines[0]
+        );
+        for quiet in [push("/srv/granted.git"), push("/srv/elsewhere.git")] {
+            assert_eq!(explain(&[quiet], &pins, &repo), Vec::<String>::new());
+        }
     }
 
     #[test]
@@ -388,6 +484,7 @@ mod tests {
         c.event(br#"{"event":"start","sid":"a/b","argv":["git","pack-refs"]}"#);
         c.event(br#"{"event":"error","sid":"a/b","msg":"one"}"#);
         c.event(br#"{"event":"error","sid":"a","msg":"two"}"#);
+        c.event(br#"{"event":"start","sid":"a/c","argv":["git-receive-pack","/r.git"]}"#);
         c.event(b"not json");
         for i in 0..1000 {
             c.event(
@@ -403,6 +500,7 @@ mod tests {
         assert_eq!(failures[0].argv, ["git", "gc"]);
         assert_eq!(failures[0].errors.len(), MAX_ERRORS);
         assert_eq!(failures[0].errors[..2], ["one", "two"]);
+        assert_eq!(failures[0].pushed_to, ["/r.git"]);
     }
 
     #[cfg(target_os = "linux")]

@@ -43,6 +43,8 @@ pub struct PreparedCommand {
     keep: Vec<Arc<dyn Send + Sync>>,
     /// The git store quarantine of this command (native with the private view).
     store: Option<LiveQuarantine>,
+    /// The quarantines of the push remotes (`--allow-push`).
+    pushes: Vec<(PathBuf, LiveQuarantine)>,
     /// The worktree's `HEAD` when the quarantined command started.
     head: Option<gitguard::HeadAtStart>,
     /// The worktree's own git dir when the command was prepared (a linked worktree's).
@@ -85,6 +87,8 @@ pub struct Finished {
     /// What the git store quarantine applied and refused (when the run had one), or why its
     /// last sync failed.
     pub git_store: Option<Result<StoreReport, QuarantineError>>,
+    /// The same for each push remote (`--allow-push`).
+    pub git_push: Vec<(PathBuf, Result<StoreReport, QuarantineError>)>,
     /// What the check of the worktree's own git dir set aside and noticed.
     pub git_dir: gitguard::GitDirReport,
     /// The git layout to check again once the orphans are gone: set when other commands
@@ -163,6 +167,15 @@ impl Finished {
             )),
             None => {}
         }
+        for (remote, report) in &self.git_push {
+            match report {
+                Ok(report) => lines.extend(report.remote_warnings(remote)),
+                Err(e) => lines.push(format!(
+                    "git push to {}: {e}; what the run pushed may not have reached it",
+                    remote.display()
+                )),
+            }
+        }
         lines.extend(self.git_dir.warnings());
         lines
     }
@@ -190,6 +203,7 @@ impl PreparedCommand {
             judge,
             keep: Vec::new(),
             store: None,
+            pushes: Vec::new(),
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             git,
@@ -203,6 +217,12 @@ impl PreparedCommand {
             .and(self.git.as_ref())
             .and_then(gitguard::HeadAtStart::read);
         self.store = store;
+        self
+    }
+
+    /// Gives the command the quarantines of its push remotes, finished in [`Self::finish`].
+    pub fn with_pushes(mut self, pushes: Vec<(PathBuf, LiveQuarantine)>) -> Self {
+        self.pushes = pushes;
         self
     }
 
@@ -287,6 +307,12 @@ impl PreparedCommand {
             None => (Vec::new(), None),
         };
         // After every process is gone, nothing writes the layer any more: this sync is final.
+        // The push remotes first: the store's remote-tracking refs follow what they applied.
+        let git_push = self
+            .pushes
+            .into_iter()
+            .map(|(remote, store)| (remote, store.finish()))
+            .collect();
         let git_store = self.store.map(|store| store.finish());
         // With the store synced, `HEAD` may name a branch the run created.
         let report = git_store.as_ref().and_then(|r| r.as_ref().ok());
@@ -305,6 +331,7 @@ impl PreparedCommand {
             tampering,
             worktree_config_enabled,
             git_store,
+            git_push,
             git_dir,
             recheck: None,
         }

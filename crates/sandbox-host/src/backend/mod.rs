@@ -265,6 +265,18 @@ pub fn check_policy(
     options: &BackendOptions,
 ) -> Result<(), HostError> {
     check_trusted_places(kind, policy, options)?;
+    let pushes = policy.workspace.git.iter().flat_map(|g| &g.push_remotes);
+    if let (Some(remote), true) = (pushes.clone().next(), kind != BackendKind::Native) {
+        return Err(HostError::Unavailable {
+            backend: kind.as_str(),
+            message: format!(
+                "--allow-push {}: only the native backend's git quarantine can take a push in \
+                 by its rules (the {kind} backend would have to make the remote writable, and \
+                 a hook planted there would run on your next push); use --backend native",
+                remote.display()
+            ),
+        });
+    }
     if kind != BackendKind::Nono && !policy.allow_domains.is_empty() {
         return Err(HostError::DomainsNeedNono {
             backend: kind,

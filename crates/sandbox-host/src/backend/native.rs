@@ -69,7 +69,8 @@ mod platform {
         fn command(&self, mut spec: CommandSpec) -> Result<PreparedCommand, HostError> {
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.
-            let (child, mut store) = self.sandbox.command()?;
+            let (child, stores) = self.sandbox.command()?;
+            let mut store = stores.store;
             // git inside reports its errors to a socket in the private TMPDIR, so a command
             // that fails on a pinned ref gets a line that says so (unless the user traces
             // git events elsewhere already).
@@ -77,7 +78,8 @@ mod platform {
             if let (Some(store), Some(tmpdir), None) =
                 (store.as_mut(), tmpdir, spec.env_var("GIT_TRACE2_EVENT"))
             {
-                if let Some(target) = store.listen_for_git_errors(&tmpdir) {
+                let pushes = stores.pushes.iter().map(|(r, _)| r.clone()).collect();
+                if let Some(target) = store.listen_for_git_errors(&tmpdir, pushes) {
                     spec.env.push(("GIT_TRACE2_EVENT".into(), target));
                 }
             }
@@ -88,7 +90,8 @@ mod platform {
                 CommandJudge::Plain,
                 self.git.clone(),
             )
-            .with_store(store))
+            .with_store(store)
+            .with_pushes(stores.pushes))
         }
     }
 }

@@ -87,7 +87,16 @@ enum ViewMode {
         gitdir: PathBuf,
         /// Where the record of each worktree's task branch is kept (private, persistent).
         task_records: PathBuf,
+        /// The push remotes (`--allow-push`), each quarantined like the store.
+        push_remotes: Vec<PathBuf>,
     },
+}
+
+/// The git quarantines of one command: the worktree's store, and each push remote's.
+#[derive(Debug, Default)]
+pub struct Stores {
+    pub store: Option<sandbox_git::quarantine::LiveQuarantine>,
+    pub pushes: Vec<(PathBuf, sandbox_git::quarantine::LiveQuarantine)>,
 }
 
 /// One command's setup: the session's sandbox, and the command's view.
@@ -220,6 +229,7 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
                 work: run.join("layer/work"),
                 snapshot: run.join("snapshot"),
                 pinned_refs: Vec::new(),
+                remotes: Vec::new(),
             };
             crate::linux::view::plan(policy, Some(&layers))
         }),
@@ -430,6 +440,7 @@ impl NativeSandbox {
                             common: git.common_dir.clone(),
                             gitdir: git.worktree_gitdir.clone(),
                             task_records,
+                            push_remotes: git.push_remotes.clone(),
                         })
                     }
                     _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
@@ -439,6 +450,23 @@ impl NativeSandbox {
             }
             ViewSupport::Unavailable { .. } => None,
         };
+        let pushes = policy
+            .workspace
+            .git
+            .iter()
+            .flat_map(|g| &g.push_remotes)
+            .next();
+        if let (Some(remote), false) = (pushes, matches!(view, Some(ViewMode::Quarantined { .. })))
+        {
+            return Err(HostError::QuarantineUnsupported {
+                reason: format!(
+                    "--allow-push {}: a push is taken in only through the git store \
+                     quarantine, which this run does not have (it needs a linked worktree and \
+                     the private view: see `sandbox doctor`). Nothing was run",
+                    remote.display()
+                ),
+            });
+        }
         let plan = landlock_plan(policy, &support)?;
         let rules = seccomp_plan(policy, &support, options);
         let enforcement = report(policy, &plan, &rules, &support, options);
@@ -488,10 +516,9 @@ impl NativeSandbox {
 
     /// The setup of one command, with its git store quarantine when the session has one
     /// (synced live from now on; finish it once the command's processes are gone).
-    pub fn command(
-        self: &Arc<Self>,
-    ) -> Result<(NativeChild, Option<sandbox_git::quarantine::LiveQuarantine>), HostError> {
+    pub fn command(self: &Arc<Self>) -> Result<(NativeChild, Stores), HostError> {
         let mut child_rules = Vec::new();
+        let mut pushes = Vec::new();
         let mut plan = &self.landlock;
         let (view, store) = match &self.view {
             None => (None, None),
@@ -505,29 +532,45 @@ impl NativeSandbox {
                 common,
                 gitdir,
                 task_records,
+                push_remotes,
             }) => {
-                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare_task(
+                use sandbox_git::quarantine::{LiveQuarantine, StoreQuarantine};
+                let mut store = StoreQuarantine::prepare_task(
                     common,
                     gitdir,
                     task_records,
                     store_dir,
+                    push_remotes,
                 )
                 .map_err(HostError::GitQuarantine)?;
                 let layer = store_bytes
                     .map(|bytes| store.bound_layer(bytes))
                     .transpose()
                     .map_err(HostError::GitQuarantine)?;
-                let view =
-                    PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
+                let records = sandbox_git::quarantine::task::push_record_dir(task_records, gitdir);
+                let mut layers = store.layers().clone();
+                for remote in push_remotes {
+                    let quarantine = StoreQuarantine::prepare_push(remote, &records, store_dir)
+                        .map_err(HostError::GitQuarantine)?;
+                    layers
+                        .remotes
+                        .push(sandbox_policy::compile::view::RemoteStoreLayers {
+                            gitdir: remote.clone(),
+                            layers: quarantine.layers().clone(),
+                        });
+                    child_rules.push(ChildRule::new(
+                        remote,
+                        landlock::read_write_dir_bits(abi::landlock_abi()),
+                    )?);
+                    pushes.push((remote.clone(), LiveQuarantine::start(quarantine)));
+                }
+                let view = PreparedView::prepare_with_layer(policy, staging, Some(&layers), layer)?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
                     landlock::read_write_dir_bits(abi::landlock_abi()),
                 )?);
-                (
-                    Some(Arc::new(view)),
-                    Some(sandbox_git::quarantine::LiveQuarantine::start(store)),
-                )
+                (Some(Arc::new(view)), Some(LiveQuarantine::start(store)))
             }
         };
         if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
@@ -548,7 +591,7 @@ impl NativeSandbox {
                 own_ruleset,
                 child_rules,
             },
-            store,
+            Stores { store, pushes },
         ))
     }
 }
