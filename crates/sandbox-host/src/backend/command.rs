@@ -91,10 +91,38 @@ pub struct Finished {
     pub git_push: Vec<(PathBuf, Result<StoreReport, QuarantineError>)>,
     /// What the check of the worktree's own git dir set aside and noticed.
     pub git_dir: gitguard::GitDirReport,
-    /// The git layout to check again once the orphans are gone: set when other commands
-    /// still ran as this one ended, so its orphans could not be killed yet
+    /// What to check again once the orphans are gone: set when other commands still ran as
+    /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
-    pub recheck: Option<GitLayout>,
+    pub recheck: Option<Recheck>,
+}
+
+/// The checks after a run that an orphan could undo, kept to run again once it is gone
+/// ([`crate::run::recheck`]): the git pointers, and the audit of the worktree's own git dir.
+#[derive(Debug, Clone)]
+pub struct Recheck {
+    pub git: GitLayout,
+    gitdir: Option<gitguard::GitDirAtStart>,
+    /// The run's store report (which refs a stopped rebase may move).
+    store: Option<StoreReport>,
+}
+
+impl Recheck {
+    /// Checks again and restores; one line per finding.
+    pub fn run(&self) -> Vec<String> {
+        let mut lines: Vec<String> = gitguard::check_and_restore(&self.git)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if let Some(start) = &self.gitdir {
+            let report = self.store.as_ref();
+            let audit = gitguard::audit_gitdir(start, &|name| {
+                gitguard::may_own_ref(&self.git, name, report)
+            });
+            lines.extend(audit.warnings());
+        }
+        lines
+    }
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -278,7 +306,10 @@ impl PreparedCommand {
     /// the token that proves every process of the command is gone (its process group and any
     /// orphan that left it): a descendant still running could rewrite a pointer after the
     /// check.
-    pub(crate) fn finish(self, outcome: Option<ExitOutcome>) -> Finished {
+    ///
+    /// `complete`: every orphan is known gone; if not, [`Finished::recheck`] keeps what to
+    /// check again once it is.
+    pub(crate) fn finish(self, outcome: Option<ExitOutcome>, complete: bool) -> Finished {
         let end = match (&self.judge, outcome) {
             (CommandJudge::StartMarker(marker), Some(ExitOutcome::Exited(status)))
                 if !marker.fired() =>
@@ -326,6 +357,14 @@ impl PreparedCommand {
             _ => gitguard::GitDirReport::default(),
         };
         drop(self.keep);
+        let recheck = match (&self.git, complete) {
+            (Some(git), false) => Some(Recheck {
+                git: git.clone(),
+                gitdir: self.gitdir.clone(),
+                store: report.cloned(),
+            }),
+            _ => None,
+        };
         Finished {
             end,
             tampering,
@@ -333,7 +372,57 @@ impl PreparedCommand {
             git_store,
             git_push,
             git_dir,
-            recheck: None,
+            recheck,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link an orphan plants in the worktree's git dir after its command's check (the
+    /// daemon could not kill it yet: other commands ran) is set aside by the recheck, as
+    /// the check itself would have.
+    #[test]
+    fn the_recheck_audits_the_git_dir_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main");
+        std::fs::create_dir(&main).unwrap();
+        sandbox_testkit::git(&main, &["init", "-q", "-b", "trunk"]);
+        sandbox_testkit::git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        let task = dir.path().join("task");
+        sandbox_testkit::git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "task",
+            ],
+        );
+        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+            workdir: task.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let git = policy.workspace.git.clone().unwrap();
+        let recheck = Recheck {
+            gitdir: gitguard::GitDirAtStart::read(&git),
+            git: git.clone(),
+            store: None,
+        };
+        assert_eq!(recheck.run(), Vec::<String>::new(), "nothing to find yet");
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "# mine\n").unwrap();
+        let planted = git.worktree_gitdir.join("COMMIT_EDITMSG");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let lines = recheck.run();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("COMMIT_EDITMSG"), "{lines:?}");
+        assert!(planted.symlink_metadata().is_err(), "the link is set aside");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# mine\n");
     }
 }
