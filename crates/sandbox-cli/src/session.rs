@@ -137,6 +137,7 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
                 source: ctx.loaded.custom_command_source.clone(),
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
+        state_dir: Some(ctx.dirs.state.clone()),
         trusted: trusted_places(&ctx.dirs),
         allow_unix_sockets: config.backends.native.allow_unix_sockets,
         git_store_bytes: config

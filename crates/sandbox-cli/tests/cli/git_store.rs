@@ -963,3 +963,41 @@ fn a_hook_planted_in_the_push_remote_never_lands() {
         }
     }
 }
+
+/// The record of which branch a worktree's runs own outlives a reboot (the runtime dir is
+/// emptied then): a run SIGKILLed with `HEAD` parked on a branch of the user's before it
+/// was checked, and a reboot after it, still leave the next run refused.
+#[test]
+fn the_task_record_survives_a_reboot() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    run_ok(&f, "git commit -q --allow-empty -m one");
+    let runtime = f.env.path().join("run");
+    assert!(
+        runtime.is_dir(),
+        "the runtime dir is where the tests put it"
+    );
+    // The reboot, and what the killed run left: HEAD on a branch of the user's.
+    std::fs::remove_dir_all(&runtime).unwrap();
+    common::escape::git(&f.main, &["branch", "users"]);
+    let users = escape::rev_parse(&f, "users");
+    common::escape::git(&f.task, &["symbolic-ref", "HEAD", "refs/heads/users"]);
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("git commit -q --allow-empty -m moved")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("this worktree's sandboxed runs own refs/heads/feature"),
+        "{stderr}"
+    );
+    assert_eq!(escape::rev_parse(&f, "users"), users);
+}

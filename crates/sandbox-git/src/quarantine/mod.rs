@@ -406,14 +406,23 @@ impl StoreQuarantine {
     ///
     /// `push_remotes`: the run's push remotes (`--allow-push`), whose remote-tracking refs
     /// follow the remote ([`Self::track_push_remotes`]) and are not pinned.
+    ///
+    /// `record_dirs`: where the record is written (the first) and where it may be found (in
+    /// order: an earlier version kept it in another place).
     pub fn prepare_task(
         common: &Path,
         gitdir: &Path,
-        record_dir: &Path,
+        record_dirs: &[&Path],
         parent: &Path,
         push_remotes: &[PathBuf],
     ) -> Result<Self, QuarantineError> {
-        let record = task::TaskRecord::load(record_dir, gitdir);
+        let record_dir = record_dirs.first().copied().unwrap_or(parent);
+        let found = record_dirs
+            .iter()
+            .enumerate()
+            .find_map(|(i, dir)| task::TaskRecord::load(dir, gitdir).map(|r| (i, r)));
+        let moved = found.as_ref().is_some_and(|(i, _)| *i > 0);
+        let record = found.map(|(_, r)| r);
         let head = std::fs::read_to_string(gitdir.join("HEAD")).unwrap_or_default();
         let packed = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?;
@@ -438,8 +447,9 @@ impl StoreQuarantine {
         if branch.is_some() && record.branch.is_none() {
             record.branch = branch.clone();
         }
-        // Written only when it changed: most runs find it as the last one left it.
-        if loaded.as_ref() != Some(&record) {
+        // Written only when it changed (or is found in the old place): most runs find it as
+        // the last one left it.
+        if moved || loaded.as_ref() != Some(&record) {
             record
                 .save(record_dir)
                 .map_err(io("writing the task record in", record_dir))?;

@@ -149,6 +149,10 @@ pub struct BackendOptions {
     /// needs during the run (the nono manifest) and small caches; created with mode 0700 and
     /// refused if anyone else could write it. Default: `$TMPDIR/sandbox-<uid>`.
     pub private_dir: Option<PathBuf>,
+    /// A private directory that survives a reboot, for records the boundary relies on
+    /// across runs (which branch a worktree's runs own: the git task records). Default:
+    /// `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
+    pub state_dir: Option<PathBuf>,
     /// The places no grant may reach (configuration, remembered choices, the daemon's
     /// token); checked by [`check_policy`] for every backend but `host`.
     pub trusted: TrustedPlaces,
@@ -159,6 +163,21 @@ impl BackendOptions {
         self.spawn_dir
             .as_deref()
             .unwrap_or(policy.workspace.cwd.as_path())
+    }
+
+    /// The persistent private directory, or its default (the private directory when no
+    /// home is known).
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        let state = match std::env::var_os("XDG_STATE_HOME") {
+            Some(d) if Path::new(&d).is_absolute() => Some(PathBuf::from(d)),
+            _ => std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state")),
+        };
+        state.map_or_else(|| self.private_dir(), |s| s.join("sandbox"))
     }
 
     /// The private directory, or its default.

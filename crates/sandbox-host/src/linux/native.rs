@@ -27,6 +27,8 @@ pub struct NativeOptions {
     pub allow_unix_sockets: bool,
     /// Our private directory: the probe's cache and the view's staging directory live here.
     pub private_dir: PathBuf,
+    /// Our persistent private directory: the git task records live here.
+    pub state_dir: PathBuf,
     /// The bound of a run's git store layer, in bytes (a tmpfs of this size per command).
     pub git_store_bytes: u64,
 }
@@ -38,6 +40,7 @@ impl NativeOptions {
             allow_degraded: options.allow_degraded,
             allow_unix_sockets: options.allow_unix_sockets,
             private_dir: options.private_dir(),
+            state_dir: options.state_dir(),
             git_store_bytes: options.git_store_bytes.unwrap_or(DEFAULT_GIT_STORE_BYTES),
         }
     }
@@ -87,6 +90,8 @@ enum ViewMode {
         gitdir: PathBuf,
         /// Where the record of each worktree's task branch is kept (private, persistent).
         task_records: PathBuf,
+        /// Where earlier versions kept them (the runtime dir): still read.
+        legacy_records: PathBuf,
         /// The push remotes (`--allow-push`), each quarantined like the store.
         push_remotes: Vec<PathBuf>,
     },
@@ -425,9 +430,16 @@ impl NativeSandbox {
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
                         }
-                        let task_records = private.join("git-tasks");
-                        if policy.is_writable(&task_records) {
-                            return Err(HostError::PrivateDirWritable { path: task_records });
+                        // The records must outlive a reboot (a SIGKILLed run's HEAD parked on
+                        // main is refused by them at the next start): in the state dir. Those
+                        // an earlier version kept in the runtime dir are still read.
+                        let state = crate::privdir::ensure("native", &options.state_dir)?;
+                        let task_records = state.join("git-tasks");
+                        let legacy_records = private.join("git-tasks");
+                        for dir in [&task_records, &legacy_records] {
+                            if policy.is_writable(dir) {
+                                return Err(HostError::PrivateDirWritable { path: dir.clone() });
+                            }
                         }
                         // Checked now, so a layout the view refuses fails before any command.
                         crate::linux::view::plan(policy, None)?;
@@ -440,6 +452,7 @@ impl NativeSandbox {
                             common: git.common_dir.clone(),
                             gitdir: git.worktree_gitdir.clone(),
                             task_records,
+                            legacy_records,
                             push_remotes: git.push_remotes.clone(),
                         })
                     }
@@ -532,13 +545,14 @@ impl NativeSandbox {
                 common,
                 gitdir,
                 task_records,
+                legacy_records,
                 push_remotes,
             }) => {
                 use sandbox_git::quarantine::{LiveQuarantine, StoreQuarantine};
                 let mut store = StoreQuarantine::prepare_task(
                     common,
                     gitdir,
-                    task_records,
+                    &[task_records.as_path(), legacy_records.as_path()],
                     store_dir,
                     push_remotes,
                 )
