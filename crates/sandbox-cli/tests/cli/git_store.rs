@@ -1001,3 +1001,56 @@ fn the_task_record_survives_a_reboot() {
     );
     assert_eq!(escape::rev_parse(&f, "users"), users);
 }
+
+/// A main worktree's per-worktree files in `.git` get the same check after a run as a linked
+/// worktree's git dir: a link planted at `COMMIT_EDITMSG` would make the user's next commit
+/// write its message through it (here into a file outside), and a stopped rebase with an
+/// `exec` line would run it on the user's `git rebase --continue`.
+#[test]
+fn a_main_worktrees_git_dir_is_checked_after_the_run() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let victim = f.outside.join("main-victim");
+    let mark = f.outside.join("main-exec-ran");
+    let plant = format!(
+        "ln -sf {v} .git/COMMIT_EDITMSG && mkdir -p .git/rebase-merge && \
+         printf 'exec touch {m}\\n' > .git/rebase-merge/git-rebase-todo && \
+         echo refs/heads/trunk > .git/rebase-merge/head-name",
+        v = victim.display(),
+        m = mark.display()
+    );
+    for backend in ["host", "native"] {
+        std::fs::write(&victim, "# mine\n").unwrap();
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.main)
+            .args(["run", "--backend", backend, "--", "sh", "-c", &plant])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", common::text(&out));
+        // The user's next commit writes its message to COMMIT_EDITMSG.
+        let commit = escape::host_git(&f.main, &["commit", "-q", "--allow-empty", "-m", "users"]);
+        assert!(commit.status.success(), "{}", common::text(&commit));
+        let written = std::fs::read_to_string(&victim).unwrap() != "# mine\n";
+        let rebase = f.main.join(".git/rebase-merge");
+        let stopped = rebase.join("git-rebase-todo").exists();
+        if backend == "host" {
+            assert!(written && stopped, "host: the attack is broken");
+            std::fs::remove_dir_all(&rebase).unwrap();
+            std::fs::remove_file(f.main.join(".git/COMMIT_EDITMSG")).unwrap();
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !written,
+                "native: the commit wrote through the planted link: {stderr}"
+            );
+            assert!(!stopped, "native: the rebase with exec stayed: {stderr}");
+            assert!(stderr.contains("set aside"), "{stderr}");
+        }
+    }
+    assert!(!mark.exists());
+}
