@@ -231,18 +231,35 @@ fn a_stash_pushed_over_the_users_keeps_both_entries() {
     assert_eq!(escape::rev_parse(&f, "refs/stash"), users, "{popped}");
     let list = escape::host_git(&f.task, &["stash", "list"]);
     assert_eq!(String::from_utf8_lossy(&list.stdout).lines().count(), 1);
-    // Dropping the user's entry is refused, and says how to keep the run's.
+    // Dropping the user's entry is refused, whenever the live sync took the push in: the
+    // user's entry stays, and the run's is not lost either (in the stash, or named with the
+    // `git stash store` that keeps it).
     let out = f
         .env
         .cmd()
         .current_dir(&f.task)
         .args(["run", "--backend", "native", "--", "sh", "-c"])
-        .arg("echo again > README && git stash -q && git stash drop -q stash@{1}")
+        .arg("echo again > README && git stash -q && git rev-parse stash@{0} && git stash drop -q stash@{1}")
         .output()
         .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("git stash store"), "{stderr}");
-    assert_eq!(escape::rev_parse(&f, "refs/stash"), users);
+    assert!(
+        stderr.contains("does not keep every entry the repository had"),
+        "{stderr}"
+    );
+    let list = escape::host_git(&f.task, &["stash", "list", "--format=%H"]);
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        list.lines().any(|l| l == users),
+        "the user's entry is gone: {list}"
+    );
+    let runs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        list.lines().any(|l| l == runs)
+            || stderr.contains(&format!("git stash store -m sandbox {runs}")),
+        "the run's stash {runs} is lost: {list} {stderr}"
+    );
 }
 
 #[test]
@@ -1053,4 +1070,71 @@ fn a_main_worktrees_git_dir_is_checked_after_the_run() {
         }
     }
     assert!(!mark.exists());
+}
+
+/// The race of the test above made certain: the host takes the run's stash push in while
+/// the command runs, and only then does the command drop the user's entry. The drop leaves
+/// the top of the stash as the host has it, and is still refused and said.
+#[test]
+fn a_stash_drop_after_the_live_sync_took_the_push_is_refused_too() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
+    common::escape::git(&f.task, &["stash", "-q", "-m", "users"]);
+    let users = escape::rev_parse(&f, "refs/stash");
+    let (tx, changed) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if e.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    // refs/stash lies in refs/ itself.
+    notify::Watcher::watch(
+        &mut watcher,
+        &f.common.join("refs"),
+        notify::RecursiveMode::NonRecursive,
+    )
+    .unwrap();
+    let go = f.task.join("go");
+    let mut child = KillOnDrop(
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c"])
+            .arg(
+                "echo agent > README && git stash -q && git rev-parse stash@{0} && \
+                 until [ -e go ]; do :; done; git stash drop -q stash@{1}",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut runs = String::new();
+    stdout.read_line(&mut runs).unwrap();
+    let runs = runs.trim().to_string();
+    while escape::rev_parse(&f, "refs/stash") != runs {
+        changed
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the run's stash never reached the repository while it ran");
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait();
+    assert!(out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("does not keep every entry the repository had"),
+        "{stderr}"
+    );
+    let list = escape::host_git(&f.task, &["stash", "list", "--format=%H"]);
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert_eq!(
+        list.lines().collect::<Vec<_>>(),
+        [runs.as_str(), users.as_str()]
+    );
 }

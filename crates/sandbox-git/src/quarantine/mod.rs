@@ -155,6 +155,7 @@ impl StoreReport {
             });
             let yourself = match &r.wanted {
                 _ if r.reason.contains("git stash store") => String::new(),
+                _ if r.reason.contains("keeps them all") => String::new(),
                 Some(w) => format!(
                     " (to apply it on the host: `git update-ref {} {w}`)",
                     r.name
@@ -942,7 +943,32 @@ impl StoreQuarantine {
             Some(value) => *value,
             None => self.start.get(name).copied().flatten(),
         };
+        let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
+            refs::read_untrusted(self.upper(), p, 16 << 20)
+        });
+        let host = refs::read_reflog(&self.common.join("logs/refs/stash"), |p| std::fs::read(p));
+        // Every entry the host has stays, unless a run of this worktree pushed it.
+        let keeps_every_entry = {
+            let mut theirs = entries.iter().map(|e| e.new);
+            host.iter()
+                .filter(|h| !state.stash_owned.contains(&h.new.to_string()))
+                .all(|h| theirs.any(|t| t == h.new))
+        };
         if wanted == current {
+            // The top is as the host has it, but the run may have dropped an entry below it
+            // (`git stash drop stash@{1}` after a push the host already took): the host keeps
+            // its reflog, and says so once the run is over — the same word whenever the
+            // sync happened to run.
+            if last && !keeps_every_entry && !host.is_empty() {
+                refuse(
+                    state,
+                    name,
+                    wanted,
+                    "the run's stash reflog does not keep every entry the repository had; the \
+                     repository keeps them all"
+                        .into(),
+                );
+            }
             return;
         }
         let keep = |oid: Option<Oid>| {
@@ -960,17 +986,6 @@ impl StoreQuarantine {
                 None,
                 "the run dropped the stash entries the repository had".into(),
             );
-        };
-        let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
-            refs::read_untrusted(self.upper(), p, 16 << 20)
-        });
-        let host = refs::read_reflog(&self.common.join("logs/refs/stash"), |p| std::fs::read(p));
-        // Every entry the host has stays, unless a run of this worktree pushed it.
-        let keeps_every_entry = {
-            let mut theirs = entries.iter().map(|e| e.new);
-            host.iter()
-                .filter(|h| !state.stash_owned.contains(&h.new.to_string()))
-                .all(|h| theirs.any(|t| t == h.new))
         };
         if entries.last().map(|e| e.new) != Some(oid) || !keeps_every_entry {
             return refuse(
