@@ -6,8 +6,10 @@
 //! the sandbox. A failed write to a pin leaves nothing in the layer to report from, and an
 //! exit status says nothing of its cause. git itself does: every git process sends its
 //! trace2 events (`start` with its argv, `error` with the message it prints) to the target
-//! named in `GIT_TRACE2_EVENT`, here `af_unix:dgram:<socket>` — a datagram socket the host
-//! binds in the run's private TMPDIR and reads on a thread of its own ([`GitTrace`]).
+//! named in `GIT_TRACE2_EVENT`, here `af_unix:stream:<socket>` — a socket the host binds in
+//! the run's private TMPDIR and reads on a thread of its own ([`GitTrace`]). Region events
+//! are cut at the first level (`GIT_TRACE2_EVENT_NESTING=1`): they are most of the stream
+//! and say nothing of failures.
 //!
 //! What comes in is written by processes inside, so it decides nothing: it only selects which
 //! line to print, and a line is printed only when git's message names a file the host
@@ -154,7 +156,7 @@ impl GitTrace {
     /// [`GitTrace::listen`] on Linux.
     #[cfg(target_os = "linux")]
     pub fn listen(dir: &Path) -> Option<Self> {
-        use std::os::unix::net::UnixDatagram;
+        use std::os::unix::net::UnixListener;
         let mut bytes = [0u8; 8];
         getrandom::fill(&mut bytes).ok()?;
         let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
@@ -163,7 +165,7 @@ impl GitTrace {
         if path.as_os_str().len() >= 108 {
             return None;
         }
-        let socket = match UnixDatagram::bind(&path) {
+        let socket = match UnixListener::bind(&path) {
             Ok(socket) => socket,
             Err(e) => {
                 tracing::debug!(path = %path.display(), error = %e, "no git trace socket");
@@ -188,7 +190,7 @@ impl GitTrace {
 
     /// The value of `GIT_TRACE2_EVENT` that sends a command's git events here.
     pub fn target(&self) -> OsString {
-        let mut value = OsString::from("af_unix:dgram:");
+        let mut value = OsString::from("af_unix:stream:");
         value.push(self.path.as_os_str());
         value
     }
@@ -216,31 +218,100 @@ impl Drop for GitTrace {
     }
 }
 
-/// Reads events until `stop`'s writer closes, then what is still queued.
+/// At most this many git processes are read at once (more wait in the listen backlog, or
+/// find it full and trace nothing); a line longer than [`MAX_LINE`] is dropped.
 #[cfg(target_os = "linux")]
-fn read_events(socket: std::os::unix::net::UnixDatagram, stop: OwnedFd) -> Vec<Failure> {
+const MAX_CONNECTIONS: usize = 64;
+#[cfg(target_os = "linux")]
+const MAX_LINE: usize = 64 << 10;
+
+/// One git process's stream of events, one JSON object a line.
+#[cfg(target_os = "linux")]
+struct Connection {
+    stream: std::os::unix::net::UnixStream,
+    line: Vec<u8>,
+}
+
+#[cfg(target_os = "linux")]
+impl Connection {
+    /// Reads what is there; `false` once the process closed it (or it failed).
+    fn read(&mut self, collected: &mut Collected, buf: &mut [u8]) -> bool {
+        use std::io::Read;
+        loop {
+            match self.stream.read(buf) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    for part in buf[..n].split_inclusive(|b| *b == b'\n') {
+                        self.line.extend_from_slice(part);
+                        if self.line.ends_with(b"\n") {
+                            collected.event(&self.line);
+                            self.line.clear();
+                        } else if self.line.len() > MAX_LINE {
+                            self.line.clear();
+                        }
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Reads events until `stop`'s writer closes, then what is still there. A stream socket,
+/// not datagrams: each git process connects once and writes its events without waiting for
+/// this thread (a datagram socket holds 10 messages, and git waits on every one beyond).
+#[cfg(target_os = "linux")]
+fn read_events(listener: std::os::unix::net::UnixListener, stop: OwnedFd) -> Vec<Failure> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut collected = Collected::default();
     let mut buf = vec![0u8; 64 << 10];
-    if socket.set_nonblocking(true).is_err() {
+    let mut connections: Vec<Connection> = Vec::new();
+    if listener.set_nonblocking(true).is_err() {
         return Vec::new();
     }
+    let accept = |connections: &mut Vec<Connection>| {
+        while let Ok((stream, _)) = listener.accept() {
+            if connections.len() < MAX_CONNECTIONS && stream.set_nonblocking(true).is_ok() {
+                connections.push(Connection {
+                    stream,
+                    line: Vec::new(),
+                });
+            }
+        }
+    };
     loop {
-        let stopping = {
-            let mut fds = [
-                PollFd::new(socket.as_fd(), PollFlags::POLLIN),
+        let (stopping, ready) = {
+            let mut fds = vec![
                 PollFd::new(stop.as_fd(), PollFlags::POLLIN),
+                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
             ];
+            fds.extend(
+                connections
+                    .iter()
+                    .map(|c| PollFd::new(c.stream.as_fd(), PollFlags::POLLIN)),
+            );
             if poll(&mut fds, PollTimeout::NONE).is_err() {
                 continue;
             }
-            fds[1].revents().is_some_and(|r| !r.is_empty())
+            let ready: Vec<bool> = fds
+                .iter()
+                .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                .collect();
+            (ready[0], ready)
         };
-        // Every datagram queued now (once stopping: every one the run sent).
-        while let Ok(n) = socket.recv(&mut buf) {
-            collected.event(&buf[..n]);
-        }
+        // Once stopping, every process of the run is gone: read everything there is.
+        let mut i = 0;
+        connections.retain_mut(|c| {
+            i += 1;
+            !(stopping || ready[i + 1]) || c.read(&mut collected, &mut buf)
+        });
+        accept(&mut connections);
         if stopping {
+            for mut c in connections.drain(..) {
+                c.read(&mut collected, &mut buf);
+            }
             return collected.failures();
         }
     }

@@ -81,6 +81,10 @@ mod platform {
                 let pushes = stores.pushes.iter().map(|(r, _)| r.clone()).collect();
                 if let Some(target) = store.listen_for_git_errors(&tmpdir, pushes) {
                     spec.env.push(("GIT_TRACE2_EVENT".into(), target));
+                    if spec.env_var("GIT_TRACE2_EVENT_NESTING").is_none() {
+                        spec.env
+                            .push(("GIT_TRACE2_EVENT_NESTING".into(), "1".into()));
+                    }
                 }
             }
             Ok(PreparedCommand::new(
