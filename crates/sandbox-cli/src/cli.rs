@@ -269,7 +269,8 @@ pub struct RunArgs {
     pub sandbox: SandboxArgs,
 
     /// After the run, write what the sandbox did as JSON to PATH ('-': stderr): the exit
-    /// code, and the git store updates applied to the repository and refused. PATH is
+    /// code, and the git store updates applied to the repository and refused (`gitStore`;
+    /// `gitPush`: the same for each --allow-push remote). PATH is
     /// replaced by a new file, never written through a link left there.
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,
