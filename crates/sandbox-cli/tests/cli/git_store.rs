@@ -1139,3 +1139,65 @@ fn a_stash_drop_after_the_live_sync_took_the_push_is_refused_too() {
         [runs.as_str(), users.as_str()]
     );
 }
+
+/// A branch the run creates, which the host takes in while the command runs, and which the
+/// command deletes afterwards: gone from the layer without a trace (nothing lay below it),
+/// it must be gone from the repository too — `git stash` then `git stash pop` is the
+/// everyday case.
+#[test]
+fn a_ref_created_and_deleted_again_after_the_live_sync_took_it_is_deleted() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let (tx, changed) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if e.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    notify::Watcher::watch(
+        &mut watcher,
+        &f.common.join("refs"),
+        notify::RecursiveMode::Recursive,
+    )
+    .unwrap();
+    let mut child = KillOnDrop(
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c"])
+            .arg(
+                "echo wip > README && git stash -q && git branch scratch && \
+                 git rev-parse stash@{0} && until [ -e go ]; do :; done; \
+                 git stash pop -q && git branch -q -D scratch",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut stash = String::new();
+    stdout.read_line(&mut stash).unwrap();
+    let stash = stash.trim().to_string();
+    while escape::rev_parse(&f, "refs/stash") != stash
+        || escape::rev_parse(&f, "refs/heads/scratch").is_empty()
+    {
+        changed
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the run's refs never reached the repository while it ran");
+    }
+    std::fs::write(f.task.join("go"), "").unwrap();
+    let out = child.wait();
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        escape::rev_parse(&f, "refs/stash"),
+        "",
+        "{}",
+        common::text(&out)
+    );
+    assert_eq!(escape::rev_parse(&f, "refs/heads/scratch"), "");
+}

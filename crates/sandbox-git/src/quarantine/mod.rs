@@ -817,7 +817,23 @@ impl StoreQuarantine {
             state.report.layer_full = Some(bytes);
         }
         let upper = self.upper();
-        let changed = refs::changed(upper, &self.packed_at_start);
+        let mut changed = refs::changed(upper, &self.packed_at_start);
+        // A ref this run created, which the host already applied, and which the run deleted
+        // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
+        // in the layer — no whiteout: there was nothing below it. Gone from the layer, it is
+        // deleted.
+        for name in &state.created {
+            let applied_live = matches!(state.applied.get(name), Some(Some(_)));
+            if !applied_live
+                || self.start.contains_key(name)
+                || changed.iter().any(|(n, _)| n == name)
+            {
+                continue;
+            }
+            if upper.join(name).symlink_metadata().is_err() {
+                changed.push((name.clone(), refs::Wanted::Value(None)));
+            }
+        }
         // Most commands write nothing to the store: no repository open for them.
         if changed.is_empty() && !objects::any_new(upper, &state) {
             return Ok(());
