@@ -243,6 +243,15 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub unprotected_git: bool,
 
+    /// Let `git push` from inside reach the local repository REMOTE (repeatable): a path
+    /// (absolute, `./` or `../` from the worktree) or the name of a remote whose push URL is
+    /// one. The push goes through a quarantine like the worktree's own store: the host
+    /// applies new branches and tags (and those earlier pushes of this task made) and takes
+    /// the objects in by content after checking them; the remote's hooks and config stay
+    /// read-only. Native backend with its private view only. Network remotes need no grant.
+    #[arg(long = "allow-push", value_name = "REMOTE")]
+    pub allow_push: Vec<String>,
+
     /// Run even if this kernel cannot enforce part of the policy (printed as a warning).
     #[arg(long)]
     pub allow_degraded: bool,
@@ -297,7 +306,8 @@ pub struct RunArgs {
     pub sandbox: SandboxArgs,
 
     /// After the run, write what the sandbox did as JSON to PATH ('-': stderr): the exit
-    /// code, and the git store updates applied to the repository and refused. PATH is
+    /// code, and the git store updates applied to the repository and refused (`gitStore`;
+    /// `gitPush`: the same for each --allow-push remote). PATH is
     /// replaced by a new file, never written through a link left there.
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,

@@ -175,6 +175,7 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
                 source: ctx.loaded.custom_command_source.clone(),
             }),
         private_dir: Some(ctx.dirs.runtime.clone()),
+        state_dir: Some(ctx.dirs.state.clone()),
         trusted: trusted_places(&ctx.dirs),
         allow_unix_sockets: config.backends.native.allow_unix_sockets,
         git_store_bytes: config
@@ -299,6 +300,7 @@ impl Session {
             allow_domains: args.allow_domain.clone(),
             timeout: args.timeout,
             unprotected_git: args.unprotected_git,
+            push_remotes: args.allow_push.clone(),
             tmpdir: runs_command.then(|| TmpdirRequest {
                 prefix: "sandbox-run-".into(),
                 root: None,

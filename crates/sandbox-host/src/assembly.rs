@@ -46,6 +46,8 @@ pub struct Request {
     /// Overrides the default timeout.
     pub timeout: Option<Duration>,
     pub unprotected_git: bool,
+    /// `--allow-push`: local remotes (paths or names) a push from inside may reach.
+    pub push_remotes: Vec<String>,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
     /// An agent profile's paths (`--agent`, or detected from the command).
@@ -211,6 +213,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         env,
         timeout: request.timeout.or(defaults.timeout),
         unprotected_git: request.unprotected_git,
+        push_remotes: request.push_remotes.clone(),
         tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),
         ..PolicyRequest::default()
     })?;

@@ -372,6 +372,7 @@ mod tests {
             }],
             task_branch: None,
             hooks_path: None,
+            push_remotes: Vec::new(),
         }
     }
 

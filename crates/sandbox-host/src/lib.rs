@@ -38,7 +38,7 @@ pub mod tmpdir;
 
 pub use backend::{
     Backend, BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand,
-    Provider, RunEnd,
+    Provider, Recheck, RunEnd,
 };
 pub use error::HostError;
 pub use report::Enforcement;

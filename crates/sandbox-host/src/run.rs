@@ -50,14 +50,13 @@ use std::time::Duration;
 use sandbox_exec::{
     CommandRequest, CommandSpec, DirectChild, ExecError, ExitOutcome, Running, SpawnOptions,
 };
-use sandbox_policy::{GitLayout, Policy};
+use sandbox_policy::Policy;
 
 use crate::assembly::{self, Assembled, CommandIdentity};
 use crate::backend::{
     BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand, Progress,
 };
 use crate::error::HostError;
-use crate::gitguard::Tampering;
 use crate::report::Enforcement;
 use crate::tmpdir::PrivateTmpdir;
 
@@ -219,7 +218,7 @@ impl Armed {
     fn not_started(self, error: ExecError) -> NotStarted {
         NotStarted {
             error,
-            finished: Box::new(self.command.finish(None)),
+            finished: Box::new(self.command.finish(None, true)),
         }
     }
 
@@ -286,12 +285,7 @@ impl Live {
     /// were reaped ([`Reaper::reap_when_idle`]), [`Finished::recheck`] names the git layout to
     /// check again once they are gone ([`recheck`]).
     pub fn finish(self, outcome: Option<ExitOutcome>, reaped: Reaped) -> Finished {
-        let git = (!reaped.complete)
-            .then(|| self.command.git().cloned())
-            .flatten();
-        let mut finished = self.command.finish(outcome);
-        finished.recheck = git;
-        finished
+        self.command.finish(outcome, reaped.complete)
     }
 }
 
@@ -354,10 +348,11 @@ impl Reaper {
     }
 }
 
-/// Checks `git`'s pointers again (and restores them) after an idle sweep killed the orphans
-/// of commands that ended while others ran.
-pub fn recheck(git: &GitLayout) -> Vec<Tampering> {
-    crate::gitguard::check_and_restore(git)
+/// Checks the git pointers and the worktree's own git dir again (restoring and setting
+/// aside what an orphan changed) after an idle sweep killed the orphans of commands that
+/// ended while others ran; one line per finding.
+pub fn recheck(recheck: &crate::backend::Recheck) -> Vec<String> {
+    recheck.run()
 }
 
 /// Everything that decides a run's exit status, whichever runner ran it (the CLI, the

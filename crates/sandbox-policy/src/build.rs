@@ -68,6 +68,9 @@ pub struct PolicyRequest {
     pub copies: Vec<PrivateCopy>,
     /// The agent profile's record of what it added.
     pub agent: Option<AgentGrants>,
+    /// `--allow-push`: local remotes (paths or remote names) a push from inside may reach
+    /// through a quarantine of their own.
+    pub push_remotes: Vec<String>,
 }
 
 fn canonical_grant(path: &Path, flag: &'static str) -> Result<PathBuf, PolicyError> {
@@ -112,10 +115,22 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         });
     }
     let discovered = git::discover(&workdir)?;
-    let (root, layout, identity) = match discovered {
+    let (root, mut layout, identity) = match discovered {
         Some(d) => (d.root, Some(d.layout), d.identity),
         None => (workdir.clone(), None, None),
     };
+    for arg in &req.push_remotes {
+        let Some(layout) = layout.as_mut() else {
+            return Err(PolicyError::Conflict(format!(
+                "--allow-push {arg}: {} is not in a git repository",
+                workdir.display()
+            )));
+        };
+        let gitdir = git::resolve_push_remote(&root, arg)?;
+        if !layout.push_remotes.contains(&gitdir) {
+            layout.push_remotes.push(gitdir);
+        }
+    }
     if root == Path::new("/") {
         return Err(PolicyError::Path {
             path: root,
@@ -193,6 +208,13 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
                 }
             }
         }
+    }
+    // A push remote is read like the common dir; the quarantine's overlay takes its writes.
+    for remote in layout.iter().flat_map(|l| &l.push_remotes) {
+        fs.read.push(Grant {
+            path: remote.clone(),
+            reason: GrantReason::GitReadOnly,
+        });
     }
     if let Some(tmp) = &req.tmpdir {
         let tmp = canonical_grant(tmp, "tmpdir")?;

@@ -152,8 +152,74 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             pointers,
             task_branch,
             hooks_path,
+            push_remotes: Vec::new(),
         },
     }))
+}
+
+/// The git dir of the local repository that `--allow-push ARG` names: a path (absolute, or
+/// `./`/`../` from the worktree root, or a `file://` URL), or the name of a remote of the
+/// worktree's repository whose push URL is one. Network remotes need no grant: refused here
+/// with a line that says so.
+pub fn resolve_push_remote(root: &Path, arg: &str) -> Result<PathBuf, PolicyError> {
+    let fail = |cause: String| PolicyError::Git {
+        path: root.to_path_buf(),
+        cause: format!("--allow-push {arg}: {cause}"),
+    };
+    let looks_like_path = |s: &str| {
+        s.starts_with('/')
+            || s.starts_with("./")
+            || s.starts_with("../")
+            || s.starts_with("file://")
+    };
+    let url = if looks_like_path(arg) {
+        arg.to_string()
+    } else {
+        let repo = git2::Repository::open(root).map_err(|e| fail(e.message().to_string()))?;
+        let remote = repo.find_remote(arg).map_err(|_| {
+            fail("no remote of that name (give a path, or a remote from `git remote -v`)".into())
+        })?;
+        let url = remote
+            .pushurl()
+            .or(remote.url())
+            .unwrap_or_default()
+            .to_string();
+        if !looks_like_path(&url) {
+            return Err(fail(format!(
+                "its URL {url:?} is not a local path: a network remote needs no --allow-push                  (the network rules decide whether it is reachable)"
+            )));
+        }
+        url
+    };
+    let path = PathBuf::from(url.strip_prefix("file://").unwrap_or(&url));
+    let path = if path.is_absolute() {
+        path
+    } else {
+        root.join(path)
+    };
+    let path =
+        std::fs::canonicalize(&path).map_err(|e| fail(format!("{}: {e}", path.display())))?;
+    let dot_git = path.join(".git");
+    let gitdir = if dot_git.is_dir() {
+        dot_git
+    } else if ["HEAD", "objects", "refs"]
+        .iter()
+        .all(|n| path.join(n).exists())
+    {
+        path
+    } else {
+        return Err(fail(format!(
+            "{} is not a git repository (a bare one, or a worktree with a .git directory)",
+            path.display()
+        )));
+    };
+    if root.starts_with(&gitdir) || gitdir.starts_with(root) {
+        return Err(fail(format!(
+            "{} is this worktree's own repository or lies inside the worktree: a push there              needs no --allow-push",
+            gitdir.display()
+        )));
+    }
+    Ok(gitdir)
 }
 
 #[cfg(test)]

@@ -99,6 +99,11 @@ pub struct GitLayout {
     /// Projects point it into the tree (`.husky`, `.githooks`), where a sandbox could write.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks_path: Option<PathBuf>,
+    /// Local repositories `git push` from inside may reach (`--allow-push`), as their git
+    /// dirs (canonical): read-only like the common dir, written only through a quarantine of
+    /// their own that the host reads back by the same rules.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub push_remotes: Vec<PathBuf>,
 }
 
 /// A file whose content must not change during a run.

@@ -24,6 +24,7 @@ pub fn linked_policy(block: bool) -> Policy {
                 }],
                 task_branch: Some("refs/heads/task".into()),
                 hooks_path: None,
+                push_remotes: Vec::new(),
             }),
         },
         fs: FsPolicy {

@@ -16,6 +16,7 @@ fn wrap(text: &str, first: &str, rest: &str) -> String {
 fn private_view(ctx: &Context) -> serde_json::Value {
     let options = sandbox_host::BackendOptions {
         private_dir: Some(ctx.dirs.runtime.clone()),
+        state_dir: Some(ctx.dirs.state.clone()),
         ..sandbox_host::BackendOptions::default()
     };
     match sandbox_host::report::private_view(&options) {

@@ -67,6 +67,12 @@ fn rpc_failure(what: &str, e: ClientError) -> anyhow::Error {
 }
 
 pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
+    if let Some(remote) = args.sandbox.allow_push.first() {
+        return Err(Failure::setup(format!(
+            "--allow-push {remote}: a push from a box has no quarantine yet (commits from a box \
+             fail too); push from `sandbox run --backend native`, or on the host"
+        )));
+    }
     let root =
         crate::session::task_root(&crate::session::workdir(args.sandbox.workdir.as_deref())?);
     let name = args.box_name.clone().unwrap_or_else(|| default_name(&root));

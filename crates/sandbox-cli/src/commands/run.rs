@@ -81,6 +81,14 @@ fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> 
         Some(Err(e)) => (None, Some(e.to_string())),
         None => (None, None),
     };
+    let git_push: Vec<serde_json::Value> = finished
+        .git_push
+        .iter()
+        .map(|(remote, report)| match report {
+            Ok(report) => serde_json::json!({ "remote": remote, "report": report }),
+            Err(e) => serde_json::json!({ "remote": remote, "error": e.to_string() }),
+        })
+        .collect();
     let report = serde_json::json!({
         "exitCode": exit_code,
         "setupError": finished.setup_error().map(ToString::to_string),
@@ -88,6 +96,7 @@ fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> 
         "gitStore": git_store,
         "gitStoreError": git_store_error,
         "gitDir": finished.git_dir,
+        "gitPush": git_push,
     });
     let text = serde_json::to_string_pretty(&report)? + "\n";
     if path.as_os_str() == "-" {

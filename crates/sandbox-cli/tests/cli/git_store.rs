@@ -231,18 +231,35 @@ fn a_stash_pushed_over_the_users_keeps_both_entries() {
     assert_eq!(escape::rev_parse(&f, "refs/stash"), users, "{popped}");
     let list = escape::host_git(&f.task, &["stash", "list"]);
     assert_eq!(String::from_utf8_lossy(&list.stdout).lines().count(), 1);
-    // Dropping the user's entry is refused, and says how to keep the run's.
+    // Dropping the user's entry is refused, whenever the live sync took the push in: the
+    // user's entry stays, and the run's is not lost either (in the stash, or named with the
+    // `git stash store` that keeps it).
     let out = f
         .env
         .cmd()
         .current_dir(&f.task)
         .args(["run", "--backend", "native", "--", "sh", "-c"])
-        .arg("echo again > README && git stash -q && git stash drop -q stash@{1}")
+        .arg("echo again > README && git stash -q && git rev-parse stash@{0} && git stash drop -q stash@{1}")
         .output()
         .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("git stash store"), "{stderr}");
-    assert_eq!(escape::rev_parse(&f, "refs/stash"), users);
+    assert!(
+        stderr.contains("does not keep every entry the repository had"),
+        "{stderr}"
+    );
+    let list = escape::host_git(&f.task, &["stash", "list", "--format=%H"]);
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert!(
+        list.lines().any(|l| l == users),
+        "the user's entry is gone: {list}"
+    );
+    let runs = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        list.lines().any(|l| l == runs)
+            || stderr.contains(&format!("git stash store -m sandbox {runs}")),
+        "the run's stash {runs} is lost: {list} {stderr}"
+    );
 }
 
 #[test]
@@ -289,6 +306,53 @@ fn later_runs_move_and_delete_the_refs_earlier_runs_created() {
         .unwrap();
     assert!(!out.status.success(), "{}", common::text(&out));
     assert_ne!(escape::rev_parse(&f, "refs/heads/users"), "");
+    // The failure says why, from git's own report: the ref is pinned, not the task's.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "`git branch -D users` failed inside because refs/heads/users is not this task's"
+        ) && stderr.contains("run `git branch -D users` on the host"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn git_gc_inside_says_why_it_cannot_pack_refs() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let run = |script: &str| {
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let out = run("git commit -q --allow-empty -m one && git gc -q");
+    assert!(!out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("failed inside because"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("`git gc -q`")
+            && lines[0].contains("packed-refs is read-only in the sandbox")
+            && lines[0].contains("`git pack-refs --all`"),
+        "{stderr}"
+    );
+    // A git command that fails for a reason of its own gets no such line.
+    let out = run("git rev-parse --verify -q no-such-ref");
+    assert!(!out.status.success(), "{}", common::text(&out));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("failed inside"),
+        "{}",
+        common::text(&out)
+    );
 }
 
 #[test]
@@ -775,4 +839,365 @@ fn walk_size(dir: &std::path::Path) -> u64 {
             _ => 0,
         })
         .sum()
+}
+
+/// A bare repository beside the fixture's, holding its `main`, and the task's `origin`.
+fn bare_remote(f: &Fixture) -> std::path::PathBuf {
+    let remote = f.outside.join("remote.git");
+    common::escape::git(
+        &f.outside,
+        &["init", "-q", "--bare", remote.to_str().unwrap()],
+    );
+    common::escape::git(&f.main, &["push", "-q", remote.to_str().unwrap(), "HEAD"]);
+    common::escape::git(
+        &f.task,
+        &["remote", "add", "origin", remote.to_str().unwrap()],
+    );
+    remote
+}
+
+#[test]
+fn a_push_to_a_local_bare_remote_needs_allow_push_and_lands_through_the_quarantine() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let remote = bare_remote(&f);
+    let push = |flags: &[&str], script: &str| {
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native"])
+            .args(flags)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap()
+    };
+    let remote_ref = |name: &str| {
+        let out = escape::host_git(&remote, &["rev-parse", "-q", "--verify", name]);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    // Without the flag: the push fails, and says which flag would let it through.
+    let out = push(
+        &[],
+        "git commit -q --allow-empty -m p1 && git push -q origin feature",
+    );
+    assert!(!out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("`--allow-push {}`", remote.display())),
+        "{stderr}"
+    );
+    assert_eq!(remote_ref("refs/heads/feature"), "");
+    // With it (by the remote's name): the branch lands, and a later push moves it.
+    let out = push(&["--allow-push", "origin"], "git push -q origin feature");
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        remote_ref("refs/heads/feature"),
+        escape::rev_parse(&f, "feature")
+    );
+    let out = push(
+        &["--allow-push", "origin"],
+        "git commit -q --allow-empty -m p2 && git push -q origin feature",
+    );
+    assert!(out.status.success(), "{}", common::text(&out));
+    let feature = escape::rev_parse(&f, "feature");
+    assert_eq!(remote_ref("refs/heads/feature"), feature);
+    // The repository's remote-tracking ref followed the remote, and nothing was refused.
+    assert_eq!(
+        escape::rev_parse(&f, "refs/remotes/origin/feature"),
+        feature
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("refused"),
+        "{}",
+        common::text(&out)
+    );
+    // The remote's trunk is not the task's: refused inside, unchanged on the host.
+    let trunk = remote_ref("refs/heads/trunk");
+    assert_ne!(trunk, "");
+    let out = push(
+        &["--allow-push", "origin"],
+        "git push -q -f origin feature:trunk",
+    );
+    assert!(!out.status.success(), "{}", common::text(&out));
+    assert_eq!(remote_ref("refs/heads/trunk"), trunk);
+    // Objects arrived by content: the remote is whole.
+    let fsck = escape::host_git(&remote, &["fsck", "--connectivity-only"]);
+    assert!(fsck.status.success(), "{}", common::text(&fsck));
+}
+
+#[test]
+fn a_hook_planted_in_the_push_remote_never_lands() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let remote = bare_remote(&f);
+    let mark = f.outside.join("remote-hook-ran");
+    // The attack: a hook (and a hooks path in its config) in the remote, from inside; the
+    // user's next push from the host would run it.
+    let plant = format!(
+        "r={r}; printf '#!/bin/sh\\ntouch {m}\\n' > $r/hooks/pre-receive; chmod +x $r/hooks/pre-receive; \
+         git config -f $r/config core.hooksPath $r/hooks; \
+         mkdir -p $r/planted && cp $r/hooks/pre-receive $r/planted/ 2>/dev/null; \
+         git push -q origin feature; true",
+        r = remote.display(),
+        m = mark.display()
+    );
+    let host_push = || {
+        let out = escape::host_git(&f.task, &["push", "-q", "origin", "HEAD:refs/heads/check"]);
+        assert!(out.status.success(), "{}", common::text(&out));
+        escape::host_git(&remote, &["update-ref", "-d", "refs/heads/check"]);
+    };
+    for backend in ["native", "host"] {
+        let mut cmd = f.env.cmd();
+        cmd.current_dir(&f.task).args(["run", "--backend", backend]);
+        if backend == "native" {
+            cmd.args(["--allow-push", remote.to_str().unwrap()]);
+        }
+        let out = cmd.args(["--", "sh", "-c", &plant]).output().unwrap();
+        assert!(out.status.success(), "{backend}: {}", common::text(&out));
+        host_push();
+        let ran = mark.exists();
+        if backend == "host" {
+            // The control: without a sandbox the planted hook runs on the user's push.
+            assert!(
+                ran,
+                "host: the planted hook did not run: the attack is broken"
+            );
+        } else {
+            assert!(
+                !ran,
+                "native: the hook planted in the push remote ran on the host"
+            );
+            assert!(!remote.join("hooks/pre-receive").exists());
+            assert!(!remote.join("planted").exists());
+            // The push itself went through.
+            let out = escape::host_git(&remote, &["rev-parse", "-q", "--verify", "feature"]);
+            assert!(out.status.success(), "{}", common::text(&out));
+        }
+    }
+}
+
+/// The record of which branch a worktree's runs own outlives a reboot (the runtime dir is
+/// emptied then): a run SIGKILLed with `HEAD` parked on a branch of the user's before it
+/// was checked, and a reboot after it, still leave the next run refused.
+#[test]
+fn the_task_record_survives_a_reboot() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    run_ok(&f, "git commit -q --allow-empty -m one");
+    let runtime = f.env.path().join("run");
+    assert!(
+        runtime.is_dir(),
+        "the runtime dir is where the tests put it"
+    );
+    // The reboot, and what the killed run left: HEAD on a branch of the user's.
+    std::fs::remove_dir_all(&runtime).unwrap();
+    common::escape::git(&f.main, &["branch", "users"]);
+    let users = escape::rev_parse(&f, "users");
+    common::escape::git(&f.task, &["symbolic-ref", "HEAD", "refs/heads/users"]);
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--", "sh", "-c"])
+        .arg("git commit -q --allow-empty -m moved")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("this worktree's sandboxed runs own refs/heads/feature"),
+        "{stderr}"
+    );
+    assert_eq!(escape::rev_parse(&f, "users"), users);
+}
+
+/// A main worktree's per-worktree files in `.git` get the same check after a run as a linked
+/// worktree's git dir: a link planted at `COMMIT_EDITMSG` would make the user's next commit
+/// write its message through it (here into a file outside), and a stopped rebase with an
+/// `exec` line would run it on the user's `git rebase --continue`.
+#[test]
+fn a_main_worktrees_git_dir_is_checked_after_the_run() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let victim = f.outside.join("main-victim");
+    let mark = f.outside.join("main-exec-ran");
+    let plant = format!(
+        "ln -sf {v} .git/COMMIT_EDITMSG && mkdir -p .git/rebase-merge && \
+         printf 'exec touch {m}\\n' > .git/rebase-merge/git-rebase-todo && \
+         echo refs/heads/trunk > .git/rebase-merge/head-name",
+        v = victim.display(),
+        m = mark.display()
+    );
+    for backend in ["host", "native"] {
+        std::fs::write(&victim, "# mine\n").unwrap();
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.main)
+            .args(["run", "--backend", backend, "--", "sh", "-c", &plant])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", common::text(&out));
+        // The user's next commit writes its message to COMMIT_EDITMSG.
+        let commit = escape::host_git(&f.main, &["commit", "-q", "--allow-empty", "-m", "users"]);
+        assert!(commit.status.success(), "{}", common::text(&commit));
+        let written = std::fs::read_to_string(&victim).unwrap() != "# mine\n";
+        let rebase = f.main.join(".git/rebase-merge");
+        let stopped = rebase.join("git-rebase-todo").exists();
+        if backend == "host" {
+            assert!(written && stopped, "host: the attack is broken");
+            std::fs::remove_dir_all(&rebase).unwrap();
+            std::fs::remove_file(f.main.join(".git/COMMIT_EDITMSG")).unwrap();
+        } else {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !written,
+                "native: the commit wrote through the planted link: {stderr}"
+            );
+            assert!(!stopped, "native: the rebase with exec stayed: {stderr}");
+            assert!(stderr.contains("set aside"), "{stderr}");
+        }
+    }
+    assert!(!mark.exists());
+}
+
+/// The race of the test above made certain: the host takes the run's stash push in while
+/// the command runs, and only then does the command drop the user's entry. The drop leaves
+/// the top of the stash as the host has it, and is still refused and said.
+#[test]
+fn a_stash_drop_after_the_live_sync_took_the_push_is_refused_too() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    std::fs::write(f.task.join("README"), "user's wip\n").unwrap();
+    common::escape::git(&f.task, &["stash", "-q", "-m", "users"]);
+    let users = escape::rev_parse(&f, "refs/stash");
+    let (tx, changed) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if e.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    // refs/stash lies in refs/ itself.
+    notify::Watcher::watch(
+        &mut watcher,
+        &f.common.join("refs"),
+        notify::RecursiveMode::NonRecursive,
+    )
+    .unwrap();
+    let go = f.task.join("go");
+    let mut child = KillOnDrop(
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c"])
+            .arg(
+                "echo agent > README && git stash -q && git rev-parse stash@{0} && \
+                 until [ -e go ]; do :; done; git stash drop -q stash@{1}",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut runs = String::new();
+    stdout.read_line(&mut runs).unwrap();
+    let runs = runs.trim().to_string();
+    while escape::rev_parse(&f, "refs/stash") != runs {
+        changed
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the run's stash never reached the repository while it ran");
+    }
+    std::fs::write(&go, "").unwrap();
+    let out = child.wait();
+    assert!(out.status.success(), "{}", common::text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("does not keep every entry the repository had"),
+        "{stderr}"
+    );
+    let list = escape::host_git(&f.task, &["stash", "list", "--format=%H"]);
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    assert_eq!(
+        list.lines().collect::<Vec<_>>(),
+        [runs.as_str(), users.as_str()]
+    );
+}
+
+/// A branch the run creates, which the host takes in while the command runs, and which the
+/// command deletes afterwards: gone from the layer without a trace (nothing lay below it),
+/// it must be gone from the repository too — `git stash` then `git stash pop` is the
+/// everyday case.
+#[test]
+fn a_ref_created_and_deleted_again_after_the_live_sync_took_it_is_deleted() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("quarantine-unavailable", why);
+        return;
+    }
+    let (tx, changed) = mpsc::channel();
+    let mut watcher = notify::recommended_watcher(move |e: notify::Result<notify::Event>| {
+        if e.is_ok_and(|e| !e.kind.is_access()) {
+            let _ = tx.send(());
+        }
+    })
+    .unwrap();
+    notify::Watcher::watch(
+        &mut watcher,
+        &f.common.join("refs"),
+        notify::RecursiveMode::Recursive,
+    )
+    .unwrap();
+    let mut child = KillOnDrop(
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", "native", "--", "sh", "-c"])
+            .arg(
+                "echo wip > README && git stash -q && git branch scratch && \
+                 git rev-parse stash@{0} && until [ -e go ]; do :; done; \
+                 git stash pop -q && git branch -q -D scratch",
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdout = BufReader::new(child.0.stdout.take().unwrap());
+    let mut stash = String::new();
+    stdout.read_line(&mut stash).unwrap();
+    let stash = stash.trim().to_string();
+    while escape::rev_parse(&f, "refs/stash") != stash
+        || escape::rev_parse(&f, "refs/heads/scratch").is_empty()
+    {
+        changed
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the run's refs never reached the repository while it ran");
+    }
+    std::fs::write(f.task.join("go"), "").unwrap();
+    let out = child.wait();
+    assert!(out.status.success(), "{}", common::text(&out));
+    assert_eq!(
+        escape::rev_parse(&f, "refs/stash"),
+        "",
+        "{}",
+        common::text(&out)
+    );
+    assert_eq!(escape::rev_parse(&f, "refs/heads/scratch"), "");
 }

@@ -38,6 +38,9 @@ pub struct LiveQuarantine {
     /// descriptor waits for an SRCU grace period (up to 15 ms here), which nothing needs to
     /// wait for.
     released: Option<mpsc::Receiver<()>>,
+    /// The command's git trace events, read to explain failures on pinned refs, and the
+    /// push remotes the run may reach.
+    trace: Option<(super::trace::GitTrace, Vec<std::path::PathBuf>)>,
 }
 
 impl std::fmt::Debug for LiveQuarantine {
@@ -183,7 +186,23 @@ impl LiveQuarantine {
             store,
             stop,
             released,
+            trace: None,
         }
+    }
+
+    /// Listens for the command's git trace events in `dir` (the run's private TMPDIR, which
+    /// the command reaches): returns the value of `GIT_TRACE2_EVENT` to give it, `None` when
+    /// no listener could be set up (the run goes on without the explanations).
+    /// `push_remotes`: the git dirs the run may push to (`--allow-push`).
+    pub fn listen_for_git_errors(
+        &mut self,
+        dir: &std::path::Path,
+        push_remotes: Vec<std::path::PathBuf>,
+    ) -> Option<std::ffi::OsString> {
+        let trace = super::trace::GitTrace::listen(dir)?;
+        let target = trace.target();
+        self.trace = Some((trace, push_remotes));
+        Some(target)
     }
 
     /// Call once every process of the run is gone: stops the live sync, applies what is left,
@@ -192,7 +211,18 @@ impl LiveQuarantine {
         self.halt();
         self.store.receive_layer();
         self.store.sync(true)?;
-        Ok(self.store.report())
+        let mut report = self.store.report();
+        if let Some((trace, push_remotes)) = self.trace.take() {
+            let failures = trace.finish();
+            let pins = super::trace::Pins {
+                common: self.store.common(),
+                pinned_refs: &self.store.layers().pinned_refs,
+                push_remotes: &push_remotes,
+            };
+            report.pinned_failures =
+                super::trace::explain(&failures, &pins, &super::trace::local_repository);
+        }
+        Ok(report)
     }
 
     /// Stops the live sync and waits until its thread no longer uses the store.

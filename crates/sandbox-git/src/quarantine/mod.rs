@@ -23,6 +23,7 @@ mod live;
 mod objects;
 pub mod refs;
 pub mod task;
+pub mod trace;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -115,9 +116,37 @@ pub struct StoreReport {
     /// git store then failed with ENOSPC).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub layer_full: Option<u64>,
+    /// Commands inside that failed on a ref or `packed-refs` the host pinned read-only, as
+    /// git reported them ([`trace`]): one line each, saying why and what to run on the host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pinned_failures: Vec<String>,
 }
 
 impl StoreReport {
+    /// [`Self::warnings`] of a push remote's quarantine: each line names the remote, and
+    /// the command to apply a refused update runs there.
+    pub fn remote_warnings(&self, remote: &Path) -> Vec<String> {
+        let at = remote.display().to_string();
+        let quoted = if at
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-+".contains(&b))
+        {
+            at.clone()
+        } else {
+            format!("'{}'", at.replace('\'', "'\\''"))
+        };
+        self.warnings()
+            .into_iter()
+            .map(|line| {
+                let line = line.replace("`git update-ref", &format!("`git -C {quoted} update-ref"));
+                match line.strip_prefix("git: ") {
+                    Some(rest) => format!("git push to {at}: {rest}"),
+                    None => line,
+                }
+            })
+            .collect()
+    }
+
     /// One line per refusal and rejection, for stderr.
     pub fn warnings(&self) -> Vec<String> {
         let refused = self.refused.iter().map(|r| {
@@ -126,6 +155,7 @@ impl StoreReport {
             });
             let yourself = match &r.wanted {
                 _ if r.reason.contains("git stash store") => String::new(),
+                _ if r.reason.contains("keeps them all") => String::new(),
                 Some(w) => format!(
                     " (to apply it on the host: `git update-ref {} {w}`)",
                     r.name
@@ -151,7 +181,11 @@ impl StoreReport {
                 bytes >> 20
             )
         });
-        refused.chain(rejected).chain(full).collect()
+        refused
+            .chain(rejected)
+            .chain(full)
+            .chain(self.pinned_failures.iter().cloned())
+            .collect()
     }
 }
 
@@ -194,6 +228,9 @@ pub struct StoreQuarantine {
     bounded: Option<BoundedLayer>,
     /// Where this worktree's [`task::TaskRecord`] is kept, and the record as of the start.
     record: Option<(PathBuf, task::TaskRecord)>,
+    /// The push remotes of the run (`--allow-push`) by the names this repository gives
+    /// them: `refs/remotes/<name>/<branch>` follows what the push made of the remote.
+    tracking: Vec<(String, PathBuf)>,
     state: Mutex<State>,
 }
 
@@ -348,6 +385,7 @@ impl StoreQuarantine {
                 work: base.join("work"),
                 snapshot: dir.join("snapshot"),
                 pinned_refs: Vec::new(),
+                remotes: Vec::new(),
             },
             dir,
             task_branch: task_branch.map(str::to_string),
@@ -356,6 +394,7 @@ impl StoreQuarantine {
             held_upper: None,
             bounded: None,
             record: None,
+            tracking: Vec::new(),
             state: Mutex::new(State::default()),
         })
     }
@@ -365,13 +404,26 @@ impl StoreQuarantine {
     /// [`QuarantineError::TaskBranch`] when `HEAD` names a branch the worktree's runs do not
     /// own. Refs earlier runs created may be moved and deleted; the record is updated as the
     /// run creates and deletes refs (so a run killed outright still leaves it right).
+    ///
+    /// `push_remotes`: the run's push remotes (`--allow-push`), whose remote-tracking refs
+    /// follow the remote ([`Self::track_push_remotes`]) and are not pinned.
+    ///
+    /// `record_dirs`: where the record is written (the first) and where it may be found (in
+    /// order: an earlier version kept it in another place).
     pub fn prepare_task(
         common: &Path,
         gitdir: &Path,
-        record_dir: &Path,
+        record_dirs: &[&Path],
         parent: &Path,
+        push_remotes: &[PathBuf],
     ) -> Result<Self, QuarantineError> {
-        let record = task::TaskRecord::load(record_dir, gitdir);
+        let record_dir = record_dirs.first().copied().unwrap_or(parent);
+        let found = record_dirs
+            .iter()
+            .enumerate()
+            .find_map(|(i, dir)| task::TaskRecord::load(dir, gitdir).map(|r| (i, r)));
+        let moved = found.as_ref().is_some_and(|(i, _)| *i > 0);
+        let record = found.map(|(_, r)| r);
         let head = std::fs::read_to_string(gitdir.join("HEAD")).unwrap_or_default();
         let packed = refs::read_packed(&common.join("packed-refs"))
             .map_err(io("reading", &common.join("packed-refs")))?;
@@ -396,8 +448,9 @@ impl StoreQuarantine {
         if branch.is_some() && record.branch.is_none() {
             record.branch = branch.clone();
         }
-        // Written only when it changed: most runs find it as the last one left it.
-        if loaded.as_ref() != Some(&record) {
+        // Written only when it changed (or is found in the old place): most runs find it as
+        // the last one left it.
+        if moved || loaded.as_ref() != Some(&record) {
             record
                 .save(record_dir)
                 .map_err(io("writing the task record in", record_dir))?;
@@ -416,7 +469,79 @@ impl StoreQuarantine {
             .stash_owned
             .clone_from(&record.stash);
         quarantine.record = Some((record_dir.to_path_buf(), record));
+        quarantine.track_push_remotes(push_remotes);
         quarantine.lay_out()
+    }
+
+    /// The quarantine of a push remote (`--allow-push`): its git dir `remote` behind an
+    /// overlay of the same kind, with no task branch — a push may create branches and tags
+    /// (by the same allow-list), and move and delete those that earlier pushes of this
+    /// worktree's runs created (the record in `record_dir`, keyed by the remote); every ref
+    /// the remote had otherwise stays as it is. Objects are taken in by content, as ever.
+    pub fn prepare_push(
+        remote: &Path,
+        record_dir: &Path,
+        parent: &Path,
+    ) -> Result<Self, QuarantineError> {
+        let record =
+            task::TaskRecord::load(record_dir, remote).unwrap_or_else(|| task::TaskRecord {
+                gitdir: remote.to_path_buf(),
+                ..Default::default()
+            });
+        let mut quarantine = Self::with_run_dir(remote, None, parent, None)?;
+        let state = quarantine
+            .state
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner());
+        state.created.extend(record.owned.iter().cloned());
+        quarantine.record = Some((record_dir.to_path_buf(), record));
+        quarantine.lay_out()
+    }
+
+    /// Lets the run's `git push` to the push remotes `remotes` (git dirs) update this
+    /// repository's remote-tracking refs for them: `refs/remotes/<name>/<branch>` is applied
+    /// when it names what the remote's `refs/heads/<branch>` holds on the host (after the
+    /// push's own quarantine applied it), never anything else.
+    fn track_push_remotes(&mut self, remotes: &[PathBuf]) {
+        if remotes.is_empty() {
+            return;
+        }
+        let Ok(repo) = Repository::open_bare(&self.common) else {
+            return;
+        };
+        let Ok(names) = repo.remotes() else { return };
+        for name in names.iter().flatten() {
+            let Ok(remote) = repo.find_remote(name) else {
+                continue;
+            };
+            let url = remote.pushurl().or(remote.url()).unwrap_or_default();
+            let path = url.strip_prefix("file://").unwrap_or(url);
+            if let Some(gitdir) = trace::local_repository(Path::new(path)) {
+                if remotes.contains(&gitdir) {
+                    self.tracking.push((name.to_string(), gitdir));
+                }
+            }
+        }
+    }
+
+    /// The push remote's git dir and branch of a remote-tracking ref of a push remote.
+    fn tracking_of<'a>(&'a self, name: &'a str) -> Option<(&'a Path, &'a str)> {
+        let rest = name.strip_prefix("refs/remotes/")?;
+        self.tracking.iter().find_map(|(remote, gitdir)| {
+            let branch = rest.strip_prefix(remote.as_str())?.strip_prefix('/')?;
+            (branch != "HEAD" && !branch.is_empty()).then_some((gitdir.as_path(), branch))
+        })
+    }
+
+    fn is_tracking(&self, name: &str) -> bool {
+        self.tracking_of(name).is_some()
+    }
+
+    /// For a remote-tracking ref of a push remote: the value its branch has on the host.
+    fn tracked_value(&self, name: &str) -> Option<Option<Oid>> {
+        let (gitdir, branch) = self.tracking_of(name)?;
+        let repo = Repository::open_bare(gitdir).ok()?;
+        Some(repo.refname_to_id(&format!("refs/heads/{branch}")).ok())
     }
 
     /// The branch this run may move (what `HEAD` named, or the recorded one).
@@ -471,6 +596,7 @@ impl StoreQuarantine {
                 Some(name.as_str()) != self.task_branch.as_deref()
                     && *name != "refs/stash"
                     && !owned.contains(*name)
+                    && !self.is_tracking(name)
             })
             .collect();
         // Branches first, then tags, then the rest: the most harmful moves are pinned first.
@@ -539,6 +665,11 @@ impl StoreQuarantine {
 
     pub fn layers(&self) -> &Layers {
         &self.layers
+    }
+
+    /// The repository's common dir.
+    pub fn common(&self) -> &Path {
+        &self.common
     }
 
     /// The writable layer, as every read of it goes: through the held directory (the
@@ -686,7 +817,23 @@ impl StoreQuarantine {
             state.report.layer_full = Some(bytes);
         }
         let upper = self.upper();
-        let changed = refs::changed(upper, &self.packed_at_start);
+        let mut changed = refs::changed(upper, &self.packed_at_start);
+        // A ref this run created, which the host already applied, and which the run deleted
+        // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
+        // in the layer — no whiteout: there was nothing below it. Gone from the layer, it is
+        // deleted.
+        for name in &state.created {
+            let applied_live = matches!(state.applied.get(name), Some(Some(_)));
+            if !applied_live
+                || self.start.contains_key(name)
+                || changed.iter().any(|(n, _)| n == name)
+            {
+                continue;
+            }
+            if upper.join(name).symlink_metadata().is_err() {
+                changed.push((name.clone(), refs::Wanted::Value(None)));
+            }
+        }
         // Most commands write nothing to the store: no repository open for them.
         if changed.is_empty() && !objects::any_new(upper, &state) {
             return Ok(());
@@ -721,14 +868,24 @@ impl StoreQuarantine {
         if name == "refs/stash" && self.start.contains_key(name) {
             return self.apply_stash(repo, odb, state, wanted, last);
         }
-        let verdict = judge(
-            name,
-            wanted,
-            self.task_branch.as_deref(),
-            &self.start,
-            &state.applied,
-            &state.created,
-        );
+        let current = match state.applied.get(name) {
+            Some(value) => *value,
+            None => self.start.get(name).copied().flatten(),
+        };
+        let verdict = match self.tracked_value(name) {
+            Some(_) if wanted == current => RefVerdict::Unchanged,
+            Some(remote) if remote == wanted => RefVerdict::Apply { expected: current },
+            // The push's own quarantine may not have applied the branch yet.
+            Some(_) if !last => return,
+            _ => judge(
+                name,
+                wanted,
+                self.task_branch.as_deref(),
+                &self.start,
+                &state.applied,
+                &state.created,
+            ),
+        };
         let expected = match verdict {
             RefVerdict::Unchanged => return,
             RefVerdict::Refuse(reason) => return refuse(state, name, wanted, reason),
@@ -752,7 +909,11 @@ impl StoreQuarantine {
         match refs::compare_and_swap(repo, name, expected, wanted, task, &message) {
             Ok(replaced) => {
                 state.applied.insert(name.to_string(), wanted);
-                if replaced.is_none() && !self.start.contains_key(name) {
+                // A remote-tracking ref is never the task's: it follows the remote only.
+                if replaced.is_none()
+                    && !self.start.contains_key(name)
+                    && !name.starts_with("refs/remotes/")
+                {
                     state.created.insert(name.to_string());
                 }
                 state.report.applied.push(AppliedRef {
@@ -798,7 +959,32 @@ impl StoreQuarantine {
             Some(value) => *value,
             None => self.start.get(name).copied().flatten(),
         };
+        let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
+            refs::read_untrusted(self.upper(), p, 16 << 20)
+        });
+        let host = refs::read_reflog(&self.common.join("logs/refs/stash"), |p| std::fs::read(p));
+        // Every entry the host has stays, unless a run of this worktree pushed it.
+        let keeps_every_entry = {
+            let mut theirs = entries.iter().map(|e| e.new);
+            host.iter()
+                .filter(|h| !state.stash_owned.contains(&h.new.to_string()))
+                .all(|h| theirs.any(|t| t == h.new))
+        };
         if wanted == current {
+            // The top is as the host has it, but the run may have dropped an entry below it
+            // (`git stash drop stash@{1}` after a push the host already took): the host keeps
+            // its reflog, and says so once the run is over — the same word whenever the
+            // sync happened to run.
+            if last && !keeps_every_entry && !host.is_empty() {
+                refuse(
+                    state,
+                    name,
+                    wanted,
+                    "the run's stash reflog does not keep every entry the repository had; the \
+                     repository keeps them all"
+                        .into(),
+                );
+            }
             return;
         }
         let keep = |oid: Option<Oid>| {
@@ -816,17 +1002,6 @@ impl StoreQuarantine {
                 None,
                 "the run dropped the stash entries the repository had".into(),
             );
-        };
-        let entries = refs::read_reflog(&self.upper().join("logs/refs/stash"), |p| {
-            refs::read_untrusted(self.upper(), p, 16 << 20)
-        });
-        let host = refs::read_reflog(&self.common.join("logs/refs/stash"), |p| std::fs::read(p));
-        // Every entry the host has stays, unless a run of this worktree pushed it.
-        let keeps_every_entry = {
-            let mut theirs = entries.iter().map(|e| e.new);
-            host.iter()
-                .filter(|h| !state.stash_owned.contains(&h.new.to_string()))
-                .all(|h| theirs.any(|t| t == h.new))
         };
         if entries.last().map(|e| e.new) != Some(oid) || !keeps_every_entry {
             return refuse(

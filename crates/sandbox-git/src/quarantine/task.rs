@@ -150,6 +150,12 @@ pub fn record_path(dir: &Path, gitdir: &Path) -> PathBuf {
     dir.join(format!("{name}-{hex}.json"))
 }
 
+/// Where the records of the push remotes of the worktree with git dir `gitdir` live (one
+/// record per remote, keyed by the remote's git dir).
+pub fn push_record_dir(dir: &Path, gitdir: &Path) -> PathBuf {
+    record_path(&dir.join("push"), gitdir).with_extension("")
+}
+
 impl TaskRecord {
     /// The record of `gitdir` in `dir`, if one exists and is for that git dir.
     pub fn load(dir: &Path, gitdir: &Path) -> Option<TaskRecord> {

@@ -43,6 +43,8 @@ pub struct PreparedCommand {
     keep: Vec<Arc<dyn Send + Sync>>,
     /// The git store quarantine of this command (native with the private view).
     store: Option<LiveQuarantine>,
+    /// The quarantines of the push remotes (`--allow-push`).
+    pushes: Vec<(PathBuf, LiveQuarantine)>,
     /// The worktree's `HEAD` when the quarantined command started.
     head: Option<gitguard::HeadAtStart>,
     /// The worktree's own git dir when the command was prepared (a linked worktree's).
@@ -85,12 +87,42 @@ pub struct Finished {
     /// What the git store quarantine applied and refused (when the run had one), or why its
     /// last sync failed.
     pub git_store: Option<Result<StoreReport, QuarantineError>>,
+    /// The same for each push remote (`--allow-push`).
+    pub git_push: Vec<(PathBuf, Result<StoreReport, QuarantineError>)>,
     /// What the check of the worktree's own git dir set aside and noticed.
     pub git_dir: gitguard::GitDirReport,
-    /// The git layout to check again once the orphans are gone: set when other commands
-    /// still ran as this one ended, so its orphans could not be killed yet
+    /// What to check again once the orphans are gone: set when other commands still ran as
+    /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
-    pub recheck: Option<GitLayout>,
+    pub recheck: Option<Recheck>,
+}
+
+/// The checks after a run that an orphan could undo, kept to run again once it is gone
+/// ([`crate::run::recheck`]): the git pointers, and the audit of the worktree's own git dir.
+#[derive(Debug, Clone)]
+pub struct Recheck {
+    pub git: GitLayout,
+    gitdir: Option<gitguard::GitDirAtStart>,
+    /// The run's store report (which refs a stopped rebase may move).
+    store: Option<StoreReport>,
+}
+
+impl Recheck {
+    /// Checks again and restores; one line per finding.
+    pub fn run(&self) -> Vec<String> {
+        let mut lines: Vec<String> = gitguard::check_and_restore(&self.git)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        if let Some(start) = &self.gitdir {
+            let report = self.store.as_ref();
+            let audit = gitguard::audit_gitdir(start, &|name| {
+                gitguard::may_own_ref(&self.git, name, report)
+            });
+            lines.extend(audit.warnings());
+        }
+        lines
+    }
 }
 
 /// `extensions.worktreeConfig` appeared during the run: git then reads a per-worktree config
@@ -163,6 +195,15 @@ impl Finished {
             )),
             None => {}
         }
+        for (remote, report) in &self.git_push {
+            match report {
+                Ok(report) => lines.extend(report.remote_warnings(remote)),
+                Err(e) => lines.push(format!(
+                    "git push to {}: {e}; what the run pushed may not have reached it",
+                    remote.display()
+                )),
+            }
+        }
         lines.extend(self.git_dir.warnings());
         lines
     }
@@ -190,6 +231,7 @@ impl PreparedCommand {
             judge,
             keep: Vec::new(),
             store: None,
+            pushes: Vec::new(),
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             git,
@@ -203,6 +245,12 @@ impl PreparedCommand {
             .and(self.git.as_ref())
             .and_then(gitguard::HeadAtStart::read);
         self.store = store;
+        self
+    }
+
+    /// Gives the command the quarantines of its push remotes, finished in [`Self::finish`].
+    pub fn with_pushes(mut self, pushes: Vec<(PathBuf, LiveQuarantine)>) -> Self {
+        self.pushes = pushes;
         self
     }
 
@@ -258,7 +306,10 @@ impl PreparedCommand {
     /// the token that proves every process of the command is gone (its process group and any
     /// orphan that left it): a descendant still running could rewrite a pointer after the
     /// check.
-    pub(crate) fn finish(self, outcome: Option<ExitOutcome>) -> Finished {
+    ///
+    /// `complete`: every orphan is known gone; if not, [`Finished::recheck`] keeps what to
+    /// check again once it is.
+    pub(crate) fn finish(self, outcome: Option<ExitOutcome>, complete: bool) -> Finished {
         let end = match (&self.judge, outcome) {
             (CommandJudge::StartMarker(marker), Some(ExitOutcome::Exited(status)))
                 if !marker.fired() =>
@@ -287,6 +338,12 @@ impl PreparedCommand {
             None => (Vec::new(), None),
         };
         // After every process is gone, nothing writes the layer any more: this sync is final.
+        // The push remotes first: the store's remote-tracking refs follow what they applied.
+        let git_push = self
+            .pushes
+            .into_iter()
+            .map(|(remote, store)| (remote, store.finish()))
+            .collect();
         let git_store = self.store.map(|store| store.finish());
         // With the store synced, `HEAD` may name a branch the run created.
         let report = git_store.as_ref().and_then(|r| r.as_ref().ok());
@@ -300,13 +357,72 @@ impl PreparedCommand {
             _ => gitguard::GitDirReport::default(),
         };
         drop(self.keep);
+        let recheck = match (&self.git, complete) {
+            (Some(git), false) => Some(Recheck {
+                git: git.clone(),
+                gitdir: self.gitdir.clone(),
+                store: report.cloned(),
+            }),
+            _ => None,
+        };
         Finished {
             end,
             tampering,
             worktree_config_enabled,
             git_store,
+            git_push,
             git_dir,
-            recheck: None,
+            recheck,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link an orphan plants in the worktree's git dir after its command's check (the
+    /// daemon could not kill it yet: other commands ran) is set aside by the recheck, as
+    /// the check itself would have.
+    #[test]
+    fn the_recheck_audits_the_git_dir_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let main = dir.path().join("main");
+        std::fs::create_dir(&main).unwrap();
+        sandbox_testkit::git(&main, &["init", "-q", "-b", "trunk"]);
+        sandbox_testkit::git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        let task = dir.path().join("task");
+        sandbox_testkit::git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                task.to_str().unwrap(),
+                "-b",
+                "task",
+            ],
+        );
+        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+            workdir: task.clone(),
+            ..Default::default()
+        })
+        .unwrap();
+        let git = policy.workspace.git.clone().unwrap();
+        let recheck = Recheck {
+            gitdir: gitguard::GitDirAtStart::read(&git),
+            git: git.clone(),
+            store: None,
+        };
+        assert_eq!(recheck.run(), Vec::<String>::new(), "nothing to find yet");
+        let victim = dir.path().join("bashrc");
+        std::fs::write(&victim, "# mine\n").unwrap();
+        let planted = git.worktree_gitdir.join("COMMIT_EDITMSG");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let lines = recheck.run();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("COMMIT_EDITMSG"), "{lines:?}");
+        assert!(planted.symlink_metadata().is_err(), "the link is set aside");
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "# mine\n");
     }
 }

@@ -41,7 +41,7 @@ use crate::error::HostError;
 use crate::nono::NonoLocation;
 use crate::report::Enforcement;
 
-pub use command::{CommandJudge, Finished, PreparedCommand, RunEnd};
+pub use command::{CommandJudge, Finished, PreparedCommand, Recheck, RunEnd};
 pub use registry::{Backends, Provider};
 
 /// Every backend name the product knows. Not all are in every build ([`Backends`]) or
@@ -156,6 +156,10 @@ pub struct BackendOptions {
     /// needs during the run (the nono manifest) and small caches; created with mode 0700 and
     /// refused if anyone else could write it. Default: `$TMPDIR/sandbox-<uid>`.
     pub private_dir: Option<PathBuf>,
+    /// A private directory that survives a reboot, for records the boundary relies on
+    /// across runs (which branch a worktree's runs own: the git task records). Default:
+    /// `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
+    pub state_dir: Option<PathBuf>,
     /// The places no grant may reach (configuration, remembered choices, the daemon's
     /// token); checked by [`check_policy`] for every backend but `host`.
     pub trusted: TrustedPlaces,
@@ -166,6 +170,21 @@ impl BackendOptions {
         self.spawn_dir
             .as_deref()
             .unwrap_or(policy.workspace.cwd.as_path())
+    }
+
+    /// The persistent private directory, or its default (the private directory when no
+    /// home is known).
+    pub fn state_dir(&self) -> PathBuf {
+        if let Some(dir) = &self.state_dir {
+            return dir.clone();
+        }
+        let state = match std::env::var_os("XDG_STATE_HOME") {
+            Some(d) if Path::new(&d).is_absolute() => Some(PathBuf::from(d)),
+            _ => std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state")),
+        };
+        state.map_or_else(|| self.private_dir(), |s| s.join("sandbox"))
     }
 
     /// The private directory, or its default.
@@ -272,6 +291,18 @@ pub fn check_policy(
     options: &BackendOptions,
 ) -> Result<(), HostError> {
     check_trusted_places(kind, policy, options)?;
+    let pushes = policy.workspace.git.iter().flat_map(|g| &g.push_remotes);
+    if let (Some(remote), true) = (pushes.clone().next(), kind != BackendKind::Native) {
+        return Err(HostError::Unavailable {
+            backend: kind.as_str(),
+            message: format!(
+                "--allow-push {}: only the native backend's git quarantine can take a push in \
+                 by its rules (the {kind} backend would have to make the remote writable, and \
+                 a hook planted there would run on your next push); use --backend native",
+                remote.display()
+            ),
+        });
+    }
     if kind != BackendKind::Nono && !policy.allow_domains.is_empty() {
         return Err(HostError::DomainsNeedNono {
             backend: kind,

@@ -76,7 +76,24 @@ mod platform {
             }
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.
-            let (child, store) = self.sandbox.command()?;
+            let (child, stores) = self.sandbox.command()?;
+            let mut store = stores.store;
+            // git inside reports its errors to a socket in the private TMPDIR, so a command
+            // that fails on a pinned ref gets a line that says so (unless the user traces
+            // git events elsewhere already).
+            let tmpdir = spec.env_var("TMPDIR").map(std::path::PathBuf::from);
+            if let (Some(store), Some(tmpdir), None) =
+                (store.as_mut(), tmpdir, spec.env_var("GIT_TRACE2_EVENT"))
+            {
+                let pushes = stores.pushes.iter().map(|(r, _)| r.clone()).collect();
+                if let Some(target) = store.listen_for_git_errors(&tmpdir, pushes) {
+                    spec.env.push(("GIT_TRACE2_EVENT".into(), target));
+                    if spec.env_var("GIT_TRACE2_EVENT_NESTING").is_none() {
+                        spec.env
+                            .push(("GIT_TRACE2_EVENT_NESTING".into(), "1".into()));
+                    }
+                }
+            }
             Ok(PreparedCommand::new(
                 BackendKind::Native,
                 spec,
@@ -84,7 +101,8 @@ mod platform {
                 CommandJudge::Plain,
                 self.git.clone(),
             )
-            .with_store(store))
+            .with_store(store)
+            .with_pushes(stores.pushes))
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct GitDirAtStart {
     worktree: Option<PathBuf>,
     config_worktree: Option<Vec<u8>>,
     index: Option<Vec<u8>>,
+    /// A main worktree: its git dir is the common dir, where only the names git keeps per
+    /// worktree are judged (the rest — objects, refs, packed-refs, modules, what other tools
+    /// keep there — is the repository's, left alone).
+    main: bool,
 }
 
 /// One thing the check moved out of git's sight.
@@ -140,26 +144,31 @@ fn plain_file(st: &FileStat) -> bool {
 const READ_LIMIT: u64 = 1 << 20;
 
 impl GitDirAtStart {
-    /// What a linked worktree's git dir holds before the run (`None` for a main worktree,
-    /// whose git dir is the common dir).
+    /// What the worktree's own git dir holds before the run: a linked worktree's, or a main
+    /// worktree's per-worktree files in the common dir.
     pub fn read(layout: &GitLayout) -> Option<Self> {
-        if !layout.is_linked {
-            return None;
-        }
         let dir = open_dir(&layout.worktree_gitdir).ok()?;
         let read = |name: &str| read_at(&dir, OsStr::new(name), u64::MAX).ok();
-        let worktree = layout
-            .pointers
-            .iter()
-            .find(|p| p.path.file_name() == Some(OsStr::new(".git")))
-            .and_then(|p| p.path.parent())
-            .map(Path::to_path_buf);
+        let worktree = if layout.is_linked {
+            layout
+                .pointers
+                .iter()
+                .find(|p| p.path.file_name() == Some(OsStr::new(".git")))
+                .and_then(|p| p.path.parent())
+                .map(Path::to_path_buf)
+        } else {
+            // `<worktree>/.git`, unless the repository is bare (no worktree, no gitlinks).
+            (layout.common_dir.file_name() == Some(OsStr::new(".git")))
+                .then(|| layout.common_dir.parent().map(Path::to_path_buf))
+                .flatten()
+        };
         Some(GitDirAtStart {
             gitdir: layout.worktree_gitdir.clone(),
             common: layout.common_dir.clone(),
             worktree,
             config_worktree: read("config.worktree"),
             index: read("index"),
+            main: !layout.is_linked,
         })
     }
 }
@@ -268,6 +277,15 @@ impl Audit<'_> {
             Err(_) => return,
         };
         let kind = name.to_str().map_or(Kept::Unknown, classify);
+        // In a main worktree's git dir (the common dir) only what git keeps per worktree.
+        if self.start.main && matches!(kind, Kept::Unknown | Kept::Tree | Kept::SetAside) {
+            return;
+        }
+        // The main worktree's worktree-bound pointers (`gitdir`, `commondir`) are a linked
+        // worktree's names; in the common dir they mean nothing to git: left alone.
+        if self.start.main && matches!(name.to_str(), Some("gitdir" | "commondir" | "locked")) {
+            return;
+        }
         let is_dir = file_type(&st) == SFlag::S_IFDIR;
         let problem = match kind {
             Kept::SetAside => None,
@@ -521,6 +539,7 @@ mod tests {
             worktree: None,
             config_worktree: Some(b"[core]\n".to_vec()),
             index: None,
+            main: false,
         };
         (start, gitdir)
     }

@@ -27,6 +27,8 @@ pub struct NativeOptions {
     pub allow_unix_sockets: bool,
     /// Our private directory: the probe's cache and the view's staging directory live here.
     pub private_dir: PathBuf,
+    /// Our persistent private directory: the git task records live here.
+    pub state_dir: PathBuf,
     /// The bound of a run's git store layer, in bytes (a tmpfs of this size per command).
     pub git_store_bytes: u64,
 }
@@ -38,6 +40,7 @@ impl NativeOptions {
             allow_degraded: options.allow_degraded,
             allow_unix_sockets: options.allow_unix_sockets,
             private_dir: options.private_dir(),
+            state_dir: options.state_dir(),
             git_store_bytes: options.git_store_bytes.unwrap_or(DEFAULT_GIT_STORE_BYTES),
         }
     }
@@ -90,7 +93,18 @@ enum ViewMode {
         gitdir: PathBuf,
         /// Where the record of each worktree's task branch is kept (private, persistent).
         task_records: PathBuf,
+        /// Where earlier versions kept them (the runtime dir): still read.
+        legacy_records: PathBuf,
+        /// The push remotes (`--allow-push`), each quarantined like the store.
+        push_remotes: Vec<PathBuf>,
     },
+}
+
+/// The git quarantines of one command: the worktree's store, and each push remote's.
+#[derive(Debug, Default)]
+pub struct Stores {
+    pub store: Option<sandbox_git::quarantine::LiveQuarantine>,
+    pub pushes: Vec<(PathBuf, sandbox_git::quarantine::LiveQuarantine)>,
 }
 
 /// One command's setup: the session's sandbox, and the command's view.
@@ -299,6 +313,7 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
                 work: run.join("layer/work"),
                 snapshot: run.join("snapshot"),
                 pinned_refs: Vec::new(),
+                remotes: Vec::new(),
             };
             crate::linux::view::plan(policy, Some(&layers))
         }),
@@ -513,9 +528,16 @@ impl NativeSandbox {
                         if policy.is_writable(&store_dir) {
                             return Err(HostError::PrivateDirWritable { path: store_dir });
                         }
-                        let task_records = private.join("git-tasks");
-                        if policy.is_writable(&task_records) {
-                            return Err(HostError::PrivateDirWritable { path: task_records });
+                        // The records must outlive a reboot (a SIGKILLed run's HEAD parked on
+                        // main is refused by them at the next start): in the state dir. Those
+                        // an earlier version kept in the runtime dir are still read.
+                        let state = crate::privdir::ensure("native", &options.state_dir)?;
+                        let task_records = state.join("git-tasks");
+                        let legacy_records = private.join("git-tasks");
+                        for dir in [&task_records, &legacy_records] {
+                            if policy.is_writable(dir) {
+                                return Err(HostError::PrivateDirWritable { path: dir.clone() });
+                            }
                         }
                         // Checked now, so a layout the view refuses fails before any command.
                         crate::linux::view::plan(policy, None)?;
@@ -528,6 +550,8 @@ impl NativeSandbox {
                             common: git.common_dir.clone(),
                             gitdir: git.worktree_gitdir.clone(),
                             task_records,
+                            legacy_records,
+                            push_remotes: git.push_remotes.clone(),
                         })
                     }
                     _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
@@ -537,6 +561,23 @@ impl NativeSandbox {
             }
             ViewSupport::Unavailable { .. } => None,
         };
+        let pushes = policy
+            .workspace
+            .git
+            .iter()
+            .flat_map(|g| &g.push_remotes)
+            .next();
+        if let (Some(remote), false) = (pushes, matches!(view, Some(ViewMode::Quarantined { .. })))
+        {
+            return Err(HostError::QuarantineUnsupported {
+                reason: format!(
+                    "--allow-push {}: a push is taken in only through the git store \
+                     quarantine, which this run does not have (it needs a linked worktree and \
+                     the private view: see `sandbox doctor`). Nothing was run",
+                    remote.display()
+                ),
+            });
+        }
         let plan = landlock_plan(policy, &support)?;
         let rules = seccomp_plan(policy, &support, options);
         let enforcement = report(policy, &plan, &rules, &support, options);
@@ -604,10 +645,9 @@ impl NativeSandbox {
 
     /// The setup of one command, with its git store quarantine when the session has one
     /// (synced live from now on; finish it once the command's processes are gone).
-    pub fn command(
-        self: &Arc<Self>,
-    ) -> Result<(NativeChild, Option<sandbox_git::quarantine::LiveQuarantine>), HostError> {
+    pub fn command(self: &Arc<Self>) -> Result<(NativeChild, Stores), HostError> {
         let mut child_rules = Vec::new();
+        let mut pushes = Vec::new();
         let mut plan = &self.landlock;
         let (view, store) = match &self.view {
             None => (None, None),
@@ -621,29 +661,46 @@ impl NativeSandbox {
                 common,
                 gitdir,
                 task_records,
+                legacy_records,
+                push_remotes,
             }) => {
-                let mut store = sandbox_git::quarantine::StoreQuarantine::prepare_task(
+                use sandbox_git::quarantine::{LiveQuarantine, StoreQuarantine};
+                let mut store = StoreQuarantine::prepare_task(
                     common,
                     gitdir,
-                    task_records,
+                    &[task_records.as_path(), legacy_records.as_path()],
                     store_dir,
+                    push_remotes,
                 )
                 .map_err(HostError::GitQuarantine)?;
                 let layer = store_bytes
                     .map(|bytes| store.bound_layer(bytes))
                     .transpose()
                     .map_err(HostError::GitQuarantine)?;
-                let view =
-                    PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
+                let records = sandbox_git::quarantine::task::push_record_dir(task_records, gitdir);
+                let mut layers = store.layers().clone();
+                for remote in push_remotes {
+                    let quarantine = StoreQuarantine::prepare_push(remote, &records, store_dir)
+                        .map_err(HostError::GitQuarantine)?;
+                    layers
+                        .remotes
+                        .push(sandbox_policy::compile::view::RemoteStoreLayers {
+                            gitdir: remote.clone(),
+                            layers: quarantine.layers().clone(),
+                        });
+                    child_rules.push(ChildRule::new(
+                        remote,
+                        landlock::read_write_dir_bits(abi::landlock_abi()),
+                    )?);
+                    pushes.push((remote.clone(), LiveQuarantine::start(quarantine)));
+                }
+                let view = PreparedView::prepare_with_layer(policy, staging, Some(&layers), layer)?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
                     landlock::read_write_dir_bits(abi::landlock_abi()),
                 )?);
-                (
-                    Some(Arc::new(view)),
-                    Some(sandbox_git::quarantine::LiveQuarantine::start(store)),
-                )
+                (Some(Arc::new(view)), Some(LiveQuarantine::start(store)))
             }
         };
         if view.is_some() {
@@ -669,7 +726,7 @@ impl NativeSandbox {
                 own_ruleset,
                 child_rules,
             },
-            store,
+            Stores { store, pushes },
         ))
     }
 }

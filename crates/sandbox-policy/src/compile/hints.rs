@@ -239,6 +239,7 @@ mod tests {
                     pointers: vec![],
                     task_branch: None,
                     hooks_path: None,
+                    push_remotes: Vec::new(),
                 }),
             },
             fs: FsPolicy {

@@ -114,6 +114,18 @@ pub struct GitStoreLayers {
     /// Ref names (`refs/heads/main`) shown read-only: every ref that existed at the start
     /// except the task branch and `refs/stash`.
     pub pinned_refs: Vec<String>,
+    /// The quarantines of the push remotes (`--allow-push`), each an overlay of the same
+    /// kind on the remote's git dir.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remotes: Vec<RemoteStoreLayers>,
+}
+
+/// The quarantine of one push remote: [`GitStoreLayers`] over `gitdir` (its own `remotes`
+/// unused).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RemoteStoreLayers {
+    pub gitdir: PathBuf,
+    pub layers: GitStoreLayers,
 }
 
 /// The whole view, in the order the mounts must be made (a parent before what lies in it).
@@ -257,6 +269,9 @@ pub fn compile(
     }
     if let Some((git, store)) = quarantine {
         binds.extend(store_ops(git, store, classify));
+        for remote in &store.remotes {
+            binds.extend(remote_store_ops(remote, classify));
+        }
     }
     if let Some(home) = home {
         binds.extend(home_ops(home));
@@ -340,6 +355,50 @@ fn store_ops(
             target: common.join(name),
             dir: false,
             why: "a ref that is not the task's (read-only)",
+        });
+    }
+    ops
+}
+
+/// A push remote's quarantine: the overlay on its git dir (mounted over the read-only bind
+/// of its grant), `packed-refs` and the refs that existed pinned, and what git would run
+/// from — `hooks/`, `config` — pinned too: a push inside runs the remote's hooks inside,
+/// and none the agent writes there ever reaches the host (the layer is never read for them).
+fn remote_store_ops(
+    remote: &RemoteStoreLayers,
+    classify: &dyn Fn(&Path) -> EntryKind,
+) -> Vec<MountOp> {
+    let gitdir = &remote.gitdir;
+    let store = &remote.layers;
+    let mut ops = vec![
+        MountOp::Overlay {
+            target: gitdir.clone(),
+            lower: vec![store.snapshot.clone(), gitdir.clone()],
+            upper: store.upper.clone(),
+            work: store.work.clone(),
+            why: "git push remote quarantine",
+        },
+        MountOp::Pin {
+            target: gitdir.join("packed-refs"),
+            dir: false,
+            why: "the push remote's packed-refs (read-only)",
+        },
+    ];
+    for (name, dir) in [("hooks", true), ("config", false), ("info", true)] {
+        let kind = classify(&gitdir.join(name));
+        if kind == if dir { EntryKind::Dir } else { EntryKind::File } {
+            ops.push(MountOp::Pin {
+                target: gitdir.join(name),
+                dir,
+                why: "the push remote's hooks, config, info (read-only)",
+            });
+        }
+    }
+    for name in &store.pinned_refs {
+        ops.push(MountOp::Pin {
+            target: gitdir.join(name),
+            dir: false,
+            why: "a ref of the push remote that is not the task's (read-only)",
         });
     }
     ops
@@ -620,6 +679,7 @@ mod tests {
             work: "/private/git/1/work".into(),
             snapshot: "/private/git/1/snapshot".into(),
             pinned_refs: vec!["refs/heads/main".into(), "refs/tags/v1".into()],
+            remotes: Vec::new(),
         }
     }
 

@@ -74,6 +74,7 @@ pub(super) async fn box_create(
             allow_domains: p.allow_domains.clone(),
             timeout: p.timeout_ms.map(Duration::from_millis),
             unprotected_git: p.unprotected_git,
+            push_remotes: Vec::new(),
             tmpdir: Some(TmpdirRequest {
                 prefix: format!("sandbox-box-{}-", p.name),
                 root: state.opts.box_tmp_root.clone(),

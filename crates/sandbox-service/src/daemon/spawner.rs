@@ -27,7 +27,6 @@ use tokio::time::Instant;
 use sandbox_exec::process_group::signal_group;
 use sandbox_exec::{ExecError, ExitOutcome, Running};
 use sandbox_host::{Live, Reaped, Reaper, Run};
-use sandbox_policy::GitLayout;
 
 use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
 
@@ -83,7 +82,7 @@ thread_local! {
     /// Commands running on this (the spawner) thread.
     static RUNNING: Cell<usize> = const { Cell::new(0) };
     /// Git layouts of commands that ended while others ran, to check again when idle.
-    static RECHECK: RefCell<Vec<GitLayout>> = const { RefCell::new(Vec::new()) };
+    static RECHECK: RefCell<Vec<sandbox_host::Recheck>> = const { RefCell::new(Vec::new()) };
     /// Kills the orphans of commands (the daemon is a child subreaper).
     static REAPER: Reaper = Reaper::install();
 }
