@@ -8,6 +8,10 @@
 //!    it may have died between fork and prctl, and then no signal would ever come;
 //! 3. for a pty run, the pty (already on stdin) becomes the controlling terminal;
 //! 4. the caller's [`ChildSetup`] hook (Landlock, seccomp, the private view…);
+//!    when the hook moved the child into a new pid namespace ([`ChildSetup::pid_namespace`],
+//!    Linux), the namespace's init and the command are started as processes of it
+//!    ([`crate::pidns`]): the command runs the hook's [`ChildSetup::apply_in_namespace`]
+//!    and the step below, then executes itself ([`ExecImage`]);
 //! 5. last, every descriptor beyond stdio that is not passed on purpose
 //!    ([`ChildSetup::passed_fds`]) is marked close-on-exec, so the command inherits none of
 //!    the descriptors its caller happened to hold (a directory, a socket). Marked, not closed:
@@ -19,10 +23,112 @@
 //! Everything here runs in a child of a possibly multi-threaded parent (and, on the direct
 //! path, sharing its memory): only async-signal-safe system calls, no allocation, no locks.
 
+use std::ffi::{CString, OsStr};
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::error::ExecError;
 use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
+use crate::spec::CommandSpec;
+
+/// Where the direct path's starter leaves the pids of init and the command (host pids), and
+/// init's stack, which lives in the caller's memory until init is reaped.
+#[derive(Debug, Default)]
+pub struct Handoff {
+    pub command: AtomicI32,
+    pub init: AtomicI32,
+    pub init_stack: AtomicUsize,
+}
+
+/// What the caller takes over from a [`Handoff`] after the starter exited.
+#[derive(Debug)]
+pub struct HandedOff {
+    pub command: libc::pid_t,
+    pub init: libc::pid_t,
+    pub init_stack: usize,
+}
+
+impl Handoff {
+    pub fn take(&self) -> Option<HandedOff> {
+        let command = self.command.swap(0, Ordering::SeqCst);
+        (command > 0).then(|| HandedOff {
+            command,
+            init: self.init.swap(0, Ordering::SeqCst),
+            init_stack: self.init_stack.swap(0, Ordering::SeqCst),
+        })
+    }
+}
+
+/// What the command's process executes: the resolved path, argv and environment as C
+/// strings, built in the parent (the child may not allocate).
+pub(crate) struct ExecImage {
+    path: CString,
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the CStrings the value owns (their heap buffers never move
+// or change); sharing them is sharing immutable bytes.
+unsafe impl Send for ExecImage {}
+// SAFETY: as above: nothing is ever written through them.
+unsafe impl Sync for ExecImage {}
+
+fn cstring(bytes: &OsStr, what: &str) -> Result<CString, ExecError> {
+    CString::new(bytes.as_bytes())
+        .map_err(|_| ExecError::InvalidRequest(format!("{what} contains a NUL byte")))
+}
+
+impl ExecImage {
+    /// `spec` as the kernel gets it: argv[0] is what the caller wrote, the path the resolved
+    /// program, the environment exactly the spec's.
+    pub(crate) fn new(spec: &CommandSpec, resolved: &std::path::Path) -> Result<Self, ExecError> {
+        let path = cstring(resolved.as_os_str(), "the program's path")?;
+        let argv: Vec<CString> = std::iter::once(spec.program.as_os_str())
+            .chain(spec.args.iter().map(|a| a.as_os_str()))
+            .map(|a| cstring(a, "an argument"))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut entry = k.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(v.as_bytes());
+                CString::new(entry).map_err(|_| {
+                    ExecError::InvalidRequest("an environment variable contains a NUL byte".into())
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let argv_ptrs = pointers(&argv);
+        let envp_ptrs = pointers(&envp);
+        let mut strings = argv;
+        strings.extend(envp);
+        Ok(ExecImage {
+            path,
+            _strings: strings,
+            argv: argv_ptrs,
+            envp: envp_ptrs,
+        })
+    }
+
+    /// execve(2); returns only when it failed, with its errno. Async-signal safe.
+    pub(crate) fn execve(&self) -> nix::errno::Errno {
+        // SAFETY: a NUL-terminated path and NULL-terminated arrays of NUL-terminated strings,
+        // all owned by `self`.
+        unsafe { libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+        nix::errno::Errno::last()
+    }
+}
 
 /// The child's steps, built in the parent before fork.
 pub(crate) struct Prelude {
@@ -35,6 +141,12 @@ pub(crate) struct Prelude {
     /// Make stdin (a pty slave) the controlling terminal (`TIOCSCTTY`).
     pub controlling_terminal: bool,
     pub setup: Option<Arc<dyn ChildSetup>>,
+    /// What the command's process executes when the prelude runs it itself (after a pid
+    /// namespace split).
+    pub exec: ExecImage,
+    /// Set by the direct path: after a pid namespace split, init and the command become the
+    /// caller's children and their pids are left here ([`crate::pidns`]).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 impl Prelude {
@@ -43,6 +155,7 @@ impl Prelude {
         report: &SetupReport,
         die_with_parent: bool,
         setup: Option<Arc<dyn ChildSetup>>,
+        exec: ExecImage,
     ) -> Prelude {
         Prelude {
             report_fd: report.write_fd(),
@@ -50,6 +163,8 @@ impl Prelude {
             parent_pid: std::process::id() as libc::pid_t,
             controlling_terminal: false,
             setup,
+            exec,
+            handoff: None,
         }
     }
 
@@ -72,6 +187,9 @@ impl Prelude {
         let mut passed: &[RawFd] = &[];
         if let Some(setup) = &self.setup {
             setup.apply_in_child()?;
+            if setup.pid_namespace() {
+                return Err(split(self, setup.as_ref()));
+            }
             passed = setup.passed_fds();
         }
         close_unpassed(passed)
@@ -81,6 +199,22 @@ impl Prelude {
     pub(crate) fn run_reporting(&self) -> std::io::Result<()> {
         self.run()
             .map_err(|failure| SetupReport::fail(self.report_fd, failure))
+    }
+}
+
+/// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).
+#[cfg(target_os = "linux")]
+fn split(prelude: &Prelude, setup: &dyn ChildSetup) -> SetupFailure {
+    crate::pidns::split(prelude, setup)
+}
+
+/// No pid namespaces elsewhere: a setup never asks for one there.
+#[cfg(not(target_os = "linux"))]
+fn split(_prelude: &Prelude, _setup: &dyn ChildSetup) -> SetupFailure {
+    SetupFailure {
+        step: SetupStep::PidNamespace,
+        errno: nix::errno::Errno::ENOSYS,
+        detail: 0,
     }
 }
 
@@ -119,7 +253,7 @@ fn parent_death_signal(_parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
 }
 
 /// Marks every descriptor from 3 up close-on-exec, then clears the flag on `passed`.
-fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
+pub(crate) fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
     mark_cloexec_from(3)?;
     for &fd in passed {
         // SAFETY: fcntl(F_SETFD) with an integer flag on a descriptor number.

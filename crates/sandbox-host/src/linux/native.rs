@@ -60,6 +60,8 @@ pub struct NativeSandbox {
     /// kernel checks (reading another root process's `/proc/<pid>/environ`) then succeed even
     /// inside a Landlock domain.
     drop_caps_up_to: Option<u32>,
+    /// Each command in a pid namespace of its own (with the view, where the probe allows).
+    pid_namespace: bool,
     enforcement: Enforcement,
 }
 
@@ -179,6 +181,18 @@ fn view_support(options: &NativeOptions) -> ViewSupport {
     userns::support(private.as_deref())
 }
 
+/// Whether a run gets a pid namespace of its own: only with the view, where the probe says
+/// its `/proc` mounts (cached in the private directory). `Err` says why not.
+fn pid_support(options: &NativeOptions, support: &ViewSupport) -> Result<(), String> {
+    match support {
+        ViewSupport::Available => {
+            let private = crate::privdir::ensure("native", &options.private_dir).ok();
+            userns::pid_namespace_support(private.as_deref())
+        }
+        ViewSupport::Unavailable { reason } => Err(format!("no private view: {reason}")),
+    }
+}
+
 /// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
 /// without it, Landlock alone must be able to protect the git data.
 fn landlock_plan(
@@ -196,7 +210,8 @@ pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforceme
     let support = view_support(options);
     let plan = landlock_plan(policy, &support)?;
     let seccomp = seccomp_plan(policy, &support, options);
-    Ok(report(policy, &plan, &seccomp, &support, options))
+    let pid = pid_support(options, &support);
+    Ok(report(policy, &plan, &seccomp, &support, &pid, options))
 }
 
 /// The compiled forms a native run of `policy` would use on this machine (`policy show`).
@@ -246,11 +261,26 @@ fn report(
     plan: &compile::landlock::LandlockPlan,
     seccomp: &SeccompPlan,
     support: &ViewSupport,
+    pid: &Result<(), String>,
     options: &NativeOptions,
 ) -> Enforcement {
     let abi = abi::landlock_abi();
     let mut e = landlock::enforcement(plan, abi);
-    account_layers(&mut e, plan, support, abi);
+    account_layers(&mut e, plan, support, pid.is_ok(), abi);
+    match pid {
+        Ok(()) => e.enforced.push(
+            "pid namespace: the command is pid 2 of a namespace of its own (its /proc shows \
+             only the run's processes); its init dies with sandbox, so when sandbox is killed, \
+             even with SIGKILL, the kernel ends every process of the run"
+                .into(),
+        ),
+        Err(why) => e.downgrades.push(format!(
+            "no pid namespace ({why}): the run's processes are ended through their process \
+             group and the parent-death signal of the command itself; a process that leaves \
+             the group (setsid) outlives a SIGKILLed sandbox, and /proc shows the host's \
+             processes"
+        )),
+    }
     match support {
         ViewSupport::Available => {
             e.mechanism = "view+landlock+seccomp".into();
@@ -325,6 +355,7 @@ fn account_layers(
     e: &mut Enforcement,
     plan: &compile::landlock::LandlockPlan,
     support: &ViewSupport,
+    pid_namespace: bool,
     abi: i32,
 ) {
     let needs = crate::layers::Needs {
@@ -335,7 +366,7 @@ fn account_layers(
     let layers = crate::layers::Layers {
         landlock_abi: abi,
         view: *support == ViewSupport::Available,
-        pid_namespace: false,
+        pid_namespace,
         net_namespace: false,
     };
     let accounting = crate::layers::account(&needs, &layers);
@@ -344,8 +375,13 @@ fn account_layers(
     e.gaps
         .extend(accounting.gaps.iter().map(|v| v.missing_line()));
     e.downgrades.extend(accounting.downgrades.iter().map(|v| {
+        let pid = if v.property == crate::layers::Property::Signals {
+            ", and no pid namespace without the private view"
+        } else {
+            ""
+        };
         format!(
-            "{}: no layer of this kernel holds it (Landlock ABI {abi})",
+            "{}: no layer of this run holds it (Landlock ABI {abi}{pid})",
             v.missing_line()
         )
     }));
@@ -368,6 +404,8 @@ impl NativeSandbox {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        let pid = pid_support(options, &support);
+        let pid_namespace = pid.is_ok();
         let mut layer_note = None;
         let view = match &support {
             ViewSupport::Available => {
@@ -433,7 +471,10 @@ impl NativeSandbox {
                         })
                     }
                     _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
-                        policy, &staging, None,
+                        policy,
+                        &staging,
+                        None,
+                        pid_namespace,
                     )?))),
                 }
             }
@@ -441,7 +482,7 @@ impl NativeSandbox {
         };
         let plan = landlock_plan(policy, &support)?;
         let rules = seccomp_plan(policy, &support, options);
-        let enforcement = report(policy, &plan, &rules, &support, options);
+        let enforcement = report(policy, &plan, &rules, &support, &pid, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -472,12 +513,14 @@ impl NativeSandbox {
                 "running as root: every capability is dropped, and exec cannot regain them".into(),
             );
         }
+        let pid_namespace = pid_namespace && view.is_some();
         Ok(NativeSandbox {
             view,
             ruleset,
             landlock: plan,
             filters,
             drop_caps_up_to,
+            pid_namespace,
             enforcement,
         })
     }
@@ -517,8 +560,13 @@ impl NativeSandbox {
                     .map(|bytes| store.bound_layer(bytes))
                     .transpose()
                     .map_err(HostError::GitQuarantine)?;
-                let view =
-                    PreparedView::prepare_with_layer(policy, staging, Some(store.layers()), layer)?;
+                let view = PreparedView::prepare_with_layer(
+                    policy,
+                    staging,
+                    Some(store.layers()),
+                    layer,
+                    self.pid_namespace,
+                )?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
@@ -530,6 +578,12 @@ impl NativeSandbox {
                 )
             }
         };
+        if let Some(proc) = view.as_deref().and_then(PreparedView::proc_dir) {
+            child_rules.push(ChildRule::new(
+                proc,
+                landlock::read_dir_bits(abi::landlock_abi()),
+            )?);
+        }
         if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
             child_rules.push(ChildRule::new(
                 devpts,
@@ -690,14 +744,23 @@ impl ChildSetup for NativeChild {
         // drop below and no_new_privs would otherwise limit.
         if let Some(view) = &self.view {
             view.apply_in_child()?;
-        }
-        let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
-        if let Some(ruleset) = &self.own_ruleset {
-            for rule in &self.child_rules {
-                rule.add(ruleset)?;
+            if view.pid_namespace() {
+                // The rest runs in the command's process inside the pid namespace.
+                return Ok(());
             }
         }
-        self.sandbox.apply_limits(ruleset)
+        self.apply_limits()
+    }
+
+    fn pid_namespace(&self) -> bool {
+        self.view.as_ref().is_some_and(|view| view.pid_namespace())
+    }
+
+    fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
+        if let Some(view) = &self.view {
+            view.apply_in_namespace()?;
+        }
+        self.apply_limits()
     }
 
     fn name(&self) -> &str {
@@ -710,6 +773,19 @@ impl ChildSetup for NativeChild {
 
     fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
         self.view.as_ref()?.describe(step, detail)
+    }
+}
+
+impl NativeChild {
+    /// The rules for mounts only the child's view has, then the sandbox's limits.
+    fn apply_limits(&self) -> Result<(), SetupFailure> {
+        let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
+        if let Some(ruleset) = &self.own_ruleset {
+            for rule in &self.child_rules {
+                rule.add(ruleset)?;
+            }
+        }
+        self.sandbox.apply_limits(ruleset)
     }
 }
 
