@@ -110,7 +110,8 @@ impl Drop for SignalPipe {
 pub struct DirectChild {
     /// The command (after a pid namespace split, its process inside the namespace).
     pid: Pid,
-    /// The process group every process of the run starts in: the child we started leads it.
+    /// The process group every process of the run starts in: the child we started leads it
+    /// (after a pid namespace split, the command leads its own).
     pgid: Pid,
     /// The pid namespace's init, ended once the command has been reaped.
     namespace: std::cell::Cell<Option<Namespace>>,
@@ -261,7 +262,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
     Ok(DirectChild {
         pid,
-        pgid: starter,
+        pgid: handed.as_ref().map_or(starter, |ns| ns.command),
         namespace: std::cell::Cell::new(handed),
         exited,
         program,

@@ -13,7 +13,8 @@
 //!   `SIGCHLD` is ignored, so the kernel reaps every orphan re-parented to it. It runs
 //!   only raw system calls (no C library call: it shares the starter's thread-local
 //!   `errno`, and on the direct path the supervisor's);
-//! * the **command** (pid 2), started like `vfork`: it runs
+//! * the **command** (pid 2), started like `vfork`, in a session and process group of its
+//!   own (and, for a pty, with the terminal as its controlling terminal): it runs
 //!   [`ChildSetup::apply_in_namespace`] (the namespace's own `/proc`, Landlock, seccomp),
 //!   marks the descriptors, and executes the command itself ([`crate::prelude::ExecImage`]).
 //!
@@ -21,14 +22,15 @@
 //!
 //! * **proxy** (the `fork`-based paths, [`crate::spawn`] and [`crate::pty`]): the starter
 //!   stays, as the process the caller waits for. It closes every descriptor, waits for the
-//!   command, forwards the signals sent to it alone (not those from its own parent, which
-//!   signals the whole group the command shares), and when the command exits kills init —
+//!   command, forwards every signal it receives (the supervisor signals its group) to the
+//!   command's group, and when the command exits kills init —
 //!   which ends the namespace — and exits with the command's exact status: its exit code,
 //!   or the same signal (core dumps off);
 //! * **handoff** (the direct path, [`crate::direct`], whose child shares the caller's memory
 //!   and must exit for the caller to resume): init and the command are made children of
 //!   the caller (`CLONE_PARENT`), their pids are left in a [`Handoff`], and the starter
-//!   exits. The caller waits for the command itself and kills init after it.
+//!   exits. The caller waits for the command itself, signals the command's group, and kills
+//!   init after it.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -149,6 +151,16 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     // (CLONE_VFORK) until we exec or exit, so it outlives every use here.
     let prelude = unsafe { &*arg.cast::<Prelude>() };
     let steps = || -> Result<(), SetupFailure> {
+        // A session and group of its own inside the namespace: its shell's job control
+        // sees its own group (the starter's is not visible here), and `kill 0` reaches
+        // nothing outside.
+        // SAFETY: setsid(2) takes no arguments.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(SetupFailure::last(SetupStep::NewSession));
+        }
+        if prelude.controlling_terminal {
+            crate::prelude::controlling_terminal()?;
+        }
         if let Some(setup) = &prelude.setup {
             setup.apply_in_namespace()?;
             crate::prelude::close_unpassed(setup.passed_fds())?;
@@ -304,7 +316,7 @@ fn start(prelude: &Prelude) -> Result<std::convert::Infallible, SetupFailure> {
             // SAFETY: _exit(2): the caller resumes and takes over init and the command.
             unsafe { libc::_exit(0) }
         }
-        None => proxy(command, init, prelude.parent_pid),
+        None => proxy(command, init),
     }
 }
 
@@ -322,7 +334,7 @@ fn close_every_descriptor() {
 
 /// The proxy: waits for the command, forwards the signals meant for it, ends the namespace
 /// and exits as the command did.
-fn proxy(command: libc::pid_t, init: libc::pid_t, parent: libc::pid_t) -> ! {
+fn proxy(command: libc::pid_t, init: libc::pid_t) -> ! {
     // SAFETY: signal-mask and wait calls on stack values; kill(2) of our own children.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
@@ -340,11 +352,10 @@ fn proxy(command: libc::pid_t, init: libc::pid_t, parent: libc::pid_t) -> ! {
             }
             let mut info: libc::siginfo_t = std::mem::zeroed();
             let signal = libc::sigwaitinfo(&all, &mut info);
-            // Signals from our parent went to the whole group, the command included; a
-            // signal anyone else sent to this process alone is passed on.
-            let from_user = info.si_code == libc::SI_USER || info.si_code == libc::SI_QUEUE;
-            if signal > 0 && signal != libc::SIGCHLD && from_user && info.si_pid() != parent {
-                libc::kill(command, signal);
+            // The command leads a group of its own: what reaches us (the supervisor's
+            // group signals, a user's kill) is passed on to that group, once.
+            if signal > 0 && signal != libc::SIGCHLD {
+                libc::kill(-command, signal);
             }
         };
         libc::kill(init, libc::SIGKILL);

@@ -177,12 +177,11 @@ impl Prelude {
         if self.die_with_parent {
             parent_death_signal(self.parent_pid)?;
         }
-        if self.controlling_terminal {
-            // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty
-            // slave, and setsid above made us a session leader without a terminal.
-            if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
-                return Err(SetupFailure::last(SetupStep::ControllingTerminal));
-            }
+        // After a pid namespace split the command takes the terminal in a session of its
+        // own inside the namespace (crate::pidns), so its shell sees its foreground group.
+        let splits = self.setup.as_ref().is_some_and(|s| s.pid_namespace());
+        if self.controlling_terminal && !splits {
+            controlling_terminal()?;
         }
         let mut passed: &[RawFd] = &[];
         if let Some(setup) = &self.setup {
@@ -200,6 +199,16 @@ impl Prelude {
         self.run()
             .map_err(|failure| SetupReport::fail(self.report_fd, failure))
     }
+}
+
+/// Makes stdin (the pty slave) the controlling terminal of this session leader.
+pub(crate) fn controlling_terminal() -> Result<(), SetupFailure> {
+    // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty slave, and
+    // setsid made us a session leader without a terminal.
+    if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
+        return Err(SetupFailure::last(SetupStep::ControllingTerminal));
+    }
+    Ok(())
 }
 
 /// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).
