@@ -21,6 +21,7 @@ pub mod backend;
 pub mod custom;
 pub mod error;
 pub mod gitguard;
+pub mod journal;
 pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;

@@ -37,7 +37,7 @@
 //! | a per-box resource (a network namespace, a VM)     | [`Run::prepare`] / the backend's `prepare` |
 //! | a per-command resource (a cgroup, a pid namespace) | [`Run::arm`] (kept in the [`Armed`] command), applied in [`Armed::spawn`]'s child setup |
 //! | something to kill or collect when it ends          | [`Reaper`] (before the token exists) |
-//! | a check after the run (a pointer, a report)        | [`Live::finish`]                   |
+//! | a check after the run (a pointer, a report)        | [`Live::finish`], and its record in [`crate::journal`] (done at the next start if the supervisor is killed) |
 //!
 //! A caller never orders these itself: it holds a [`Run`], arms, spawns, waits, reaps and
 //! finishes — and the types allow no other order.
@@ -58,6 +58,7 @@ use crate::backend::{
 };
 use crate::error::HostError;
 use crate::gitguard::Tampering;
+use crate::journal::{Entry as JournalEntry, Recovered};
 use crate::report::Enforcement;
 use crate::tmpdir::PrivateTmpdir;
 
@@ -68,6 +69,10 @@ pub struct Run {
     policy: Policy,
     session: Arc<dyn BackendSession>,
     tmpdir: Option<PrivateTmpdir>,
+    /// Where each command's record of its after-run checks is kept ([`crate::journal`]).
+    journal: Option<PathBuf>,
+    /// The checks of killed runs of this worktree, done before this one prepared.
+    recovered: Vec<Recovered>,
 }
 
 impl std::fmt::Debug for Run {
@@ -106,12 +111,22 @@ impl Run {
         progress: &dyn Progress,
     ) -> Result<Run, HostError> {
         let Assembled { policy, tmpdir } = assembled;
+        // Before anything else: the checks a killed run of this worktree never did.
+        let journal = crate::privdir::ensure("run journal", &options.private_dir())
+            .ok()
+            .map(|dir| dir.join(crate::journal::DIR));
+        let recovered = journal
+            .as_deref()
+            .map(|dir| crate::journal::recover(dir, &policy.workspace.root))
+            .unwrap_or_default();
         let session = backends.prepare(kind, &policy, options, progress)?;
         Ok(Run {
             kind,
             policy,
             session,
             tmpdir,
+            journal,
+            recovered,
         })
     }
 
@@ -123,7 +138,15 @@ impl Run {
             policy,
             session,
             tmpdir: None,
+            journal: None,
+            recovered: Vec::new(),
         }
+    }
+
+    /// The after-run checks of killed runs of this worktree, done when this run prepared
+    /// (report them: [`Recovered::lines`]).
+    pub fn recovered(&self) -> &[Recovered] {
+        &self.recovered
     }
 
     pub fn kind(&self) -> BackendKind {
@@ -155,9 +178,20 @@ impl Run {
             std::env::vars_os(),
         )?;
         spec.timeout = command.timeout.or(self.policy.limits.timeout);
-        Ok(Armed {
-            command: self.session.command(spec)?,
-        })
+        let command = self.session.command(spec)?;
+        // The record exists before any process of the command does.
+        let journal = match (&self.journal, command.journal_parts()) {
+            (Some(dir), Some((layout, gitdir, quarantined))) => Some(
+                crate::journal::begin(dir, &self.policy.workspace.root, layout, gitdir, quarantined)
+                    .map_err(|e| HostError::PrivateDir {
+                        backend: "run journal",
+                        path: dir.clone(),
+                        cause: format!("writing the record of the command's after-run checks: {e}"),
+                    })?,
+            ),
+            _ => None,
+        };
+        Ok(Armed { command, journal })
     }
 
     /// Removes the private TMPDIR now (dropping the run does too, silently).
@@ -173,6 +207,8 @@ impl Run {
 #[derive(Debug)]
 pub struct Armed {
     command: PreparedCommand,
+    /// Removed once the command finished (or never started).
+    journal: Option<JournalEntry>,
 }
 
 /// Why [`Armed::spawn`] started nothing, and the command already finished (none of its
@@ -201,6 +237,7 @@ impl Armed {
     fn live(self) -> Live {
         Live {
             command: self.command,
+            journal: self.journal,
         }
     }
 
@@ -266,6 +303,7 @@ impl Armed {
 #[must_use = "a started command is finished with `Live::finish` once its orphans are reaped"]
 pub struct Live {
     command: PreparedCommand,
+    journal: Option<JournalEntry>,
 }
 
 impl Live {
@@ -279,6 +317,8 @@ impl Live {
             .flatten();
         let mut finished = self.command.finish(outcome);
         finished.recheck = git;
+        // The checks are done: the record goes.
+        drop(self.journal);
         finished
     }
 }

@@ -25,6 +25,10 @@ const NO_VIEW_PTYS: &str = "without a private view /dev/pts is the host's: Landl
 const NO_VIEW_DEVICES: &str = "without a private view the device nodes are the host's, and \
      Landlock does not mediate chmod: as root (their owner) a run can change their mode; the \
      native view binds them read-only";
+const NO_PID_NAMESPACE: &str = "without a private view there is no pid namespace: a killed \
+     sandbox takes only the command's leader with it (its parent-death signal); a process that \
+     left the group lives on, confined, until it exits (the run reports the downgrade, and the \
+     next run in the worktree does the killed run's checks)";
 const KNOWN_GAPS: &[(&str, &str, &str)] = &[
     (
         "nono",
@@ -53,6 +57,16 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
         NO_VIEW_PTYS,
     ),
     ("nono", escape::TERMINAL_DEVICE_MODE, NO_VIEW_DEVICES),
+    (
+        "nono",
+        escape::OUTLIVES_KILLED_SANDBOX,
+        NO_PID_NAMESPACE,
+    ),
+    (
+        "native-nouserns",
+        escape::OUTLIVES_KILLED_SANDBOX,
+        NO_PID_NAMESPACE,
+    ),
     (
         "native-nouserns",
         escape::TERMINAL_DEVICE_MODE,

@@ -28,8 +28,9 @@ use serde::Serialize;
 
 use super::{file_type, fresh_name, lstat_at, open_at};
 
-/// The worktree's git dir as the run found it: what the check compares with.
-#[derive(Debug, Clone)]
+/// The worktree's git dir as the run found it: what the check compares with (kept in the run
+/// journal too, for a run whose supervisor was killed: [`crate::journal`]).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct GitDirAtStart {
     gitdir: PathBuf,
     common: PathBuf,
