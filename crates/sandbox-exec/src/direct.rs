@@ -108,12 +108,13 @@ impl Drop for SignalPipe {
 /// A command started by [`spawn_direct`]. Dropping it before it was waited for kills its
 /// whole group and reaps it.
 pub struct DirectChild {
-    /// The command (after a pid namespace split, its process inside the namespace).
+    /// The process waited for: the command, or after a pid namespace split the namespace's
+    /// init, which exits (once every process of the namespace is gone) after the command.
     pid: Pid,
     /// The process group every process of the run starts in: the child we started leads it
     /// (after a pid namespace split, the command leads its own).
     pgid: Pid,
-    /// The pid namespace's init, ended once the command has been reaped.
+    /// After a pid namespace split: the command's status, init's stack.
     namespace: std::cell::Cell<Option<Namespace>>,
     /// Readable once the child exited ([`exit_watch`]).
     exited: OwnedFd,
@@ -124,20 +125,18 @@ pub struct DirectChild {
     outcome: Option<ExitOutcome>,
 }
 
-/// A pid namespace handed over by the child ([`crate::pidns`]): its init, and the stack
-/// init runs on, which lives in our memory until init is reaped.
+/// A pid namespace handed over by the child ([`crate::pidns`]): the stack init runs on,
+/// which lives in our memory until init is reaped, and where init writes the command's
+/// status.
 #[derive(Debug)]
 struct Namespace {
-    init: Pid,
     stack: usize,
-    command: Pid,
+    handoff: std::sync::Arc<Handoff>,
 }
 
 impl Namespace {
-    /// Kills init, which ends every process of the namespace; returns once they are gone.
-    fn end(&self) {
-        let _ = nix::sys::signal::kill(self.init, Signal::SIGKILL);
-        let _ = nix::sys::wait::waitpid(self.init, None);
+    /// After init was reaped: its stack is unused now.
+    fn release(&self) {
         #[cfg(target_os = "linux")]
         if self.stack != 0 {
             // SAFETY: init ran on this mapping (made by the child in our memory) and is dead
@@ -225,22 +224,29 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         program: program.clone(),
         cause: format!("clone: {e}"),
     })?;
-    // After a pid namespace split the child (the starter) has exited, leaving init and the
-    // command to us (crate::pidns); it leads the group they are in.
-    let handed = handoff.take().map(|h| {
+    // After a pid namespace split the child (the starter) has exited, leaving us init (our
+    // child now), which reports the command's status (crate::pidns).
+    let handed = handoff.init().map(|_| {
         let _ = nix::sys::wait::waitpid(starter, None);
         Namespace {
-            init: Pid::from_raw(h.init),
-            stack: h.init_stack,
-            command: Pid::from_raw(h.command),
+            stack: handoff.init_stack.load(std::sync::atomic::Ordering::SeqCst),
+            handoff: handoff.clone(),
         }
     });
-    let pid = handed.as_ref().map_or(starter, |ns| ns.command);
+    let command = handoff.command.load(std::sync::atomic::Ordering::SeqCst);
+    // The process we wait for: init after a split, else the command itself.
+    let pid = handoff.init().map_or(starter, Pid::from_raw);
+    // The group we signal: the command leads its own after a split (when it is already gone,
+    // nothing is left to signal but the starter's, now empty, group).
+    let pgid = if command > 0 { Pid::from_raw(command) } else { starter };
     if let Some(raw) = reported {
         // The child exited without exec; collect it (and end its namespace).
+        if handed.is_some() {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
         let _ = nix::sys::wait::waitpid(pid, None);
         if let Some(ns) = &handed {
-            ns.end();
+            ns.release();
         }
         let (error, failure) = reported_error(Some(raw));
         return Err(classify_spawn_error(
@@ -252,17 +258,18 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         ));
     }
     let exited = exit_watch(pid).map_err(|e| {
-        process_group::signal_group(starter, Signal::SIGKILL);
+        process_group::signal_group(pgid, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
         if let Some(ns) = &handed {
-            ns.end();
+            ns.release();
         }
         ExecError::io(EXIT_WATCH, e.into())
     })?;
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
     Ok(DirectChild {
         pid,
-        pgid: handed.as_ref().map_or(starter, |ns| ns.command),
+        pgid,
         namespace: std::cell::Cell::new(handed),
         exited,
         program,
@@ -570,7 +577,10 @@ impl DirectChild {
             let rc = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
             if rc >= 0 {
                 if let Some(ns) = self.namespace.take() {
-                    ns.end();
+                    ns.release();
+                    // Init wrote the command's status before exiting; killed before that,
+                    // the namespace went with it (as by SIGKILL).
+                    status = ns.handoff.status().unwrap_or(libc::SIGKILL);
                 }
                 return Ok(ExitOutcome::from_status(
                     std::process::ExitStatus::from_raw(status),

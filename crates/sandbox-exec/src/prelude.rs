@@ -33,31 +33,44 @@ use crate::error::ExecError;
 use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
 use crate::spec::CommandSpec;
 
-/// Where the direct path's starter leaves the pids of init and the command (host pids), and
-/// init's stack, which lives in the caller's memory until init is reaped.
-#[derive(Debug, Default)]
+/// Where the direct path's starter leaves what the caller takes over after a pid namespace
+/// split ([`crate::pidns`]): init's pid (the caller's child now), the command's host pid (it
+/// leads the group the caller signals; 0 when it was already gone), init's stack (it lives
+/// in the caller's memory until init is reaped), and the command's wait status, which init
+/// writes before it exits.
+#[derive(Debug)]
 pub struct Handoff {
-    pub command: AtomicI32,
     pub init: AtomicI32,
+    pub command: AtomicI32,
     pub init_stack: AtomicUsize,
+    pub status: AtomicI32,
 }
 
-/// What the caller takes over from a [`Handoff`] after the starter exited.
-#[derive(Debug)]
-pub struct HandedOff {
-    pub command: libc::pid_t,
-    pub init: libc::pid_t,
-    pub init_stack: usize,
+/// [`Handoff::status`] before init wrote one.
+pub const NO_STATUS: i32 = i32::MIN;
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Handoff {
+            init: AtomicI32::new(0),
+            command: AtomicI32::new(0),
+            init_stack: AtomicUsize::new(0),
+            status: AtomicI32::new(NO_STATUS),
+        }
+    }
 }
 
 impl Handoff {
-    pub fn take(&self) -> Option<HandedOff> {
-        let command = self.command.swap(0, Ordering::SeqCst);
-        (command > 0).then(|| HandedOff {
-            command,
-            init: self.init.swap(0, Ordering::SeqCst),
-            init_stack: self.init_stack.swap(0, Ordering::SeqCst),
-        })
+    /// Init's pid, once the starter handed over.
+    pub fn init(&self) -> Option<libc::pid_t> {
+        let init = self.init.load(Ordering::SeqCst);
+        (init > 0).then_some(init)
+    }
+
+    /// The command's wait status as init saw it, once init has exited.
+    pub fn status(&self) -> Option<i32> {
+        let status = self.status.load(Ordering::SeqCst);
+        (status != NO_STATUS).then_some(status)
     }
 }
 
@@ -183,11 +196,14 @@ impl Prelude {
         if self.controlling_terminal && !splits {
             controlling_terminal()?;
         }
+        // The host's /proc, opened before the view hides it: where the starter finds the
+        // command's host pid after the split.
+        let host_proc = if splits { open_host_proc() } else { -1 };
         let mut passed: &[RawFd] = &[];
         if let Some(setup) = &self.setup {
             setup.apply_in_child()?;
-            if setup.pid_namespace() {
-                return Err(split(self, setup.as_ref()));
+            if splits {
+                return Err(split(self, host_proc));
             }
             passed = setup.passed_fds();
         }
@@ -211,15 +227,21 @@ pub(crate) fn controlling_terminal() -> Result<(), SetupFailure> {
     Ok(())
 }
 
+/// `/proc`, as a directory descriptor (-1 when it cannot be opened). Async-signal safe.
+fn open_host_proc() -> RawFd {
+    // SAFETY: open(2) of a NUL-terminated constant.
+    unsafe { libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+}
+
 /// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).
 #[cfg(target_os = "linux")]
-fn split(prelude: &Prelude, setup: &dyn ChildSetup) -> SetupFailure {
-    crate::pidns::split(prelude, setup)
+fn split(prelude: &Prelude, host_proc: RawFd) -> SetupFailure {
+    crate::pidns::split(prelude, host_proc)
 }
 
 /// No pid namespaces elsewhere: a setup never asks for one there.
 #[cfg(not(target_os = "linux"))]
-fn split(_prelude: &Prelude, _setup: &dyn ChildSetup) -> SetupFailure {
+fn split(_prelude: &Prelude, _host_proc: RawFd) -> SetupFailure {
     SetupFailure {
         step: SetupStep::PidNamespace,
         errno: nix::errno::Errno::ENOSYS,

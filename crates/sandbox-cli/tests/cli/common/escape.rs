@@ -690,17 +690,7 @@ fn kill_sandbox(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The host pids of the processes whose command line is exactly `argv`.
-pub fn pids_running(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
-        .filter(|pid| sandbox_testkit::alive(*pid))
-        .collect()
-}
+pub use super::pids_running;
 
 /// Waits for `pid` to exit, on its pidfd (an event, bounded by `within`): true when it did.
 pub fn exits_within(pid: i32, within: Duration) -> bool {
