@@ -238,7 +238,11 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     let pid = handoff.init().map_or(starter, Pid::from_raw);
     // The group we signal: the command leads its own after a split (when it is already gone,
     // nothing is left to signal but the starter's, now empty, group).
-    let pgid = if command > 0 { Pid::from_raw(command) } else { starter };
+    let pgid = if command > 0 {
+        Pid::from_raw(command)
+    } else {
+        starter
+    };
     if let Some(raw) = reported {
         // The child exited without exec; collect it (and end its namespace).
         if handed.is_some() {

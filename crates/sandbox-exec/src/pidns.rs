@@ -162,7 +162,14 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         let byte = 1u8;
         // The pipe's other end is the starter's: if it died before our prctl, this fails
         // (EPIPE; SIGPIPE does not reach an init) and we leave, ending the namespace.
-        if raw::syscall(libc::SYS_write, ack, std::ptr::addr_of!(byte) as usize, 1, 0) != 1 {
+        if raw::syscall(
+            libc::SYS_write,
+            ack,
+            std::ptr::addr_of!(byte) as usize,
+            1,
+            0,
+        ) != 1
+        {
             exit_group(1);
         }
         raw::syscall(libc::SYS_close, ack, 0, 0, 0);

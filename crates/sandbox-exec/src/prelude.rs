@@ -230,7 +230,12 @@ pub(crate) fn controlling_terminal() -> Result<(), SetupFailure> {
 /// `/proc`, as a directory descriptor (-1 when it cannot be opened). Async-signal safe.
 fn open_host_proc() -> RawFd {
     // SAFETY: open(2) of a NUL-terminated constant.
-    unsafe { libc::open(c"/proc".as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) }
+    unsafe {
+        libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    }
 }
 
 /// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).

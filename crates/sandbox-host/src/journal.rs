@@ -230,7 +230,9 @@ fn check(record: &Record) -> Recovered {
     let git_dir = record
         .gitdir
         .as_ref()
-        .map(|start| gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(layout, name, None)))
+        .map(|start| {
+            gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(layout, name, None))
+        })
         .unwrap_or_default();
     Recovered {
         pid: record.pid,

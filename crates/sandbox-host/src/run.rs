@@ -182,12 +182,18 @@ impl Run {
         // The record exists before any process of the command does.
         let journal = match (&self.journal, command.journal_parts()) {
             (Some(dir), Some((layout, gitdir, quarantined))) => Some(
-                crate::journal::begin(dir, &self.policy.workspace.root, layout, gitdir, quarantined)
-                    .map_err(|e| HostError::PrivateDir {
-                        backend: "run journal",
-                        path: dir.clone(),
-                        cause: format!("writing the record of the command's after-run checks: {e}"),
-                    })?,
+                crate::journal::begin(
+                    dir,
+                    &self.policy.workspace.root,
+                    layout,
+                    gitdir,
+                    quarantined,
+                )
+                .map_err(|e| HostError::PrivateDir {
+                    backend: "run journal",
+                    path: dir.clone(),
+                    cause: format!("writing the record of the command's after-run checks: {e}"),
+                })?,
             ),
             _ => None,
         };

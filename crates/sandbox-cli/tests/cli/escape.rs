@@ -57,11 +57,7 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
         NO_VIEW_PTYS,
     ),
     ("nono", escape::TERMINAL_DEVICE_MODE, NO_VIEW_DEVICES),
-    (
-        "nono",
-        escape::OUTLIVES_KILLED_SANDBOX,
-        NO_PID_NAMESPACE,
-    ),
+    ("nono", escape::OUTLIVES_KILLED_SANDBOX, NO_PID_NAMESPACE),
     (
         "native-nouserns",
         escape::OUTLIVES_KILLED_SANDBOX,

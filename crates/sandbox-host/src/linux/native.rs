@@ -189,7 +189,7 @@ fn pid_support(options: &NativeOptions, support: &ViewSupport) -> Result<(), Str
             let private = crate::privdir::ensure("native", &options.private_dir).ok();
             userns::pid_namespace_support(private.as_deref())
         }
-        ViewSupport::Unavailable { reason } => Err(format!("no private view: {reason}")),
+        ViewSupport::Unavailable { .. } => Err("it needs the private view".into()),
     }
 }
 

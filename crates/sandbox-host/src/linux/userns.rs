@@ -94,13 +94,21 @@ pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
     if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
         if let Some((k, v)) = text.split_once('\n') {
             if k == key {
-                return if v.is_empty() { Ok(()) } else { Err(v.to_string()) };
+                return if v.is_empty() {
+                    Ok(())
+                } else {
+                    Err(v.to_string())
+                };
             }
         }
     }
     let answer = pid_probe();
     if let Some(cache) = &cache {
-        let value = answer.as_ref().err().map(|e| e.replace('\n', " ")).unwrap_or_default();
+        let value = answer
+            .as_ref()
+            .err()
+            .map(|e| e.replace('\n', " "))
+            .unwrap_or_default();
         let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
         if std::fs::write(&tmp, format!("{key}\n{value}")).is_ok() {
             let _ = std::fs::rename(&tmp, cache);
@@ -150,7 +158,11 @@ fn pid_probe() -> Result<(), String> {
                     libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
                     std::ptr::null(),
                 ) == 0;
-                libc::_exit(if mounted { 0 } else { Errno::last() as i32 & 0x7f });
+                libc::_exit(if mounted {
+                    0
+                } else {
+                    Errno::last() as i32 & 0x7f
+                });
             }
             let mut status = 0;
             if pid < 0 || libc::waitpid(pid, &mut status, 0) != pid || !libc::WIFEXITED(status) {

@@ -799,7 +799,8 @@ fn killed_attacks() -> Vec<Attack> {
                 let reported = std::fs::read_to_string(&report).is_ok_and(|r| {
                     let r: serde_json::Value = serde_json::from_str(&r).unwrap();
                     r["recovered"][0]["tampering"][0]["restored"] == true
-                }) && super::text(&out).contains("was killed before its after-run checks");
+                }) && super::text(&out)
+                    .contains("was killed before its after-run checks");
                 match (restored, reported) {
                     (true, true) => Verdict::Repaired,
                     (true, false) => Verdict::Escaped(format!(
