@@ -117,6 +117,17 @@ impl Recovered {
     }
 }
 
+/// flock(2) on `file` (held until every descriptor of its open file is closed).
+fn flock(file: &std::fs::File, operation: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor we own, with integer flags.
+    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// A stable name for a worktree's records (FNV-1a of its path).
 fn key(worktree: &Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -152,7 +163,7 @@ pub fn begin(
         .create_new(true)
         .mode(0o600)
         .open(&path)?;
-    file.lock()?;
+    flock(&file, libc::LOCK_EX)?;
     let record = Record {
         version: 1,
         worktree: worktree.to_path_buf(),
@@ -197,7 +208,7 @@ pub fn recover(dir: &Path, worktree: &Path) -> Vec<Recovered> {
             continue;
         };
         // Held: its owner still runs (a concurrent run in the same worktree).
-        if file.try_lock().is_err() {
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
             continue;
         }
         let record: Option<Record> = std::fs::read(&path)
