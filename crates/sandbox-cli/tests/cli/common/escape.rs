@@ -721,7 +721,7 @@ fn killed_attacks() -> Vec<Attack> {
                     return Verdict::Skipped(
                         "daemon-is-not-killed",
                         "the attack is a SIGKILL of `sandbox run` (the daemon's commands use \
-                         the same pid namespace: service::box_exec_children_die_with_the_daemon)"
+                         the same pid namespace: service::daemon_killed_with_sigkill_mid_exec_leaves_no_process)"
                             .into(),
                     );
                 }
