@@ -105,9 +105,10 @@ const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsm
      hook in its worktree; git run on the host in that directory uses that repository. No \
      file rule can refuse a name, and no check after the run walks the whole tree";
 
-/// Before Landlock ABI 6 no layer of the native backend scopes signals or abstract unix
-/// sockets (the pid and network namespaces will); the run reports it at its start, every time
-/// (`sandbox_host::layers`). Seen in Debian 12's 6.1 by `cargo xtask guest-test`.
+/// Before Landlock ABI 6 no layer of the native backend scopes abstract unix sockets (the
+/// network namespace will), nor signals without the view (with it the pid namespace does);
+/// the run reports it at its start, every time (`sandbox_host::layers`). Seen in Debian 12's
+/// 6.1 by `cargo xtask guest-test`.
 const NO_SCOPING: &str = "Landlock before ABI 6 cannot scope signals or abstract unix \
      sockets and no other layer holds them yet; every run reports the downgrade";
 const SCOPING_ATTACKS: &[&str] = &[
