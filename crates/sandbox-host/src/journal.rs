@@ -254,3 +254,68 @@ fn check(record: &Record) -> Recovered {
         quarantined: record.quarantined,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_policy::PointerFile;
+
+    fn layout(dir: &Path, pointer: &Path) -> GitLayout {
+        GitLayout {
+            is_linked: true,
+            common_dir: dir.join("common"),
+            worktree_gitdir: dir.join("gitdir"),
+            worktree_config: false,
+            pointers: vec![PointerFile {
+                path: pointer.to_path_buf(),
+                content: "gitdir: /the/original\n".into(),
+            }],
+            task_branch: None,
+            hooks_path: None,
+        }
+    }
+
+    /// A record whose owner lives is left alone; one whose lock is free (its owner died) has
+    /// its checks done — the pointer the killed run rewrote is restored — and is removed;
+    /// a finished command's record is gone.
+    #[test]
+    fn a_killed_runs_checks_are_done_and_a_live_ones_are_not() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = tmp.path().join("journal");
+        let worktree = tmp.path().join("task");
+        let pointer = tmp.path().join("dot-git");
+        std::fs::write(&pointer, "gitdir: /the/original\n").unwrap();
+        let layout = layout(tmp.path(), &pointer);
+
+        let live = begin(&journal, &worktree, &layout, None, true).unwrap();
+        // The killed run's record: the same bytes under another name, locked by nobody.
+        let dead = journal.join(format!("{}-1-0.json", key(&worktree)));
+        std::fs::copy(&live.path, &dead).unwrap();
+        std::fs::write(&pointer, "gitdir: /the/agents\n").unwrap();
+        // Another worktree's record is not this one's business.
+        assert!(recover(&journal, &tmp.path().join("other")).is_empty());
+
+        let recovered = recover(&journal, &worktree);
+        assert_eq!(
+            recovered.len(),
+            1,
+            "only the dead owner's record: {recovered:?}"
+        );
+        let r = &recovered[0];
+        assert!(r.quarantined);
+        assert_eq!(r.tampering.len(), 1);
+        assert!(r.tampering[0].restored, "{:?}", r.tampering);
+        assert_eq!(
+            std::fs::read_to_string(&pointer).unwrap(),
+            "gitdir: /the/original\n"
+        );
+        assert!(r.lines()[0].contains("was killed before its after-run checks"));
+        assert!(!dead.exists());
+        assert!(live.path.exists(), "the live run's record stays");
+
+        let path = live.path.clone();
+        drop(live);
+        assert!(!path.exists(), "a finished command's record is removed");
+        assert!(recover(&journal, &worktree).is_empty());
+    }
+}
