@@ -57,11 +57,14 @@ const COMMAND_STACK: usize = 512 << 10;
 /// The raw system calls init makes: no C library wrapper, so no `errno` is written (init
 /// shares the starter's thread pointer and memory).
 mod raw {
+    /// # Safety
+    /// The arguments must be valid for system call `n` (pointers into live memory).
     #[cfg(target_arch = "x86_64")]
     pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
         let ret: isize;
-        // SAFETY (of the caller): the syscall instruction with the Linux x86_64 convention;
-        // rcx and r11 are clobbered by the kernel.
+        // SAFETY: the syscall instruction with the Linux x86_64 convention (rcx and r11 are
+        // clobbered by the kernel); what the call does with its arguments is the caller's
+        // contract (this function is unsafe).
         unsafe {
             core::arch::asm!(
                 "syscall",
@@ -78,10 +81,13 @@ mod raw {
         ret
     }
 
+    /// # Safety
+    /// The arguments must be valid for system call `n` (pointers into live memory).
     #[cfg(target_arch = "aarch64")]
     pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
         let ret: isize;
-        // SAFETY (of the caller): svc 0 with the Linux aarch64 convention.
+        // SAFETY: svc 0 with the Linux aarch64 convention; what the call does with its
+        // arguments is the caller's contract (this function is unsafe).
         unsafe {
             core::arch::asm!(
                 "svc 0",
