@@ -143,6 +143,9 @@ impl Namespace {
             // now: nothing uses it.
             unsafe { libc::munmap(self.stack as *mut libc::c_void, crate::pidns::INIT_STACK) };
         }
+        // Elsewhere there is no pid namespace, so nothing is ever handed over.
+        #[cfg(not(target_os = "linux"))]
+        let _ = self.stack;
     }
 }
 
