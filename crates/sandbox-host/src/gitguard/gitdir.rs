@@ -37,6 +37,10 @@ pub struct GitDirAtStart {
     /// The worktree (where gitlinks are checked out), if its `.git` pointer is known.
     worktree: Option<PathBuf>,
     config_worktree: Option<Vec<u8>>,
+    /// Not kept in the journal (an index can be megabytes, written on every run): a killed
+    /// run's audit, done at the next start, then reports every skip-worktree, assume-unchanged
+    /// and gitlink entry as the run's, and still sets planted gitlinks aside.
+    #[serde(skip)]
     index: Option<Vec<u8>>,
 }
 
