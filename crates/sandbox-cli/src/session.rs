@@ -426,6 +426,12 @@ impl Session {
         } else {
             Run::prepare(&ctx.backends, self.kind, assembled, &options, &LogProgress)
         }?;
+        // The checks of a killed run of this worktree, done before this one.
+        for recovered in run.recovered() {
+            for line in recovered.lines() {
+                eprintln!("sandbox: warning: {line}");
+            }
+        }
         // A layer this machine cannot give is never dropped silently.
         for downgrade in &run.enforcement().downgrades {
             eprintln!("sandbox: notice: {}: {downgrade}", self.kind);

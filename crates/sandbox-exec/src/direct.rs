@@ -27,12 +27,12 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::error::ExecError;
-use crate::prelude::Prelude;
+use crate::prelude::{ExecImage, Handoff, Prelude};
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{
-    check_cwd, classify_spawn_error, cloexec_pipe, OutputMode, SetupFailure, SetupReport,
-    SetupStep, SpawnOptions, StdinMode,
+    check_cwd, classify_spawn_error, cloexec_pipe, reported_error, OutputMode, SetupFailure,
+    SetupReport, SetupStep, SpawnOptions, StdinMode, EXEC_FAILED,
 };
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
@@ -108,7 +108,14 @@ impl Drop for SignalPipe {
 /// A command started by [`spawn_direct`]. Dropping it before it was waited for kills its
 /// whole group and reaps it.
 pub struct DirectChild {
+    /// The process waited for: the command, or after a pid namespace split the namespace's
+    /// init, which exits (once every process of the namespace is gone) after the command.
     pid: Pid,
+    /// The process group every process of the run starts in: the child we started leads it
+    /// (after a pid namespace split, the command leads its own).
+    pgid: Pid,
+    /// After a pid namespace split: the command's status, init's stack.
+    namespace: std::cell::Cell<Option<Namespace>>,
     /// Readable once the child exited ([`exit_watch`]).
     exited: OwnedFd,
     program: String,
@@ -118,21 +125,38 @@ pub struct DirectChild {
     outcome: Option<ExitOutcome>,
 }
 
+/// A pid namespace handed over by the child ([`crate::pidns`]): the stack init runs on,
+/// which lives in our memory until init is reaped, and where init writes the command's
+/// status.
+#[derive(Debug)]
+struct Namespace {
+    stack: usize,
+    handoff: std::sync::Arc<Handoff>,
+}
+
+impl Namespace {
+    /// After init was reaped: its stack is unused now.
+    fn release(&self) {
+        #[cfg(target_os = "linux")]
+        if self.stack != 0 {
+            // SAFETY: init ran on this mapping (made by the child in our memory) and is dead
+            // now: nothing uses it.
+            unsafe { libc::munmap(self.stack as *mut libc::c_void, crate::pidns::INIT_STACK) };
+        }
+        // Elsewhere there is no pid namespace, so nothing is ever handed over.
+        #[cfg(not(target_os = "linux"))]
+        let _ = self.stack;
+    }
+}
+
 /// Everything the child reads, built in the parent: it may not allocate.
 struct ChildContext<'a> {
-    path: &'a CString,
-    argv: &'a [*const libc::c_char],
-    envp: &'a [*const libc::c_char],
     cwd: &'a CString,
     /// `/dev/null`, dup'ed onto the descriptors in `null_targets`.
     null: RawFd,
     null_targets: [bool; 3],
     prelude: &'a Prelude,
 }
-
-/// The step number sent through the report pipe when `execve` itself failed: the errno is
-/// then the exec's, classified as the command's own (126/127), not the sandbox's.
-const EXEC_FAILED: u32 = u32::MAX;
 
 fn cstring(bytes: &OsStr, what: &str) -> Result<CString, ExecError> {
     CString::new(bytes.as_bytes())
@@ -168,34 +192,6 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     let resolved = resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
     let program = spec.display_program();
 
-    // argv[0] is what the caller wrote; the kernel gets the resolved path.
-    let path = cstring(resolved.as_os_str(), "the program's path")?;
-    let argv_owned: Vec<CString> = std::iter::once(spec.program.as_os_str())
-        .chain(spec.args.iter().map(|a| a.as_os_str()))
-        .map(|a| cstring(a, "an argument"))
-        .collect::<Result<_, _>>()?;
-    let envp_owned: Vec<CString> = spec
-        .env
-        .iter()
-        .map(|(k, v)| {
-            let mut entry = k.as_bytes().to_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(v.as_bytes());
-            CString::new(entry).map_err(|_| {
-                ExecError::InvalidRequest("an environment variable contains a NUL byte".into())
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let argv: Vec<*const libc::c_char> = argv_owned
-        .iter()
-        .map(|a| a.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
-    let envp: Vec<*const libc::c_char> = envp_owned
-        .iter()
-        .map(|e| e.as_ptr())
-        .chain(std::iter::once(std::ptr::null()))
-        .collect();
     let cwd = cstring(spec.cwd.as_os_str(), "the working directory")?;
     let null = if stdin_null || output_null {
         Some(
@@ -210,11 +206,15 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     };
 
     let report = SetupReport::new()?;
-    let prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
+    let mut prelude = Prelude::new(
+        &report,
+        options.die_with_parent,
+        options.setup.clone(),
+        ExecImage::new(spec, &resolved)?,
+    );
+    let handoff = std::sync::Arc::new(Handoff::default());
+    prelude.handoff = Some(handoff.clone());
     let context = ChildContext {
-        path: &path,
-        argv: &argv,
-        envp: &envp,
         cwd: &cwd,
         null: null.as_ref().map_or(-1, |f| f.as_raw_fd()),
         null_targets: [stdin_null, output_null, output_null],
@@ -223,19 +223,39 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     let cloned = clone_vfork(&context);
     let reported = report.finish_raw();
     drop(null);
-    let pid = cloned.map_err(|e| ExecError::Spawn {
+    let starter = cloned.map_err(|e| ExecError::Spawn {
         program: program.clone(),
         cause: format!("clone: {e}"),
     })?;
-    if let Some((step, errno, detail)) = reported {
-        // The child exited without exec; collect it.
+    // After a pid namespace split the child (the starter) has exited, leaving us init (our
+    // child now), which reports the command's status (crate::pidns).
+    let handed = handoff.init().map(|_| {
+        let _ = nix::sys::wait::waitpid(starter, None);
+        Namespace {
+            stack: handoff.init_stack.load(std::sync::atomic::Ordering::SeqCst),
+            handoff: handoff.clone(),
+        }
+    });
+    let command = handoff.command.load(std::sync::atomic::Ordering::SeqCst);
+    // The process we wait for: init after a split, else the command itself.
+    let pid = handoff.init().map_or(starter, Pid::from_raw);
+    // The group we signal: the command leads its own after a split (when it is already gone,
+    // nothing is left to signal but the starter's, now empty, group).
+    let pgid = if command > 0 {
+        Pid::from_raw(command)
+    } else {
+        starter
+    };
+    if let Some(raw) = reported {
+        // The child exited without exec; collect it (and end its namespace).
+        if handed.is_some() {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
         let _ = nix::sys::wait::waitpid(pid, None);
-        let (error, failure) = if step == EXEC_FAILED {
-            (std::io::Error::from_raw_os_error(errno), None)
-        } else {
-            let failure = SetupFailure::from_raw(step, errno, detail);
-            (std::io::Error::from_raw_os_error(errno), Some(failure))
-        };
+        if let Some(ns) = &handed {
+            ns.release();
+        }
+        let (error, failure) = reported_error(Some(raw));
         return Err(classify_spawn_error(
             error,
             failure,
@@ -245,13 +265,19 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         ));
     }
     let exited = exit_watch(pid).map_err(|e| {
-        process_group::signal_group(pid, Signal::SIGKILL);
+        process_group::signal_group(pgid, Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
+        if let Some(ns) = &handed {
+            ns.release();
+        }
         ExecError::io(EXIT_WATCH, e.into())
     })?;
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
     Ok(DirectChild {
         pid,
+        pgid,
+        namespace: std::cell::Cell::new(handed),
         exited,
         program,
         started: Instant::now(),
@@ -447,15 +473,8 @@ fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
     }
     // The session, the parent-death signal, the setup, the descriptors (crate::prelude).
     context.prelude.run()?;
-    // SAFETY: execve(2) with a NUL-terminated path and NULL-terminated arrays of
-    // NUL-terminated strings, all built by the parent and alive while it is suspended.
-    unsafe {
-        libc::execve(
-            context.path.as_ptr(),
-            context.argv.as_ptr(),
-            context.envp.as_ptr(),
-        )
-    };
+    // The image was built by the parent and stays alive while it is suspended.
+    let _ = context.prelude.exec.execve();
     Ok(())
 }
 
@@ -543,7 +562,7 @@ impl DirectChild {
                 ));
             }
             for signal in relay.drain() {
-                process_group::signal_group(self.pid, signal);
+                process_group::signal_group(self.pgid, signal);
             }
             if fds[0].revents != 0 {
                 break self.reap()?;
@@ -553,7 +572,7 @@ impl DirectChild {
         // Descendants left in the group (`sleep 100 &`) do not outlive the run (after a
         // timeout, `kill_after_timeout` has already ended the whole group).
         if !matches!(outcome, ExitOutcome::TimedOut(_)) {
-            process_group::terminate_group_blocking(self.pid, self.kill_grace);
+            process_group::terminate_group_blocking(self.pgid, self.kill_grace);
         }
         Ok(outcome)
     }
@@ -564,6 +583,12 @@ impl DirectChild {
             // SAFETY: waitpid(2) for our own child, writing its status into `status`.
             let rc = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
             if rc >= 0 {
+                if let Some(ns) = self.namespace.take() {
+                    ns.release();
+                    // Init wrote the command's status before exiting; killed before that,
+                    // the namespace went with it (as by SIGKILL).
+                    status = ns.handoff.status().unwrap_or(libc::SIGKILL);
+                }
                 return Ok(ExitOutcome::from_status(
                     std::process::ExitStatus::from_raw(status),
                 ));
@@ -581,7 +606,7 @@ impl DirectChild {
     fn kill_after_timeout(&self) -> ExitOutcome {
         let after = self.timeout.unwrap_or_default();
         tracing::debug!(pid = %self.pid, ?after, "timeout; terminating group");
-        process_group::terminate_group_blocking(self.pid, self.kill_grace);
+        process_group::terminate_group_blocking(self.pgid, self.kill_grace);
         // The leader is dead or SIGKILLed now; collect it so it is not left a zombie.
         let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
         let _ = self.reap();
@@ -592,7 +617,7 @@ impl DirectChild {
 impl Drop for DirectChild {
     fn drop(&mut self) {
         if self.outcome.is_none() {
-            process_group::signal_group(self.pid, Signal::SIGKILL);
+            process_group::signal_group(self.pgid, Signal::SIGKILL);
             let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
             let _ = self.reap();
         }

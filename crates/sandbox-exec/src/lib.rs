@@ -15,6 +15,8 @@
 pub mod direct;
 pub mod error;
 pub mod output;
+#[cfg(target_os = "linux")]
+mod pidns;
 pub mod policy;
 mod prelude;
 pub mod process_group;
@@ -36,4 +38,17 @@ pub use spawn::{
     StdinMode,
 };
 pub use spec::{CommandRequest, CommandSpec};
+
+/// Whether this build and platform can run a command in a pid namespace of its own
+/// ([`ChildSetup::pid_namespace`]): Linux on x86_64 or aarch64.
+pub fn pid_namespace_supported() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        pidns::SUPPORTED
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
 pub use status::ExitOutcome;

@@ -8,6 +8,10 @@
 //!    it may have died between fork and prctl, and then no signal would ever come;
 //! 3. for a pty run, the pty (already on stdin) becomes the controlling terminal;
 //! 4. the caller's [`ChildSetup`] hook (Landlock, seccomp, the private view…);
+//!    when the hook moved the child into a new pid namespace ([`ChildSetup::pid_namespace`],
+//!    Linux), the namespace's init and the command are started as processes of it
+//!    ([`crate::pidns`]): the command runs the hook's [`ChildSetup::apply_in_namespace`]
+//!    and the step below, then executes itself ([`ExecImage`]);
 //! 5. last, every descriptor beyond stdio that is not passed on purpose
 //!    ([`ChildSetup::passed_fds`]) is marked close-on-exec, so the command inherits none of
 //!    the descriptors its caller happened to hold (a directory, a socket). Marked, not closed:
@@ -19,10 +23,125 @@
 //! Everything here runs in a child of a possibly multi-threaded parent (and, on the direct
 //! path, sharing its memory): only async-signal-safe system calls, no allocation, no locks.
 
+use std::ffi::{CString, OsStr};
 use std::os::fd::RawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crate::error::ExecError;
 use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
+use crate::spec::CommandSpec;
+
+/// Where the direct path's starter leaves what the caller takes over after a pid namespace
+/// split ([`crate::pidns`]): init's pid (the caller's child now), the command's host pid (it
+/// leads the group the caller signals; 0 when it was already gone), init's stack (it lives
+/// in the caller's memory until init is reaped), and the command's wait status, which init
+/// writes before it exits.
+#[derive(Debug)]
+pub struct Handoff {
+    pub init: AtomicI32,
+    pub command: AtomicI32,
+    pub init_stack: AtomicUsize,
+    pub status: AtomicI32,
+}
+
+/// [`Handoff::status`] before init wrote one.
+pub const NO_STATUS: i32 = i32::MIN;
+
+impl Default for Handoff {
+    fn default() -> Self {
+        Handoff {
+            init: AtomicI32::new(0),
+            command: AtomicI32::new(0),
+            init_stack: AtomicUsize::new(0),
+            status: AtomicI32::new(NO_STATUS),
+        }
+    }
+}
+
+impl Handoff {
+    /// Init's pid, once the starter handed over.
+    pub fn init(&self) -> Option<libc::pid_t> {
+        let init = self.init.load(Ordering::SeqCst);
+        (init > 0).then_some(init)
+    }
+
+    /// The command's wait status as init saw it, once init has exited.
+    pub fn status(&self) -> Option<i32> {
+        let status = self.status.load(Ordering::SeqCst);
+        (status != NO_STATUS).then_some(status)
+    }
+}
+
+/// What the command's process executes: the resolved path, argv and environment as C
+/// strings, built in the parent (the child may not allocate).
+pub(crate) struct ExecImage {
+    path: CString,
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+// SAFETY: the pointers point into the CStrings the value owns (their heap buffers never move
+// or change); sharing them is sharing immutable bytes.
+unsafe impl Send for ExecImage {}
+// SAFETY: as above: nothing is ever written through them.
+unsafe impl Sync for ExecImage {}
+
+fn cstring(bytes: &OsStr, what: &str) -> Result<CString, ExecError> {
+    CString::new(bytes.as_bytes())
+        .map_err(|_| ExecError::InvalidRequest(format!("{what} contains a NUL byte")))
+}
+
+impl ExecImage {
+    /// `spec` as the kernel gets it: argv[0] is what the caller wrote, the path the resolved
+    /// program, the environment exactly the spec's.
+    pub(crate) fn new(spec: &CommandSpec, resolved: &std::path::Path) -> Result<Self, ExecError> {
+        let path = cstring(resolved.as_os_str(), "the program's path")?;
+        let argv: Vec<CString> = std::iter::once(spec.program.as_os_str())
+            .chain(spec.args.iter().map(|a| a.as_os_str()))
+            .map(|a| cstring(a, "an argument"))
+            .collect::<Result<_, _>>()?;
+        let envp: Vec<CString> = spec
+            .env
+            .iter()
+            .map(|(k, v)| {
+                let mut entry = k.as_bytes().to_vec();
+                entry.push(b'=');
+                entry.extend_from_slice(v.as_bytes());
+                CString::new(entry).map_err(|_| {
+                    ExecError::InvalidRequest("an environment variable contains a NUL byte".into())
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let argv_ptrs = pointers(&argv);
+        let envp_ptrs = pointers(&envp);
+        let mut strings = argv;
+        strings.extend(envp);
+        Ok(ExecImage {
+            path,
+            _strings: strings,
+            argv: argv_ptrs,
+            envp: envp_ptrs,
+        })
+    }
+
+    /// execve(2); returns only when it failed, with its errno. Async-signal safe.
+    pub(crate) fn execve(&self) -> nix::errno::Errno {
+        // SAFETY: a NUL-terminated path and NULL-terminated arrays of NUL-terminated strings,
+        // all owned by `self`.
+        unsafe { libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
+        nix::errno::Errno::last()
+    }
+}
 
 /// The child's steps, built in the parent before fork.
 pub(crate) struct Prelude {
@@ -35,6 +154,12 @@ pub(crate) struct Prelude {
     /// Make stdin (a pty slave) the controlling terminal (`TIOCSCTTY`).
     pub controlling_terminal: bool,
     pub setup: Option<Arc<dyn ChildSetup>>,
+    /// What the command's process executes when the prelude runs it itself (after a pid
+    /// namespace split).
+    pub exec: ExecImage,
+    /// Set by the direct path: after a pid namespace split, init and the command become the
+    /// caller's children and their pids are left here ([`crate::pidns`]).
+    pub handoff: Option<Arc<Handoff>>,
 }
 
 impl Prelude {
@@ -43,6 +168,7 @@ impl Prelude {
         report: &SetupReport,
         die_with_parent: bool,
         setup: Option<Arc<dyn ChildSetup>>,
+        exec: ExecImage,
     ) -> Prelude {
         Prelude {
             report_fd: report.write_fd(),
@@ -50,6 +176,8 @@ impl Prelude {
             parent_pid: std::process::id() as libc::pid_t,
             controlling_terminal: false,
             setup,
+            exec,
+            handoff: None,
         }
     }
 
@@ -62,16 +190,21 @@ impl Prelude {
         if self.die_with_parent {
             parent_death_signal(self.parent_pid)?;
         }
-        if self.controlling_terminal {
-            // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty
-            // slave, and setsid above made us a session leader without a terminal.
-            if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
-                return Err(SetupFailure::last(SetupStep::ControllingTerminal));
-            }
+        // After a pid namespace split the command takes the terminal in a session of its
+        // own inside the namespace (crate::pidns), so its shell sees its foreground group.
+        let splits = self.setup.as_ref().is_some_and(|s| s.pid_namespace());
+        if self.controlling_terminal && !splits {
+            controlling_terminal()?;
         }
+        // The host's /proc, opened before the view hides it: where the starter finds the
+        // command's host pid after the split.
+        let host_proc = if splits { open_host_proc() } else { -1 };
         let mut passed: &[RawFd] = &[];
         if let Some(setup) = &self.setup {
             setup.apply_in_child()?;
+            if splits {
+                return Err(split(self, host_proc));
+            }
             passed = setup.passed_fds();
         }
         close_unpassed(passed)
@@ -81,6 +214,43 @@ impl Prelude {
     pub(crate) fn run_reporting(&self) -> std::io::Result<()> {
         self.run()
             .map_err(|failure| SetupReport::fail(self.report_fd, failure))
+    }
+}
+
+/// Makes stdin (the pty slave) the controlling terminal of this session leader.
+pub(crate) fn controlling_terminal() -> Result<(), SetupFailure> {
+    // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty slave, and
+    // setsid made us a session leader without a terminal.
+    if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
+        return Err(SetupFailure::last(SetupStep::ControllingTerminal));
+    }
+    Ok(())
+}
+
+/// `/proc`, as a directory descriptor (-1 when it cannot be opened). Async-signal safe.
+fn open_host_proc() -> RawFd {
+    // SAFETY: open(2) of a NUL-terminated constant.
+    unsafe {
+        libc::open(
+            c"/proc".as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    }
+}
+
+/// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).
+#[cfg(target_os = "linux")]
+fn split(prelude: &Prelude, host_proc: RawFd) -> SetupFailure {
+    crate::pidns::split(prelude, host_proc)
+}
+
+/// No pid namespaces elsewhere: a setup never asks for one there.
+#[cfg(not(target_os = "linux"))]
+fn split(_prelude: &Prelude, _host_proc: RawFd) -> SetupFailure {
+    SetupFailure {
+        step: SetupStep::PidNamespace,
+        errno: nix::errno::Errno::ENOSYS,
+        detail: 0,
     }
 }
 
@@ -119,7 +289,7 @@ fn parent_death_signal(_parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
 }
 
 /// Marks every descriptor from 3 up close-on-exec, then clears the flag on `passed`.
-fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
+pub(crate) fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
     mark_cloexec_from(3)?;
     for &fd in passed {
         // SAFETY: fcntl(F_SETFD) with an integer flag on a descriptor number.

@@ -18,11 +18,12 @@ use nix::sys::signal::Signal;
 use nix::sys::termios::{self, SetArg, Termios};
 
 use crate::error::ExecError;
-use crate::prelude::Prelude;
+use crate::prelude::{ExecImage, Prelude};
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spawn::{
-    base_command, check_cwd, classify_spawn_error, cloexec_pipe, ChildSetup, SetupReport,
+    base_command, check_cwd, classify_spawn_error, cloexec_pipe, reported_error, ChildSetup,
+    SetupReport,
 };
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
@@ -132,7 +133,12 @@ pub async fn run_interactive(
         .stdout(dup(&slave)?)
         .stderr(dup(&slave)?);
     let report = SetupReport::new()?;
-    let mut prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
+    let mut prelude = Prelude::new(
+        &report,
+        options.die_with_parent,
+        options.setup.clone(),
+        ExecImage::new(spec, &resolved)?,
+    );
     // stdin is the pty slave; the child makes it its controlling terminal.
     prelude.controlling_terminal = true;
     // SAFETY: runs between fork and exec; the prelude only makes async-signal-safe calls
@@ -141,16 +147,29 @@ pub async fn run_interactive(
         cmd.pre_exec(move || prelude.run_reporting());
     }
     let spawned = tokio::process::Command::from(cmd).spawn();
-    let setup_failure = report.finish();
-    let mut child = spawned.map_err(|e| {
-        classify_spawn_error(
-            e,
-            setup_failure,
-            &program,
-            &resolved,
-            options.setup.as_deref(),
-        )
-    })?;
+    let reported = report.finish_raw();
+    let mut child = match (spawned, reported) {
+        (Ok(child), None) => child,
+        (spawned, reported) => {
+            let (error, failure) = reported_error(reported);
+            let error = match spawned {
+                Err(e) => e,
+                // The command's process in a pid namespace failed after the split.
+                Ok(mut child) => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    error
+                }
+            };
+            return Err(classify_spawn_error(
+                error,
+                failure,
+                &program,
+                &resolved,
+                options.setup.as_deref(),
+            ));
+        }
+    };
     drop(slave);
     let pid = crate::spawn::child_pid(&child, &program)?;
 

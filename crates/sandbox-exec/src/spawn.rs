@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::error::ExecError;
 use crate::output::{self, OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 use crate::policy::CommandPolicy;
-use crate::prelude::Prelude;
+use crate::prelude::{ExecImage, Prelude};
 use crate::process_group;
 use crate::resolve::resolve_program;
 use crate::spec::CommandSpec;
@@ -49,6 +49,21 @@ pub trait ChildSetup: Send + Sync {
     /// What item `detail` of `step` was (a mount and its path), for the parent's message.
     fn describe(&self, _step: SetupStep, _detail: u32) -> Option<String> {
         None
+    }
+
+    /// Whether [`ChildSetup::apply_in_child`] moves the command into a new pid namespace
+    /// (it unshares `CLONE_NEWPID`; Linux). The prelude then starts the namespace's init
+    /// and the command as processes of their own ([`crate::prelude`]), and runs
+    /// [`ChildSetup::apply_in_namespace`] in the command's.
+    fn pid_namespace(&self) -> bool {
+        false
+    }
+
+    /// The rest of the setup, run in the command's own process inside the pid namespace
+    /// (what needs to be a process of it: mounting its `/proc`; then Landlock and seccomp).
+    /// Only called when [`ChildSetup::pid_namespace`] is true. Async-signal safe.
+    fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
+        Ok(())
     }
 }
 
@@ -88,6 +103,10 @@ pub enum SetupStep {
     LandlockAddRule = 15,
     /// Marking every descriptor not passed on purpose close-on-exec.
     CloseDescriptors = 16,
+    /// Starting the pid namespace's init and the command inside it.
+    PidNamespace = 17,
+    /// Mounting the pid namespace's own `/proc` in the view.
+    ProcMount = 18,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -110,6 +129,8 @@ impl SetupStep {
             SetupStep::WorkingDirectory => "entering the working directory in the view",
             SetupStep::LandlockAddRule => "landlock_add_rule (the git store overlay)",
             SetupStep::CloseDescriptors => "closing the inherited descriptors",
+            SetupStep::PidNamespace => "starting the pid namespace's init",
+            SetupStep::ProcMount => "mounting the pid namespace's /proc",
             SetupStep::Other => "child setup",
         }
     }
@@ -131,6 +152,8 @@ impl SetupStep {
             SetupStep::WorkingDirectory,
             SetupStep::LandlockAddRule,
             SetupStep::CloseDescriptors,
+            SetupStep::PidNamespace,
+            SetupStep::ProcMount,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -299,7 +322,12 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     cmd.stdout(out).stderr(err);
 
     let report = SetupReport::new()?;
-    let prelude = Prelude::new(&report, options.die_with_parent, options.setup.clone());
+    let prelude = Prelude::new(
+        &report,
+        options.die_with_parent,
+        options.setup.clone(),
+        ExecImage::new(spec, &resolved)?,
+    );
     // SAFETY: the closure runs in the forked child before exec; the prelude only makes
     // async-signal-safe calls (see crate::prelude). `prelude` was built before fork and is
     // only read here.
@@ -310,17 +338,33 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     let mut tokio_cmd = tokio::process::Command::from(cmd);
     tokio_cmd.kill_on_drop(false);
     let spawned = tokio_cmd.spawn();
-    let setup_failure = report.finish();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
+    let reported = report.finish_raw();
+    let mut child = match (spawned, reported) {
+        (Ok(child), None) => child,
+        (Err(e), reported) => {
+            let (_, failure) = reported_error(reported);
             return Err(classify_spawn_error(
                 e,
-                setup_failure,
+                failure,
                 &program,
                 &resolved,
                 options.setup.as_deref(),
-            ))
+            ));
+        }
+        // The command's process in a pid namespace failed after the split: the proxy
+        // exits 127 with it (the runtime reaps it).
+        (Ok(child), reported) => {
+            if let Some(pid) = child.id() {
+                process_group::signal_group(Pid::from_raw(pid as i32), Signal::SIGKILL);
+            }
+            let (error, failure) = reported_error(reported);
+            return Err(classify_spawn_error(
+                error,
+                failure,
+                &program,
+                &resolved,
+                options.setup.as_deref(),
+            ));
         }
     };
     let pid = child_pid(&child, &program)?;
@@ -494,6 +538,25 @@ pub(crate) fn cloexec_pipe(nonblocking: bool) -> Result<(OwnedFd, OwnedFd), Errn
     }
 }
 
+/// The step number sent through the report pipe when `execve` itself failed: the errno is
+/// then the exec's, classified as the command's own (126/127), not the sandbox's.
+pub(crate) const EXEC_FAILED: u32 = u32::MAX;
+
+/// A raw report as the error it stands for, and the setup failure when it was one (not
+/// the exec's own).
+pub(crate) fn reported_error(
+    reported: Option<(u32, i32, u32)>,
+) -> (std::io::Error, Option<SetupFailure>) {
+    match reported {
+        None => (std::io::Error::other("the child exited before exec"), None),
+        Some((EXEC_FAILED, errno, _)) => (std::io::Error::from_raw_os_error(errno), None),
+        Some((step, errno, detail)) => (
+            std::io::Error::from_raw_os_error(errno),
+            Some(SetupFailure::from_raw(step, errno, detail)),
+        ),
+    }
+}
+
 /// The pid of a child that was just spawned (tokio forgets it only once the child has been
 /// reaped, which nothing has done yet).
 pub(crate) fn child_pid(child: &tokio::process::Child, program: &str) -> Result<Pid, ExecError> {
@@ -551,14 +614,8 @@ impl SetupReport {
         }
     }
 
-    /// Parent side, after spawn returned: closes our write end, reads what the child sent.
-    pub(crate) fn finish(self) -> Option<SetupFailure> {
-        self.finish_raw()
-            .map(|(step, errno, detail)| SetupFailure::from_raw(step, errno, detail))
-    }
-
-    /// [`Self::finish`] with the step as sent: a caller may send steps of its own (the direct
-    /// spawn's "exec failed").
+    /// Parent side, after spawn returned: closes our write end, reads what the child sent,
+    /// with the step as sent (a child may send [`EXEC_FAILED`]).
     pub(crate) fn finish_raw(self) -> Option<(u32, i32, u32)> {
         let SetupReport { read, write } = self;
         drop(write);

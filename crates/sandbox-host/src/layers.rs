@@ -104,9 +104,9 @@ impl Property {
     }
 
     /// Filesystem and network rules are what a grant means: without them, fail closed.
-    /// Signal and abstract-socket scoping that no layer of this kernel can give is a
-    /// downgrade, reported on every run like the missing view (the pid and network
-    /// namespaces will hold them on every kernel with user namespaces).
+    /// Signal and abstract-socket scoping that no layer of this run can give is a downgrade,
+    /// reported on every run like the missing view. With the view the pid namespace holds
+    /// signals on every kernel; the network namespace will hold abstract sockets.
     pub fn when_missing(self) -> Missing {
         match self {
             Property::Filesystem

@@ -23,6 +23,7 @@ pub mod custom;
 pub mod error;
 pub mod gitguard;
 pub mod home;
+pub mod journal;
 pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;

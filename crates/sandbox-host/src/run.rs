@@ -37,7 +37,7 @@
 //! | a per-box resource (a network namespace, a VM)     | [`Run::prepare`] / the backend's `prepare` |
 //! | a per-command resource (a cgroup, a pid namespace) | [`Run::arm`] (kept in the [`Armed`] command), applied in [`Armed::spawn`]'s child setup |
 //! | something to kill or collect when it ends          | [`Reaper`] (before the token exists) |
-//! | a check after the run (a pointer, a report)        | [`Live::finish`]                   |
+//! | a check after the run (a pointer, a report)        | [`Live::finish`], and its record in [`crate::journal`] (done at the next start if the supervisor is killed) |
 //!
 //! A caller never orders these itself: it holds a [`Run`], arms, spawns, waits, reaps and
 //! finishes — and the types allow no other order.
@@ -57,6 +57,7 @@ use crate::backend::{
     BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand, Progress,
 };
 use crate::error::HostError;
+use crate::journal::{Entry as JournalEntry, Recovered};
 use crate::report::Enforcement;
 use crate::tmpdir::PrivateTmpdir;
 
@@ -69,6 +70,10 @@ pub struct Run {
     tmpdir: Option<PrivateTmpdir>,
     /// The claim on the private home's cache layers, released when the run ends.
     _home: Option<crate::home::HomeGuard>,
+    /// Where each command's record of its after-run checks is kept ([`crate::journal`]).
+    journal: Option<PathBuf>,
+    /// The checks of killed runs of this worktree, done before this one prepared.
+    recovered: Vec<Recovered>,
 }
 
 impl std::fmt::Debug for Run {
@@ -112,6 +117,14 @@ impl Run {
             home,
             ..
         } = assembled;
+        // Before anything else: the checks a killed run of this worktree never did.
+        let journal = crate::privdir::ensure("run journal", &options.private_dir())
+            .ok()
+            .map(|dir| dir.join(crate::journal::DIR));
+        let recovered = journal
+            .as_deref()
+            .map(|dir| crate::journal::recover(dir, &policy.workspace.root))
+            .unwrap_or_default();
         if let Some(home) = &policy.fs.home {
             crate::home::check_cap(home)?;
         }
@@ -122,6 +135,8 @@ impl Run {
             session,
             tmpdir,
             _home: home,
+            journal,
+            recovered,
         })
     }
 
@@ -134,7 +149,15 @@ impl Run {
             session,
             tmpdir: None,
             _home: None,
+            journal: None,
+            recovered: Vec::new(),
         }
+    }
+
+    /// The after-run checks of killed runs of this worktree, done when this run prepared
+    /// (report them: [`Recovered::lines`]).
+    pub fn recovered(&self) -> &[Recovered] {
+        &self.recovered
     }
 
     pub fn kind(&self) -> BackendKind {
@@ -166,9 +189,26 @@ impl Run {
             std::env::vars_os(),
         )?;
         spec.timeout = command.timeout.or(self.policy.limits.timeout);
-        Ok(Armed {
-            command: self.session.command(spec)?,
-        })
+        let command = self.session.command(spec)?;
+        // The record exists before any process of the command does.
+        let journal = match (&self.journal, command.journal_parts()) {
+            (Some(dir), Some((layout, gitdir, quarantined))) => Some(
+                crate::journal::begin(
+                    dir,
+                    &self.policy.workspace.root,
+                    layout,
+                    gitdir,
+                    quarantined,
+                )
+                .map_err(|e| HostError::PrivateDir {
+                    backend: "run journal",
+                    path: dir.clone(),
+                    cause: format!("writing the record of the command's after-run checks: {e}"),
+                })?,
+            ),
+            _ => None,
+        };
+        Ok(Armed { command, journal })
     }
 
     /// Removes the private TMPDIR now (dropping the run does too, silently).
@@ -184,6 +224,8 @@ impl Run {
 #[derive(Debug)]
 pub struct Armed {
     command: PreparedCommand,
+    /// Removed once the command finished (or never started).
+    journal: Option<JournalEntry>,
 }
 
 /// Why [`Armed::spawn`] started nothing, and the command already finished (none of its
@@ -212,6 +254,7 @@ impl Armed {
     fn live(self) -> Live {
         Live {
             command: self.command,
+            journal: self.journal,
         }
     }
 
@@ -277,6 +320,7 @@ impl Armed {
 #[must_use = "a started command is finished with `Live::finish` once its orphans are reaped"]
 pub struct Live {
     command: PreparedCommand,
+    journal: Option<JournalEntry>,
 }
 
 impl Live {
@@ -285,7 +329,10 @@ impl Live {
     /// were reaped ([`Reaper::reap_when_idle`]), [`Finished::recheck`] names the git layout to
     /// check again once they are gone ([`recheck`]).
     pub fn finish(self, outcome: Option<ExitOutcome>, reaped: Reaped) -> Finished {
-        self.command.finish(outcome, reaped.complete)
+        let finished = self.command.finish(outcome, reaped.complete);
+        // The checks are done: the record goes.
+        drop(self.journal);
+        finished
     }
 }
 

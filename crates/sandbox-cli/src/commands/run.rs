@@ -66,16 +66,22 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
         child.wait_relaying(&relay)
     });
     crate::session::report(&finished);
+    let recovered = run.recovered().to_vec();
     Session::close(run);
     let code = conclude(&finished, waited, &program)?;
     if let Some(path) = &args.report_json {
-        write_report(path, code, &finished)?;
+        write_report(path, code, &finished, &recovered)?;
     }
     Ok(code)
 }
 
 /// The `--report-json` document.
-fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> anyhow::Result<()> {
+fn write_report(
+    path: &std::path::Path,
+    exit_code: i32,
+    finished: &Finished,
+    recovered: &[sandbox_host::journal::Recovered],
+) -> anyhow::Result<()> {
     let (git_store, git_store_error) = match &finished.git_store {
         Some(Ok(report)) => (Some(report), None),
         Some(Err(e)) => (None, Some(e.to_string())),
@@ -97,6 +103,8 @@ fn write_report(path: &std::path::Path, exit_code: i32, finished: &Finished) -> 
         "gitStoreError": git_store_error,
         "gitDir": finished.git_dir,
         "gitPush": git_push,
+        // The after-run checks of killed runs of this worktree, done before this run.
+        "recovered": recovered,
     });
     let text = serde_json::to_string_pretty(&report)? + "\n";
     if path.as_os_str() == "-" {

@@ -25,6 +25,10 @@ const NO_VIEW_PTYS: &str = "without a private view /dev/pts is the host's: Landl
 const NO_VIEW_DEVICES: &str = "without a private view the device nodes are the host's, and \
      Landlock does not mediate chmod: as root (their owner) a run can change their mode; the \
      native view binds them read-only";
+const NO_PID_NAMESPACE: &str = "without a private view there is no pid namespace: a killed \
+     sandbox takes only the command's leader with it (its parent-death signal); a process that \
+     left the group lives on, confined, until it exits (the run reports the downgrade, and the \
+     next run in the worktree does the killed run's checks)";
 const KNOWN_GAPS: &[(&str, &str, &str)] = &[
     (
         "nono",
@@ -53,6 +57,12 @@ const KNOWN_GAPS: &[(&str, &str, &str)] = &[
         NO_VIEW_PTYS,
     ),
     ("nono", escape::TERMINAL_DEVICE_MODE, NO_VIEW_DEVICES),
+    ("nono", escape::OUTLIVES_KILLED_SANDBOX, NO_PID_NAMESPACE),
+    (
+        "native-nouserns",
+        escape::OUTLIVES_KILLED_SANDBOX,
+        NO_PID_NAMESPACE,
+    ),
     (
         "native-nouserns",
         escape::TERMINAL_DEVICE_MODE,
@@ -95,9 +105,10 @@ const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsm
      hook in its worktree; git run on the host in that directory uses that repository. No \
      file rule can refuse a name, and no check after the run walks the whole tree";
 
-/// Before Landlock ABI 6 no layer of the native backend scopes signals or abstract unix
-/// sockets (the pid and network namespaces will); the run reports it at its start, every time
-/// (`sandbox_host::layers`). Seen in Debian 12's 6.1 by `cargo xtask guest-test`.
+/// Before Landlock ABI 6 no layer of the native backend scopes abstract unix sockets (the
+/// network namespace will), nor signals without the view (with it the pid namespace does);
+/// the run reports it at its start, every time (`sandbox_host::layers`). Seen in Debian 12's
+/// 6.1 by `cargo xtask guest-test`.
 const NO_SCOPING: &str = "Landlock before ABI 6 cannot scope signals or abstract unix \
      sockets and no other layer holds them yet; every run reports the downgrade";
 const SCOPING_ATTACKS: &[&str] = &[

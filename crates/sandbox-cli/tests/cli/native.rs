@@ -833,3 +833,49 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
         assert_eq!(null_ctime(), before, "{who}: /dev/null was chmod-ed");
     }
 }
+
+/// With the view every command runs in a pid namespace of its own: it is pid 2 (our init is
+/// 1), its `/proc` is the namespace's (no host process in it, this test's own included), and
+/// its exit status reaches the caller exactly: its code, or 128+N for the signal N that
+/// killed it. Skipped where the probe finds no pid namespace (then runs say so).
+#[test]
+fn a_command_is_pid_2_of_its_own_namespace_and_its_status_is_exact() {
+    let f = Fixture::new();
+    let doctor = stdout(&sandbox(&f, &["doctor"]));
+    if !doctor.contains("pid namespace: the command is pid 2") {
+        common::skip(
+            "no-pid-namespace",
+            format_args!("no pid namespace on this machine: {doctor}"),
+        );
+        return;
+    }
+    let me = std::process::id();
+    let out = sandbox(
+        &f,
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $$; ls /proc | grep -E '^[0-9]+$'",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut lines = stdout(&out).lines().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(lines.remove(0), "2", "{}", text(&out));
+    let pids: Vec<u32> = lines.iter().map(|l| l.parse().unwrap()).collect();
+    assert!(pids.contains(&1) && pids.contains(&2), "{pids:?}");
+    assert!(
+        !pids.contains(&me),
+        "the host's pid {me} is visible: {pids:?}"
+    );
+    for (script, code) in [
+        ("exit 7", 7),
+        ("kill -TERM $$", 143),
+        ("kill -SEGV $$", 139),
+        ("kill -KILL $$", 137),
+    ] {
+        let out = sandbox(&f, &["run", "--", "sh", "-c", script]);
+        assert_eq!(out.status.code(), Some(code), "{script}: {}", text(&out));
+    }
+}

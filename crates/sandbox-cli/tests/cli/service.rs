@@ -654,19 +654,22 @@ fn a_second_daemon_refuses_to_start() {
 /// escaped the group with setsid, and the leader.
 fn start_tree(c: &mut Client, d: &Daemon, name: &str) -> (u64, Vec<i32>) {
     create(c, name, &d.work(), json!({}));
-    let id = exec(
-        c,
-        name,
-        &[
-            "sh",
-            "-c",
-            "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; echo $$; wait",
-        ],
+    // The command runs in a pid namespace of its own: its `$!` and `$$` are not the host's
+    // pids, so its processes are found on the host by their unique command lines, once the
+    // shell has seen both sleeps exec.
+    let n = format!("{}{}", std::process::id(), common::escape::unique());
+    let (kept, left) = (format!("1000.{n}1"), format!("1000.{n}2"));
+    let script = format!(
+        "sleep {kept} & a=$!; setsid sleep {left} & b=$!; for p in $a $b; do \
+         until grep -q '^sleep' /proc/$p/cmdline 2>/dev/null; do :; done; done; \
+         echo ready; wait"
     );
-    let pids: Vec<i32> = read_lines(c, id, 3)
-        .iter()
-        .map(|l| l.trim().parse().unwrap())
-        .collect();
+    let id = exec(c, name, &["sh", "-c", &script]);
+    read_lines(c, id, 1);
+    let mut pids = common::pids_running(&["sleep", &kept]);
+    pids.extend(common::pids_running(&["sleep", &left]));
+    pids.extend(common::pids_running(&["sh", "-c", &script]));
+    assert_eq!(pids.len(), 3, "the tree's host pids: {pids:?}");
     for &pid in &pids {
         assert!(alive(pid), "{pid} should run");
     }

@@ -260,6 +260,16 @@ impl PreparedCommand {
         self
     }
 
+    /// What the run journal keeps of this command's after-run checks: the layout whose
+    /// pointers are checked, the git dir at the start, whether it has a git store quarantine
+    /// (none for `host`, which checks nothing).
+    pub(crate) fn journal_parts(
+        &self,
+    ) -> Option<(&GitLayout, Option<&gitguard::GitDirAtStart>, bool)> {
+        let git = self.git.as_ref()?;
+        Some((git, self.gitdir.as_ref(), self.store.is_some()))
+    }
+
     /// The git layout whose pointers [`Self::finish`] checks (none for `host`).
     pub fn git(&self) -> Option<&GitLayout> {
         self.git.as_ref()

@@ -41,7 +41,9 @@ use crate::error::HostError;
 use crate::nono::NonoLocation;
 use crate::report::Enforcement;
 
-pub use command::{CommandJudge, Finished, PreparedCommand, Recheck, RunEnd};
+pub use command::{
+    CommandJudge, Finished, PreparedCommand, Recheck, RunEnd, WorktreeConfigEnabled,
+};
 pub use registry::{Backends, Provider};
 
 /// Every backend name the product knows. Not all are in every build ([`Backends`]) or

@@ -28,14 +28,19 @@ use serde::Serialize;
 
 use super::{file_type, fresh_name, lstat_at, open_at};
 
-/// The worktree's git dir as the run found it: what the check compares with.
-#[derive(Debug, Clone)]
+/// The worktree's git dir as the run found it: what the check compares with (kept in the run
+/// journal too, for a run whose supervisor was killed: [`crate::journal`]).
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct GitDirAtStart {
     gitdir: PathBuf,
     common: PathBuf,
     /// The worktree (where gitlinks are checked out), if its `.git` pointer is known.
     worktree: Option<PathBuf>,
     config_worktree: Option<Vec<u8>>,
+    /// Not kept in the journal (an index can be megabytes, written on every run): a killed
+    /// run's audit, done at the next start, then reports every skip-worktree, assume-unchanged
+    /// and gitlink entry as the run's, and still sets planted gitlinks aside.
+    #[serde(skip)]
     index: Option<Vec<u8>>,
     /// A main worktree: its git dir is the common dir, where only the names git keeps per
     /// worktree are judged (the rest — objects, refs, packed-refs, modules, what other tools

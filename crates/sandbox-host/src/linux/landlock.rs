@@ -106,6 +106,12 @@ pub fn list_dir_bits() -> u64 {
     (AccessFs::from_all(ABI::V1) & AccessFs::ReadDir).bits()
 }
 
+/// The rights a read-only grant gives a directory (the pid namespace's `/proc`) on this
+/// kernel, as `landlock_add_rule` takes them (for a rule added in the child).
+pub fn read_dir_bits(abi: i32) -> u64 {
+    (rights(Class::ReadExec, true) & AccessFs::from_all(ABI::from(abi))).bits()
+}
+
 /// The rights a device rule grants a directory of devices (the private devpts) on this
 /// kernel, as `landlock_add_rule` takes them (for a rule added in the child).
 pub fn device_dir_bits(abi: i32) -> u64 {

@@ -63,6 +63,8 @@ pub struct NativeSandbox {
     /// kernel checks (reading another root process's `/proc/<pid>/environ`) then succeed even
     /// inside a Landlock domain.
     drop_caps_up_to: Option<u32>,
+    /// Each command in a pid namespace of its own (with the view, where the probe allows).
+    pid_namespace: bool,
     enforcement: Enforcement,
     /// Under the view, Landlock rules each command's child adds once its mounts exist: the
     /// private `/tmp` (writable), the root (listable), each package cache's overlay.
@@ -196,6 +198,18 @@ fn view_support(options: &NativeOptions) -> ViewSupport {
     userns::support(private.as_deref())
 }
 
+/// Whether a run gets a pid namespace of its own: only with the view, where the probe says
+/// its `/proc` mounts (cached in the private directory). `Err` says why not.
+fn pid_support(options: &NativeOptions, support: &ViewSupport) -> Result<(), String> {
+    match support {
+        ViewSupport::Available => {
+            let private = crate::privdir::ensure("native", &options.private_dir).ok();
+            userns::pid_namespace_support(private.as_deref())
+        }
+        ViewSupport::Unavailable { .. } => Err("it needs the private view".into()),
+    }
+}
+
 /// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
 /// without it, Landlock alone must be able to protect the git data.
 fn landlock_plan(
@@ -289,7 +303,8 @@ pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforceme
     let support = view_support(options);
     let plan = landlock_plan(policy, &support)?;
     let seccomp = seccomp_plan(policy, &support, options);
-    Ok(report(policy, &plan, &seccomp, &support, options))
+    let pid = pid_support(options, &support);
+    Ok(report(policy, &plan, &seccomp, &support, &pid, options))
 }
 
 /// The compiled forms a native run of `policy` would use on this machine (`policy show`).
@@ -340,11 +355,26 @@ fn report(
     plan: &compile::landlock::LandlockPlan,
     seccomp: &SeccompPlan,
     support: &ViewSupport,
+    pid: &Result<(), String>,
     options: &NativeOptions,
 ) -> Enforcement {
     let abi = abi::landlock_abi();
     let mut e = landlock::enforcement(plan, abi);
-    account_layers(&mut e, plan, support, abi);
+    account_layers(&mut e, plan, support, pid.is_ok(), abi);
+    match pid {
+        Ok(()) => e.enforced.push(
+            "pid namespace: the command is pid 2 of a namespace of its own (its /proc shows \
+             only the run's processes); its init dies with sandbox, so when sandbox is killed, \
+             even with SIGKILL, the kernel ends every process of the run"
+                .into(),
+        ),
+        Err(why) => e.downgrades.push(format!(
+            "no pid namespace ({why}): the run's processes are ended through their process \
+             group and the parent-death signal of the command itself; a process that leaves \
+             the group (setsid) outlives a SIGKILLed sandbox, and /proc shows the host's \
+             processes"
+        )),
+    }
     match support {
         ViewSupport::Available => {
             e.mechanism = "view+landlock+seccomp".into();
@@ -420,6 +450,7 @@ fn account_layers(
     e: &mut Enforcement,
     plan: &compile::landlock::LandlockPlan,
     support: &ViewSupport,
+    pid_namespace: bool,
     abi: i32,
 ) {
     let needs = crate::layers::Needs {
@@ -430,7 +461,7 @@ fn account_layers(
     let layers = crate::layers::Layers {
         landlock_abi: abi,
         view: *support == ViewSupport::Available,
-        pid_namespace: false,
+        pid_namespace,
         net_namespace: false,
     };
     let accounting = crate::layers::account(&needs, &layers);
@@ -439,8 +470,13 @@ fn account_layers(
     e.gaps
         .extend(accounting.gaps.iter().map(|v| v.missing_line()));
     e.downgrades.extend(accounting.downgrades.iter().map(|v| {
+        let pid = if v.property == crate::layers::Property::Signals {
+            ", and no pid namespace without the private view"
+        } else {
+            ""
+        };
         format!(
-            "{}: no layer of this kernel holds it (Landlock ABI {abi})",
+            "{}: no layer of this run holds it (Landlock ABI {abi}{pid})",
             v.missing_line()
         )
     }));
@@ -463,6 +499,8 @@ impl NativeSandbox {
         let allow_degraded = options.allow_degraded;
         let private = crate::privdir::ensure("native", &options.private_dir);
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
+        let pid = pid_support(options, &support);
+        let pid_namespace = pid.is_ok();
         // Package caches are overlays in the view: where this machine cannot mount one, the
         // run goes without (the tools download into the private home instead) and says so.
         let without_caches;
@@ -555,7 +593,10 @@ impl NativeSandbox {
                         })
                     }
                     _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
-                        policy, &staging, None,
+                        policy,
+                        &staging,
+                        None,
+                        pid_namespace,
                     )?))),
                 }
             }
@@ -580,7 +621,7 @@ impl NativeSandbox {
         }
         let plan = landlock_plan(policy, &support)?;
         let rules = seccomp_plan(policy, &support, options);
-        let enforcement = report(policy, &plan, &rules, &support, options);
+        let enforcement = report(policy, &plan, &rules, &support, &pid, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -623,6 +664,7 @@ impl NativeSandbox {
                 }
             }
         }
+        let pid_namespace = pid_namespace && view.is_some();
         Ok(NativeSandbox {
             view_rules,
             view,
@@ -630,6 +672,7 @@ impl NativeSandbox {
             landlock: plan,
             filters,
             drop_caps_up_to,
+            pid_namespace,
             enforcement,
         })
     }
@@ -694,7 +737,13 @@ impl NativeSandbox {
                     )?);
                     pushes.push((remote.clone(), LiveQuarantine::start(quarantine)));
                 }
-                let view = PreparedView::prepare_with_layer(policy, staging, Some(&layers), layer)?;
+                let view = PreparedView::prepare_with_layer(
+                    policy,
+                    staging,
+                    Some(&layers),
+                    layer,
+                    self.pid_namespace,
+                )?;
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
@@ -707,6 +756,12 @@ impl NativeSandbox {
             for (path, access) in &self.view_rules {
                 child_rules.push(ChildRule::new(path, *access)?);
             }
+        }
+        if let Some(proc) = view.as_deref().and_then(PreparedView::proc_dir) {
+            child_rules.push(ChildRule::new(
+                proc,
+                landlock::read_dir_bits(abi::landlock_abi()),
+            )?);
         }
         if let Some(devpts) = view.as_deref().and_then(PreparedView::devpts) {
             child_rules.push(ChildRule::new(
@@ -868,14 +923,23 @@ impl ChildSetup for NativeChild {
         // drop below and no_new_privs would otherwise limit.
         if let Some(view) = &self.view {
             view.apply_in_child()?;
-        }
-        let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
-        if let Some(ruleset) = &self.own_ruleset {
-            for rule in &self.child_rules {
-                rule.add(ruleset)?;
+            if view.pid_namespace() {
+                // The rest runs in the command's process inside the pid namespace.
+                return Ok(());
             }
         }
-        self.sandbox.apply_limits(ruleset)
+        self.apply_limits()
+    }
+
+    fn pid_namespace(&self) -> bool {
+        self.view.as_ref().is_some_and(|view| view.pid_namespace())
+    }
+
+    fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
+        if let Some(view) = &self.view {
+            view.apply_in_namespace()?;
+        }
+        self.apply_limits()
     }
 
     fn name(&self) -> &str {
@@ -888,6 +952,19 @@ impl ChildSetup for NativeChild {
 
     fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
         self.view.as_ref()?.describe(step, detail)
+    }
+}
+
+impl NativeChild {
+    /// The rules for mounts only the child's view has, then the sandbox's limits.
+    fn apply_limits(&self) -> Result<(), SetupFailure> {
+        let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
+        if let Some(ruleset) = &self.own_ruleset {
+            for rule in &self.child_rules {
+                rule.add(ruleset)?;
+            }
+        }
+        self.sandbox.apply_limits(ruleset)
     }
 }
 

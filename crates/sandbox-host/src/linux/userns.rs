@@ -79,6 +79,117 @@ pub fn support(cache_dir: Option<&Path>) -> ViewSupport {
     answer
 }
 
+const PID_CACHE_FILE: &str = "pidns-probe";
+
+/// Whether a run with the private view also gets a pid namespace of its own, whose `/proc`
+/// mounts in the view; `Err` says why not. A real probe (a forked child makes a user, mount
+/// and pid namespace, and its child mounts that namespace's proc), cached like [`support`].
+pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
+    if !sandbox_exec::pid_namespace_supported() {
+        return Err("this build has no pid namespace split for this architecture (x86_64 and                     aarch64 only)"
+            .into());
+    }
+    let key = key();
+    let cache = cache_dir.map(|d| d.join(PID_CACHE_FILE));
+    if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
+        if let Some((k, v)) = text.split_once('\n') {
+            if k == key {
+                return if v.is_empty() {
+                    Ok(())
+                } else {
+                    Err(v.to_string())
+                };
+            }
+        }
+    }
+    let answer = pid_probe();
+    if let Some(cache) = &cache {
+        let value = answer
+            .as_ref()
+            .err()
+            .map(|e| e.replace('\n', " "))
+            .unwrap_or_default();
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, format!("{key}\n{value}")).is_ok() {
+            let _ = std::fs::rename(&tmp, cache);
+        }
+    }
+    answer
+}
+
+fn pid_probe() -> Result<(), String> {
+    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
+    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    // SAFETY: the child and its child make only async-signal-safe system calls (unshare,
+    // open, write, mount, mkdir, fork, waitpid, _exit) on data prepared before the fork.
+    match unsafe { nix::unistd::fork() } {
+        // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
+        Ok(nix::unistd::ForkResult::Child) => unsafe {
+            let ok = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID)
+                == 0
+                && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
+                && crate::linux::view::write_file(c"/proc/self/uid_map", &uid_map).is_ok()
+                && crate::linux::view::write_file(c"/proc/self/gid_map", &gid_map).is_ok()
+                && libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mount(
+                    c"tmpfs".as_ptr(),
+                    c"/tmp".as_ptr(),
+                    c"tmpfs".as_ptr(),
+                    0,
+                    std::ptr::null(),
+                ) == 0
+                && libc::mkdir(c"/tmp/proc".as_ptr(), 0o700) == 0;
+            if !ok {
+                libc::_exit(100 + (Errno::last() as i32 & 0x1f));
+            }
+            // The first child is the namespace's pid 1: it mounts the namespace's proc.
+            let pid = libc::fork();
+            if pid == 0 {
+                let mounted = libc::mount(
+                    c"proc".as_ptr(),
+                    c"/tmp/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                    std::ptr::null(),
+                ) == 0;
+                libc::_exit(if mounted {
+                    0
+                } else {
+                    Errno::last() as i32 & 0x7f
+                });
+            }
+            let mut status = 0;
+            if pid < 0 || libc::waitpid(pid, &mut status, 0) != pid || !libc::WIFEXITED(status) {
+                libc::_exit(99);
+            }
+            libc::_exit(libc::WEXITSTATUS(status))
+        },
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
+                    "a pid namespace cannot be created beside the view's user and mount \
+                     namespaces (errno {})",
+                    code - 100
+                )),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                    "the pid namespace's /proc cannot be mounted ({}): the host's /proc is \
+                     not fully visible here (a container masking parts of it)",
+                    Errno::from_raw(code)
+                )),
+                other => Err(format!("the pid namespace probe did not finish: {other:?}")),
+            }
+        }
+        Err(e) => Err(format!("could not fork the pid namespace probe: {e}")),
+    }
+}
+
 /// Which step of the probe failed.
 const STEP_UNSHARE: u8 = 1;
 const STEP_ID_MAP: u8 = 2;

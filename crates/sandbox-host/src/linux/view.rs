@@ -92,7 +92,16 @@ pub struct PreparedView {
     gid_map: Vec<u8>,
     /// The child's end of the bounded layer's socket, open until the command is spawned.
     _layer_socket: Option<std::os::fd::OwnedFd>,
+    /// The command gets a pid namespace of its own (`CLONE_NEWPID` beside the user and mount
+    /// namespaces), and the view's `/proc` is that namespace's, mounted by the command's
+    /// process inside it ([`PreparedView::apply_in_namespace`]), never the host's.
+    pid_namespace: bool,
+    /// The view has a `/proc` (the policy grants it) to mount there.
+    proc: bool,
 }
+
+/// Where the pid namespace's proc is mounted in the view.
+const PROC: &str = "/proc";
 
 fn cstring(path: &Path) -> Result<CString, HostError> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::ViewPath {
@@ -170,8 +179,9 @@ impl PreparedView {
         policy: &Policy,
         staging: &Path,
         store: Option<&GitStoreLayers>,
+        pid_namespace: bool,
     ) -> Result<Self, HostError> {
-        Self::prepare_with_layer(policy, staging, store, None)
+        Self::prepare_with_layer(policy, staging, store, None, pid_namespace)
     }
 
     /// As [`PreparedView::prepare`], with the git store's writable layer on a tmpfs of its
@@ -181,8 +191,10 @@ impl PreparedView {
         staging: &Path,
         store: Option<&GitStoreLayers>,
         layer: Option<sandbox_git::quarantine::LayerMount>,
+        pid_namespace: bool,
     ) -> Result<Self, HostError> {
         let plan = view::compile(policy, &classify, store)?;
+        let mut proc = false;
         if !staging.is_dir() {
             use std::os::unix::fs::DirBuilderExt;
             std::fs::DirBuilder::new()
@@ -290,6 +302,20 @@ impl PreparedView {
                         format!("tmpfs on {}", target.display()),
                     );
                 }
+                // The host's /proc would show every host process: with a pid namespace the
+                // view gets a mount point, and the namespace's own proc is mounted there.
+                MountOp::Bind { target, .. } if pid_namespace && target == Path::new(PROC) => {
+                    made.insert(target.clone());
+                    if !on_host(&mounted, target) {
+                        push(
+                            &mut steps,
+                            Step::Mkdir(inside(target)?),
+                            format!("mount point {}", target.display()),
+                        );
+                    }
+                    mounted.insert(target.clone(), false);
+                    proc = true;
+                }
                 MountOp::Bind {
                     source,
                     target,
@@ -395,7 +421,43 @@ impl PreparedView {
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             _layer_socket: layer_socket,
+            pid_namespace,
+            proc,
         })
+    }
+
+    /// Whether the command runs in a pid namespace of its own.
+    pub fn pid_namespace(&self) -> bool {
+        self.pid_namespace
+    }
+
+    /// Where the pid namespace's proc is mounted, if the view has one: a mount made only in
+    /// the command's process, so its Landlock rule is added there too.
+    pub fn proc_dir(&self) -> Option<&Path> {
+        self.proc.then(|| Path::new(PROC))
+    }
+
+    /// In the command's process inside the pid namespace, after [`Self::apply_in_child`]
+    /// (in the view's root): mounts the namespace's own proc on the view's `/proc`,
+    /// read-only as the host's was bound. Async-signal safe.
+    pub fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
+        if !self.proc {
+            return Ok(());
+        }
+        // SAFETY: mount(2) with NUL-terminated constants and no data.
+        let rc = unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(SetupFailure::last(SetupStep::ProcMount));
+        }
+        Ok(())
     }
 
     pub fn plan(&self) -> &ViewPlan {
@@ -429,9 +491,15 @@ impl PreparedView {
         if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
             return Err(SetupFailure::last(SetupStep::WorkingDirectory));
         }
+        let pid = if self.pid_namespace {
+            libc::CLONE_NEWPID
+        } else {
+            0
+        };
         // SAFETY: unshare(2) takes flags only. The child is single-threaded (fresh from fork),
-        // as CLONE_NEWUSER requires.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) } != 0 {
+        // as CLONE_NEWUSER requires. CLONE_NEWPID moves only the children made from here on
+        // (the prelude starts them: sandbox_exec's pid namespace split).
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid) } != 0 {
             return Err(SetupFailure::last(SetupStep::UserNamespace));
         }
         write_proc(c"/proc/self/setgroups", b"deny")?;

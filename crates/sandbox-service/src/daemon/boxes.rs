@@ -115,6 +115,10 @@ pub(super) async fn box_create(
         HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
         other => unavailable(format!("box {}: {other}", p.name)),
     })?;
+    // The checks of a killed run of this worktree were done as the box prepared.
+    for line in run.recovered().iter().flat_map(|r| r.lines()) {
+        tracing::warn!(box_name = %p.name, "{line}");
+    }
     let enforcement = run.enforcement().clone();
     {
         let mut boxes = state.boxes.locked();

@@ -217,3 +217,31 @@ pub fn assert_no_strays(path: &str, listing: &str) {
         "{path}: the command inherited descriptors it was never meant to get: {strays:#?}"
     );
 }
+
+/// The host pids of the processes whose command line is exactly `argv`. A command in a pid
+/// namespace of its own (the native backend's view) knows only its namespace's pids, so a
+/// test finds its processes on the host by a unique command line.
+pub fn pids_running(argv: &[&str]) -> Vec<i32> {
+    // Callers ask once the process has exec'ed (its own shell saw it in its namespace's
+    // /proc); a scan of the host's /proc that races that exec can still miss it, so the scan
+    // is repeated until it is seen (bounded).
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let found = scan_for(argv);
+        if !found.is_empty() || std::time::Instant::now() >= end {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn scan_for(argv: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| sandbox_testkit::alive(*pid))
+        .collect()
+}

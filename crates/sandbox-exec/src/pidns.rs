@@ -1,0 +1,503 @@
+//! The pid namespace split (Linux): what the child prelude does when its [`ChildSetup`] has
+//! unshared `CLONE_NEWPID` ([`ChildSetup::pid_namespace`]).
+//!
+//! The child that did the unshare (the *starter*) is not itself in the new namespace: only
+//! its children are. It starts the namespace's **init** (pid 1), ours and minimal, sharing
+//! its memory (`CLONE_VM`: no page tables are copied). Init:
+//!
+//! 1. sets `PR_SET_PDEATHSIG` (SIGKILL), so it dies with its parent however the parent dies;
+//!    when init dies the kernel kills every process of the namespace, whatever session or
+//!    group it moved to;
+//! 2. starts the **command** (pid 2) as its own child, like `vfork`: in a session and group
+//!    of its own (for a pty, with the terminal as controlling terminal), the command runs
+//!    [`ChildSetup::apply_in_namespace`] (the namespace's own `/proc`, Landlock, seccomp),
+//!    marks the descriptors and executes itself ([`crate::prelude::ExecImage`]);
+//! 3. closes every descriptor and proves that its parent still lives (a byte written to a
+//!    pipe the starter reads);
+//! 4. reaps every process of the namespace (orphans re-parent to it) until the command
+//!    exits, writes the command's wait status where the starter's caller reads it, and
+//!    exits — which ends every process left in the namespace.
+//!
+//! The command being init's child (not the starter's) matters: whatever dies first, every
+//! process of the namespace is reaped inside it, so the namespace always ends. Init makes
+//! only raw system calls after the command started (no C library call: it shares the
+//! starter's thread-local `errno`, and on the direct path the supervisor's).
+//!
+//! The starter then finds the command's host pid (its namespace pid means nothing outside)
+//! in the host's `/proc`, opened before the view hid it, and does one of two things:
+//!
+//! * **proxy** (the `fork`-based paths, [`crate::spawn`] and [`crate::pty`]): it stays, as the
+//!   process the caller waits for. It closes every descriptor, forwards every signal it
+//!   receives (the supervisor signals its group) to the command's group, waits for init,
+//!   and exits with the command's exact status: its exit code, or the same signal (core
+//!   dumps off);
+//! * **handoff** (the direct path, [`crate::direct`], whose child shares the caller's memory
+//!   and must exit for the caller to resume): init is made a child of the caller
+//!   (`CLONE_PARENT`), what the caller needs is left in a [`Handoff`], and the starter
+//!   exits. The caller signals the command's group, waits for init and reads the status.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::errno::Errno;
+
+use crate::prelude::Prelude;
+
+use crate::spawn::{SetupFailure, SetupReport, SetupStep, EXEC_FAILED};
+
+/// Whether this build can split a pid namespace (the raw system calls init makes are written
+/// for these architectures).
+pub const SUPPORTED: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+/// Init's stack: it makes a handful of system calls, nothing more.
+pub const INIT_STACK: usize = 64 << 10;
+/// The command's stack until exec: the setup's last steps (Landlock rules, seccomp).
+const COMMAND_STACK: usize = 512 << 10;
+
+/// The raw system calls init makes: no C library wrapper, so no `errno` is written (init
+/// shares the starter's thread pointer and memory).
+mod raw {
+    /// # Safety
+    /// The arguments must be valid for system call `n` (pointers into live memory).
+    #[cfg(target_arch = "x86_64")]
+    pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+        let ret: isize;
+        // SAFETY: the syscall instruction with the Linux x86_64 convention (rcx and r11 are
+        // clobbered by the kernel); what the call does with its arguments is the caller's
+        // contract (this function is unsafe).
+        unsafe {
+            core::arch::asm!(
+                "syscall",
+                inlateout("rax") n as isize => ret,
+                in("rdi") a,
+                in("rsi") b,
+                in("rdx") c,
+                in("r10") d,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack)
+            );
+        }
+        ret
+    }
+
+    /// # Safety
+    /// The arguments must be valid for system call `n` (pointers into live memory).
+    #[cfg(target_arch = "aarch64")]
+    pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
+        let ret: isize;
+        // SAFETY: svc 0 with the Linux aarch64 convention; what the call does with its
+        // arguments is the caller's contract (this function is unsafe).
+        unsafe {
+            core::arch::asm!(
+                "svc 0",
+                in("x8") n,
+                inlateout("x0") a as isize => ret,
+                in("x1") b,
+                in("x2") c,
+                in("x3") d,
+                options(nostack)
+            );
+        }
+        ret
+    }
+
+    /// Elsewhere the split is refused before init exists ([`super::SUPPORTED`]).
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    pub unsafe fn syscall(_n: libc::c_long, _a: usize, _b: usize, _c: usize, _d: usize) -> isize {
+        -(libc::ENOSYS as isize)
+    }
+}
+
+struct InitArgs<'a> {
+    /// The write end of the starter's pipe: one byte once the command has started.
+    ack: RawFd,
+    prelude: &'a Prelude,
+    /// Where the command's wait status goes.
+    status: &'a AtomicI32,
+}
+
+/// Init: see the module comment.
+extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points to the starter's `InitArgs`, which stays valid as long as init
+    // runs: the starter waits for init on the proxy path, and on the handoff path its fields
+    // point into the caller's memory, which the caller keeps until it reaped init.
+    let args = unsafe { &*arg.cast::<InitArgs<'_>>() };
+    let (ack, status) = (args.ack as usize, args.status);
+    // SAFETY: raw system calls on integers and stack buffers; none touches memory the
+    // starter or the caller uses.
+    unsafe {
+        raw::syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_PDEATHSIG as usize,
+            libc::SIGKILL as usize,
+            0,
+            0,
+        );
+    }
+    let Ok(stack) = map_stack(COMMAND_STACK) else {
+        exit_group(1)
+    };
+    // The command inherits our copy of the starter's descriptors (its stdio). We are
+    // suspended (CLONE_VFORK) until it has exec'ed or exited.
+    // SAFETY: the command runs `command_main` on its own stack, sharing our memory; it reads
+    // the prelude, which outlives it (see above). libc::clone touches errno only on failure.
+    let command = unsafe {
+        libc::clone(
+            command_main,
+            stack.cast::<u8>().add(COMMAND_STACK).cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            std::ptr::from_ref(args.prelude).cast_mut().cast(),
+        )
+    };
+    // SAFETY: raw system calls as above; the command no longer runs on `stack`.
+    unsafe {
+        raw::syscall(libc::SYS_munmap, stack as usize, COMMAND_STACK, 0, 0);
+        if command <= 0 {
+            exit_group(1);
+        }
+        if ack > 0 {
+            raw::syscall(libc::SYS_close_range, 0, ack - 1, 0, 0);
+        }
+        if raw::syscall(libc::SYS_close_range, ack + 1, u32::MAX as usize, 0, 0) < 0 {
+            // Before Linux 5.9: one by one, up to a bound no descriptor table reaches here.
+            for fd in (0..4096).filter(|fd| *fd != ack) {
+                raw::syscall(libc::SYS_close, fd, 0, 0, 0);
+            }
+        }
+        let byte = 1u8;
+        // The pipe's other end is the starter's: if it died before our prctl, this fails
+        // (EPIPE; SIGPIPE does not reach an init) and we leave, ending the namespace.
+        if raw::syscall(
+            libc::SYS_write,
+            ack,
+            std::ptr::addr_of!(byte) as usize,
+            1,
+            0,
+        ) != 1
+        {
+            exit_group(1);
+        }
+        raw::syscall(libc::SYS_close, ack, 0, 0, 0);
+        loop {
+            let mut wait_status: libc::c_int = 0;
+            let pid = raw::syscall(
+                libc::SYS_wait4,
+                -1isize as usize,
+                std::ptr::addr_of_mut!(wait_status) as usize,
+                libc::__WALL as usize,
+                0,
+            );
+            if pid == command as isize {
+                status.store(wait_status, Ordering::SeqCst);
+                exit_group(0);
+            }
+            if pid < 0 && pid != -(libc::EINTR as isize) {
+                exit_group(1);
+            }
+        }
+    }
+}
+
+/// exit_group(2), raw.
+fn exit_group(code: usize) -> ! {
+    loop {
+        // SAFETY: exit_group(2) does not return.
+        unsafe { raw::syscall(libc::SYS_exit_group, code, 0, 0, 0) };
+    }
+}
+
+/// The command's process inside the namespace: its session, the rest of the setup, then
+/// exec. Never returns: a failure is reported to the spawner and the process exits 127.
+extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the prelude init passed to clone; init is suspended (CLONE_VFORK)
+    // until we exec or exit, and the prelude outlives init's start.
+    let prelude = unsafe { &*arg.cast::<Prelude>() };
+    let steps = || -> Result<(), SetupFailure> {
+        // A session and group of its own inside the namespace: its shell's job control
+        // sees its own group (the starter's is not visible here), and `kill 0` reaches
+        // nothing outside.
+        // SAFETY: setsid(2) takes no arguments.
+        if unsafe { libc::setsid() } < 0 {
+            return Err(SetupFailure::last(SetupStep::NewSession));
+        }
+        if prelude.controlling_terminal {
+            crate::prelude::controlling_terminal()?;
+        }
+        if let Some(setup) = &prelude.setup {
+            setup.apply_in_namespace()?;
+            crate::prelude::close_unpassed(setup.passed_fds())?;
+        }
+        Ok(())
+    };
+    match steps() {
+        Ok(()) => {
+            let errno = prelude.exec.execve();
+            SetupReport::send(prelude.report_fd, EXEC_FAILED, errno as i32, 0);
+        }
+        Err(failure) => {
+            SetupReport::fail(prelude.report_fd, failure);
+        }
+    }
+    // SAFETY: _exit(2) ends this process without running destructors of memory it shares.
+    unsafe { libc::_exit(127) }
+}
+
+fn fail(errno: Errno) -> SetupFailure {
+    SetupFailure {
+        step: SetupStep::PidNamespace,
+        errno,
+        detail: 0,
+    }
+}
+
+fn map_stack(size: usize) -> Result<*mut libc::c_void, SetupFailure> {
+    // SAFETY: an anonymous private mapping; its only user is the process started on it.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return Err(fail(Errno::last()));
+    }
+    // A guard page: an overflow faults instead of writing below the stack.
+    // SAFETY: mprotect(2) of the first page of the mapping made above.
+    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+    Ok(stack)
+}
+
+/// The starter's side: init (which starts the command), then proxy or handoff. Returns only
+/// the failure of a step before the command exists; otherwise it never returns.
+pub(crate) fn split(prelude: &Prelude, host_proc: RawFd) -> SetupFailure {
+    match start(prelude, host_proc) {
+        Ok(never) => match never {},
+        Err(failure) => failure,
+    }
+}
+
+fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible, SetupFailure> {
+    if !SUPPORTED {
+        return Err(fail(Errno::ENOSYS));
+    }
+    let handoff = prelude.handoff.as_deref();
+    let parent_flag = if handoff.is_some() {
+        libc::CLONE_PARENT
+    } else {
+        0
+    };
+    // The proxy's status slot lives on this stack: the proxy never returns from here.
+    let own_status = AtomicI32::new(crate::prelude::NO_STATUS);
+    let status = handoff.map_or(&own_status, |h| &h.status);
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2(2) writes two descriptors into our array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(fail(Errno::last()));
+    }
+    let (ack_read, ack_write) = (fds[0], fds[1]);
+    let init_stack = map_stack(INIT_STACK)?;
+    let args = InitArgs {
+        ack: ack_write,
+        prelude,
+        status,
+    };
+    // SAFETY: init runs `init_main` on its own stack (top of the mapping, page-aligned), in
+    // our memory; `args` stays valid as long as init reads it (see init_main).
+    let init = unsafe {
+        libc::clone(
+            init_main,
+            init_stack.cast::<u8>().add(INIT_STACK).cast(),
+            libc::CLONE_VM | parent_flag | libc::SIGCHLD,
+            std::ptr::addr_of!(args).cast_mut().cast(),
+        )
+    };
+    let clone_errno = Errno::last();
+    // SAFETY: closes our copy of the write end.
+    unsafe { libc::close(ack_write) };
+    if init < 0 {
+        // SAFETY: no process uses the mapping or the read end.
+        unsafe {
+            libc::munmap(init_stack, INIT_STACK);
+            libc::close(ack_read);
+        }
+        return Err(fail(clone_errno));
+    }
+    let mut byte = 0u8;
+    let n = loop {
+        // SAFETY: read(2) of one byte into our stack.
+        let n = unsafe { libc::read(ack_read, std::ptr::addr_of_mut!(byte).cast(), 1) };
+        if n >= 0 || Errno::last() != Errno::EINTR {
+            break n;
+        }
+    };
+    // SAFETY: close(2) of our read end.
+    unsafe { libc::close(ack_read) };
+    // Init's parent-death signal is set now; if the supervisor died before that (on the
+    // handoff path it is init's parent), we were re-parented and nothing would kill init.
+    // SAFETY: getppid(2) takes no arguments.
+    let orphaned = handoff.is_some() && unsafe { libc::getppid() } != prelude.parent_pid;
+    if n != 1 || orphaned {
+        // SAFETY: kill(2) of the process we just started.
+        unsafe { libc::kill(init, libc::SIGKILL) };
+        if n != 1 && handoff.is_none() {
+            // The command could not be started (its failure is reported already).
+            let mut ignored = 0;
+            // SAFETY: waitpid(2) of our child.
+            unsafe { libc::waitpid(init, &mut ignored, 0) };
+        }
+        return Err(fail(if n != 1 { Errno::ECHILD } else { Errno::ESRCH }));
+    }
+    let command = command_pid(host_proc, init);
+    close_every_descriptor();
+    match handoff {
+        Some(slot) => {
+            slot.init_stack.store(init_stack as usize, Ordering::SeqCst);
+            slot.command.store(command, Ordering::SeqCst);
+            slot.init.store(init, Ordering::SeqCst);
+            // SAFETY: _exit(2): the caller resumes and takes over init.
+            unsafe { libc::_exit(0) }
+        }
+        None => proxy(init, command, status),
+    }
+}
+
+/// The command's host pid: init's only child, read from the host's `/proc` (`host_proc`,
+/// opened before the view) — 0 when it is already gone.
+fn command_pid(host_proc: RawFd, init: libc::pid_t) -> libc::pid_t {
+    // "<init>/task/<init>/children", built without allocating.
+    let mut path = [0u8; 64];
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| {
+        for &b in bytes {
+            if len < path.len() - 1 {
+                path[len] = b;
+                len += 1;
+            }
+        }
+    };
+    let mut digits = [0u8; 12];
+    let number = |mut n: u32, digits: &mut [u8; 12]| -> usize {
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                return i;
+            }
+        }
+    };
+    let start = number(init as u32, &mut digits);
+    push(&digits[start..]);
+    push(b"/task/");
+    push(&digits[start..]);
+    push(b"/children");
+    // SAFETY: openat(2) of a NUL-terminated path in our buffer, relative to the host proc.
+    let fd = unsafe {
+        libc::openat(
+            host_proc,
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return 0;
+    }
+    let mut text = [0u8; 32];
+    // SAFETY: read(2) into our buffer, close(2) of the fd opened above.
+    let n = unsafe {
+        let n = libc::read(fd, text.as_mut_ptr().cast(), text.len());
+        libc::close(fd);
+        n
+    };
+    let mut pid: libc::pid_t = 0;
+    for &b in text.iter().take(n.max(0) as usize) {
+        if !b.is_ascii_digit() {
+            break;
+        }
+        pid = pid * 10 + i32::from(b - b'0');
+    }
+    pid
+}
+
+/// Closes every descriptor of this process: the proxy holds none, so a pipe or terminal the
+/// command holds ends when the command's holders do.
+fn close_every_descriptor() {
+    // SAFETY: close_range(2) with integer arguments.
+    if unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) } != 0 {
+        for fd in 0..4096 {
+            // SAFETY: close(2) of a descriptor number; EBADF for a free one.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// The proxy: forwards the signals it receives to the command's group, waits for init (which
+/// exits once the command has, ending the namespace) and exits as the command did.
+fn proxy(init: libc::pid_t, command: libc::pid_t, status: &AtomicI32) -> ! {
+    // SAFETY: signal-mask and wait calls on stack values; kill(2) of the command's group.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
+        let init_status = loop {
+            let mut init_status = 0;
+            let rc = libc::waitpid(init, &mut init_status, libc::WNOHANG);
+            if rc == init {
+                break init_status;
+            }
+            if rc < 0 && Errno::last() != Errno::EINTR {
+                break libc::SIGKILL;
+            }
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            let signal = libc::sigwaitinfo(&all, &mut info);
+            // The command leads a group of its own: what reaches us (the supervisor's
+            // group signals, a user's kill) is passed on to that group, once.
+            if signal > 0 && signal != libc::SIGCHLD && command > 0 {
+                libc::kill(-command, signal);
+            }
+        };
+        // Init wrote the command's status before exiting; killed before that, the
+        // namespace went with it (as by SIGKILL).
+        let status = match status.load(Ordering::SeqCst) {
+            crate::prelude::NO_STATUS => {
+                if libc::WIFSIGNALED(init_status) {
+                    libc::WTERMSIG(init_status)
+                } else {
+                    libc::SIGKILL
+                }
+            }
+            status => status,
+        };
+        exit_as(status)
+    }
+}
+
+/// Ends this process as a process with wait status `status` ended.
+fn exit_as(status: libc::c_int) -> ! {
+    // SAFETY: rlimit, signal disposition and mask calls on stack values, then kill(2) of
+    // ourselves and _exit(2).
+    unsafe {
+        if libc::WIFSIGNALED(status) {
+            let signal = libc::WTERMSIG(status);
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            libc::signal(signal, libc::SIG_DFL);
+            let mut one: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut one);
+            libc::sigaddset(&mut one, signal);
+            libc::kill(libc::getpid(), signal);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
+            libc::_exit(128 + signal)
+        }
+        libc::_exit(libc::WEXITSTATUS(status))
+    }
+}
