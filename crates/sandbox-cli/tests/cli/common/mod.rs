@@ -6,6 +6,7 @@
 pub mod daemon;
 pub mod escape;
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -236,12 +237,25 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
 }
 
 fn scan_for(argv: &[&str]) -> Vec<i32> {
-    let want: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    // The program as given or as the view's PATH resolved it (`sh` or `/usr/bin/sh`).
+    let matches = |cmdline: Vec<u8>| {
+        let mut got = cmdline.split(|b| *b == 0);
+        let program = got.next().unwrap_or_default();
+        let rest: Vec<&[u8]> = got.collect();
+        let want_rest: Vec<&[u8]> = argv[1..]
+            .iter()
+            .map(|a| a.as_bytes())
+            .chain([&b""[..]])
+            .collect();
+        let name = std::path::Path::new(std::ffi::OsStr::from_bytes(program)).file_name();
+        (program == argv[0].as_bytes() || name == Some(std::ffi::OsStr::new(argv[0])))
+            && rest == want_rest
+    };
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want))
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(matches))
         .filter(|pid| sandbox_testkit::alive(*pid))
         .collect()
 }
