@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbox_boxlite::engine::{Engine, EngineOptions};
-use sandbox_boxlite::layout::{self, LayerFile};
+use sandbox_boxlite::layout;
 use sandbox_boxlite::runtime_files::{self, RuntimeLocation};
 use sandbox_boxlite::{BoxSpec, BoxliteError, ImageSource, Mount, NetTarget};
 
@@ -30,21 +30,19 @@ fn options(home: &Path) -> EngineOptions {
     o
 }
 
-/// `cargo xtask box-image`'s layout when it is there, else a tiny one written here.
-fn image(dir: &Path) -> PathBuf {
-    if let Some(found) = layout::test_box_image() {
-        return found;
-    }
-    layout::write_tiny_layout(
-        &dir.join("image"),
-        &[LayerFile {
-            path: "etc/hostname",
-            mode: 0o644,
-            data: b"box\n",
-        }],
-        &["/bin/sh"],
+/// `cargo xtask box-image`'s layout: a real Debian userland, with the shell and coreutils
+/// the booted tests run (a layout without them would pass only where no guest boots).
+fn image(_dir: &Path) -> PathBuf {
+    layout::test_box_image().expect(
+        "the box image: run `cargo xtask box-image` (target/box-image) or set \
+         SANDBOX_TEST_BOX_IMAGE to an OCI layout",
     )
-    .unwrap()
+}
+
+/// Whether this machine's KVM boots guests, judged before the boot (a test never decides
+/// from a failed boot that the machine was at fault).
+fn bootable() -> sandbox_boxlite::host::KvmBootable {
+    sandbox_boxlite::host::kvm_bootable(Path::new("/dev/kvm"))
 }
 
 fn spec(name: &str, image: ImageSource) -> BoxSpec {
@@ -181,11 +179,13 @@ fn mount_network_and_size_options_reach_boxlite() {
     ));
 }
 
-/// Import, disk preparation, the shim, and the boot: the one test that tries to boot. Where
-/// the boot works it goes on into the guest; where it cannot (this build machine) the failure
-/// must be the specific one, with log paths that exist.
+/// Import, disk preparation, the shim, and the boot: the one test that boots. Where this
+/// machine's KVM can boot guests (hardware virtualisation behind `/dev/kvm`) the boot must
+/// work and the test goes on into the guest; where it cannot (this build machine's kvm-pvm),
+/// the failure must name log files that exist, and the rest is skipped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_layout_is_imported_its_disks_prepared_and_the_boot_is_judged() {
+async fn a_layout_is_imported_its_disks_prepared_and_the_box_boots() {
+    let kvm = bootable();
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let engine = Engine::open(options(&home)).unwrap();
@@ -224,20 +224,22 @@ async fn a_layout_is_imported_its_disks_prepared_and_the_boot_is_judged() {
             assert_eq!(result.exit_code, 3);
             engine.stop("boot", &b).await.unwrap();
         }
-        Err(e @ BoxliteError::KvmCannotBoot { .. }) => {
+        Err(e) if !kvm.bootable => {
             let logs = e.logs().unwrap().clone();
             let text = e.to_string();
             for p in [&logs.shim_stderr, &logs.shim].into_iter().flatten() {
                 assert!(p.exists(), "{} named but absent", p.display());
                 assert!(text.contains(&p.display().to_string()), "{text}");
             }
-            assert!(text.contains("cannot boot"), "{text}");
             sandbox_testkit::skip(
                 "guest-boot",
-                format_args!("commands in a booted guest: {text}"),
+                format_args!("commands in a booted guest ({}): {text}", kvm.detail),
             );
         }
-        Err(other) => panic!("an unexpected start failure: {other}"),
+        Err(e) => panic!(
+            "guests boot here ({}), but this one did not: {e}",
+            kvm.detail
+        ),
     }
     engine.remove("boot").await.unwrap();
     assert!(engine.list().await.unwrap().is_empty());

@@ -18,6 +18,7 @@
 //! - [`Guest::run`]: one command (as root or as `user`, uid 1000), its exit status and output.
 //! - [`Guest::poweroff`]: powers off and waits for QEMU to exit.
 
+pub mod boxlite;
 pub mod suite;
 
 use std::io::{BufRead, BufReader, Write};
