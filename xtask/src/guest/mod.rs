@@ -258,6 +258,8 @@ pub struct Share {
 /// How to boot.
 #[derive(Clone, Debug)]
 pub struct BootOptions {
+    /// QEMU's `-accel` (`tcg`: multi-threaded TCG, one host thread per vCPU).
+    pub accel: String,
     pub memory_mib: u32,
     pub cpus: u32,
     pub shares: Vec<Share>,
@@ -274,6 +276,7 @@ pub struct BootOptions {
 impl BootOptions {
     pub fn new(run_dir: PathBuf) -> Self {
         BootOptions {
+            accel: "tcg".into(),
             memory_mib: 2048,
             cpus: 2,
             shares: Vec::new(),
@@ -412,7 +415,7 @@ impl Guest {
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args([
             "-accel",
-            "tcg",
+            &options.accel,
             "-nodefaults",
             "-display",
             "none",
