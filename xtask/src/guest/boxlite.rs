@@ -252,7 +252,16 @@ pub fn run(args: &[String]) -> Result<bool> {
             }),
         };
         match result {
-            Ok(part) => parts.push(part),
+            Ok(part) => {
+                eprintln!(
+                    "guest-boxlite: {} {} in {:.0} s: {}",
+                    part.name,
+                    if part.ok { "passed" } else { "FAILED" },
+                    part.seconds,
+                    part.summary
+                );
+                parts.push(part)
+            }
             Err(err) => {
                 parts.push(Part {
                     name,
