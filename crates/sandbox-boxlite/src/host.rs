@@ -225,20 +225,40 @@ pub fn probe_boot(
     finish(result)
 }
 
-/// The probe image's one program, `/probe`: a static x86_64 Linux executable of 129 bytes
-/// that waits forever (`pause()` in a loop), so the box's init runs and stays up until the
-/// box is stopped. Written out here because the probe needs an image but not a userland, and
-/// an image's command must be an executable (BoxLite's guest refuses a box whose command
-/// is not: "does not have correct permissions").
+/// The probe image's one program, `/probe`: a static x86_64 Linux executable of 200 bytes
+/// that waits (`pause()` in a loop) until SIGTERM, then exits 0 — so the box's init runs and
+/// stays up, and a stop ends it at once (as a container's PID 1 it would ignore a signal it
+/// has no handler for). Written out here because the probe needs an image but not a
+/// userland, and an image's command must be an executable (BoxLite's guest refuses a box
+/// whose command is not: "does not have correct permissions").
 pub fn probe_program() -> Option<Vec<u8>> {
     if std::env::consts::ARCH != "x86_64" {
         return None;
     }
     const BASE: u64 = 0x40_0000;
     const HEADERS: u64 = 64 + 56;
-    // mov eax, 34 (pause); syscall; jmp back to the mov.
-    const CODE: &[u8] = &[0xb8, 34, 0, 0, 0, 0x0f, 0x05, 0xeb, 0xf7];
-    let size = HEADERS + CODE.len() as u64;
+    const HANDLER: u64 = 36;
+    const ACTION: u64 = 48;
+    #[rustfmt::skip]
+    const CODE: [u8; 48] = [
+        // rt_sigaction(SIGTERM, &action, NULL, 8)
+        0x48, 0x8d, 0x35, (ACTION - 7) as u8, 0, 0, 0, // lea rsi, [rip + action]
+        0xbf, 15, 0, 0, 0,                              // mov edi, 15
+        0x31, 0xd2,                                     // xor edx, edx
+        0x41, 0xba, 8, 0, 0, 0,                         // mov r10d, 8
+        0xb8, 13, 0, 0, 0,                              // mov eax, 13
+        0x0f, 0x05,                                     // syscall
+        // wait: pause() forever
+        0xb8, 34, 0, 0, 0,                              // mov eax, 34
+        0x0f, 0x05,                                     // syscall
+        0xeb, 0xf7,                                     // jmp wait
+        // the handler (offset 36): exit_group(0); it never returns
+        0xb8, 231, 0, 0, 0,                             // mov eax, 231
+        0x31, 0xff,                                     // xor edi, edi
+        0x0f, 0x05,                                     // syscall
+        0, 0, 0,                                        // to the action's alignment
+    ];
+    let size = HEADERS + CODE.len() as u64 + 32;
     let mut elf = Vec::with_capacity(size as usize);
     // The ELF header: 64-bit, little-endian, version 1, System V ABI.
     elf.extend_from_slice(&[0x7f, b'E', b'L', b'F', 2, 1, 1, 0]);
@@ -259,7 +279,15 @@ pub fn probe_program() -> Option<Vec<u8>> {
     for word in [0, BASE, BASE, size, size, 0x1000] {
         elf.extend_from_slice(&word.to_le_bytes());
     }
-    elf.extend_from_slice(CODE);
+    elf.extend_from_slice(&CODE);
+    // The kernel's struct sigaction: handler, flags, restorer, mask (none blocked). x86_64
+    // delivers no signal to a handler without SA_RESTORER (it raises SIGSEGV instead); the
+    // restorer is never reached, as the handler does not return.
+    const SA_RESTORER: u64 = 0x0400_0000;
+    let handler = BASE + HEADERS + HANDLER;
+    for word in [handler, SA_RESTORER, handler, 0] {
+        elf.extend_from_slice(&word.to_le_bytes());
+    }
     Some(elf)
 }
 
@@ -281,11 +309,11 @@ pub fn probe_boot(
 mod tests {
     use super::*;
 
-    /// The probe's program is a real executable here: it starts and waits until killed (the
-    /// text file the probe image held before could not be run at all).
+    /// The probe's program is a real executable here: it starts, waits, and exits 0 on
+    /// SIGTERM (the text file the probe image held before could not be run at all).
     #[test]
     #[cfg(target_arch = "x86_64")]
-    fn the_probe_program_runs_and_waits() {
+    fn the_probe_program_runs_waits_and_ends_on_sigterm() {
         use std::os::unix::fs::PermissionsExt as _;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("probe");
@@ -293,7 +321,7 @@ mod tests {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
         let mut child = std::process::Command::new(&path).spawn().unwrap();
         // Running (not exited with an exec error): it sleeps in pause().
-        let stat = loop {
+        let state = loop {
             let stat = std::fs::read_to_string(format!("/proc/{}/stat", child.id())).unwrap();
             let state = stat
                 .rsplit(')')
@@ -307,14 +335,15 @@ mod tests {
             }
             std::thread::yield_now();
         };
-        assert_eq!(stat, "S", "the probe program waits");
+        assert_eq!(state, "S", "the probe program waits");
         assert!(child.try_wait().unwrap().is_none(), "it did not exit");
-        child.kill().unwrap();
-        let status = child.wait().unwrap();
-        assert_eq!(
-            std::os::unix::process::ExitStatusExt::signal(&status),
-            Some(9)
-        );
+        // Its handler is installed before it first sleeps: SIGTERM is a clean exit.
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(0));
     }
 
     #[test]
