@@ -32,13 +32,23 @@ pub struct EngineOptions {
     pub ready_timeout: Duration,
 }
 
+/// Overrides the default ready timeout, in seconds (a slow machine: an emulated guest takes
+/// minutes to import an image and boot).
+pub const READY_TIMEOUT_VAR: &str = "SANDBOX_BOXLITE_READY_TIMEOUT";
+
 impl EngineOptions {
+    /// Waits 60 s for a start, or `SANDBOX_BOXLITE_READY_TIMEOUT` seconds.
     pub fn new(home: PathBuf) -> EngineOptions {
+        let ready_timeout = std::env::var(READY_TIMEOUT_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&s| s > 0)
+            .map_or(Duration::from_secs(60), Duration::from_secs);
         EngineOptions {
             home,
             runtime: None,
             kvm_device: PathBuf::from("/dev/kvm"),
-            ready_timeout: Duration::from_secs(60),
+            ready_timeout,
         }
     }
 }

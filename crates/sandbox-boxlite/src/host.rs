@@ -193,7 +193,9 @@ pub fn probe_boot(
         };
         let mut options = EngineOptions::new(home);
         options.runtime = runtime;
-        options.ready_timeout = PROBE_TIMEOUT;
+        // The probe's own bound, unless the machine is known to be slower
+        // (`SANDBOX_BOXLITE_READY_TIMEOUT`).
+        options.ready_timeout = options.ready_timeout.max(PROBE_TIMEOUT);
         let engine = Engine::open(options)?;
         let spec = crate::BoxSpec {
             name: "sandbox-boot-probe".into(),

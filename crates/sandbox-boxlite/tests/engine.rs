@@ -288,7 +288,7 @@ async fn each_start_failure_is_specific_and_names_the_logs() {
         ))
         .await
         .unwrap();
-    engine.set_ready_timeout(Duration::from_secs(60));
+    engine.set_ready_timeout(EngineOptions::new(home2.clone()).ready_timeout);
     let err = engine.start("absent", &b).await.unwrap_err();
     assert!(matches!(err, BoxliteError::ImageMissing { .. }), "{err}");
     assert!(err.to_string().contains("image missing"), "{err}");

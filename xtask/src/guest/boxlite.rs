@@ -32,6 +32,16 @@ use super::{BootOptions, Guest, GuestCommand, Image, Output, Share, User};
 /// libkrun's guests under QEMU's emulated SVM.
 const SUITE: &str = "bookworm-backports";
 
+/// Holds one VM with an irqchip and a vCPU open (KVM_CREATE_VM, KVM_CREATE_IRQCHIP,
+/// KVM_CREATE_VCPU), says so in /run/kvm-holder.ready, and sleeps until the guest goes.
+const KVM_HOLDER: &str = "import fcntl, os, signal
+kvm = os.open(\"/dev/kvm\", os.O_RDWR)
+vm = fcntl.ioctl(kvm, 0xAE01, 0)
+fcntl.ioctl(vm, 0xAE60, 0)
+vcpu = fcntl.ioctl(vm, 0xAE41, 0)
+open(\"/run/kvm-holder.ready\", \"w\").write(str(os.getpid()))
+signal.pause()";
+
 struct Options {
     /// Only these parts (default: all).
     only: Vec<String>,
@@ -177,11 +187,7 @@ pub fn run(args: &[String]) -> Result<bool> {
     let mut boot = BootOptions::new(root.join("target/guest/run-boxlite"));
     boot.memory_mib = 4096;
     boot.qemu_args = vec!["-cpu".into(), "max".into()];
-    // One host thread for both vCPUs. With a thread each, the guest kernel's live patching
-    // of its own code (the static key KVM flips for its preempt notifiers whenever the
-    // first VM starts or the last one ends) races on the other vCPU and the guest panics
-    // (`Oops: int3` in finish_task_switch) within minutes of booting boxes.
-    boot.accel = "tcg,thread=single".into();
+
     boot.shares.push(Share {
         host: root.clone(),
         guest: root.clone(),
@@ -201,14 +207,27 @@ pub fn run(args: &[String]) -> Result<bool> {
         kernel.release,
         guest.boot_time.as_secs_f64()
     );
+    // A VM (with an in-kernel irqchip and one vCPU) held open for the whole session, before
+    // any box: KVM flips static keys in the guest kernel (its preempt notifiers, the APIC
+    // states) when the first VM or vCPU appears and the last goes, and the kernel patches
+    // its own code for each flip. Under multi-threaded TCG that patching races with the
+    // other vCPU and the guest panics (`Oops: int3` in finish_task_switch) within minutes of
+    // booting boxes. Held, the keys stay on and nothing is patched while boxes come and go.
+    // (Single-threaded TCG avoids the race too, but is too slow for BoxLite's fixed 30 s
+    // guest-ready timeout.)
     let kvm = guest.sh(
         User::Root,
-        "modprobe kvm_amd 2>&1 && ls -l /dev/kvm && grep -c -w svm /proc/cpuinfo",
+        &format!(
+            "modprobe kvm_amd 2>&1 && ls -l /dev/kvm && grep -c -w svm /proc/cpuinfo || exit 1
+             (setsid python3 -c '{KVM_HOLDER}' </dev/null >/var/tmp/kvm-holder.log 2>&1 &)
+             n=0; while [ ! -e /run/kvm-holder.ready ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+             cat /var/tmp/kvm-holder.log; test -e /run/kvm-holder.ready"
+        ),
     )?;
     ensure!(
         kvm.success(),
-        "no /dev/kvm in the guest (modprobe kvm_amd): {}",
-        kvm.stdout_text()
+        "no /dev/kvm in the guest, or no VM held open: {}",
+        both(&kvm)
     );
 
     let env = vec![
@@ -224,6 +243,8 @@ pub fn run(args: &[String]) -> Result<bool> {
         // On the ext4 root: BoxLite's disks and homes do not fit a RAM-backed /tmp.
         ("TMPDIR".to_owned(), "/var/tmp".to_owned()),
         ("RUST_BACKTRACE".to_owned(), "1".to_owned()),
+        // Importing the image and booting under emulation take minutes, not seconds.
+        ("SANDBOX_BOXLITE_READY_TIMEOUT".to_owned(), "300".to_owned()),
     ];
     let wanted = |p: &str| options.only.is_empty() || options.only.iter().any(|o| o == p);
     let mut parts = Vec::new();
