@@ -31,7 +31,14 @@ fn main() {
         d.as_secs_f64() * 1000.0
     }
 
-    let json_out = std::env::args().any(|a| a == "--json");
+    let args: Vec<String> = std::env::args().collect();
+    let json_out = args.iter().any(|a| a == "--json");
+    // `--rounds N`: how many times each repeated step runs (default 50).
+    let rounds: usize = args
+        .iter()
+        .position(|a| a == "--rounds")
+        .and_then(|i| args.get(i + 1)?.parse().ok())
+        .unwrap_or(50);
     let mut report = serde_json::Map::new();
     let mut put = |key: &str, d: Duration, what: &str| {
         println!("{what}: {:.2} ms", ms(d));
@@ -81,7 +88,7 @@ fn main() {
         assert!(created);
         put("create_ms", t.elapsed(), "create (new name, before boot)");
         let mut reuse = Vec::new();
-        for _ in 0..50 {
+        for _ in 0..rounds {
             let t = Instant::now();
             let (_, created) = engine.create(&spec).await.unwrap();
             assert!(!created);
@@ -90,18 +97,28 @@ fn main() {
         put(
             "reuse_stopped_ms",
             median(reuse),
-            "reuse by name (box not running), median of 50",
+            "reuse by name (box not running), median",
         );
         let t = Instant::now();
         match engine.start("bench", &b).await {
             Err(e) if !kvm.bootable => {
                 println!("first start failed after {:.0} ms", ms(t.elapsed()));
-                println!("skipped: boot, exec and reuse of a running box ({}): {e}", kvm.detail);
+                println!(
+                    "skipped: boot, exec and reuse of a running box ({}): {e}",
+                    kvm.detail
+                );
             }
-            Err(e) => panic!("guests boot here ({}), but the box did not: {e}", kvm.detail),
+            Err(e) => panic!(
+                "guests boot here ({}), but the box did not: {e}",
+                kvm.detail
+            ),
             Ok(boot) => {
                 booted = true;
-                put("first_start_ms", t.elapsed(), "first start (import, disks, shim, boot)");
+                put(
+                    "first_start_ms",
+                    t.elapsed(),
+                    "first start (import, disks, shim, boot)",
+                );
                 put("boot_ms", boot, "boot (BoxLite's start)");
                 let t = Instant::now();
                 let exec = engine
@@ -111,7 +128,7 @@ fn main() {
                 exec.wait().await.unwrap();
                 put("first_exec_ms", t.elapsed(), "first exec `true`");
                 let mut warm = Vec::new();
-                for _ in 0..50 {
+                for _ in 0..rounds {
                     let t = Instant::now();
                     let exec = engine
                         .exec("bench", &b, BoxCommand::new("true"))
@@ -121,9 +138,13 @@ fn main() {
                     warm.push(t.elapsed());
                 }
                 let warm = median(warm);
-                put("warm_exec_ms", warm, "warm exec `true`, median of 50 (target < 25 ms on hardware KVM)");
+                put(
+                    "warm_exec_ms",
+                    warm,
+                    "warm exec `true`, median (target < 25 ms on hardware KVM)",
+                );
                 let mut reuse = Vec::new();
-                for _ in 0..50 {
+                for _ in 0..rounds {
                     let t = Instant::now();
                     let (again, _) = engine.create(&spec).await.unwrap();
                     engine.start("bench", &again).await.unwrap();
@@ -132,7 +153,7 @@ fn main() {
                 put(
                     "reuse_running_ms",
                     median(reuse),
-                    "reuse by name of a running box, median of 50 (target < 200 ms on hardware KVM)",
+                    "reuse by name of a running box, median (target < 200 ms on hardware KVM)",
                 );
                 let t = Instant::now();
                 engine.stop("bench", &b).await.unwrap();
@@ -151,6 +172,7 @@ fn main() {
     println!("ratios: {ratios}");
     if json_out {
         report.insert("booted".into(), serde_json::json!(booted));
+        report.insert("rounds".into(), serde_json::json!(rounds));
         report.insert("ratios".into(), ratios);
         println!("{}", serde_json::Value::Object(report));
     }

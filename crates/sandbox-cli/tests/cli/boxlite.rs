@@ -445,3 +445,81 @@ fn exec_routes_through_the_daemon_and_keeps_stdout_clean() {
     assert!(stderr.contains("reusing box proxy"), "{stderr}");
     stop();
 }
+
+/// `sandbox exec` in a linked worktree, in a booted box: the worktree is writable, the
+/// repository's common dir and the worktree's `.git` pointer are read-only inside (the
+/// guest honours the nested read-only mounts), git reads history; and the same box layout
+/// starts with the network on (with it, the shares of the worktree, the common dir and the
+/// pointer used to exhaust libkrun's interrupts: `RegisterNetDevice(IrqsExhausted)`).
+#[test]
+fn exec_in_a_linked_worktree_keeps_git_read_only_with_and_without_the_network() {
+    let kvm = bootable();
+    if !kvm.bootable {
+        sandbox_testkit::skip(
+            "guest-boot",
+            format_args!("a linked worktree in a booted box: {}", kvm.detail),
+        );
+        return;
+    }
+    let env = Env::new();
+    let rootfs = image(&env);
+    let repo = env.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    sandbox_testkit::git(&repo, &["init", "-q", "-b", "main"]);
+    sandbox_testkit::git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let task = env.path().join("task");
+    sandbox_testkit::git(
+        &repo,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "task",
+            task.to_str().unwrap(),
+        ],
+    );
+    let common = std::fs::canonicalize(repo.join(".git")).unwrap();
+    let config_before = std::fs::read(common.join("config")).unwrap();
+    let pointer_before = std::fs::read(task.join(".git")).unwrap();
+    let script = format!(
+        r#"echo x > made-in-box && echo worktree-writable
+(echo '[core] hooksPath = /x' >> '{common}/config') 2>/dev/null && echo COMMON-WRITTEN
+(echo 'gitdir: /tmp' > .git) 2>/dev/null && echo POINTER-WRITTEN
+git -c safe.directory='*' log -1 --format=%s && echo git-reads
+true"#,
+        common = common.display()
+    );
+    let stop = || {
+        let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
+        if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
+            let _ = c.call(&req("shutdown", json!({})));
+        }
+    };
+    for (name, net) in [("wt-offline", &["--block-net"][..]), ("wt-online", &[][..])] {
+        let out = env
+            .cmd()
+            .current_dir(&task)
+            .args(["exec", "--backend", "boxlite", "--box", name, "--rootfs"])
+            .arg(&rootfs)
+            .args(net)
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if out.status.code() != Some(0) {
+            stop();
+            panic!("{name}: {:?}\n{stdout}\n{stderr}", out.status);
+        }
+        assert!(stdout.contains("worktree-writable"), "{name}: {stdout}");
+        assert!(stdout.contains("base\ngit-reads"), "{name}: {stdout}");
+        assert!(!stdout.contains("COMMON-WRITTEN"), "{name}: {stdout}");
+        assert!(!stdout.contains("POINTER-WRITTEN"), "{name}: {stdout}");
+        assert!(task.join("made-in-box").is_file(), "{name}");
+        std::fs::remove_file(task.join("made-in-box")).unwrap();
+        assert_eq!(std::fs::read(common.join("config")).unwrap(), config_before);
+        assert_eq!(std::fs::read(task.join(".git")).unwrap(), pointer_before);
+    }
+    stop();
+}
