@@ -304,3 +304,40 @@ async fn each_start_failure_is_specific_and_names_the_logs() {
     assert_eq!(err.reason(), "imageMissing", "{err}");
     assert!(err.to_string().contains("oci-layout"), "{err}");
 }
+
+/// A box the shim cannot build (more devices than libkrun has interrupts for: eight shares
+/// and the network) fails with the shim's own words, not a guess about KVM, on a machine
+/// whose KVM boots guests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_the_shim_refuses_reports_the_shims_error() {
+    let kvm = bootable();
+    if !kvm.bootable {
+        sandbox_testkit::skip(
+            "guest-boot",
+            format_args!("the shim's error after a boot attempt ({})", kvm.detail),
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let engine = Engine::open(options(&home)).unwrap();
+    let mut s = spec("crowded", ImageSource::Layout(image(dir.path())));
+    s.block_net = false;
+    for i in 0..8 {
+        let host = dir.path().join(format!("share{i}"));
+        std::fs::create_dir(&host).unwrap();
+        s.mounts.push(Mount {
+            host,
+            guest: format!("/share{i}").into(),
+            read_only: true,
+        });
+    }
+    let (b, _) = engine.create(&s).await.unwrap();
+    let err = engine.start("crowded", &b).await.unwrap_err();
+    let text = err.to_string();
+    assert_eq!(err.reason(), "engine", "{text}");
+    assert!(!text.contains("cannot boot"), "no KVM guess: {text}");
+    assert!(text.contains("shim:"), "the shim's line: {text}");
+    assert!(text.contains("Irqs"), "the shim's reason: {text}");
+    let _ = engine.remove("crowded").await;
+}
