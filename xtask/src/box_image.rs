@@ -181,7 +181,10 @@ pub fn stamp_path(out: &Path) -> PathBuf {
 /// to how the image is made rebuilds it.
 fn inputs(mirror: &str) -> String {
     let recipe = hex(&Sha256::digest(include_bytes!("box_image.rs")));
-    serde_json::to_string_pretty(&json!({
+    // The alternate display of a JSON value is `to_string_pretty`'s output.
+    format!(
+        "{:#}\n",
+        json!({
         "suite": SUITE,
         "mirror": mirror,
         "variant": VARIANT,
@@ -193,9 +196,8 @@ fn inputs(mirror: &str) -> String {
         "cmd": DEFAULT_COMMAND,
         "sourceDateEpoch": SOURCE_DATE_EPOCH,
         "recipeSha256": recipe,
-    }))
-    .expect("JSON")
-        + "\n"
+        })
+    )
 }
 
 /// The layout's files are all there with their sizes (the full check, with digests, is

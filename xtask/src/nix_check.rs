@@ -666,7 +666,10 @@ pub fn flake_copy(sh: &Shell, root: &Path) -> Result<xshell::TempDir> {
     for file in repo_files(sh, root)? {
         let from = root.join(&file);
         let to = dir.path().join(&file);
-        std::fs::create_dir_all(to.parent().expect("a file has a parent"))?;
+        let parent = to
+            .parent()
+            .with_context(|| format!("{} has no parent directory", to.display()))?;
+        std::fs::create_dir_all(parent)?;
         std::fs::copy(&from, &to).with_context(|| format!("copying {}", from.display()))?;
     }
     Ok(dir)

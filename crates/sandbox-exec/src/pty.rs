@@ -16,7 +16,6 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::pty::{openpty, Winsize};
 use nix::sys::signal::Signal;
 use nix::sys::termios::{self, SetArg, Termios};
-use nix::unistd::Pid;
 
 use crate::error::ExecError;
 use crate::prelude::Prelude;
@@ -153,7 +152,7 @@ pub async fn run_interactive(
         )
     })?;
     drop(slave);
-    let pid = Pid::from_raw(child.id().expect("child pid") as i32);
+    let pid = crate::spawn::child_pid(&child, &program)?;
 
     let raw_guard = if nix::unistd::isatty(stdin_fd).unwrap_or(false) {
         RawModeGuard::enter(stdin.as_fd())

@@ -323,7 +323,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
             ))
         }
     };
-    let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+    let pid = child_pid(&child, &program)?;
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned");
 
     let observer = OutputObserver::new(match options.output {
@@ -334,8 +334,12 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     let mut output = None;
     if let OutputMode::Capture(limits) = options.output {
         let (tx, rx) = mpsc::channel(limits.capacity.max(1));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ExecError::Spawn {
+                program: program.clone(),
+                cause: "its stdout and stderr were not piped for capture".into(),
+            });
+        };
         if let Ok(fd) = stdout.as_fd_owned() {
             output::enlarge_pipe(&fd, 1 << 20);
         }
@@ -490,25 +494,34 @@ pub(crate) fn cloexec_pipe(nonblocking: bool) -> Result<(OwnedFd, OwnedFd), Errn
     }
 }
 
+/// The pid of a child that was just spawned (tokio forgets it only once the child has been
+/// reaped, which nothing has done yet).
+pub(crate) fn child_pid(child: &tokio::process::Child, program: &str) -> Result<Pid, ExecError> {
+    child
+        .id()
+        .map(|id| Pid::from_raw(id as i32))
+        .ok_or_else(|| ExecError::Spawn {
+            program: program.to_owned(),
+            cause: "the child was reaped before its pid was read".into(),
+        })
+}
+
 /// A CLOEXEC pipe through which the child says "my setup failed", so that a Landlock failure
 /// (exit 125) is never mistaken for "command not found" (127) with the same errno.
 pub(crate) struct SetupReport {
     read: OwnedFd,
-    write: Option<OwnedFd>,
+    write: OwnedFd,
 }
 
 impl SetupReport {
     pub(crate) fn new() -> Result<Self, ExecError> {
         let (read, write) = cloexec_pipe(false)
             .map_err(|e| ExecError::io("creating the setup report pipe", e.into()))?;
-        Ok(SetupReport {
-            read,
-            write: Some(write),
-        })
+        Ok(SetupReport { read, write })
     }
 
     pub(crate) fn write_fd(&self) -> RawFd {
-        self.write.as_ref().expect("write end").as_raw_fd()
+        self.write.as_raw_fd()
     }
 
     /// Child side: reports `failure` to the parent and returns the error that makes the
@@ -546,13 +559,14 @@ impl SetupReport {
 
     /// [`Self::finish`] with the step as sent: a caller may send steps of its own (the direct
     /// spawn's "exec failed").
-    pub(crate) fn finish_raw(mut self) -> Option<(u32, i32, u32)> {
-        drop(self.write.take());
+    pub(crate) fn finish_raw(self) -> Option<(u32, i32, u32)> {
+        let SetupReport { read, write } = self;
+        drop(write);
         let mut bytes = [0u8; 12];
         // The write end is closed in the parent and closed by exec (or exit) in the child, so
         // this read returns 0 or 12 bytes without blocking once spawn has returned.
-        let n = nix::unistd::read(self.read.as_raw_fd(), &mut bytes).unwrap_or(0);
-        let word = |i: usize| -> [u8; 4] { bytes[i..i + 4].try_into().expect("4 bytes") };
+        let n = nix::unistd::read(read.as_raw_fd(), &mut bytes).unwrap_or(0);
+        let word = |i: usize| -> [u8; 4] { [bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]] };
         (n == 12).then(|| {
             (
                 u32::from_ne_bytes(word(0)),
@@ -704,7 +718,13 @@ impl Running {
                 }
             }
         }
-        let outcome = exited.expect("loop ends after exit");
+        // The loop ends only once the child exited.
+        let Some(outcome) = exited else {
+            return Err(ExecError::Spawn {
+                program: self.program.clone(),
+                cause: "its output ended before its exit was seen".into(),
+            });
+        };
         self.finish(outcome).await;
         for pump in self.pumps.drain(..) {
             pump.abort();

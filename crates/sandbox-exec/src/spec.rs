@@ -76,7 +76,9 @@ impl CommandSpec {
     /// Builds a spec from a request; the environment starts empty.
     pub fn new(request: CommandRequest, cwd: impl Into<PathBuf>) -> Result<Self, ExecError> {
         let mut argv = request.into_argv()?.into_iter();
-        let program = argv.next().expect("validated non-empty");
+        let program = argv
+            .next()
+            .ok_or_else(|| ExecError::InvalidRequest("empty argv: nothing to run".into()))?;
         Ok(CommandSpec {
             program,
             args: argv.collect(),

@@ -2,6 +2,10 @@
 //! group (which leads its own session, so nothing else would deliver it) and does not end
 //! this process. One test in its own binary: the signal goes to the whole test process.
 
+// A panic is how a test or a benchmark reports failure; the workspace lints against
+// unwrap/expect apply to shipped code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 
 use sandbox_exec::{spawn_direct, CommandSpec, ExitOutcome, SignalPipe, SpawnOptions};

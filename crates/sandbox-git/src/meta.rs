@@ -32,9 +32,11 @@ pub(crate) fn write(root: &Path, view: &View) -> Result<(), ViewError> {
         created_unix_ms: crate::util::now_unix_ms(),
         view: view.clone(),
     };
-    let mut text = serde_json::to_vec_pretty(&record).expect("a view serialises");
+    let path = path_for(root, &view.project, &view.task);
+    let mut text = serde_json::to_vec_pretty(&record)
+        .map_err(|e| ViewError::io("cannot serialise the view record", &path)(e.into()))?;
     text.push(b'\n');
-    write_atomic(&path_for(root, &view.project, &view.task), &text)
+    write_atomic(&path, &text)
 }
 
 /// Reads one record. `Ok(None)` if there is none. The record is checked against the views

@@ -227,19 +227,23 @@ impl ViewManager {
         self.runtime_dir.join("views")
     }
 
-    /// The canonical views root; `None` if it does not exist and `create` is false.
-    fn root(&self, create: bool) -> Result<Option<PathBuf>, ViewError> {
-        if create {
-            std::fs::create_dir_all(&self.root)
-                .map_err(ViewError::io("cannot create the views root", &self.root))?;
-        }
+    /// The canonical views root; `None` if it does not exist.
+    fn root(&self) -> Result<Option<PathBuf>, ViewError> {
         match std::fs::canonicalize(&self.root) {
             Ok(p) => Ok(Some(p)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !create => Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(ViewError::io("cannot resolve the views root", &self.root)(
                 e,
             )),
         }
+    }
+
+    /// The views root, created if missing, canonical.
+    fn created_root(&self) -> Result<PathBuf, ViewError> {
+        std::fs::create_dir_all(&self.root)
+            .map_err(ViewError::io("cannot create the views root", &self.root))?;
+        std::fs::canonicalize(&self.root)
+            .map_err(ViewError::io("cannot resolve the views root", &self.root))
     }
 
     /// The project that `dir` (any directory of any worktree) belongs to.
@@ -254,7 +258,7 @@ impl ViewManager {
         task_worktree: &Path,
         task: Option<&str>,
     ) -> Result<Created, ViewError> {
-        let root = self.root(true)?.expect("created");
+        let root = self.created_root()?;
         let repo = repo::discover(task_worktree)?;
         let project = repo::project_of(&repo)?;
         let checkout = repo::task_checkout(&repo)?;
@@ -392,7 +396,7 @@ impl ViewManager {
 
     /// All views, or those of `project`.
     pub fn list(&self, project: Option<&Project>) -> Result<Vec<View>, ViewError> {
-        let Some(root) = self.root(false)? else {
+        let Some(root) = self.root()? else {
             return Ok(Vec::new());
         };
         let projects = match project {
@@ -424,7 +428,7 @@ impl ViewManager {
             project: project.name.clone(),
             root: self.root.clone(),
         };
-        let Some(root) = self.root(false)? else {
+        let Some(root) = self.root()? else {
             return Err(not_found());
         };
         match meta::read(&root, &project.name, task)? {
@@ -480,7 +484,7 @@ impl ViewManager {
     /// Removes the view's directory, its worktree entry, `s/<b>` and its record. Refuses
     /// while `s/<b>` holds commits that `<b>` lacks, unless `force`.
     pub fn remove(&self, view: &View, force: bool) -> Result<Removed, ViewError> {
-        let root = self.root(false)?.unwrap_or_else(|| self.root.clone());
+        let root = self.root()?.unwrap_or_else(|| self.root.clone());
         // The record was validated on read; check the path once more before deleting.
         let expected = names::view_path(&root, &view.project, &view.task)?;
         if view.view_path != expected {

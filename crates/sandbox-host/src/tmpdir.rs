@@ -50,11 +50,13 @@ fn owned_private_dir(path: &Path) -> bool {
     })
 }
 
-fn random_name(prefix: &str) -> String {
+/// A fresh name, or `None` if the kernel's random source fails (the pool is only a cache:
+/// its callers then skip it).
+fn random_name(prefix: &str) -> Option<String> {
     let mut bytes = [0u8; 8];
-    getrandom::fill(&mut bytes).expect("the kernel's random source");
+    getrandom::fill(&mut bytes).ok()?;
     let suffix: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-    format!("{prefix}{suffix}")
+    Some(format!("{prefix}{suffix}"))
 }
 
 /// `rename(2)` that never replaces an existing target.
@@ -129,7 +131,7 @@ impl PrivateTmpdir {
             return None;
         }
         for entry in std::fs::read_dir(pool).ok()?.flatten().take(POOL_SIZE * 2) {
-            let target = root.join(random_name(prefix));
+            let target = root.join(random_name(prefix)?);
             // Another run may take the same one first: then it is gone (ENOENT); try the next.
             if rename_noreplace(&entry.path(), &target).is_err() {
                 continue;
@@ -196,7 +198,9 @@ impl PrivateTmpdir {
             return false;
         }
         let parked = std::fs::read_dir(pool).map_or(usize::MAX, |d| d.count());
-        parked < POOL_SIZE && rename_noreplace(&self.path, &pool.join(random_name("t-"))).is_ok()
+        parked < POOL_SIZE
+            && random_name("t-")
+                .is_some_and(|name| rename_noreplace(&self.path, &pool.join(name)).is_ok())
     }
 }
 

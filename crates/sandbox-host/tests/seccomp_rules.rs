@@ -12,6 +12,9 @@
 //! fresh user + mount namespace where any user holds that capability (or, for the machine-level
 //! syscalls that need the initial namespace's capabilities, are only conclusive as root).
 #![cfg(target_os = "linux")]
+// A panic is how a test or a benchmark reports failure; the workspace lints against
+// unwrap/expect apply to shipped code.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -113,6 +116,8 @@ fn clone_and_reap(flags: libc::c_ulong) -> i32 {
     // SAFETY: a fork-like clone (no CLONE_VM, no stack): the child only calls _exit.
     let rc = unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) };
     match rc {
+        // SAFETY: in the forked child: _exit(2) ends it without running destructors or touching
+        // what it shares with the parent.
         0 => unsafe { libc::_exit(0) },
         pid if pid > 0 => reap(pid as libc::pid_t),
         _ => errno_of(rc),
@@ -163,6 +168,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "keyctl",
             what: "keyctl(invalid operation)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw keyctl(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_keyctl, 0x7fff_ffff, 0, 0, 0, 0) }),
             expect: EPERM,
             control: Control::Always,
@@ -173,6 +180,8 @@ fn always_rows() -> Vec<Row> {
             what: "add_key(NULL type)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw add_key(2); its pointers are NULL: the kernel has nothing of ours to
+                // write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe {
                     syscall(
                         SYS_add_key,
@@ -193,6 +202,8 @@ fn always_rows() -> Vec<Row> {
             what: "request_key(NULL type)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw request_key(2); its pointers are NULL: the kernel has nothing of ours
+                // to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe {
                     syscall(
                         SYS_request_key,
@@ -212,6 +223,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "io_uring_setup",
             what: "io_uring_setup(1, NULL)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw io_uring_setup(2); its pointers are NULL: the kernel has nothing of ours
+            // to write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_io_uring_setup, 1, null::<c_void>()) }),
             expect: EPERM,
             control: Control::Always,
@@ -222,6 +235,8 @@ fn always_rows() -> Vec<Row> {
             what: "io_uring_enter(-1, …)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw io_uring_enter(2); its pointers are NULL: the kernel has nothing of
+                // ours to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe { syscall(SYS_io_uring_enter, -1, 0, 0, 0, null::<c_void>(), 0) })
             },
             expect: EPERM,
@@ -233,6 +248,8 @@ fn always_rows() -> Vec<Row> {
             what: "io_uring_register(-1, …)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw io_uring_register(2); its pointers are NULL: the kernel has nothing
+                // of ours to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe { syscall(SYS_io_uring_register, -1, 0, null::<c_void>(), 0) })
             },
             expect: EPERM,
@@ -245,8 +262,10 @@ fn always_rows() -> Vec<Row> {
             what: "socket(AF_VSOCK, SOCK_STREAM, 0)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: socket(2) takes integers only; the fd it may return is closed below.
                 let fd = unsafe { socket(AF_VSOCK, SOCK_STREAM, 0) };
                 if fd >= 0 {
+                    // SAFETY: `fd` was just returned by socket(2) and is not used again.
                     unsafe { close(fd) };
                 }
                 errno_of(fd as c_long)
@@ -261,6 +280,8 @@ fn always_rows() -> Vec<Row> {
             what: "userfaultfd(UFFD_USER_MODE_ONLY | invalid flag)",
             prepare: Prepare::Nothing,
             // UFFD_USER_MODE_ONLY (1) passes the privilege check; bit 2 is no flag: EINVAL.
+            // SAFETY: raw userfaultfd(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_userfaultfd, 0x1 | 0x2) }),
             expect: EPERM,
             control: Control::Always,
@@ -271,6 +292,8 @@ fn always_rows() -> Vec<Row> {
             what: "perf_event_open(NULL attr)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw perf_event_open(2); its pointers are NULL: the kernel has nothing of
+                // ours to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe { syscall(SYS_perf_event_open, null::<c_void>(), 0, -1, -1, 0) })
             },
             expect: EPERM,
@@ -283,6 +306,9 @@ fn always_rows() -> Vec<Row> {
             what: "mount(NULL, missing target, NULL, 0, NULL)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mount(2); its pointers are NULL or C-string constants of this
+                // program: the kernel has nothing of ours to write to (it answers EFAULT if it
+                // reaches a NULL).
                 errno_of(unsafe {
                     syscall(
                         SYS_mount,
@@ -302,6 +328,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "umount2",
             what: "umount2(missing target, invalid flags)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw umount2(2); its paths are C-string constants of this program, which the
+            // kernel only reads.
             call: || errno_of(unsafe { syscall(SYS_umount2, NO_SUCH_PATH.as_ptr(), 0x7fff_0000) }),
             expect: EPERM,
             control: Control::Always,
@@ -322,6 +350,8 @@ fn always_rows() -> Vec<Row> {
             what: "pivot_root(missing, missing) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,
             call: || {
+                // SAFETY: raw pivot_root(2); its paths are C-string constants of this program,
+                // which the kernel only reads.
                 errno_of(unsafe {
                     syscall(SYS_pivot_root, NO_SUCH_PATH.as_ptr(), NO_SUCH_PATH.as_ptr())
                 })
@@ -335,6 +365,9 @@ fn always_rows() -> Vec<Row> {
             what: "mount_setattr(-1, \"\", invalid flags, NULL, 0)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mount_setattr(2); its pointers are NULL or C-string constants of this
+                // program: the kernel has nothing of ours to write to (it answers EFAULT if it
+                // reaches a NULL).
                 errno_of(unsafe {
                     syscall(
                         SYS_mount_setattr,
@@ -354,6 +387,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "open_tree",
             what: "open_tree(-1, \"\", invalid flags)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw open_tree(2); its paths are C-string constants of this program, which the
+            // kernel only reads.
             call: || errno_of(unsafe { syscall(SYS_open_tree, -1, c"".as_ptr(), !0u32) }),
             expect: EPERM,
             control: Control::Always,
@@ -364,6 +399,8 @@ fn always_rows() -> Vec<Row> {
             what: "move_mount(-1, \"\", -1, \"\", invalid flags) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,
             call: || {
+                // SAFETY: raw move_mount(2); its paths are C-string constants of this program,
+                // which the kernel only reads.
                 errno_of(unsafe {
                     syscall(SYS_move_mount, -1, c"".as_ptr(), -1, c"".as_ptr(), !0u32)
                 })
@@ -376,6 +413,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "fsopen",
             what: "fsopen(NULL, invalid flags) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,
+            // SAFETY: raw fsopen(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_fsopen, null::<c_void>(), !0u32) }),
             expect: EPERM,
             control: Control::InUserNamespace,
@@ -385,6 +424,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "fsmount",
             what: "fsmount(-1, invalid flags, 0) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,
+            // SAFETY: raw fsmount(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_fsmount, -1, !0u32, 0) }),
             expect: EPERM,
             control: Control::InUserNamespace,
@@ -395,6 +436,8 @@ fn always_rows() -> Vec<Row> {
             what: "fsconfig(-1, invalid command, NULL, NULL, 0)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw fsconfig(2); its pointers are NULL: the kernel has nothing of ours to
+                // write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe {
                     syscall(
                         SYS_fsconfig,
@@ -414,6 +457,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "fspick",
             what: "fspick(-1, NULL, invalid flags) in a new user+mount namespace",
             prepare: Prepare::UserAndMountNamespace,
+            // SAFETY: raw fspick(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_fspick, -1, null::<c_void>(), !0u32) }),
             expect: EPERM,
             control: Control::InUserNamespace,
@@ -424,6 +469,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "unshare",
             what: "unshare(0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw unshare(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_unshare, 0) }),
             expect: EPERM,
             control: Control::Always,
@@ -433,6 +480,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "setns",
             what: "setns(-1, 0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw setns(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_setns, -1, 0) }),
             expect: EPERM,
             control: Control::Always,
@@ -459,6 +508,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "clone3",
             what: "clone3(NULL, 0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw clone3(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_clone3, null::<c_void>(), 0) }),
             expect: ENOSYS,
             control: Control::Always,
@@ -469,6 +520,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "ptrace",
             what: "ptrace(PTRACE_PEEKDATA, no such pid)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw ptrace(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_ptrace, PTRACE_PEEKDATA, NO_PID, 0, 0) }),
             expect: EPERM,
             control: Control::Always,
@@ -497,6 +550,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "ioctl",
             what: "ioctl(-1, TIOCSTI)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw ioctl(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_ioctl, -1, TIOCSTI, null::<c_void>()) }),
             expect: EPERM,
             control: Control::Always,
@@ -506,6 +561,8 @@ fn always_rows() -> Vec<Row> {
             syscall: "ioctl",
             what: "ioctl(-1, TIOCLINUX)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw ioctl(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_ioctl, -1, TIOCLINUX, null::<c_void>()) }),
             expect: EPERM,
             control: Control::Always,
@@ -540,6 +597,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "open_by_handle_at",
             what: "open_by_handle_at(-1, NULL, 0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw open_by_handle_at(2); its pointers are NULL: the kernel has nothing of
+            // ours to write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_open_by_handle_at, -1, null::<c_void>(), 0) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -549,6 +608,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "kexec_load",
             what: "kexec_load(0, 0, NULL, invalid flags)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw kexec_load(2); its pointers are NULL: the kernel has nothing of ours to
+            // write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_kexec_load, 0, 0, null::<c_void>(), !0u64) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -559,6 +620,8 @@ fn machine_rows() -> Vec<Row> {
             what: "kexec_file_load(-1, -1, 0, NULL, invalid flags)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw kexec_file_load(2); its pointers are NULL: the kernel has nothing of
+                // ours to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe {
                     syscall(SYS_kexec_file_load, -1, -1, 0, null::<c_void>(), !0u64)
                 })
@@ -572,6 +635,8 @@ fn machine_rows() -> Vec<Row> {
             what: "init_module(NULL, 0, NULL)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw init_module(2); its pointers are NULL: the kernel has nothing of ours
+                // to write to (it answers EFAULT if it reaches one).
                 errno_of(unsafe { syscall(SYS_init_module, null::<c_void>(), 0, null::<c_void>()) })
             },
             expect: EPERM,
@@ -582,6 +647,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "finit_module",
             what: "finit_module(-1, NULL, invalid flags)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw finit_module(2); its pointers are NULL: the kernel has nothing of ours to
+            // write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_finit_module, -1, null::<c_void>(), !0u32) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -591,6 +658,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "delete_module",
             what: "delete_module(NULL, 0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw delete_module(2); its pointers are NULL: the kernel has nothing of ours
+            // to write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_delete_module, null::<c_void>(), 0) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -600,6 +669,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "reboot",
             what: "reboot(bad magic)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw reboot(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_reboot, 0, 0, 0, null::<c_void>()) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -609,6 +680,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "swapon",
             what: "swapon(NULL, invalid flags)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw swapon(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_swapon, null::<c_void>(), !0u32) }),
             expect: EPERM,
             // Flags are checked before the capability.
@@ -619,6 +692,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "swapoff",
             what: "swapoff(NULL)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw swapoff(2); its pointers are NULL: the kernel has nothing of ours to
+            // write to (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_swapoff, null::<c_void>()) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -628,6 +703,8 @@ fn machine_rows() -> Vec<Row> {
             syscall: "bpf",
             what: "bpf(unknown command, NULL, 0)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw bpf(2); its pointers are NULL: the kernel has nothing of ours to write to
+            // (it answers EFAULT if it reaches one).
             call: || errno_of(unsafe { syscall(SYS_bpf, 0xffff, null::<c_void>(), 0) }),
             expect: EPERM,
             control: Control::AsRoot,
@@ -643,6 +720,7 @@ fn block_rows() -> Vec<Row> {
         // SAFETY: socket(2) takes integers; the fd is closed at once.
         let fd = unsafe { socket(domain, ty, proto) };
         if fd >= 0 {
+            // SAFETY: `fd` was just returned by socket(2) and is not used again.
             unsafe { close(fd) };
         }
         errno_of(fd as c_long)
@@ -710,6 +788,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "chmod(missing, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw chmod(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe { syscall(SYS_chmod, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISUID) })
             },
             expect: EPERM,
@@ -720,6 +800,8 @@ fn file_owner_rows() -> Vec<Row> {
             syscall: "fchmod",
             what: "fchmod(-1, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw fchmod(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_fchmod, -1, 0o755 | S_ISUID) }),
             expect: EPERM,
             control: Control::Always,
@@ -730,6 +812,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "fchmodat(missing, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw fchmodat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_fchmodat,
@@ -748,6 +832,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "fchmodat2(missing, 0755|S_ISUID, 0)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw fchmodat2(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_fchmodat2,
@@ -767,6 +853,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "creat(missing dir, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw creat(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe { syscall(SYS_creat, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISUID) })
             },
             expect: EPERM,
@@ -778,6 +866,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "mknod(missing dir, S_IFREG|0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mknod(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_mknod,
@@ -796,6 +886,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "mknodat(missing dir, S_IFREG|0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mknodat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_mknodat,
@@ -815,6 +907,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "open(missing dir, O_CREAT, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw open(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_open,
@@ -833,6 +927,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "openat(missing dir, O_CREAT, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw openat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_openat,
@@ -852,6 +948,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "open(missing dir, O_TMPFILE, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw open(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_open,
@@ -870,6 +968,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "openat(missing dir, O_TMPFILE, 0755|S_ISUID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw openat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_openat,
@@ -889,6 +989,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "chmod(missing, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw chmod(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe { syscall(SYS_chmod, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISGID) })
             },
             expect: EPERM,
@@ -899,6 +1001,8 @@ fn file_owner_rows() -> Vec<Row> {
             syscall: "fchmod",
             what: "fchmod(-1, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
+            // SAFETY: raw fchmod(2) with integer arguments only: no memory of ours is read or
+            // written.
             call: || errno_of(unsafe { syscall(SYS_fchmod, -1, 0o755 | S_ISGID) }),
             expect: EPERM,
             control: Control::Always,
@@ -909,6 +1013,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "fchmodat(missing, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw fchmodat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_fchmodat,
@@ -927,6 +1033,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "fchmodat2(missing, 0755|S_ISGID, 0)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw fchmodat2(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_fchmodat2,
@@ -946,6 +1054,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "creat(missing dir, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw creat(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe { syscall(SYS_creat, IN_MISSING_DIR.as_ptr(), 0o755 | S_ISGID) })
             },
             expect: EPERM,
@@ -957,6 +1067,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "mknod(missing dir, S_IFREG|0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mknod(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_mknod,
@@ -975,6 +1087,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "mknodat(missing dir, S_IFREG|0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw mknodat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_mknodat,
@@ -994,6 +1108,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "open(missing dir, O_CREAT, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw open(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_open,
@@ -1012,6 +1128,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "openat(missing dir, O_CREAT, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw openat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_openat,
@@ -1031,6 +1149,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "open(missing dir, O_TMPFILE, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw open(2); its paths are C-string constants of this program, which the
+                // kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_open,
@@ -1049,6 +1169,8 @@ fn file_owner_rows() -> Vec<Row> {
             what: "openat(missing dir, O_TMPFILE, 0755|S_ISGID)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw openat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_openat,
@@ -1068,6 +1190,9 @@ fn file_owner_rows() -> Vec<Row> {
             what: "openat2(missing dir, NULL how)",
             prepare: Prepare::Nothing,
             call: || {
+                // SAFETY: raw openat2(2); its pointers are NULL or C-string constants of this
+                // program: the kernel has nothing of ours to write to (it answers EFAULT if it
+                // reaches a NULL).
                 errno_of(unsafe {
                     syscall(
                         SYS_openat2,
@@ -1087,18 +1212,24 @@ fn file_owner_rows() -> Vec<Row> {
         (
             "chown",
             "chown(missing, another uid, -1)",
+            // SAFETY: raw chown(2); its paths are C-string constants of this program, which the
+            // kernel only reads.
             || errno_of(unsafe { syscall(SYS_chown, IN_MISSING_DIR.as_ptr(), another_uid(), -1) }),
             NO_DIR,
         ),
         (
             "lchown",
             "lchown(missing, another uid, -1)",
+            // SAFETY: raw lchown(2); its paths are C-string constants of this program, which the
+            // kernel only reads.
             || errno_of(unsafe { syscall(SYS_lchown, IN_MISSING_DIR.as_ptr(), another_uid(), -1) }),
             NO_DIR,
         ),
         (
             "fchown",
             "fchown(-1, another uid, -1)",
+            // SAFETY: raw fchown(2) with integer arguments only: no memory of ours is read or
+            // written.
             || errno_of(unsafe { syscall(SYS_fchown, -1, another_uid(), -1) }),
             "no file behind fd -1: EBADF",
         ),
@@ -1106,6 +1237,8 @@ fn file_owner_rows() -> Vec<Row> {
             "fchownat",
             "fchownat(missing, another uid, -1)",
             || {
+                // SAFETY: raw fchownat(2); its paths are C-string constants of this program, which
+                // the kernel only reads.
                 errno_of(unsafe {
                     syscall(
                         SYS_fchownat,
@@ -1432,6 +1565,8 @@ fn processes_and_threads_still_start_under_the_filter() {
     fn fork_child() -> i32 {
         // SAFETY: the child only calls _exit.
         match unsafe { libc::fork() } {
+            // SAFETY: in the forked child: _exit(2) ends it without running destructors or touching
+            // what it shares with the parent.
             0 => unsafe { libc::_exit(0) },
             pid if pid > 0 => reap(pid),
             _ => errno_of(-1),
@@ -1515,6 +1650,7 @@ fn without_a_view_unix_sockets_are_denied_but_socketpair_works() {
         // SAFETY: socket(2) takes integers; the fd is closed at once.
         let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
         if fd >= 0 {
+            // SAFETY: `fd` was just returned by socket(2) and is not used again.
             unsafe { libc::close(fd) };
         }
         errno_of(fd as c_long)
@@ -1524,6 +1660,7 @@ fn without_a_view_unix_sockets_are_denied_but_socketpair_works() {
         // SAFETY: socketpair(2) writes two ints into our array; both are closed at once.
         let rc = unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) };
         if rc == 0 {
+            // SAFETY: both fds were just returned by socketpair(2) and are not used again.
             unsafe {
                 libc::close(fds[0]);
                 libc::close(fds[1]);

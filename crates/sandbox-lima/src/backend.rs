@@ -371,7 +371,10 @@ fn prepare(
         .iter()
         .find(|l| l.view_path == view.view_path)
         .cloned()
-        .expect("the view is among its project's views");
+        .ok_or_else(|| LimaError::BadPath {
+            path: view.view_path.clone(),
+            why: "the view is not among the mounts of its project's VM",
+        })?;
     let git = sandbox_policy::git::discover(&view.view_path)
         .ok()
         .flatten()
@@ -498,7 +501,10 @@ impl BackendSession for LimaSession {
         );
         let mut words = line.into_iter();
         let wrapped = CommandSpec {
-            program: words.next().expect("limactl"),
+            // `command_argv` starts with limactl itself.
+            program: words
+                .next()
+                .unwrap_or_else(|| self.vm.limactl.path.clone().into()),
             args: words.collect(),
             cwd: self.vm.limactl.home.clone(),
             env: self.vm.limactl.env(),

@@ -320,6 +320,9 @@ pub fn generate(inputs: &Inputs<'_>) -> LimaYaml {
 }
 
 impl LimaYaml {
+    /// The instance file. Serialising cannot fail: the types are derived, with string keys,
+    /// and writing into a `String` does no I/O; a failure would be a bug in them.
+    #[allow(clippy::expect_used)] // see the doc
     pub fn to_yaml(&self) -> String {
         serde_yaml::to_string(self).expect("the instance YAML serialises")
     }

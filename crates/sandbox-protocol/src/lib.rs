@@ -20,6 +20,33 @@ use serde_json::Value;
 
 pub use frame::{BlockingFrameReader, Frame, FrameDecoder};
 
+/// Serialising the protocol's own values, which cannot fail: `serde_json` fails only for a
+/// `Serialize` impl that returns an error or a map whose keys are not strings or numbers, and
+/// every type this crate serialises is derived with field-name or string keys (a [`Value`]
+/// always serialises); writing into a `Vec` does no I/O. A failure would be a bug in this
+/// crate's types, so it panics naming that instead of making every encoder fallible.
+mod json {
+    use serde::Serialize;
+    use serde_json::Value;
+
+    const WHY: &str = "the protocol's derived types serialise to JSON";
+
+    #[allow(clippy::expect_used)] // see the module doc
+    pub(crate) fn to_value<T: Serialize + ?Sized>(v: &T) -> Value {
+        serde_json::to_value(v).expect(WHY)
+    }
+
+    #[allow(clippy::expect_used)] // see the module doc
+    pub(crate) fn to_vec<T: Serialize + ?Sized>(v: &T) -> Vec<u8> {
+        serde_json::to_vec(v).expect(WHY)
+    }
+
+    #[allow(clippy::expect_used)] // see the module doc
+    pub(crate) fn write<T: Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+        serde_json::to_writer(out, v).expect(WHY)
+    }
+}
+
 /// The wire version. A client may send it (`host.hello`, `host.describe`); any other value is
 /// refused with [`ErrorCode::UnsupportedProtocol`].
 pub const PROTOCOL: &str = "sandbox-jsonl-v1";
@@ -392,29 +419,27 @@ impl Request {
 
     /// The `params` member for this request.
     pub fn params(&self) -> Value {
-        let v = match self {
-            Request::Hello(p) => serde_json::to_value(p),
-            Request::Describe(p) => serde_json::to_value(p),
-            Request::BoxCreate(p) => serde_json::to_value(p),
-            Request::BoxStart(p) => serde_json::to_value(p),
-            Request::BoxExec(p) => serde_json::to_value(p),
-            Request::ExecStdin(p) => serde_json::to_value(p),
-            Request::ExecKill(p) => serde_json::to_value(p),
-            Request::BoxStop(p) | Request::BoxRemove(p) => serde_json::to_value(p),
-            Request::BoxList(p) | Request::Shutdown(p) => serde_json::to_value(p),
-            Request::TokenIssue(p) => serde_json::to_value(p),
-        };
-        v.expect("parameter types serialise")
+        match self {
+            Request::Hello(p) => json::to_value(p),
+            Request::Describe(p) => json::to_value(p),
+            Request::BoxCreate(p) => json::to_value(p),
+            Request::BoxStart(p) => json::to_value(p),
+            Request::BoxExec(p) => json::to_value(p),
+            Request::ExecStdin(p) => json::to_value(p),
+            Request::ExecKill(p) => json::to_value(p),
+            Request::BoxStop(p) | Request::BoxRemove(p) => json::to_value(p),
+            Request::BoxList(p) | Request::Shutdown(p) => json::to_value(p),
+            Request::TokenIssue(p) => json::to_value(p),
+        }
     }
 
     /// One request frame (without the newline).
     pub fn encode(&self, id: &Id) -> Vec<u8> {
-        serde_json::to_vec(&serde_json::json!({
+        json::to_vec(&serde_json::json!({
             "id": id,
             "method": self.method(),
             "params": self.params(),
         }))
-        .expect("a JSON value serialises")
     }
 }
 
@@ -571,10 +596,9 @@ pub fn encode_reply(id: Option<&Id>, outcome: &Result<Value, RpcError>) -> Vec<u
         error: &'a RpcError,
     }
     match outcome {
-        Result::Ok(result) => serde_json::to_vec(&Ok { id, result }),
-        Result::Err(error) => serde_json::to_vec(&Err { id, error }),
+        Result::Ok(result) => json::to_vec(&Ok { id, result }),
+        Result::Err(error) => json::to_vec(&Err { id, error }),
     }
-    .expect("replies serialise")
 }
 
 /// An `exit` event.
@@ -683,11 +707,11 @@ impl BoxState {
 
 /// Encodes an event that carries no bytes (`exit`, `boxState`).
 pub fn encode_event<T: Serialize>(kind: &str, body: &T) -> Vec<u8> {
-    let mut value = serde_json::to_value(body).expect("events serialise");
+    let mut value = json::to_value(body);
     if let Value::Object(map) = &mut value {
         map.insert("type".into(), Value::String(kind.into()));
     }
-    serde_json::to_vec(&value).expect("events serialise")
+    json::to_vec(&value)
 }
 
 /// Appends an `output` event for `data` to `out`. Valid UTF-8 goes as a JSON string; anything
@@ -700,15 +724,22 @@ pub fn encode_output(out: &mut Vec<u8>, exec_id: u64, stream: &str, data: &[u8],
     out.extend_from_slice(stream.as_bytes());
     out.extend_from_slice(b"\",\"data\":");
     match std::str::from_utf8(data) {
-        Ok(s) if text => serde_json::to_writer(&mut *out, s).expect("writing to a Vec"),
+        Ok(s) if text => json::write(out, s),
         _ => {
             out.push(b'"');
             let start = out.len();
-            let len = base64::encoded_len(data.len(), true).expect("chunk sizes are small");
-            out.resize(start + len, 0);
-            base64::engine::general_purpose::STANDARD
-                .encode_slice(data, &mut out[start..])
-                .expect("sized above");
+            // Padded base64 is 4 bytes per started 3; a slice holds at most `isize::MAX`
+            // bytes, so this cannot overflow.
+            out.resize(start + data.len().div_ceil(3) * 4, 0);
+            let engine = &base64::engine::general_purpose::STANDARD;
+            match engine.encode_slice(data, &mut out[start..]) {
+                Ok(written) => out.truncate(start + written),
+                // Not reached (the buffer is sized above); encoding afresh keeps the bytes exact.
+                Err(_) => {
+                    out.truncate(start);
+                    out.extend_from_slice(engine.encode(data).as_bytes());
+                }
+            }
             out.extend_from_slice(b"\",\"encoding\":\"base64\"");
         }
     }

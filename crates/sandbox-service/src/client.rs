@@ -107,12 +107,12 @@ impl Client {
 
     /// Waits for the reply to `id`; events and other replies that come first are kept.
     pub fn wait_reply(&mut self, id: &Id) -> Result<Value, ClientError> {
-        if let Some(i) = self
+        if let Some(reply) = self
             .replies
             .iter()
             .position(|r| r.id.as_ref().and_then(|i| i.as_ref()) == Some(id))
+            .and_then(|i| self.replies.remove(i))
         {
-            let reply = self.replies.remove(i).expect("found");
             return into_result(reply);
         }
         loop {

@@ -12,6 +12,7 @@
 pub mod client;
 pub mod daemon;
 pub mod hooks;
+mod json;
 mod locks;
 pub mod reaper;
 pub mod registry;

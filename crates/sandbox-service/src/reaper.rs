@@ -61,7 +61,12 @@ pub fn supervise(mut daemon: std::process::Command) -> std::io::Result<i32> {
     let code = rt.block_on(async move {
         use tokio::signal::unix::{signal, SignalKind};
         let mut child = tokio::process::Command::from(daemon).spawn()?;
-        let pid = Pid::from_raw(child.id().expect("a just-spawned child has a pid") as i32);
+        let pid = child
+            .id()
+            .map(|id| Pid::from_raw(id as i32))
+            .ok_or_else(|| {
+                std::io::Error::other("the daemon was reaped before its pid was read")
+            })?;
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
         let mut hup = signal(SignalKind::hangup())?;

@@ -3,6 +3,10 @@
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]). A dev-dependency only (`publish = false`).
 
+// Test code: a panic is how a helper reports that the test's setup failed, as in the tests
+// themselves (the workspace lints against unwrap/expect apply to shipped code).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod limactl;
 mod skip;
 

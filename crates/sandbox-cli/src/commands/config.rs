@@ -74,7 +74,10 @@ pub fn run(cmd: ConfigCommand) -> anyhow::Result<i32> {
         ConfigCommand::Set { key, value } => set(&dirs, &key, &value),
         ConfigCommand::Unset { key } => unset(&dirs, &key),
         ConfigCommand::Schema => {
-            print!("{}", config::schema::json());
+            print!(
+                "{}",
+                config::schema::json().context("serialising the configuration schema")?
+            );
             Ok(0)
         }
     }
@@ -142,10 +145,9 @@ fn insert(doc: &mut Value, parts: &[&str], value: Value) -> anyhow::Result<()> {
             map.insert(k, value);
             return Ok(());
         }
-        if !map.contains_key(&k) {
-            map.insert(k.clone(), Value::Mapping(Mapping::new()));
-        }
-        cur = map.get_mut(&k).expect("just inserted");
+        cur = map
+            .entry(k)
+            .or_insert_with(|| Value::Mapping(Mapping::new()));
     }
     Ok(())
 }
@@ -320,13 +322,17 @@ fn set(dirs: &Dirs, key: &str, raw: &str) -> anyhow::Result<i32> {
         }
     }
     // The value as YAML explains best, unless the key simply wanted text.
-    let first_wanted_text = errors[0].to_string().contains("expected a string");
+    let first_wanted_text = errors
+        .first()
+        .is_some_and(|e| e.to_string().contains("expected a string"));
     let err = if first_wanted_text {
         errors.pop()
     } else {
         errors.into_iter().next()
-    };
-    Err(err.expect("at least one candidate").context(format!(
+    }
+    // Every candidate returned or left an error, and there is at least one.
+    .unwrap_or_else(|| anyhow::anyhow!("no value was tried"));
+    Err(err.context(format!(
         "{key} was not set; {} is unchanged",
         path.display()
     )))

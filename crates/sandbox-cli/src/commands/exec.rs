@@ -265,15 +265,17 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         args.probe.as_deref(),
         args.provision.as_deref(),
         |phase, script| {
-            if steps.is_none() {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .context("starting the async runtime")?;
-                let relay = runtime.block_on(async { SignalRelay::install() })?;
-                steps = Some((runtime, relay));
-            }
-            let (runtime, relay) = steps.as_mut().expect("built above");
+            let (runtime, relay) = match &mut steps {
+                Some(built) => built,
+                slot @ None => {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                        .context("starting the async runtime")?;
+                    let relay = runtime.block_on(async { SignalRelay::install() })?;
+                    slot.insert((runtime, relay))
+                }
+            };
             step(&session, &run, &reaper, runtime, relay, phase, script)
         },
     );
@@ -338,8 +340,10 @@ fn step(
             return Err(anyhow::Error::from(error).context(format!("the {}", phase.as_str())));
         }
     };
+    let mut output = running
+        .take_output()
+        .with_context(|| format!("the {}'s output was not captured", phase.as_str()))?;
     let waited = runtime.block_on(async {
-        let mut output = running.take_output().expect("captured output");
         let forward = tokio::spawn(async move {
             while let Some(chunk) = output.recv().await {
                 // Written synchronously: stderr is ours alone, and a step's output is small

@@ -361,7 +361,9 @@ fn config(settings: &LimaSettings, a: ConfigArgs) -> anyhow::Result<i32> {
         .or_else(|| std::env::var_os("EDITOR"))
         .filter(|e| !e.is_empty())
         .ok_or_else(|| anyhow::anyhow!("set VISUAL or EDITOR to edit the overrides"))?;
-    let dir = path.parent().expect("overrides live in a directory");
+    let dir = path
+        .parent()
+        .with_context(|| format!("{} has no parent directory", path.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let draft = tempfile::Builder::new().suffix(".yaml").tempfile_in(dir)?;
     std::fs::write(draft.path(), &current)?;

@@ -312,17 +312,19 @@ fn list(views: &ViewManager, a: ListArgs) -> anyhow::Result<i32> {
         })
         .collect();
     if a.json {
-        let items: Vec<serde_json::Value> = statuses
+        let items = statuses
             .iter()
-            .map(|(v, s)| match s {
-                Ok(st) => serde_json::to_value(st).expect("serialisable"),
-                Err(e) => {
-                    let mut o = serde_json::to_value(v).expect("serialisable");
-                    o["error"] = serde_json::Value::String(e.clone());
-                    o
-                }
+            .map(|(v, s)| -> anyhow::Result<serde_json::Value> {
+                Ok(match s {
+                    Ok(st) => serde_json::to_value(st)?,
+                    Err(e) => {
+                        let mut o = serde_json::to_value(v)?;
+                        o["error"] = serde_json::Value::String(e.clone());
+                        o
+                    }
+                })
             })
-            .collect();
+            .collect::<anyhow::Result<Vec<_>>>()?;
         print_json(&items)?;
         return Ok(0);
     }

@@ -645,8 +645,9 @@ fn a_loose_object_inflating_to_a_gib_is_imported_in_bounded_memory() {
     std::io::Read::read_to_string(&mut stdout, &mut shown).unwrap();
     let errors = reader.join().unwrap();
     let mut status = 0;
-    // SAFETY: wait4(2) on our own child, writing one int and one rusage to our stack.
+    // SAFETY: `rusage` is a C struct of integers, for which all-zero bytes are a valid value.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: wait4(2) on our own child, writing one int and one rusage to our stack.
     let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
     assert_eq!(waited, pid);
     assert!(

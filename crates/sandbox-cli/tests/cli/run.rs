@@ -451,6 +451,7 @@ fn interactive_shell_round_trip_through_a_fresh_pty() {
     };
     // SAFETY: TIOCSWINSZ reads one winsize from the stack; the fd is our pty slave.
     unsafe { libc::ioctl(term.slave.as_raw_fd(), libc::TIOCSWINSZ, &size) };
+    // SAFETY: kill(2) takes integers; `child` is ours and not yet reaped, so its pid is not reused.
     unsafe { libc::kill(child.id() as i32, libc::SIGWINCH) };
     // The relay applies the size asynchronously; ask again until it shows (bounded), so a
     // slow machine does not turn into a failure.

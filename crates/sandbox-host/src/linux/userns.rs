@@ -153,7 +153,8 @@ pub fn probe() -> ViewSupport {
             if n != 5 {
                 return ViewSupport::Available;
             }
-            let errno = Errno::from_raw(i32::from_ne_bytes(bytes[1..].try_into().expect("4")));
+            let errno =
+                Errno::from_raw(i32::from_ne_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]));
             let restricted =
                 std::fs::read_to_string(APPARMOR_RESTRICT).is_ok_and(|v| v.trim() == "1");
             ViewSupport::Unavailable {

@@ -101,6 +101,15 @@ fn cstring(path: &Path) -> Result<CString, HostError> {
     })
 }
 
+/// Mount options (`size=…,mode=…`) as the kernel reads them; `at` names the mount point in
+/// the error.
+fn mount_data(options: String, at: &Path) -> Result<CString, HostError> {
+    CString::new(options).map_err(|_| HostError::ViewPath {
+        path: at.to_path_buf(),
+        cause: "the tmpfs options contain a NUL byte".into(),
+    })
+}
+
 /// What a host path is, without following a final symlink.
 fn classify(path: &Path) -> EntryKind {
     match std::fs::symlink_metadata(path) {
@@ -217,8 +226,7 @@ impl PreparedView {
                     &mut steps,
                     Step::LayerTmpfs {
                         target: dir.clone(),
-                        data: CString::new(format!("size={},mode=0700", layer.bytes))
-                            .expect("no NUL"),
+                        data: mount_data(format!("size={},mode=0700", layer.bytes), &layer.dir)?,
                     },
                     format!(
                         "tmpfs of {} bytes for the git store's writable layer at {}",
@@ -277,7 +285,7 @@ impl PreparedView {
                         &mut steps,
                         Step::Tmpfs {
                             target: inside(target)?,
-                            data: CString::new(format!("mode={mode:o}")).expect("no NUL"),
+                            data: mount_data(format!("mode={mode:o}"), target)?,
                         },
                         format!("tmpfs on {}", target.display()),
                     );
@@ -486,6 +494,7 @@ pub(crate) fn write_file(path: &std::ffi::CStr, data: &[u8]) -> Result<(), Errno
     } else {
         Err(Errno::last())
     };
+    // SAFETY: `fd` was opened above and is not used after this close.
     unsafe { libc::close(fd) };
     result
 }
@@ -540,6 +549,7 @@ fn run(step: &Step) -> Result<(), Errno> {
                     errno => Err(errno),
                 };
             }
+            // SAFETY: `fd` was just returned by open(2) and is not used again.
             unsafe { libc::close(fd) };
             Ok(())
         }
@@ -677,8 +687,9 @@ fn set_readonly(path: &std::ffi::CStr, recursive: bool) -> Result<(), Errno> {
         return Err(Errno::last());
     }
     // Before Linux 5.12: a remount, keeping the flags a user namespace may not clear.
-    // SAFETY: statvfs(2) writes one `statvfs` into our stack value.
+    // SAFETY: `statvfs` is a C struct of integers, for which all-zero bytes are a valid value.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(2) reads the NUL-terminated `path` and writes one `statvfs` into `st`.
     check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
     let keep = st.f_flag
         & (libc::ST_NOSUID

@@ -422,7 +422,7 @@ pub(super) fn vm_of(
 /// `box.list`: every box, whoever created it.
 pub(super) fn box_list(state: &State) -> Value {
     let list = state.boxes.locked().list();
-    serde_json::to_value(list).expect("box info serialises")
+    crate::json::to_value(&list)
 }
 
 /// The backend's named preparation steps as `boxState` events of state `creating`: to the

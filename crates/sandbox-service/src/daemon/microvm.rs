@@ -821,7 +821,9 @@ mod engine {
     }
 }
 
-#[cfg(all(test, feature = "boxlite"))]
+// Two attributes, not `all(test, …)`: clippy knows a test module by a plain `cfg(test)`.
+#[cfg(test)]
+#[cfg(feature = "boxlite")]
 mod tests {
     //! The git rules of a box's mounts, against real repositories and worktrees.
     use std::path::{Path, PathBuf};

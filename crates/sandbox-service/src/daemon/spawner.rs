@@ -251,7 +251,13 @@ pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: 
         }
     }
     drop(output);
-    let outcome = outcome.expect("loop ends after exit");
+    // The loop ends only once the outcome is known.
+    let outcome = outcome.unwrap_or_else(|| {
+        Err(ExecError::Io {
+            context: "waiting for the command".into(),
+            source: std::io::Error::other("its output ended before its exit was seen"),
+        })
+    });
     // The group is gone (`wait` saw to it); orphans that left it are killed before the seam
     // finishes the command, so none can rewrite a git pointer after the check.
     drop(running);

@@ -140,7 +140,7 @@ async fn route(state: &State, req: Request<Body>) -> Response<Full<Bytes>> {
                 .tasks
                 .locked()
                 .iter()
-                .map(|(k, v)| (k.clone(), serde_json::to_value(v).expect("serialises")))
+                .map(|(k, v)| (k.clone(), crate::json::to_value(v)))
                 .collect();
             return reply(
                 StatusCode::OK,
