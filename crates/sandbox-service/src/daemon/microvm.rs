@@ -89,6 +89,7 @@ pub(super) fn box_spec(
     if p.block_net && !allow_net.is_empty() {
         return Err(bad(spec::SpecError::AllowOnBlocked));
     }
+    spec::check_device_budget(&mounts, p.block_net).map_err(bad)?;
     if !p.allow_ports.is_empty() || !p.allow_domains.is_empty() || !p.allow_read.is_empty() {
         return Err(invalid(format!(
             "box {}: boxlite takes mounts and allowNet, not allowRead, allowPorts or \
