@@ -461,11 +461,12 @@ fn tests(
     command: &str,
     env: &[(String, String)],
 ) -> Result<Part> {
+    // Each boot under emulation takes a minute or more on a busy machine.
     let out = run_root(
         guest,
         &format!("{command} 2>&1"),
         env,
-        Duration::from_secs(900),
+        Duration::from_secs(1800),
     )?;
     let text = out.stdout_text();
     let skips: Vec<&str> = text.lines().filter(|l| l.contains("skipped:")).collect();
