@@ -486,7 +486,7 @@ fn exec_in_worktrees_keeps_git_read_only_and_fits_the_network() {
     let script = format!(
         r#"echo x > made-in-box && echo worktree-writable
 (echo '[core] hooksPath = /x' >> '{common}/config') 2>/dev/null && echo COMMON-WRITTEN
-[ -f .git ] && { (echo 'gitdir: /tmp' > .git) 2>/dev/null && echo POINTER-WRITTEN; }
+[ -f .git ] && {{ (echo 'gitdir: /tmp' > .git) 2>/dev/null && echo POINTER-WRITTEN; }}
 git -c safe.directory='*' log -1 --format=%s && echo git-reads
 true"#,
         common = common.display()
