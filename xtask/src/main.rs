@@ -15,6 +15,8 @@
 //!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
 //! - `guest-test`: Debian's kernels (5.10, 6.1, 6.12) booted under QEMU's software emulation,
 //!   the native backend's checks run inside each (`guest/`).
+//! - `guest-boxlite`: the BoxLite tests that need a booted box, inside a TCG guest with nested
+//!   KVM (`guest/boxlite.rs`).
 
 mod box_image;
 mod boxlite_runtime;
@@ -42,6 +44,10 @@ tasks:
                  QEMU (TCG) and run the native backend's checks in each, as root and as a
                  user (xtask/src/guest/); the escape suite as the user in bookworm's 6.1
                  (--full: everywhere, as both; --quick: nowhere); reports per kernel
+  guest-boxlite [--only PART]... [--shell SCRIPT]...
+                 boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
+                 and run the BoxLite tests that need a booted box inside it (parts: probe,
+                 doctor, engine, cli, bench; needs boxlite-runtime and box-image first)
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
@@ -120,6 +126,14 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(err) => {
                 eprintln!("error: guest-test: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("guest-boxlite") => match guest::boxlite::run(&args[1..]) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("error: guest-boxlite: {err:#}");
                 ExitCode::FAILURE
             }
         },

@@ -32,13 +32,23 @@ pub struct EngineOptions {
     pub ready_timeout: Duration,
 }
 
+/// Overrides the default ready timeout, in seconds (a slow machine: an emulated guest takes
+/// minutes to import an image and boot).
+pub const READY_TIMEOUT_VAR: &str = "SANDBOX_BOXLITE_READY_TIMEOUT";
+
 impl EngineOptions {
+    /// Waits 60 s for a start, or `SANDBOX_BOXLITE_READY_TIMEOUT` seconds.
     pub fn new(home: PathBuf) -> EngineOptions {
+        let ready_timeout = std::env::var(READY_TIMEOUT_VAR)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&s| s > 0)
+            .map_or(Duration::from_secs(60), Duration::from_secs);
         EngineOptions {
             home,
             runtime: None,
             kvm_device: PathBuf::from("/dev/kvm"),
-            ready_timeout: Duration::from_secs(60),
+            ready_timeout,
         }
     }
 }
@@ -233,23 +243,38 @@ impl Engine {
                 logs: Box::new(logs),
             };
         }
+        // Whether this KVM can boot guests at all, judged from the machine (not guessed from
+        // the failure): only then is a failed boot the KVM's fault.
+        let kvm = crate::host::kvm_bootable(&self.options.kvm_device);
+        let shim_error = shim_error_line(&logs, &shim);
         // libkrun's words on its stderr when KVM runs the guest's first instructions but not
         // the kernel (kvm-pvm and other nested or paravirtualised KVMs).
-        if let Some(line) = shim
-            .lines()
-            .find(|l| l.contains("KVM_EXIT_INTERNAL_ERROR") || l.contains("KVM_RUN"))
-        {
-            return classify_kvm(
-                &self.options,
-                name,
-                format!("{detail} (shim: {})", line.trim()),
-            )
-            .with_logs(logs);
-        }
-        if lower.contains("vm failed to start") || lower.contains("kvm") {
-            return classify_kvm(&self.options, name, detail_with_console(detail, &console))
+        if !kvm.bootable {
+            if let Some(line) = shim
+                .lines()
+                .find(|l| l.contains("KVM_EXIT_INTERNAL_ERROR") || l.contains("KVM_RUN"))
+            {
+                return classify_kvm(
+                    &self.options,
+                    name,
+                    format!("{detail} (shim: {}; {})", line.trim(), kvm.detail),
+                )
                 .with_logs(logs);
+            }
+            if lower.contains("vm failed to start") || lower.contains("kvm") {
+                return classify_kvm(
+                    &self.options,
+                    name,
+                    format!("{}; {}", detail_with_console(detail, &console), kvm.detail),
+                )
+                .with_logs(logs);
+            }
         }
+        // A KVM that boots guests: the shim's own error is the reason.
+        let detail = match shim_error {
+            Some(line) => format!("{detail} (shim: {line})"),
+            None => detail_with_console(detail, &console),
+        };
         BoxliteError::Engine {
             name: name.to_string(),
             what: "starting the box",
@@ -343,6 +368,32 @@ pub struct BoxSummary {
     pub status: String,
     pub shim_pid: Option<u32>,
     pub image: String,
+}
+
+/// The shim's last error line: from its stderr, else from its log directory (libkrun's
+/// `ERROR` lines, such as `RegisterNetDevice(IrqsExhausted)` when a box has more devices than
+/// the VM has interrupts).
+fn shim_error_line(logs: &LogPaths, stderr: &str) -> Option<String> {
+    let is_error = |l: &&str| l.contains("ERROR") || l.contains("Error(") || l.contains("error:");
+    if let Some(line) = stderr.lines().rev().find(is_error) {
+        return Some(line.trim().to_string());
+    }
+    let dir = logs.shim.as_deref()?;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| Some(p.as_path()) != logs.console.as_deref())
+        .collect();
+    files.sort();
+    files.iter().rev().find_map(|f| {
+        let text = std::fs::read(f).ok()?;
+        let text = String::from_utf8_lossy(&text);
+        text.lines()
+            .rev()
+            .find(is_error)
+            .map(|l| l.trim().to_string())
+    })
 }
 
 fn detail_with_console(detail: String, console: &str) -> String {

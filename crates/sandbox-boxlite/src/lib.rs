@@ -17,6 +17,7 @@ pub mod error;
 pub mod git;
 pub mod host;
 pub mod layout;
+pub mod relay;
 pub mod runtime_files;
 pub mod spec;
 

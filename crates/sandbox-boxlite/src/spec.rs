@@ -126,6 +126,42 @@ pub enum SpecError {
     },
     #[error("env {0:?}: not a variable name")]
     EnvName(String),
+    #[error(
+        "{count} mounts ({mounts}) and the network: BoxLite 0.10.8 gives each mount a device \
+         of its own, and beside the network device a box has room for {max} (the shim fails \
+         with RegisterNetDevice(IrqsExhausted)). A linked worktree takes three: the worktree, \
+         the repository's git directory and the worktree's .git pointer, both read-only. Block \
+         the network (`--block-net`, `blockNet`), or mount fewer directories"
+    )]
+    TooManyMounts {
+        count: usize,
+        max: usize,
+        mounts: String,
+    },
+}
+
+/// How many directories (and files) a box with a network interface can be shown. BoxLite
+/// 0.10.8 gives each mount its own virtio-fs device, beside its own share, two disks, vsock,
+/// console, balloon and entropy devices, and libkrun has a fixed number of interrupts for
+/// them: with the network device, a third mount fails the boot
+/// (`RegisterNetDevice(IrqsExhausted)` in the shim's log), measured in a guest where boxes
+/// boot (`cargo xtask guest-boxlite`). Without a network there is room for more.
+pub const MAX_MOUNTS_WITH_NETWORK: usize = 2;
+
+/// Refuses a box that would not start: more mounts than fit beside the network device.
+pub fn check_device_budget(mounts: &[Mount], block_net: bool) -> Result<(), SpecError> {
+    if block_net || mounts.len() <= MAX_MOUNTS_WITH_NETWORK {
+        return Ok(());
+    }
+    Err(SpecError::TooManyMounts {
+        count: mounts.len(),
+        max: MAX_MOUNTS_WITH_NETWORK,
+        mounts: mounts
+            .iter()
+            .map(|m| m.guest.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", "),
+    })
 }
 
 /// Checks that `dir` is an OCI image layout: `oci-layout` and `index.json` at its top.
@@ -336,6 +372,23 @@ mod tests {
             );
         }
         assert!(check_mount(&dir.path().join("absent"), Path::new("/w"), true).is_err());
+    }
+
+    #[test]
+    fn mounts_beyond_the_device_budget_are_refused_only_with_a_network() {
+        let m = |g: &str| Mount {
+            host: "/h".into(),
+            guest: g.into(),
+            read_only: true,
+        };
+        let two = [m("/a"), m("/b")];
+        check_device_budget(&two, false).unwrap();
+        let three = [m("/a"), m("/b"), m("/c")];
+        check_device_budget(&three, true).unwrap();
+        let err = check_device_budget(&three, false).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("3 mounts (/a, /b, /c)"), "{text}");
+        assert!(text.contains("--block-net"), "{text}");
     }
 
     #[test]

@@ -107,8 +107,9 @@ impl LimaSettings {
         }
     }
 
-    /// The project of `view`: its VM and the YAML for all of its views.
-    pub fn project(&self, view: &View) -> Result<Project, LimaError> {
+    /// What the project of `view` would run: its instance name and the YAML for all of its
+    /// views. Needs no `limactl` (`sandbox lima config` shows it on a machine without Lima).
+    pub fn plan(&self, view: &View) -> Result<Plan, LimaError> {
         let views = self.views();
         let project = views.project_of(&view.task_worktree)?;
         let mut all = views.list(Some(&project))?;
@@ -116,7 +117,6 @@ impl LimaSettings {
             all.push(view.clone());
         }
         let instance = vm::instance_name(&view.project, &view.common_dir);
-        let limactl = self.limactl()?;
         let overrides_path = self.overrides_dir.join(format!("{instance}.yaml"));
         let overrides = self.overrides(&overrides_path)?;
         let (mounts, layouts) = mounts::project_mounts(&all)?;
@@ -129,14 +129,44 @@ impl LimaSettings {
             views: &layouts,
             overrides: &overrides,
         });
-        Ok(Project {
-            vm: Vm::new(limactl, instance),
+        Ok(Plan {
+            instance,
             views: all,
             layouts,
             yaml,
             overrides_path,
         })
     }
+
+    /// The project of `view`: its VM (through `limactl`) and the YAML for all of its views.
+    pub fn project(&self, view: &View) -> Result<Project, LimaError> {
+        let limactl = self.limactl()?;
+        let plan = self.plan(view)?;
+        Ok(Project {
+            vm: Vm::new(limactl, plan.instance),
+            views: plan.views,
+            layouts: plan.layouts,
+            yaml: plan.yaml,
+            overrides_path: plan.overrides_path,
+        })
+    }
+
+    /// The instance's YAML as Lima keeps it (`<LIMA_HOME>/<instance>/lima.yaml`), if the
+    /// instance exists; read without `limactl`.
+    pub fn current_yaml(&self, instance: &str) -> Option<LimaYaml> {
+        let text = std::fs::read_to_string(self.home.join(instance).join("lima.yaml")).ok()?;
+        serde_yaml::from_str(&text).ok()
+    }
+}
+
+/// A project's VM as it would be made, without `limactl`: [`LimaSettings::plan`].
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub instance: String,
+    pub views: Vec<View>,
+    pub layouts: Vec<ViewLayout>,
+    pub yaml: LimaYaml,
+    pub overrides_path: PathBuf,
 }
 
 /// The SHA-256 of the image, cached in `<home>/_sandbox/digests/<hash of the path>`.

@@ -25,7 +25,7 @@ pub mod provision;
 pub mod vm;
 pub mod yaml;
 
-pub use backend::{LimaBackend, LimaProvider, LimaSettings, Project};
+pub use backend::{LimaBackend, LimaProvider, LimaSettings, Plan, Project};
 pub use error::LimaError;
 pub use limactl::Limactl;
 pub use vm::{Vm, VmEvent, VmState};

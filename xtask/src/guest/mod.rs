@@ -18,6 +18,7 @@
 //! - [`Guest::run`]: one command (as root or as `user`, uid 1000), its exit status and output.
 //! - [`Guest::poweroff`]: powers off and waits for QEMU to exit.
 
+pub mod boxlite;
 pub mod suite;
 
 use std::io::{BufRead, BufReader, Write};
@@ -257,6 +258,8 @@ pub struct Share {
 /// How to boot.
 #[derive(Clone, Debug)]
 pub struct BootOptions {
+    /// QEMU's `-accel` (`tcg`: multi-threaded TCG, one host thread per vCPU).
+    pub accel: String,
     pub memory_mib: u32,
     pub cpus: u32,
     pub shares: Vec<Share>,
@@ -273,6 +276,7 @@ pub struct BootOptions {
 impl BootOptions {
     pub fn new(run_dir: PathBuf) -> Self {
         BootOptions {
+            accel: "tcg".into(),
             memory_mib: 2048,
             cpus: 2,
             shares: Vec::new(),
@@ -411,7 +415,7 @@ impl Guest {
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args([
             "-accel",
-            "tcg",
+            &options.accel,
             "-nodefaults",
             "-display",
             "none",

@@ -302,6 +302,7 @@ fn boxlite_report(ctx: &Context) -> serde_json::Value {
         .unwrap_or_default();
     let files_ok = !files.is_empty() && files.iter().all(|f| f.is_ok());
     let kvm = host::kvm_device(std::path::Path::new("/dev/kvm"));
+    let kvm_bootable = host::kvm_bootable(std::path::Path::new("/dev/kvm"));
     let boot = if !sandbox_boxlite::IN_BUILD {
         host::probe_boot(None, None)
     } else if location.is_none() {
@@ -327,6 +328,7 @@ fn boxlite_report(ctx: &Context) -> serde_json::Value {
         "runtime": location,
         "files": files,
         "kvm": kvm,
+        "kvmBootable": kvm_bootable,
         "boot": boot,
     })
 }
@@ -407,6 +409,12 @@ fn print_boxlite(b: &serde_json::Value) {
             "         /dev/kvm: cannot be opened: {}",
             b["kvm"]["detail"].as_str().unwrap_or("")
         ),
+    }
+    if b["kvm"]["state"].as_str() == Some("usable") {
+        println!(
+            "         virtualisation: {}",
+            b["kvmBootable"]["detail"].as_str().unwrap_or("")
+        );
     }
     if b["boot"]["canBoot"] == json!(true) {
         println!(

@@ -138,6 +138,15 @@ fn fail(e: impl std::error::Error + Send + Sync + 'static) -> anyhow::Error {
 
 /// The project of the workdir, its task's view created if needed (`create_view`).
 fn project(settings: &LimaSettings, args: &LimaArgs, create_view: bool) -> anyhow::Result<Project> {
+    let view = view(settings, args, create_view)?;
+    settings.project(&view).map_err(fail)
+}
+
+fn view(
+    settings: &LimaSettings,
+    args: &LimaArgs,
+    create_view: bool,
+) -> anyhow::Result<sandbox_git::View> {
     let dir = crate::session::workdir(args.workdir.as_deref())?;
     let views = settings.views();
     let view = if create_view {
@@ -149,7 +158,7 @@ fn project(settings: &LimaSettings, args: &LimaArgs, create_view: bool) -> anyho
             None => views.create_or_reuse(&dir, None).map_err(fail)?.view,
         }
     };
-    settings.project(&view).map_err(fail)
+    Ok(view)
 }
 
 pub(crate) fn confirm(question: &str, yes: bool) -> anyhow::Result<bool> {
@@ -331,8 +340,11 @@ fn status(settings: &LimaSettings, args: &LimaArgs) -> anyhow::Result<i32> {
     report(&p, args.json)
 }
 
+/// Shows or edits the YAML; needs no `limactl`, so a user can see what would run before
+/// installing Lima.
 fn config(settings: &LimaSettings, a: ConfigArgs) -> anyhow::Result<i32> {
-    let p = project(settings, &a.common, false)?;
+    let view = view(settings, &a.common, false)?;
+    let p = settings.plan(&view).map_err(fail)?;
     if !a.edit {
         if a.common.json {
             println!("{}", serde_json::to_string_pretty(&p.yaml)?);
@@ -372,14 +384,8 @@ fn config(settings: &LimaSettings, a: ConfigArgs) -> anyhow::Result<i32> {
     draft
         .persist(path)
         .map_err(|e| anyhow::anyhow!("saving {}: {e}", path.display()))?;
-    let p = settings
-        .project(
-            p.views
-                .first()
-                .context("the project has no sandbox view any more")?,
-        )
-        .map_err(fail)?;
-    if let Some(have) = p.vm.current_yaml() {
+    let p = settings.plan(&view).map_err(fail)?;
+    if let Some(have) = settings.current_yaml(&p.instance) {
         for c in sandbox_lima::yaml::changes(&have, &p.yaml) {
             let when = if c.needs_recreate {
                 "needs `sandbox lima recreate`"

@@ -381,3 +381,40 @@ fn box_create_announces_the_step_that_failed() {
     );
     assert!(events.iter().all(|e| e.state == Some(BoxState::Creating)));
 }
+
+/// `sandbox lima config` on a machine without Lima: the YAML that would run, not a refusal
+/// (a user sees what the VM would be before installing anything).
+#[test]
+fn config_prints_the_yaml_without_limactl() {
+    let l = Lima::new();
+    // A PATH with git and a shell and nothing else: no limactl anywhere.
+    let bin = l.env.path().join("bin-without-lima");
+    std::fs::create_dir(&bin).unwrap();
+    for tool in ["git", "sh"] {
+        let found = ["/usr/bin", "/bin", "/usr/local/bin"]
+            .iter()
+            .map(|d| PathBuf::from(d).join(tool))
+            .find(|p| p.is_file())
+            .unwrap_or_else(|| panic!("no {tool} on this machine"));
+        std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+    }
+    let mut cmd = l.env.cmd();
+    cmd.env_remove("SANDBOX_LIMACTL")
+        .env("PATH", &bin)
+        .env("SANDBOX_LIMA_HOME", l.env.path().join("lh"))
+        .current_dir(&l.task);
+    let out = cmd.args(["lima", "config"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let yaml = String::from_utf8_lossy(&out.stdout);
+    assert!(yaml.contains("mountType:"), "{yaml}");
+    assert!(yaml.contains("mounts:"), "{yaml}");
+    // Without limactl, the commands that need it still say so.
+    let mut cmd = l.env.cmd();
+    cmd.env_remove("SANDBOX_LIMACTL")
+        .env("PATH", &bin)
+        .env("SANDBOX_LIMA_HOME", l.env.path().join("lh"))
+        .current_dir(&l.task);
+    let out = cmd.args(["lima", "status"]).output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(text(&out).contains("limactl"), "{}", text(&out));
+}

@@ -89,6 +89,7 @@ pub(super) fn box_spec(
     if p.block_net && !allow_net.is_empty() {
         return Err(bad(spec::SpecError::AllowOnBlocked));
     }
+    spec::check_device_budget(&mounts, p.block_net).map_err(bad)?;
     if !p.allow_ports.is_empty() || !p.allow_domains.is_empty() || !p.allow_read.is_empty() {
         return Err(invalid(format!(
             "box {}: boxlite takes mounts and allowNet, not allowRead, allowPorts or \
@@ -204,6 +205,9 @@ mod engine {
         /// BoxLite's id for the box (its directory under the home's `boxes/`).
         pub(crate) vm_id: String,
         first_exec: AtomicBool,
+        /// Commands run under the byte-exact output relay (`sandbox_boxlite::relay`): the
+        /// box can run it (its image has Perl), found out once after each boot.
+        byte_exact: AtomicBool,
         /// Serialises boots: a second `box.start` waits for the first.
         booting: tokio::sync::Mutex<()>,
     }
@@ -377,6 +381,7 @@ mod engine {
             litebox,
             vm_id: vm_id.clone(),
             first_exec: AtomicBool::new(false),
+            byte_exact: AtomicBool::new(false),
             booting: tokio::sync::Mutex::new(()),
         });
         let enforcement = sandbox_host::report::Enforcement {
@@ -502,6 +507,9 @@ mod engine {
         )
         .await;
         let boot = booted.map_err(|e| engine_error(&e))?;
+        // BoxLite carries output as text; where the box can run the relay, as bytes.
+        let byte_exact = relay_works(name, &vm).await;
+        vm.byte_exact.store(byte_exact, Ordering::SeqCst);
         {
             let mut boxes = state.boxes.locked();
             boxes.get_mut(name)?.state = BoxState::Running;
@@ -511,7 +519,30 @@ mod engine {
             "boxId": id,
             "bootMs": boot.as_millis() as u64,
             "state": BoxState::Running,
+            "output": if byte_exact { "bytes" } else { "text" },
         }))
+    }
+
+    /// Whether the booted box runs the output relay's interpreter.
+    async fn relay_works(name: &str, vm: &Vm) -> bool {
+        let (program, args) = sandbox_boxlite::relay::probe();
+        let command = BoxCommand::new(program).args(args);
+        match vm.engine.exec(name, &vm.litebox, command).await {
+            Ok(execution) => {
+                let works = matches!(execution.wait().await, Ok(r) if r.exit_code == 0);
+                if !works {
+                    tracing::warn!(
+                        "box {name}: no perl in the image: its output is relayed as text \
+                         (bytes that are not UTF-8 arrive as U+FFFD)"
+                    );
+                }
+                works
+            }
+            Err(e) => {
+                tracing::warn!("box {name}: probing for the output relay: {e}");
+                false
+            }
+        }
     }
 
     /// Stops the VM after the generic stop has ended its commands.
@@ -535,7 +566,8 @@ mod engine {
     }
 
     /// `box.exec` in a VM box: the command through BoxLite's guest agent, its output as
-    /// `output` events (BoxLite hands output over as text: invalid UTF-8 arrives replaced),
+    /// `output` events (byte for byte through the relay where the box runs it, else BoxLite's
+    /// text, with invalid UTF-8 replaced),
     /// `exec.stdin`, `exec.kill` and the timeout, then `exit`.
     pub(in super::super) async fn box_exec(
         state: &Arc<State>,
@@ -552,8 +584,14 @@ mod engine {
             Some(d) => workdir.join(d),
             None => workdir.clone(),
         };
-        let mut command = BoxCommand::new(p.command.clone())
-            .args(p.args.iter().cloned())
+        let byte_exact = vm.byte_exact.load(Ordering::SeqCst);
+        let (program, args) = if byte_exact {
+            sandbox_boxlite::relay::wrap(&p.command, &p.args)
+        } else {
+            (p.command.clone(), p.args.clone())
+        };
+        let mut command = BoxCommand::new(program)
+            .args(args)
             .working_dir(cwd.display().to_string());
         for (k, v) in &p.env {
             command = command.env(k.clone(), v.clone());
@@ -640,6 +678,8 @@ mod engine {
             let mut kill_at: Option<tokio::time::Instant> = None;
             let mut control_open = true;
             let (mut out_open, mut err_open) = (stdout.is_some(), stderr.is_some());
+            let mut out_decoder = Relayed::new(byte_exact);
+            let mut err_decoder = Relayed::new(byte_exact);
             let wait = execution.wait();
             tokio::pin!(wait);
             let result = loop {
@@ -668,11 +708,21 @@ mod engine {
                         let _ = execution.kill().await;
                     }
                     line = next(&mut stdout), if out_open => match line {
-                        Some(s) => { let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stdout, data: s.into_bytes().into() }).await; }
+                        Some(s) => {
+                            let data = out_decoder.bytes(s);
+                            if !data.is_empty() {
+                                let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stdout, data: data.into() }).await;
+                            }
+                        }
                         None => out_open = false,
                     },
                     line = next(&mut stderr), if err_open => match line {
-                        Some(s) => { let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stderr, data: s.into_bytes().into() }).await; }
+                        Some(s) => {
+                            let data = err_decoder.bytes(s);
+                            if !data.is_empty() {
+                                let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stderr, data: data.into() }).await;
+                            }
+                        }
                         None => err_open = false,
                     },
                     res = &mut wait, if !out_open && !err_open => break res,
@@ -725,6 +775,34 @@ mod engine {
             let _ = go_tx.send(());
         }));
         Ok(json!({ "execId": exec_id, "launchMs": launch_ms }))
+    }
+
+    /// One output stream of a command: the relay's lines decoded, or BoxLite's text as is.
+    struct Relayed {
+        decoder: Option<sandbox_boxlite::relay::Decoder>,
+    }
+
+    impl Relayed {
+        fn new(byte_exact: bool) -> Self {
+            Relayed {
+                decoder: byte_exact.then(sandbox_boxlite::relay::Decoder::default),
+            }
+        }
+
+        fn bytes(&mut self, text: String) -> Vec<u8> {
+            match &mut self.decoder {
+                None => text.into_bytes(),
+                Some(d) => match d.push(&text) {
+                    Ok(bytes) => bytes,
+                    // Not the relay's (BoxLite's own words on a broken stream): as text.
+                    Err(e) => {
+                        tracing::warn!("{e}");
+                        self.decoder = None;
+                        text.into_bytes()
+                    }
+                },
+            }
+        }
     }
 
     async fn next<S: futures_util::Stream<Item = String> + Unpin>(

@@ -129,6 +129,13 @@ impl Env {
         if let Some(nono) = nono_path() {
             cmd.env("SANDBOX_NONO", nono);
         }
+        // The machine's BoxLite settings pass through: where the runtime files are, and how
+        // long a start may take (an emulated guest, `cargo xtask guest-boxlite`, needs minutes).
+        for var in ["SANDBOX_BOXLITE_RUNTIME", "SANDBOX_BOXLITE_READY_TIMEOUT"] {
+            if let Some(value) = std::env::var_os(var) {
+                cmd.env(var, value);
+            }
+        }
         cmd
     }
 }
