@@ -28,25 +28,7 @@ pub struct AgentRequest {
 /// The per-project directory name for `root` (a task worktree): its last component and a
 /// hash of the whole path, so two projects of one name never share private copies.
 pub fn project_key(root: &Path) -> String {
-    use sha2::{Digest, Sha256};
-    use std::os::unix::ffi::OsStrExt;
-    let digest = Sha256::digest(root.as_os_str().as_bytes());
-    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
-    let name: String = root
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .take(40)
-        .collect();
-    format!("{name}-{hex}")
+    crate::home::key_of(root)
 }
 
 /// What the profile gives the policy.

@@ -882,12 +882,28 @@ mod tests {
         (main.canonicalize().unwrap(), task.canonicalize().unwrap())
     }
 
+    /// A box without the network: these tests are about the mounts, and with the network a
+    /// linked worktree's three mounts are refused (the device budget's own test below).
     fn params(root: &Path, mounts: serde_json::Value, unprotected: bool) -> BoxCreateParams {
         serde_json::from_value(json!({
             "name": "b", "backend": "boxlite", "rootfs": root.join("layout"),
-            "mounts": mounts, "unprotectedGit": unprotected,
+            "mounts": mounts, "unprotectedGit": unprotected, "blockNet": true,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn with_the_network_a_linked_worktree_is_refused_and_a_main_worktree_fits() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        let mut online = params(t.path(), json!([]), false);
+        online.block_net = false;
+        let e = box_spec(&online, &task).unwrap_err().message;
+        assert!(
+            e.contains("--block-net") && e.contains("IrqsExhausted"),
+            "{e}"
+        );
+        box_spec(&online, &main).unwrap();
     }
 
     fn seen(spec: &BoxSpec) -> Vec<(PathBuf, bool)> {
