@@ -168,7 +168,7 @@ let
 
     nextest = craneLib.cargoNextest (checkArgs // toolPaths // {
       cargoArtifacts = checkArtifacts;
-      # Tests build real repositories (DESIGN §7) and run the packaged nono.
+      # Tests build real repositories and run the packaged nono.
       nativeBuildInputs = [ pkgs.git ];
       cargoNextestExtraArgs = "--no-tests=pass";
     });

@@ -4,7 +4,7 @@
 #
 # installs the CLI into the user's profile (completions and manual page included, found by
 # home-manager's bash, zsh and fish setups) and writes $XDG_CONFIG_HOME/sandbox/config.yaml,
-# the user configuration file the CLI trusts (DESIGN §2), when any setting is set.
+# the user configuration file the CLI trusts (docs/nix.md), when any setting is set.
 { self }:
 { config, lib, pkgs, ... }:
 let

@@ -4,7 +4,7 @@
 #
 # installs the CLI system-wide (its bash/zsh/fish completions and manual page come with the
 # package and are linked into the system profile) and writes /etc/sandbox/config.yaml, the
-# system configuration file the CLI trusts (DESIGN §2), when any setting is set.
+# system configuration file the CLI trusts (docs/nix.md), when any setting is set.
 { self }:
 { config, lib, pkgs, ... }:
 let

@@ -1,7 +1,7 @@
 //! Development automation: `cargo xtask <task>`.
 //!
 //! Tasks:
-//! - `nix-check`: what this build machine can prove about the Nix flake (DESIGN §5): every
+//! - `nix-check`: what this build machine can prove about the Nix flake (docs/nix.md: no nixpkgs fetch, no KVM guest): every
 //!   `.nix` file parses and passes `deadnix` and `nixpkgs-fmt`, the flake's outputs have the
 //!   expected structure when evaluated offline against the stand-in inputs in
 //!   `tests/nix-eval/`, and the NixOS / home-manager modules evaluate. Builds and VM tests

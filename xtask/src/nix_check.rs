@@ -377,7 +377,7 @@ fn evaluate(
     }
     // Said on every run, so a green nix-check is not read as more than it is.
     report.skipped(
-        "builds and VM tests: no nixpkgs can be fetched and no guest can boot here (DESIGN §5); \
+        "builds and VM tests: no nixpkgs can be fetched and no guest can boot here (docs/nix.md); \
          `nix flake check -L` on a Linux host with KVM builds `checks` (the CLI, clippy, \
          nextest, the module checks, the VM tests); the workflow also builds sandbox-boxlite, \
          the images and the Lima variants with `nix build`, and runs vm-boxlite-escape, which \

@@ -83,7 +83,7 @@ impl ExecError {
         }
     }
 
-    /// The conventional exit status for this error (see DESIGN §7).
+    /// The conventional exit status for this error (docs/architecture.md, the exit rule).
     pub fn exit_code(&self) -> i32 {
         match self {
             ExecError::NotFound { .. } | ExecError::NotInSandbox { .. } => 127,

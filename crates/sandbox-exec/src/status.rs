@@ -1,4 +1,4 @@
-//! How a run ended, and the exit status the CLI reports for it (DESIGN §7).
+//! How a run ended, and the exit status the CLI reports for it (docs/architecture.md, the exit rule).
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;

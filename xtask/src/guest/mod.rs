@@ -1,5 +1,5 @@
 //! Real Linux guests under QEMU's software emulation (TCG), for testing the product on the
-//! kernels users run (DESIGN §5: no KVM guest runs on this machine; a TCG guest does, and KVM
+//! kernels users run (no KVM guest runs on this machine; a TCG guest does, and KVM
 //! works inside one with `-cpu max`).
 //!
 //! The pieces, each usable on its own (`guest_test` uses them all; the BoxLite-in-a-guest test
