@@ -230,9 +230,17 @@ pub fn assert_no_strays(path: &str, listing: &str) {
 /// namespace of its own (the native backend's view) knows only its namespace's pids, so a
 /// test finds its processes on the host by a unique command line.
 pub fn pids_running(argv: &[&str]) -> Vec<i32> {
-    // Callers ask once the process has exec'ed: its own shell saw the new command line in its
-    // namespace's /proc, which is the same task the host's /proc shows, so one scan finds it.
-    scan_for(argv)
+    // Callers ask once the process has exec'ed (its own shell saw it in its namespace's
+    // /proc); a scan of the host's /proc right after has still missed it under load (seen
+    // with a CPU hog: cause not found yet), so the scan is repeated until it is seen (bounded).
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let found = scan_for(argv);
+        if !found.is_empty() || std::time::Instant::now() >= end {
+            return found;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 fn scan_for(argv: &[&str]) -> Vec<i32> {
