@@ -12,12 +12,17 @@
 //!   can show (which rule refused, and `--allow-domain NAME` to allow it), and keeps a
 //!   [`Connection`] log (host, port, rule, bytes each way) as serde data.
 //!
+//! * [`Credentials`] (`--credential NAME`): the proxy serves `/cred/NAME/...` as a reverse
+//!   proxy to the credential's real host over TLS, adding the real secret; the sandbox only
+//!   ever holds a placeholder, which is refused anywhere else.
+//!
 //! What it does not do (yet): the network namespace, the loopback listener inside it and the
 //! proxy variables are the native backend's part (`docs/security.md`); TLS is never
 //! intercepted — `CONNECT` relays the encrypted bytes as they are.
 
 mod addr;
 pub mod allow;
+pub mod credentials;
 mod error;
 pub mod groups;
 mod log;
@@ -26,6 +31,7 @@ mod resolve;
 
 pub use addr::is_public;
 pub use allow::{AllowList, Refusal, Target};
+pub use credentials::{CredentialError, Credentials, Definition, Secret, Source};
 pub use error::NetError;
 pub use log::{Connection, Kind};
 pub use proxy::Proxy;

@@ -13,6 +13,9 @@ pub enum Kind {
     Connect,
     /// A plain-HTTP request in absolute form (`GET http://host/path`).
     Http,
+    /// A request to a credential's base URL (`/cred/NAME/...`), forwarded over TLS to the
+    /// credential's host with the real secret added.
+    Credential,
 }
 
 /// One connection.

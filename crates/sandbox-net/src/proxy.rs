@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
 use crate::allow::{AllowList, Refusal, Target};
+use crate::credentials::{Credentials, Loaded};
 use crate::error::NetError;
 use crate::log::{Connection, Kind};
 use crate::resolve::Resolver;
@@ -43,6 +44,8 @@ pub struct Proxy {
 struct Inner {
     allow: AllowList,
     resolver: Resolver,
+    /// The run's credentials (`/cred/NAME/...`); empty without `--credential`.
+    credentials: Credentials,
     log: Mutex<Vec<Connection>>,
     /// The number of records, for [`Proxy::wait_for_log`].
     logged: watch::Sender<usize>,
@@ -72,8 +75,39 @@ impl Proxy {
             inner: Arc::new(Inner {
                 allow,
                 resolver,
+                credentials: Credentials::default(),
                 log: Mutex::new(Vec::new()),
                 logged: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    /// The same proxy, also serving these credentials at `/cred/NAME/...` (call before
+    /// [`Proxy::serve`]; a clone made earlier keeps the proxy without them).
+    pub fn with_credentials(self, credentials: Credentials) -> Proxy {
+        let (allow, resolver, log) = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => (
+                inner.allow,
+                inner.resolver,
+                inner
+                    .log
+                    .into_inner()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
+            Err(shared) => (
+                shared.allow.clone(),
+                shared.resolver.clone(),
+                shared.log().clone(),
+            ),
+        };
+        let n = log.len();
+        Proxy {
+            inner: Arc::new(Inner {
+                allow,
+                resolver,
+                credentials,
+                log: Mutex::new(log),
+                logged: watch::Sender::new(n),
             }),
         }
     }
@@ -133,6 +167,10 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             return Some(record);
         }
     };
+    if let Some(after) = head.target.strip_prefix("/cred/") {
+        let after = after.to_owned();
+        return Some(credential(inner, client, head, &after).await);
+    }
     let kind = if head.method.eq_ignore_ascii_case("CONNECT") {
         Kind::Connect
     } else {
@@ -144,7 +182,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             .ok_or_else(|| Refusal::BadRequest {
                 why: format!("CONNECT needs host:port, not {:?}", head.target),
             }),
-        Kind::Http => absolute_http(&head.target),
+        Kind::Http | Kind::Credential => absolute_http(&head.target),
     };
     let (host, port, path) = match parsed {
         Ok(parsed) => parsed,
@@ -153,6 +191,17 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             return Some(refused(head.target.clone(), 0, kind, &refusal));
         }
     };
+    // A credential's placeholder goes only to its own path; anywhere else it is either a
+    // mistake or a program trying to learn where the key would be accepted.
+    if let Some(cred) = placeholder_in(&head, &inner.credentials, None) {
+        let refusal = Refusal::CredentialPlaceholder {
+            credential: cred.def.name.clone(),
+            credential_host: cred.def.host.clone(),
+            sent_to: host.to_ascii_lowercase(),
+        };
+        let _ = client.write_all(&refusal_response(&refusal)).await;
+        return Some(refused(host.to_ascii_lowercase(), port, kind, &refusal));
+    }
     let (target, candidates) = match decide(inner, &host).await {
         Ok(decided) => decided,
         Err(refusal) => {
@@ -202,8 +251,8 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             }
             head.rest
         }
-        Kind::Http => {
-            let mut bytes = origin_form(&head, &host, port, &path);
+        Kind::Http | Kind::Credential => {
+            let mut bytes = origin_form(&head, &host, port, 80, &path, None);
             bytes.extend_from_slice(&head.rest);
             bytes
         }
@@ -231,6 +280,14 @@ async fn decide(inner: &Inner, host: &str) -> Result<(Target, Vec<IpAddr>), Refu
         }
         Target::Name { name, .. } => name.clone(),
     };
+    let usable = resolve_checked(inner, &name).await?;
+    Ok((target, usable))
+}
+
+/// A listed (or credential's) name's addresses, without the answers that are not public
+/// and not listed.
+async fn resolve_checked(inner: &Inner, name: &str) -> Result<Vec<IpAddr>, Refusal> {
+    let name = name.to_owned();
     let answers = inner
         .resolver
         .lookup(&name)
@@ -257,7 +314,143 @@ async fn decide(inner: &Inner, host: &str) -> Result<(Target, Vec<IpAddr>), Refu
     if !refused.is_empty() {
         tracing::info!(host = %name, ?refused, "proxy: dropped non-public answers");
     }
-    Ok((target, usable))
+    Ok(usable)
+}
+
+/// The first credential (other than `except`) whose placeholder the request's target or a
+/// header carries.
+fn placeholder_in<'c>(
+    head: &Head,
+    credentials: &'c Credentials,
+    except: Option<&str>,
+) -> Option<&'c Loaded> {
+    if credentials.is_empty() {
+        return None;
+    }
+    credentials
+        .placeholder_in(head.target.as_bytes(), except)
+        .or_else(|| {
+            head.headers
+                .iter()
+                .find_map(|(_, value)| credentials.placeholder_in(value, except))
+        })
+}
+
+/// `/cred/NAME/rest`: the request goes to NAME's host over TLS, in origin form `/rest`, with
+/// NAME's header set to the real secret (whatever the program sent in it).
+async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &str) -> Connection {
+    let split = after.find(['/', '?']).unwrap_or(after.len());
+    let (name, path) = after.split_at(split);
+    let path = match path.chars().next() {
+        None => "/".to_owned(),
+        Some('?') => format!("/{path}"),
+        Some(_) => path.to_owned(),
+    };
+    let Some(cred) = inner.credentials.get(name) else {
+        let refusal = Refusal::UnknownCredential {
+            name: name.to_owned(),
+            known: inner.credentials.names(),
+        };
+        let _ = client.write_all(&refusal_response(&refusal)).await;
+        return refused(format!("/cred/{name}"), 0, Kind::Credential, &refusal);
+    };
+    let (host, port) = (cred.def.host.clone(), cred.def.port);
+    if let Some(other) = placeholder_in(&head, &inner.credentials, Some(name)) {
+        let refusal = Refusal::CredentialPlaceholder {
+            credential: other.def.name.clone(),
+            credential_host: other.def.host.clone(),
+            sent_to: format!("the path of credential {name} ({host})"),
+        };
+        let _ = client.write_all(&refusal_response(&refusal)).await;
+        return refused(host, port, Kind::Credential, &refusal);
+    }
+    let mut record = Connection {
+        host: host.clone(),
+        port,
+        kind: Kind::Credential,
+        allowed: true,
+        rule: format!("credential:{name}"),
+        address: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        error: None,
+    };
+    let fail = |record: &mut Connection, why: String| {
+        record.error = Some(why.clone());
+        response(
+            "502 Bad Gateway",
+            None,
+            &format!("sandbox: credential {name}: {host}:{port}: {why}"),
+        )
+    };
+    let candidates = match resolve_checked(inner, &host).await {
+        Ok(candidates) => candidates,
+        Err(refusal) => {
+            let _ = client.write_all(&refusal_response(&refusal)).await;
+            return refused(host, port, Kind::Credential, &refusal);
+        }
+    };
+    let (tcp, address) = match connect(&candidates, port).await {
+        Ok(connected) => connected,
+        Err(e) => {
+            let answer = fail(&mut record, format!("could not be reached: {e}"));
+            let _ = client.write_all(&answer).await;
+            return record;
+        }
+    };
+    record.address = Some(address);
+    let _ = tcp.set_nodelay(true);
+    let tls = match &inner.credentials.tls {
+        Ok(config) => Arc::clone(config),
+        Err(why) => {
+            let answer = fail(&mut record, format!("TLS cannot be set up: {why}"));
+            let _ = client.write_all(&answer).await;
+            return record;
+        }
+    };
+    let server_name = match rustls_pki_types::ServerName::try_from(host.clone()) {
+        Ok(name) => name,
+        Err(e) => {
+            let answer = fail(&mut record, format!("not a TLS server name: {e}"));
+            let _ = client.write_all(&answer).await;
+            return record;
+        }
+    };
+    let mut upstream = match tokio_rustls::TlsConnector::from(tls)
+        .connect(server_name, tcp)
+        .await
+    {
+        Ok(stream) => stream,
+        Err(e) => {
+            let answer = fail(&mut record, format!("TLS handshake failed: {e}"));
+            let _ = client.write_all(&answer).await;
+            return record;
+        }
+    };
+    let mut value = cred.header_value();
+    let mut first = origin_form(
+        &head,
+        &host,
+        port,
+        443,
+        &path,
+        Some((&cred.def.header, value.as_bytes())),
+    );
+    first.extend_from_slice(&head.rest);
+    let written = upstream.write_all(&first).await;
+    let sent = first.len() as u64;
+    // The only copy of the secret outside the credential itself.
+    zeroize::Zeroize::zeroize(&mut first);
+    zeroize::Zeroize::zeroize(&mut value);
+    if let Err(e) = written {
+        record.error = Some(format!("writing to the server: {e}"));
+        return record;
+    }
+    let (up, down, error) = relay(client, upstream).await;
+    record.bytes_up = sent + up;
+    record.bytes_down = down;
+    record.error = error;
+    record
 }
 
 async fn connect(candidates: &[IpAddr], port: u16) -> std::io::Result<(TcpStream, IpAddr)> {
@@ -383,7 +576,17 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Option<(String
 /// The request as the server gets it: origin form, no proxy or hop-by-hop headers,
 /// `Connection: close`, and a `Host` that is the checked host — whatever `Host` the program
 /// sent, so a server that hosts many names (a CDN) cannot be asked for one not on the list.
-fn origin_form(head: &Head, host: &str, port: u16, path: &str) -> Vec<u8> {
+///
+/// With `set`, that header is dropped from what the program sent and sent with the given
+/// value instead (a credential's real secret).
+fn origin_form(
+    head: &Head,
+    host: &str,
+    port: u16,
+    default_port: u16,
+    path: &str,
+    set: Option<(&str, &[u8])>,
+) -> Vec<u8> {
     const DROPPED: [&str; 6] = [
         "host",
         "proxy-connection",
@@ -398,14 +601,22 @@ fn origin_form(head: &Head, host: &str, port: u16, path: &str) -> Vec<u8> {
     } else {
         host.to_owned()
     };
-    let host = if port == 80 {
+    let host = if port == default_port {
         host
     } else {
         format!("{host}:{port}")
     };
     out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+    if let Some((name, value)) = set {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
     for (name, value) in &head.headers {
-        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
+            || set.is_some_and(|(set, _)| name.eq_ignore_ascii_case(set))
+        {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
@@ -435,6 +646,7 @@ fn refusal_response(refusal: &Refusal) -> Vec<u8> {
     let status = match refusal {
         Refusal::BadRequest { .. } | Refusal::InvalidName { .. } => "400 Bad Request",
         Refusal::NoAnswer { .. } => "502 Bad Gateway",
+        Refusal::UnknownCredential { .. } => "404 Not Found",
         _ => "403 Forbidden",
     };
     response(status, Some(refusal.rule()), &refusal.to_string())
@@ -456,9 +668,12 @@ fn response(status: &str, rule: Option<&str>, body: &str) -> Vec<u8> {
 
 /// Relays both ways until both sides are done, or either breaks. Returns the bytes each way
 /// (up: client → server) and the first error.
-async fn relay(client: TcpStream, upstream: TcpStream) -> (u64, u64, Option<String>) {
+async fn relay<U>(client: TcpStream, upstream: U) -> (u64, u64, Option<String>)
+where
+    U: AsyncRead + AsyncWrite + Unpin,
+{
     let (client_read, client_write) = client.into_split();
-    let (upstream_read, upstream_write) = upstream.into_split();
+    let (upstream_read, upstream_write) = tokio::io::split(upstream);
     let up_bytes = AtomicU64::new(0);
     let down_bytes = AtomicU64::new(0);
     let up = pump(client_read, upstream_write, &up_bytes);
