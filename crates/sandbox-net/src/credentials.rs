@@ -68,7 +68,8 @@ pub struct Definition {
     /// The variables the sandbox gets: `{proxy}` stands for the proxy's `127.0.0.1:PORT`,
     /// `{placeholder}` for this run's placeholder.
     pub env: Vec<(String, String)>,
-    /// The placeholder's start, so that a program that checks a key's shape accepts it.
+    /// The placeholder's start (the name follows), so that a program that checks a key's
+    /// shape accepts it. Not a secret: only recognisable.
     pub placeholder_prefix: String,
 }
 
@@ -179,6 +180,18 @@ pub fn find(name: &str) -> Option<Definition> {
     builtin().into_iter().find(|d| d.name == name)
 }
 
+/// Where credential files are read from: `$XDG_CONFIG_HOME/sandbox/credentials`
+/// (`~/.config/sandbox/credentials`), inside the user configuration, a trusted place no grant
+/// may cover.
+pub fn default_dir() -> PathBuf {
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .unwrap_or_else(|| PathBuf::from("/nonexistent"));
+    config.join("sandbox").join("credentials")
+}
+
 /// The names of the shipped definitions, for messages.
 pub fn known() -> String {
     BUILTIN
@@ -252,6 +265,8 @@ pub(crate) struct Loaded {
     pub(crate) placeholder: String,
     /// Where the secret came from (`the host's $ANTHROPIC_API_KEY`), for `policy show`.
     pub(crate) from: String,
+    /// The file it was read from, if it was.
+    file: Option<PathBuf>,
 }
 
 impl Loaded {
@@ -308,6 +323,12 @@ impl Credentials {
         Self::load_with(names, credentials_dir, |name| std::env::var(name).ok())
     }
 
+    /// The credentials a run's policy names (`Policy::credentials`), from the host's
+    /// environment, [`default_dir`] or the kernel keyring.
+    pub fn for_run<S: AsRef<str>>(names: &[S]) -> Result<Credentials, CredentialError> {
+        Self::load(names, &default_dir())
+    }
+
     /// [`Credentials::load`] with the environment given (tests, the daemon's client env).
     pub fn load_with<S: AsRef<str>>(
         names: &[S],
@@ -324,8 +345,15 @@ impl Credentials {
                 name: name.to_owned(),
                 known: known(),
             })?;
-            let (secret, from) = read_secret(&def, credentials_dir, &env)?;
-            out = out.with(def, secret, from);
+            let (secret, source) = read_secret(&def, credentials_dir, &env)?;
+            let file = match &source {
+                Source::File(path) => Some(path.clone()),
+                _ => None,
+            };
+            out = out.with(def, secret, source.to_string());
+            if let Some(last) = out.entries.last_mut() {
+                last.file = file;
+            }
         }
         Ok(out)
     }
@@ -336,13 +364,16 @@ impl Credentials {
     }
 
     fn with(mut self, def: Definition, secret: Secret, from: String) -> Credentials {
-        let placeholder = format!("{}{}", def.placeholder_prefix, random_hex());
+        // The same on every load, so that the policy (which keeps the key variables from
+        // passing in) and the run's proxy agree; it is not a secret, only recognisable.
+        let placeholder = format!("{}{}", def.placeholder_prefix, def.name);
         self.entries.retain(|l| l.def.name != def.name);
         self.entries.push(Loaded {
             def,
             secret,
             placeholder,
             from,
+            file: None,
         });
         self
     }
@@ -374,6 +405,14 @@ impl Credentials {
         self.entries.iter().map(|l| l.def.name.clone()).collect()
     }
 
+    /// The files the secrets were read from (each must lie outside every grant).
+    pub fn files(&self) -> Vec<(String, PathBuf)> {
+        self.entries
+            .iter()
+            .filter_map(|l| l.file.clone().map(|f| (l.def.name.clone(), f)))
+            .collect()
+    }
+
     /// Each credential's name and where its secret came from (never the secret).
     pub fn sources(&self) -> Vec<(String, String)> {
         self.entries
@@ -383,18 +422,33 @@ impl Credentials {
     }
 
     /// The variables the sandbox gets, `{proxy}` standing for the proxy's
-    /// `127.0.0.1:PORT` (the caller substitutes it); placeholders already filled in. Never
-    /// holds a secret.
+    /// `127.0.0.1:PORT` (the caller substitutes it); placeholders already filled in. Every
+    /// variable the host reads a secret from is among them (holding the placeholder), so
+    /// none passes into the sandbox. Never holds a secret.
     pub fn env_templates(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for l in &self.entries {
-            for (name, value) in &l.def.env {
-                let value = value.replace("{placeholder}", &l.placeholder);
-                out.retain(|(n, _)| n != name);
-                out.push((name.clone(), value));
+            let sources = l.def.sources.iter().filter_map(|s| match s {
+                Source::Env(var) => Some((var.clone(), "{placeholder}".to_owned())),
+                _ => None,
+            });
+            for (name, value) in l.def.env.iter().cloned().chain(sources) {
+                if out.iter().any(|(n, _)| *n == name) {
+                    continue;
+                }
+                out.push((name, value.replace("{placeholder}", &l.placeholder)));
             }
         }
         out
+    }
+
+    /// The templates that do not depend on the proxy's port: the key variables with their
+    /// placeholders, which the policy sets (over anything passed) before the run starts.
+    pub fn policy_env(&self) -> Vec<(String, String)> {
+        self.env_templates()
+            .into_iter()
+            .filter(|(_, v)| !v.contains("{proxy}"))
+            .collect()
     }
 
     /// The variables with `{proxy}` replaced by `proxy` (`127.0.0.1:PORT`).
@@ -423,25 +477,11 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// 128 random bits in hex: a placeholder nothing else contains by chance.
-fn random_hex() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // No randomness: the placeholder is still unique per credential by its prefix, and
-        // it is not a secret; only the chance of a false refusal grows.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        bytes = nanos.to_le_bytes();
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 fn read_secret(
     def: &Definition,
     dir: &Path,
     env: &impl Fn(&str) -> Option<String>,
-) -> Result<(Secret, String), CredentialError> {
+) -> Result<(Secret, Source), CredentialError> {
     let mut tried = Vec::new();
     for source in &def.sources {
         let source = match source {
@@ -486,7 +526,7 @@ fn read_secret(
         if trimmed.bytes().any(|b| b.is_ascii_control()) {
             return Err(invalid("not one line of text"));
         }
-        return Ok((Secret(trimmed), desc));
+        return Ok((Secret(trimmed), source));
     }
     Err(CredentialError::Missing {
         name: def.name.clone(),
@@ -570,8 +610,7 @@ mod tests {
             Some("http://{proxy}/cred/anthropic")
         );
         let placeholder = get("ANTHROPIC_API_KEY").unwrap();
-        assert!(placeholder.starts_with("sk-ant-sandbox-placeholder-"));
-        assert_eq!(placeholder.len(), "sk-ant-sandbox-placeholder-".len() + 32);
+        assert_eq!(placeholder, "sk-ant-sandbox-placeholder-anthropic");
         let all = format!("{env:?}{creds:?}");
         assert!(!all.contains("sk-ant-real"), "{all}");
         assert!(!all.contains("ghp_real"), "{all}");
@@ -582,6 +621,15 @@ mod tests {
                 ("github".into(), "the host's $GH_TOKEN".into())
             ]
         );
+        // The variable the host read GitHub's token from holds the placeholder inside too.
+        assert_eq!(
+            get("GH_TOKEN").as_deref(),
+            Some("ghp_sandboxplaceholdergithub")
+        );
+        assert!(creds
+            .policy_env()
+            .iter()
+            .all(|(_, v)| !v.contains("{proxy}") && !v.contains("real")));
         let with_port = creds.env_for("127.0.0.1:4567");
         assert!(with_port.contains(&(
             "GITHUB_API_URL".into(),
@@ -591,7 +639,7 @@ mod tests {
 
     #[test]
     fn secrets_come_from_a_file_when_the_variable_is_unset() {
-        let dir = std::env::temp_dir().join(format!("sandbox-net-cred-{}", random_hex()));
+        let dir = std::env::temp_dir().join(format!("sandbox-net-cred-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("openai"), "sk-from-file\n").unwrap();
         let creds = Credentials::load_with(&["openai"], &dir, env_of(&[])).unwrap();
