@@ -158,6 +158,19 @@ struct Head {
 /// Serves one client connection; `None` if it closed before sending a request.
 async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
     let _ = client.set_nodelay(true);
+    // SOCKS5 (`ALL_PROXY=socks5h://`) starts with its version byte; HTTP with a method name.
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(HEAD_TIMEOUT, client.peek(&mut first)).await {
+        Ok(Ok(1)) if first[0] == SOCKS_VERSION => {
+            let request = tokio::time::timeout(HEAD_TIMEOUT, socks_request(&mut client))
+                .await
+                .ok()
+                .flatten()?;
+            return Some(socks(inner, client, request).await);
+        }
+        Ok(Ok(_)) => {}
+        _ => return None,
+    }
     let head = match tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await {
         Err(_elapsed) => return None,
         Ok(Ok(None)) => return None,
@@ -183,7 +196,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             .ok_or_else(|| Refusal::BadRequest {
                 why: format!("CONNECT needs host:port, not {:?}", head.target),
             }),
-        Kind::Http | Kind::Credential => absolute_http(&head.target),
+        Kind::Http | Kind::Credential | Kind::Socks => absolute_http(&head.target),
     };
     let (host, port, path) = match parsed {
         Ok(parsed) => parsed,
@@ -252,7 +265,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             }
             head.rest
         }
-        Kind::Http | Kind::Credential => {
+        Kind::Http | Kind::Credential | Kind::Socks => {
             let mut bytes = origin_form(&head, &host, port, 80, &path, None);
             bytes.extend_from_slice(&head.rest);
             bytes
@@ -272,6 +285,136 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
     record.bytes_down = down;
     record.error = error;
     Some(record)
+}
+
+const SOCKS_VERSION: u8 = 5;
+
+/// What a SOCKS5 client asked for: `Ok((host, port))` for a `CONNECT`, or `Err(reply code)`
+/// for a request this proxy does not serve.
+type SocksRequest = Result<(String, u16), u8>;
+
+/// Reads a SOCKS5 greeting (answering "no authentication") and request; `None` if the client
+/// went away or spoke something else. RFC 1928.
+async fn socks_request(client: &mut TcpStream) -> Option<SocksRequest> {
+    let mut greeting = [0u8; 2];
+    client.read_exact(&mut greeting).await.ok()?;
+    let mut methods = vec![0u8; usize::from(greeting[1])];
+    client.read_exact(&mut methods).await.ok()?;
+    if !methods.contains(&0) {
+        // No method both sides know: 0xFF, and the client closes.
+        let _ = client.write_all(&[SOCKS_VERSION, 0xFF]).await;
+        return None;
+    }
+    client.write_all(&[SOCKS_VERSION, 0]).await.ok()?;
+    let mut head = [0u8; 4];
+    client.read_exact(&mut head).await.ok()?;
+    if head[0] != SOCKS_VERSION {
+        return None;
+    }
+    let host = match head[3] {
+        1 => {
+            let mut a = [0u8; 4];
+            client.read_exact(&mut a).await.ok()?;
+            std::net::Ipv4Addr::from(a).to_string()
+        }
+        3 => {
+            let mut len = [0u8; 1];
+            client.read_exact(&mut len).await.ok()?;
+            let mut name = vec![0u8; usize::from(len[0])];
+            client.read_exact(&mut name).await.ok()?;
+            // Not text: `check_host` refuses it as an invalid name.
+            String::from_utf8_lossy(&name).into_owned()
+        }
+        4 => {
+            let mut a = [0u8; 16];
+            client.read_exact(&mut a).await.ok()?;
+            std::net::Ipv6Addr::from(a).to_string()
+        }
+        // Address type not supported.
+        _ => return Some(Err(8)),
+    };
+    let mut port = [0u8; 2];
+    client.read_exact(&mut port).await.ok()?;
+    if head[1] != 1 {
+        // Only CONNECT: no BIND (inbound), no UDP ASSOCIATE. Command not supported.
+        return Some(Err(7));
+    }
+    Some(Ok((host, u16::from_be_bytes(port))))
+}
+
+/// A SOCKS5 reply with the unspecified bound address (clients do not use it for CONNECT).
+fn socks_reply(code: u8) -> [u8; 10] {
+    [SOCKS_VERSION, code, 0, 1, 0, 0, 0, 0, 0, 0]
+}
+
+/// A SOCKS5 `CONNECT`: the same rules, decision and log as an HTTP `CONNECT`. SOCKS has no
+/// room for a text answer, so a refusal is reply 2 ("not allowed by ruleset"), and the log
+/// (and `sandbox why --net`) says which rule.
+async fn socks(inner: &Inner, mut client: TcpStream, request: SocksRequest) -> Connection {
+    let (host, port) = match request {
+        Ok(target) => target,
+        Err(code) => {
+            let _ = client.write_all(&socks_reply(code)).await;
+            let refusal = Refusal::BadRequest {
+                why: "SOCKS5: only CONNECT to a name or address is served".into(),
+            };
+            return refused(String::new(), 0, Kind::Socks, &refusal);
+        }
+    };
+    let (target, candidates) = match decide(inner, &host).await {
+        Ok(decided) => decided,
+        Err(refusal) => {
+            let code = match refusal {
+                Refusal::NoAnswer { .. } => 4, // host unreachable
+                _ => 2,                        // not allowed by ruleset
+            };
+            tracing::info!(%host, port, rule = refusal.rule(), "proxy: SOCKS5 refused: {refusal}");
+            let _ = client.write_all(&socks_reply(code)).await;
+            return refused(host.to_ascii_lowercase(), port, Kind::Socks, &refusal);
+        }
+    };
+    let mut record = Connection {
+        host: match &target {
+            Target::Name { name, .. } => name.clone(),
+            Target::Address { ip, .. } => ip.to_string(),
+        },
+        port,
+        kind: Kind::Socks,
+        allowed: true,
+        rule: target.rule().to_owned(),
+        address: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        error: None,
+    };
+    let upstream = match connect(&candidates, port).await {
+        Ok((upstream, address)) => {
+            record.address = Some(address);
+            upstream
+        }
+        Err(e) => {
+            let code = match e.kind() {
+                std::io::ErrorKind::ConnectionRefused => 5,
+                _ => 4,
+            };
+            let _ = client.write_all(&socks_reply(code)).await;
+            record.error = Some(e.to_string());
+            return record;
+        }
+    };
+    let _ = upstream.set_nodelay(true);
+    if let Err(e) = client.write_all(&socks_reply(0)).await {
+        record.error = Some(format!("answering the client: {e}"));
+        return record;
+    }
+    #[cfg(target_os = "linux")]
+    let (up, down, error) = splice::relay(client, upstream).await;
+    #[cfg(not(target_os = "linux"))]
+    let (up, down, error) = relay(client, upstream).await;
+    record.bytes_up = up;
+    record.bytes_down = down;
+    record.error = error;
+    record
 }
 
 /// The allow-list's decision and, if allowed, the addresses that may be connected to.

@@ -823,3 +823,81 @@ mod credentials {
         assert!(one(&log).error.as_deref().unwrap().contains("TLS"));
     }
 }
+
+// ---- SOCKS5 (`ALL_PROXY=socks5h://`): the same rules and log as CONNECT.
+
+/// A SOCKS5 client: no-auth greeting, then `CONNECT` to a domain name (ATYP 3) or an IPv4
+/// address (ATYP 1). Returns the stream and the reply code.
+async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).await.unwrap();
+    assert_eq!(choice, [5, 0]);
+    let mut request = vec![5, 1, 0];
+    match host.parse::<Ipv4Addr>() {
+        Ok(ip) => {
+            request.push(1);
+            request.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            request.push(3);
+            request.push(host.len() as u8);
+            request.extend_from_slice(host.as_bytes());
+        }
+    }
+    request.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[0], 5);
+    (s, reply[1])
+}
+
+#[tokio::test]
+async fn socks5_connects_to_listed_names_and_refuses_the_rest_by_the_same_rules() {
+    let dns = Answerer::start(&[
+        ("a.test", &[Ipv4Addr::LOCALHOST]),
+        ("b.test", &[Ipv4Addr::LOCALHOST]),
+    ])
+    .await;
+    let server = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["a.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+
+    let (mut tunnel, code) = socks_connect(addr, "a.test", server.port).await;
+    assert_eq!(code, 0);
+    tunnel.write_all(b"socks").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"skcos");
+
+    // Not listed: "not allowed by ruleset", never resolved, never reached.
+    let (_, code) = socks_connect(addr, "b.test", server.port).await;
+    assert_eq!(code, 2);
+    let log = proxy.wait_for_log(2).await;
+    assert_eq!(
+        (log[0].kind, log[0].allowed, log[0].rule.as_str()),
+        (Kind::Socks, true, "a.test")
+    );
+    assert_eq!((log[0].bytes_up, log[0].bytes_down), (5, 5));
+    assert_eq!(
+        (log[1].host.as_str(), log[1].allowed, log[1].rule.as_str()),
+        ("b.test", false, "not-listed")
+    );
+    assert_eq!(dns.asked(), ["a.test", "a.test"]);
+    assert_eq!(server.accepted(), 1);
+
+    // An IP literal (what `socks5://`, resolving on the client, sends) is refused unless
+    // listed; the control proxy lists it.
+    let (_, strict) = start_proxy(&["a.test"], Resolver::Server(dns.addr)).await;
+    let (_, code) = socks_connect(strict, "127.0.0.1", server.port).await;
+    assert_eq!(code, 2);
+    assert_eq!(server.accepted(), 1);
+    let (mut tunnel, code) = socks_connect(addr, "127.0.0.1", server.port).await;
+    assert_eq!(code, 0);
+    tunnel.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tunnel.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(server.accepted(), 2);
+}
