@@ -855,7 +855,7 @@ where
 
 /// The relay between two TCP sockets through `splice(2)`: socket → pipe → socket, the bytes
 /// never copied into the proxy's memory. The copying relay cost the proxy's thread 500–900 µs
-/// of CPU per MiB on loopback, this one about 420 (BENCHMARKS.md): with it, the proxy's
+/// of CPU per MiB on loopback, this one 370–470 (BENCHMARKS.md): with it, the proxy's
 /// thread stops being much busier than the download's own client.
 #[cfg(target_os = "linux")]
 mod splice {
