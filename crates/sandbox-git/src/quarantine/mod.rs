@@ -231,6 +231,9 @@ pub struct StoreQuarantine {
     /// The push remotes of the run (`--allow-push`) by the names this repository gives
     /// them: `refs/remotes/<name>/<branch>` follows what the push made of the remote.
     tracking: Vec<(String, PathBuf)>,
+    /// The layer is a persistent one stacked directly on the common dir ([`Self::attach`]),
+    /// with no snapshot layer between them.
+    persistent: bool,
     state: Mutex<State>,
 }
 
@@ -395,6 +398,7 @@ impl StoreQuarantine {
             bounded: None,
             record: None,
             tracking: Vec::new(),
+            persistent: layer.is_some(),
             state: Mutex::new(State::default()),
         })
     }
@@ -817,7 +821,10 @@ impl StoreQuarantine {
             state.report.layer_full = Some(bytes);
         }
         let upper = self.upper();
-        let mut changed = refs::changed(upper, &self.packed_at_start);
+        // A persistent layer (a VM's) lies directly on the common dir: what it hides of it
+        // counts as deleted.
+        let below = self.persistent.then_some(self.common.as_path());
+        let mut changed = refs::changed(upper, &self.packed_at_start, below);
         // A ref this run created, which the host already applied, and which the run deleted
         // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
         // in the layer — no whiteout: there was nothing below it. Gone from the layer, it is
