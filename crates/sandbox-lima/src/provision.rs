@@ -7,7 +7,10 @@
 //! 3. stacks, for each view, the git store overlay on the common dir's path — the read-only
 //!    common dir below, the view's layer (`upper/`, `work/`) on top — in a mount namespace of
 //!    its own (one common dir can carry only one overlay, and each view has its own layer),
-//!    with the view's writable `worktrees/<view>` moved back on top;
+//!    with the view's writable `worktrees/<view>` moved back on top. The overlay is mounted
+//!    `userxattr`: its upper layer is a virtiofs share, where `trusted.*` xattrs (overlayfs's
+//!    default) do not pass; its whiteouts (`c 0,0`) and `user.overlay.*` marks are what the
+//!    host's quarantine reads back as deletions;
 //! 4. installs `enter`, which runs a command in its view's namespace as the Lima user;
 //! 5. writes the sentinel, last: Lima does not fail `start` when provisioning fails, so the
 //!    backend refuses a VM whose sentinel does not hold this script's hash.
@@ -101,7 +104,7 @@ layer() {
   mkdir -p "$stash"
   if ! unshare --mount="$ns" --propagation private -- /bin/sh -eu -c '
       mount --bind "$3" "$5"
-      mount -t overlay overlay -o "lowerdir=$2,upperdir=$4/upper,workdir=$4/work" "$2"
+      mount -t overlay overlay -o "lowerdir=$2,upperdir=$4/upper,workdir=$4/work,userxattr" "$2"
       mount --move "$5" "$3"' sh "$id" "$common" "$admin" "$layer" "$stash"; then
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"

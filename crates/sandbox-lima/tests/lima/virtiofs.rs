@@ -1,0 +1,90 @@
+//! The virtiofsd Lima would start, found the way Lima's QEMU driver finds it: real
+//! descriptions in real directories, real binaries (the system's C virtiofsd where QEMU ships
+//! one; scripts standing in for a daemon's answers to `--version` and `--help` otherwise).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sandbox_lima::virtiofs::{find, search_dirs};
+
+fn daemon(dir: &Path, name: &str, help: &str) -> PathBuf {
+    let exe = dir.join(name);
+    std::fs::write(
+        &exe,
+        format!("#!/bin/sh\ncase \"$1\" in --version) echo {name} ;; --help) echo '{help}' ;; *) exit 1 ;; esac\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    exe
+}
+
+fn describe(dir: &Path, file: &str, kind: &str, binary: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(
+        dir.join(file),
+        serde_json::json!({"type": kind, "binary": binary}).to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn lima_looks_in_home_then_qemus_prefix_then_usr() {
+    let dirs = search_dirs(
+        Some(Path::new("/home/u")),
+        Some(Path::new("/opt/qemu/bin/qemu-system-x86_64")),
+    );
+    assert_eq!(
+        dirs,
+        [
+            "/home/u/.local/share/qemu/vhost-user",
+            "/opt/qemu/share/qemu/vhost-user",
+            "/usr/share/qemu/vhost-user"
+        ]
+        .map(PathBuf::from)
+    );
+    // QEMU in /usr/bin: /usr is searched once.
+    let dirs = search_dirs(None, Some(Path::new("/usr/bin/qemu-system-x86_64")));
+    assert_eq!(dirs, [PathBuf::from("/usr/share/qemu/vhost-user")]);
+}
+
+#[test]
+fn the_first_fs_backend_that_runs_is_the_one_judged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (home, usr) = (tmp.path().join("home"), tmp.path().join("usr"));
+    std::fs::create_dir_all(&home).unwrap();
+    let rust = daemon(
+        tmp.path(),
+        "virtiofsd",
+        "Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>",
+    );
+    // Nothing described: refused, naming where it looked.
+    let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
+    assert!(err.contains("virtiofs is not available"), "{err}");
+    assert!(err.contains(&home.display().to_string()), "{err}");
+    assert!(err.contains("cargo install virtiofsd"), "{err}");
+
+    // A description of another kind, and one whose binary does not run, are passed over.
+    describe(&home, "10-gpu.json", "gpu", &rust);
+    describe(&home, "20-gone.json", "fs", &tmp.path().join("missing"));
+    describe(&usr, "50-virtiofsd.json", "fs", &rust);
+    let found = find(&[home.clone(), usr.clone()]).unwrap();
+    assert_eq!(found.binary, rust);
+    assert_eq!(found.description, usr.join("50-virtiofsd.json"));
+
+    // QEMU's C virtiofsd found first (it answers --version): Lima would pick it and fail, so
+    // the host is refused, naming it — even though a usable one is described later.
+    let c_daemon = Path::new("/usr/lib/qemu/virtiofsd");
+    let c_daemon = if c_daemon.is_file() {
+        c_daemon.to_path_buf()
+    } else {
+        daemon(
+            tmp.path(),
+            "qemu-virtiofsd",
+            "usage: virtiofsd [options] -o source=PATH",
+        )
+    };
+    describe(&home, "30-qemu-virtiofsd.json", "fs", &c_daemon);
+    let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
+    assert!(err.contains(&c_daemon.display().to_string()), "{err}");
+    assert!(err.contains("not the Rust virtiofsd"), "{err}");
+}
