@@ -63,7 +63,13 @@ pub fn script(views: &[ViewLayout]) -> String {
     s.push_str("#!/bin/bash\n# sandbox-lima provisioning (generated; see crates/sandbox-lima/src/provision.rs)\n");
     s.push_str("set -eu -o pipefail\n");
     s.push_str(&format!("state={STATE_DIR}\n"));
-    s.push_str("rm -f \"$state/provisioned\"\nmkdir -p \"$state/ns\" \"$state/stash\"\n\n");
+    s.push_str("rm -f \"$state/provisioned\"\nmkdir -p \"$state/ns\" \"$state/stash\"\n");
+    // A mount namespace is kept by binding its nsfs file, which the kernel refuses (EINVAL)
+    // under a shared mount — and systemd makes every mount shared, /run included. The
+    // directory of the namespace files is a private mount of its own.
+    s.push_str(
+        "mountpoint -q \"$state/ns\" || mount --bind \"$state/ns\" \"$state/ns\"\nmount --make-private \"$state/ns\"\n\n",
+    );
     s.push_str(&format!(
         r#"# 1. sshd's session limit.
 want={MAX_SESSIONS}
