@@ -114,7 +114,7 @@ layer() {
       mount --move "$5" "$3"' sh "$id" "$common" "$admin" "$layer" "$stash"; then
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"
-    echo "sandbox-lima: cannot stack the git store overlay of $common for $admin" >&2
+    echo "sandbox-lima: cannot stack the git store overlay of $common for $admin (on a Linux host the layer's virtiofs share must carry xattrs: Lima starts virtiofsd without --xattr, so describe a virtiofsd that adds it, as docs/lima.md says; the kernel's reason is in dmesg)" >&2
     exit 1
   fi
 }

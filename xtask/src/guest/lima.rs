@@ -154,6 +154,96 @@ chmod 755 mount umount sudo systemctl sshd
 busybox mount --make-rshared /
 "#;
 
+/// Boots `kernel` with one virtiofsd per mount of `mounts`, started as Lima starts it
+/// (`--socket-path`, `--shared-dir`), with `--xattr` when `xattr` (the wrapper docs/lima.md
+/// describes); returns the guest, the daemons, and the guest's mount commands (Lima's).
+fn boot_with(
+    run: &Path,
+    image: &Image,
+    kernel: &Kernel,
+    virtiofsd: &Path,
+    mounts: &[sandbox_lima::mounts::LimaMount],
+    xattr: bool,
+) -> Result<(Guest, Daemons, String)> {
+    let name = if xattr { "xattr" } else { "plain" };
+    let mut boot = BootOptions::new(run.join(format!("guest-{name}")));
+    boot.memory_mib = 2048;
+    boot.qemu_args.extend([
+        "-object".into(),
+        format!(
+            "memory-backend-file,id=virtiofs-shm,size={}M,mem-path=/dev/shm,share=on",
+            boot.memory_mib
+        ),
+        "-numa".into(),
+        "node,memdev=virtiofs-shm".into(),
+    ]);
+    let mut daemons = Daemons(Vec::new());
+    let mut guest_mounts = String::new();
+    let sock = |i: usize| run.join(format!("virtiofsd-{name}-{i}.sock"));
+    let log = |i: usize| run.join(format!("virtiofsd-{name}-{i}.log"));
+    for (i, m) in mounts.iter().enumerate() {
+        let _ = std::fs::remove_file(sock(i));
+        let out = std::fs::File::create(log(i))?;
+        let mut cmd = Command::new(virtiofsd);
+        if xattr {
+            cmd.arg("--xattr");
+        }
+        let child = cmd
+            .arg("--socket-path")
+            .arg(sock(i))
+            .arg("--shared-dir")
+            .arg(&m.location)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", virtiofsd.display()))?;
+        daemons.0.push(child);
+        let tag = mount_tag(&m.location, &m.mount_point);
+        boot.qemu_args.extend([
+            "-chardev".into(),
+            format!("socket,id=char-virtiofs-{i},path={}", sock(i).display()),
+            "-device".into(),
+            format!("vhost-user-fs-pci,queue-size=1024,chardev=char-virtiofs-{i},tag={tag}"),
+        ]);
+        // As Lima's cloud-init fstab has them (`ro`/`rw`, and `nofail`, which is mount(8)'s).
+        let mode = if m.writable { "rw" } else { "ro" };
+        guest_mounts.push_str(&format!(
+            "mkdir -p '{mp}' && busybox mount -t virtiofs -o {mode} {tag} '{mp}'\n",
+            mp = m.mount_point.display()
+        ));
+    }
+    // Lima waits for each daemon's socket before it starts QEMU; so does this.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (i, child) in daemons.0.iter_mut().enumerate() {
+        while !sock(i).exists() {
+            if let Some(status) = child.try_wait()? {
+                bail!(
+                    "virtiofsd #{i} exited ({status}): {}",
+                    std::fs::read_to_string(log(i)).unwrap_or_default()
+                );
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "virtiofsd #{i} made no socket in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    eprintln!(
+        "guest-test: lima: booting {} with {} virtiofs mounts ({})",
+        kernel.release,
+        mounts.len(),
+        if xattr {
+            "virtiofsd --xattr"
+        } else {
+            "virtiofsd as Lima starts it"
+        }
+    );
+    let guest = Guest::boot(image, kernel, &boot)?;
+    Ok((guest, daemons, guest_mounts))
+}
+
 /// Runs the part: boots `kernel` of `image` with the view's mounts and checks it all.
 pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
     let started = Instant::now();
@@ -161,7 +251,11 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
     let run = root.join("target/guest/run-lima");
     if run.exists() {
         // A layer's work dir may hold directories without permissions (overlayfs's).
-        let _ = Command::new("chmod").arg("-R").arg("u+rwx").arg(&run).status();
+        let _ = Command::new("chmod")
+            .arg("-R")
+            .arg("u+rwx")
+            .arg(&run)
+            .status();
         std::fs::remove_dir_all(&run).with_context(|| format!("removing {}", run.display()))?;
     }
     let base = run.join("host");
@@ -178,7 +272,14 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
     let task = base.join("app-task");
     git(
         &main,
-        &["worktree", "add", "-q", &task.to_string_lossy(), "-b", "task"],
+        &[
+            "worktree",
+            "add",
+            "-q",
+            &task.to_string_lossy(),
+            "-b",
+            "task",
+        ],
     )?;
     let before_main = git(&main, &["rev-parse", "main"])?;
     let settings = LimaSettings {
@@ -217,73 +318,62 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         .script
         .clone();
 
-    // 2. Lima's virtiofsd per mount, and QEMU's devices for them.
-    let mut boot = BootOptions::new(run.join("guest"));
-    boot.memory_mib = 2048;
-    boot.qemu_args.extend([
-        "-object".into(),
-        format!(
-            "memory-backend-file,id=virtiofs-shm,size={}M,mem-path=/dev/shm,share=on",
-            boot.memory_mib
-        ),
-        "-numa".into(),
-        "node,memdev=virtiofs-shm".into(),
-    ]);
-    let mut daemons = Daemons(Vec::new());
-    let mut guest_mounts = String::new();
-    for (i, m) in plan.yaml.mounts.iter().enumerate() {
-        let sock = run.join(format!("virtiofsd-{i}.sock"));
-        let log = std::fs::File::create(run.join(format!("virtiofsd-{i}.log")))?;
-        let child = Command::new(&virtiofsd)
-            .arg("--xattr")
-            .arg("--socket-path")
-            .arg(&sock)
-            .arg("--shared-dir")
-            .arg(&m.location)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", virtiofsd.display()))?;
-        daemons.0.push(child);
-        let tag = mount_tag(&m.location, &m.mount_point);
-        boot.qemu_args.extend([
-            "-chardev".into(),
-            format!("socket,id=char-virtiofs-{i},path={}", sock.display()),
-            "-device".into(),
-            format!("vhost-user-fs-pci,queue-size=1024,chardev=char-virtiofs-{i},tag={tag}"),
-        ]);
-        let mode = if m.writable { "rw" } else { "ro" };
-        guest_mounts.push_str(&format!(
-            "mkdir -p '{mp}' && busybox mount -t virtiofs -o {mode} {tag} '{mp}'\n",
-            mp = m.mount_point.display()
-        ));
-    }
-    // Lima waits for each daemon's socket before it starts QEMU; so does this.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for (i, child) in daemons.0.iter_mut().enumerate() {
-        let sock = run.join(format!("virtiofsd-{i}.sock"));
-        while !sock.exists() {
-            if let Some(status) = child.try_wait()? {
-                bail!(
-                    "virtiofsd #{i} exited ({status}): {}",
-                    std::fs::read_to_string(run.join(format!("virtiofsd-{i}.log")))
-                        .unwrap_or_default()
-                );
+    // 2. Lima's own invocation first: virtiofsd without --xattr. overlayfs takes a remote
+    // upper layer (virtiofs) only with xattrs, so provisioning must fail closed: no sentinel,
+    // and `enter` refuses (125) instead of running on a writable store.
+    let mut refused = Vec::new();
+    {
+        let (mut guest, daemons, mounts) =
+            boot_with(&run, image, kernel, &virtiofsd, &plan.yaml.mounts, false)?;
+        let check = (|| -> Result<()> {
+            let run_root = |guest: &mut Guest, script: &str| {
+                guest.run(&GuestCommand {
+                    argv: vec!["bash".into(), "-c".into(), script.into()],
+                    user: User::Root,
+                    env: vec![("PATH".into(), REPLAY_PATH.into())],
+                    cwd: None,
+                    timeout: Duration::from_secs(300),
+                })
+            };
+            for (what, script) in [("stand-ins", REPLAY_SETUP), ("mounts", mounts.as_str())] {
+                let out = run_root(&mut guest, script)?;
+                ensure!(out.success(), "{what}: {}", out.stderr_text());
             }
-            ensure!(
-                Instant::now() < deadline,
-                "virtiofsd #{i} made no socket in 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            let out = run_root(&mut guest, &script)?;
+            if out.success() {
+                refused.push("without --xattr, provisioning succeeded".to_string());
+            } else if !out.stderr_text().contains("--xattr") {
+                refused.push(format!(
+                    "without --xattr, provisioning failed without naming the fix: {}",
+                    out.stderr_text()
+                ));
+            }
+            // No sentinel (the backend refuses such a VM) and no overlay namespace for the view.
+            let out = run_root(
+                &mut guest,
+                &format!(
+                    "test ! -e {} && ! findmnt /run/sandbox-lima/ns/{} >/dev/null && echo refused",
+                    sandbox_lima::provision::SENTINEL,
+                    layout.id
+                ),
+            )?;
+            if !out.stdout_text().contains("refused") {
+                refused.push(format!(
+                    "without --xattr, the sentinel was written or the view's namespace made: {}{}",
+                    out.stdout_text(),
+                    out.stderr_text()
+                ));
+            }
+            Ok(())
+        })();
+        let _ = guest.poweroff();
+        drop(daemons);
+        check.context("the replay on Lima's own virtiofsd")?;
     }
-    eprintln!(
-        "guest-test: lima: booting {} with {} virtiofs mounts",
-        kernel.release,
-        plan.yaml.mounts.len()
-    );
-    let mut guest = Guest::boot(image, kernel, &boot)?;
+
+    // 3. With the wrapper docs/lima.md describes (virtiofsd --xattr): the whole workflow.
+    let (mut guest, daemons, guest_mounts) =
+        boot_with(&run, image, kernel, &virtiofsd, &plan.yaml.mounts, true)?;
 
     let detail = std::cell::RefCell::new(String::new());
     let sh = |guest: &mut Guest, what: &str, argv: Vec<String>| -> Result<String> {
@@ -311,7 +401,7 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
     };
     let bash = |s: &str| vec!["bash".to_string(), "-c".to_string(), s.to_string()];
 
-    // 3. Lima's mounts, then the provisioning as generated (twice: it is idempotent).
+    // Lima's mounts, then the provisioning as generated (twice: it is idempotent).
     let result = (|| -> Result<Outcome> {
         sh(&mut guest, "the replay's stand-ins", bash(REPLAY_SETUP))?;
         sh(&mut guest, "Lima's virtiofs mounts", bash(&guest_mounts))?;
@@ -368,7 +458,8 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
             ),
         )?;
         let one = one.trim().to_owned();
-        q.sync(false).context("reading the layer back after session 1")?;
+        q.sync(false)
+            .context("reading the layer back after session 1")?;
         let child = view.child_ref();
         ensure!(
             git(&main, &["rev-parse", &child])? == one,
@@ -398,11 +489,12 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
                 layout.layer_dir.join("upper").display()
             )),
         )?;
-        q.sync(true).context("reading the layer back after session 2")?;
+        q.sync(true)
+            .context("reading the layer back after session 2")?;
         let report = q.report();
 
         // 5. On the host.
-        let mut failures = Vec::new();
+        let mut failures = refused.clone();
         if git(&main, &["rev-parse", &child])? != two {
             failures.push(format!("{child} is not the VM's last commit {two}"));
         }
@@ -412,8 +504,11 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         if git(&main, &["rev-parse", "main"])? != before_main {
             failures.push("main moved or was deleted".into());
         }
-        if !report.refused.iter().any(|r| r.name == "refs/heads/main") {
-            failures.push("deleting main was not refused and reported".into());
+        let refused_names: Vec<&str> = report.refused.iter().map(|r| r.name.as_str()).collect();
+        if refused_names != ["refs/heads/main"] {
+            failures.push(format!(
+                "refused {refused_names:?}, not exactly the deletion of main"
+            ));
         }
         if !report.rejected_objects.is_empty() {
             failures.push(format!(
@@ -444,7 +539,8 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
             pass: failures.is_empty(),
             summary: if failures.is_empty() {
                 format!(
-                    "{} virtiofs mounts, provisioning replayed; commit, branch, delete, gc, fsck \
+                    "{} virtiofs mounts; on Lima's own virtiofsd (no --xattr) provisioning \
+                     fails closed; with --xattr it holds, and commit, branch, delete, gc, fsck \
                      inside; {} whiteouts read as deletions, {} moved, main kept, fsck clean \
                      ({:.0} s)",
                     plan.yaml.mounts.len(),

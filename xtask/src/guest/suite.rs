@@ -265,7 +265,14 @@ fn lima_part(root: &Path, image: &Image, report: &mut Vec<serde_json::Value>) ->
         if pass { "PASS" } else { "FAIL" }
     );
     if !pass {
-        for line in detail.lines().rev().take(60).collect::<Vec<_>>().into_iter().rev() {
+        for line in detail
+            .lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             let _ = writeln!(text, "        | {line}");
         }
     }

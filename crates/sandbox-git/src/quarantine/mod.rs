@@ -875,6 +875,14 @@ impl StoreQuarantine {
         if name == "refs/stash" && self.start.contains_key(name) {
             return self.apply_stash(repo, odb, state, wanted, last);
         }
+        // A persistent layer lies on the live common dir: a `git pack-refs` inside (`git gc`)
+        // writes every ref it sees into the layer's own `packed-refs`, the ones the host moved
+        // during the run (the watcher's fast-forward of the task's branch) included. A ref
+        // that already holds on the host what the sandbox wants needs nothing, and is no
+        // refusal.
+        if self.persistent && repo.refname_to_id(name).ok() == wanted {
+            return;
+        }
         let current = match state.applied.get(name) {
             Some(value) => *value,
             None => self.start.get(name).copied().flatten(),
