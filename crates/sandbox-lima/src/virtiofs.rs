@@ -11,6 +11,11 @@
 //! picks it, and it then fails (it takes `-o source=`, and needs root). Such a host is refused
 //! here by name, before a VM is made, instead of leaving the VM on a mount type that cannot
 //! carry the git store layer.
+//!
+//! And Lima passes no `--xattr`, without which a virtiofs share cannot be the guest overlay's
+//! upper layer (overlayfs wants xattrs, whiteouts and `d_type` from a remote upper, and
+//! refuses the mount: "upper fs missing required features"). So the binary Lima would start
+//! must be a wrapper script that adds `--xattr` (docs/lima.md); the daemon itself is refused.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -110,6 +115,22 @@ pub fn find(dirs: &[PathBuf]) -> Result<Virtiofsd, LimaError> {
                     ),
                 });
             }
+            // Lima gives it nothing but the socket and the directory, and overlayfs takes a
+            // virtiofs upper layer only if the share carries xattrs (`--xattr`): the binary
+            // Lima starts must be a wrapper that adds it.
+            if !adds_xattr(&backend.binary) {
+                return Err(LimaError::VirtiofsUnavailable {
+                    detail: format!(
+                        "Lima would start {} (named by {}) with only --socket-path and \
+                         --shared-dir, so its shares carry no xattrs, and the guest's overlay \
+                         cannot use one as its upper layer (the kernel wants xattrs on a remote \
+                         upper); Lima's virtiofsd must be a wrapper script that runs virtiofsd \
+                         with --xattr",
+                        backend.binary.display(),
+                        description.display()
+                    ),
+                });
+            }
             return Ok(Virtiofsd {
                 binary: backend.binary,
                 description,
@@ -125,6 +146,19 @@ pub fn find(dirs: &[PathBuf]) -> Result<Virtiofsd, LimaError> {
                 .join(", ")
         ),
     })
+}
+
+/// Whether `binary` is a script that passes `--xattr` on (a wrapper such as docs/lima.md
+/// gives); the daemon itself, an executable, takes only what Lima gives it.
+fn adds_xattr(binary: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let read = std::fs::File::open(binary).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
+    read.is_ok()
+        && head.starts_with(b"#!")
+        && String::from_utf8_lossy(&head)
+            .lines()
+            .any(|l| !l.trim_start().starts_with('#') && l.contains("--xattr"))
 }
 
 fn answers(binary: &Path, arg: &str) -> bool {

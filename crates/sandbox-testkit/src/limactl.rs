@@ -36,18 +36,26 @@ impl Standin {
             .status()
             .expect("cp runs");
         assert!(copied.success(), "copying the playback");
-        // A virtiofsd of the kind Lima's QEMU driver starts (it answers `--version`, and its
-        // `--help` names `--shared-dir`), described the way Lima finds one.
+        // The wrapper docs/lima.md has users describe (a virtiofsd run with `--xattr`), its
+        // daemon standing in for the Rust virtiofsd's answers to `--version` and `--help`,
+        // described the way Lima finds one.
         let virtiofsd = dir.join("virtiofsd");
         std::fs::write(
             &virtiofsd,
-            "#!/bin/sh
-case \"$1\" in
---version) echo 'virtiofsd 1.14.0' ;;
-             --help) echo 'Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>' ;;
-             *) exit 1 ;;
-esac
-",
+            concat!(
+                "#!/bin/sh\n",
+                "daemon() {\n",
+                "  case \"$1\" in\n",
+                "  --version) echo 'virtiofsd 1.14.0' ;;\n",
+                "  --help) echo 'Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>' ;;\n",
+                "  *) exit 1 ;;\n",
+                "  esac\n",
+                "}\n",
+                "case \"$1\" in\n",
+                "--version | --help) daemon \"$1\" ;;\n",
+                "*) daemon --xattr \"$@\" ;;\n",
+                "esac\n",
+            ),
         )
         .expect("writing the virtiofsd stand-in");
         std::fs::set_permissions(&virtiofsd, std::fs::Permissions::from_mode(0o755))

@@ -155,8 +155,9 @@ busybox mount --make-rshared /
 "#;
 
 /// Boots `kernel` with one virtiofsd per mount of `mounts`, started as Lima starts it
-/// (`--socket-path`, `--shared-dir`), with `--xattr` when `xattr` (the wrapper docs/lima.md
-/// describes); returns the guest, the daemons, and the guest's mount commands (Lima's).
+/// (`--socket-path`, `--shared-dir`, nothing else): the daemon itself, or when `xattr` the
+/// wrapper docs/lima.md describes (it adds `--xattr`); returns the guest, the daemons, and the
+/// guest's mount commands (Lima's).
 fn boot_with(
     run: &Path,
     image: &Image,
@@ -177,6 +178,33 @@ fn boot_with(
         "-numa".into(),
         "node,memdev=virtiofs-shm".into(),
     ]);
+    // The binary Lima would start: the daemon itself, or the wrapper docs/lima.md gives,
+    // which the product's own check (`sandbox_lima::virtiofs::find`) must accept.
+    let binary = if xattr {
+        let wrapper = run.join("virtiofsd-xattr");
+        std::fs::write(
+            &wrapper,
+            format!("#!/bin/sh\nexec {} --xattr \"$@\"\n", virtiofsd.display()),
+        )?;
+        let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&wrapper, mode)?;
+        let described = run.join("vhost-user");
+        std::fs::create_dir_all(&described)?;
+        std::fs::write(
+            described.join("40-virtiofsd-xattr.json"),
+            serde_json::json!({"type": "fs", "binary": wrapper}).to_string(),
+        )?;
+        let found = sandbox_lima::virtiofs::find(&[described])
+            .context("the product refuses the wrapper docs/lima.md describes")?;
+        ensure!(
+            found.binary == wrapper,
+            "the product picked {:?}",
+            found.binary
+        );
+        wrapper
+    } else {
+        virtiofsd.to_path_buf()
+    };
     let mut daemons = Daemons(Vec::new());
     let mut guest_mounts = String::new();
     let sock = |i: usize| run.join(format!("virtiofsd-{name}-{i}.sock"));
@@ -184,11 +212,8 @@ fn boot_with(
     for (i, m) in mounts.iter().enumerate() {
         let _ = std::fs::remove_file(sock(i));
         let out = std::fs::File::create(log(i))?;
-        let mut cmd = Command::new(virtiofsd);
-        if xattr {
-            cmd.arg("--xattr");
-        }
-        let child = cmd
+        // Exactly Lima's arguments (`VirtiofsdCmdline`).
+        let child = Command::new(&binary)
             .arg("--socket-path")
             .arg(sock(i))
             .arg("--shared-dir")
@@ -197,7 +222,7 @@ fn boot_with(
             .stdout(out.try_clone()?)
             .stderr(out)
             .spawn()
-            .with_context(|| format!("starting {}", virtiofsd.display()))?;
+            .with_context(|| format!("starting {}", binary.display()))?;
         daemons.0.push(child);
         let tag = mount_tag(&m.location, &m.mount_point);
         boot.qemu_args.extend([

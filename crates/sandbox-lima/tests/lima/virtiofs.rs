@@ -11,7 +11,11 @@ fn daemon(dir: &Path, name: &str, help: &str) -> PathBuf {
     let exe = dir.join(name);
     std::fs::write(
         &exe,
-        format!("#!/bin/sh\ncase \"$1\" in --version) echo {name} ;; --help) echo '{help}' ;; *) exit 1 ;; esac\n"),
+        // Like the daemons, it takes its options in any order.
+        format!(
+            "#!/bin/sh\nfor a; do case \"$a\" in --version) echo {name}; exit ;; \
+             --help) echo '{help}'; exit ;; esac; done\nexit 1\n"
+        ),
     )
     .unwrap();
     std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -52,11 +56,16 @@ fn the_first_fs_backend_that_runs_is_the_one_judged() {
     let tmp = tempfile::tempdir().unwrap();
     let (home, usr) = (tmp.path().join("home"), tmp.path().join("usr"));
     std::fs::create_dir_all(&home).unwrap();
-    let rust = daemon(
-        tmp.path(),
-        "virtiofsd",
-        "Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>",
-    );
+    let rust_help = "Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>";
+    let rust = daemon(tmp.path(), "virtiofsd", rust_help);
+    // The wrapper docs/lima.md gives: the daemon run with --xattr.
+    let wrapper = tmp.path().join("virtiofsd-xattr");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec {} --xattr \"$@\"\n", rust.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Nothing described: refused, naming where it looked.
     let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
     assert!(err.contains("virtiofs is not available"), "{err}");
@@ -66,10 +75,17 @@ fn the_first_fs_backend_that_runs_is_the_one_judged() {
     // A description of another kind, and one whose binary does not run, are passed over.
     describe(&home, "10-gpu.json", "gpu", &rust);
     describe(&home, "20-gone.json", "fs", &tmp.path().join("missing"));
+    // The daemon itself, as its package describes it: Lima would start it without --xattr.
     describe(&usr, "50-virtiofsd.json", "fs", &rust);
+    let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
+    assert!(err.contains("carry no xattrs"), "{err}");
+    assert!(err.contains(&rust.display().to_string()), "{err}");
+    assert!(err.contains("virtiofsd-xattr"), "the fix: {err}");
+    // The wrapper, described first (40- sorts before 50-): it is the one.
+    describe(&usr, "40-virtiofsd-xattr.json", "fs", &wrapper);
     let found = find(&[home.clone(), usr.clone()]).unwrap();
-    assert_eq!(found.binary, rust);
-    assert_eq!(found.description, usr.join("50-virtiofsd.json"));
+    assert_eq!(found.binary, wrapper);
+    assert_eq!(found.description, usr.join("40-virtiofsd-xattr.json"));
 
     // QEMU's C virtiofsd found first (it answers --version): Lima would pick it and fail, so
     // the host is refused, naming it — even though a usable one is described later.
