@@ -517,6 +517,20 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         q.sync(true)
             .context("reading the layer back after session 2")?;
         let report = q.report();
+        // From the attacker's side, as root in the guest (the Lima user has sudo): the common
+        // dir's share is read-only only in the guest's mount table; virtiofsd (Lima starts it
+        // without --readonly, and the wrapper adds none) writes whatever arrives.
+        let common = view.common_dir.display().to_string();
+        let planted = view.common_dir.join("hooks/planted-by-the-vm");
+        let _ = sh(
+            &mut guest,
+            "remounting the common dir rw (an attack)",
+            bash(&format!(
+                "busybox mount -o remount,rw '{common}' && echo x >'{}'; true",
+                planted.display()
+            )),
+        );
+        let read_only_holds = !planted.exists();
 
         // 5. On the host.
         let mut failures = refused.clone();
@@ -560,6 +574,13 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         detail
             .borrow_mut()
             .push_str(&format!("--- host: {report:?}\n"));
+        let gap = if read_only_holds {
+            String::new()
+        } else {
+            "; GAP: root in the guest remounted the read-only common dir rw and wrote \
+             hooks/ on the host (virtiofsd runs without --readonly; docs/lima.md)"
+                .to_string()
+        };
         Ok(Outcome {
             pass: failures.is_empty(),
             summary: if failures.is_empty() {
@@ -567,7 +588,7 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
                     "{} virtiofs mounts; on Lima's own virtiofsd (no --xattr) provisioning \
                      fails closed; with --xattr it holds, and commit, branch, delete, gc, fsck \
                      inside; {} whiteouts read as deletions, {} moved, main kept, fsck clean \
-                     ({:.0} s)",
+                     ({:.0} s){gap}",
                     plan.yaml.mounts.len(),
                     whiteouts,
                     view.branch,
