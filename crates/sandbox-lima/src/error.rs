@@ -110,11 +110,11 @@ pub enum LimaError {
          virtiofs: Lima's default for QEMU, 9p, cannot carry the views' git store layer \
          (overlayfs cannot use it as an upper layer, and its mapped-xattr model corrupts objects \
          after git gc). Install the Rust virtiofsd (`apt install virtiofsd` on Debian 13 or \
-         Ubuntu 24.04, `dnf install virtiofsd`, or `cargo install virtiofsd`), write a wrapper \
-         ~/.local/libexec/virtiofsd-xattr: `#!/bin/sh` and `exec /path/to/virtiofsd --xattr \
-         \"$@\"` (chmod 755), and describe it to QEMU first, in \
-         ~/.local/share/qemu/vhost-user/40-virtiofsd-xattr.json: {{\"type\": \"fs\", \
-         \"binary\": \"<home>/.local/libexec/virtiofsd-xattr\"}} (docs/lima.md)"
+         Ubuntu 24.04, `dnf install virtiofsd`, or `cargo install virtiofsd`), then the wrapper \
+         Lima must start instead (it adds --xattr, and --readonly for the shares that are not \
+         writable) as ~/.local/libexec/virtiofsd-xattr, described to QEMU first in \
+         ~/.local/share/qemu/vhost-user/40-virtiofsd-xattr.json: the script and the commands \
+         are in docs/lima.md"
     )]
     VirtiofsUnavailable { detail: String },
     #[error("lima: the path {path} cannot be shared with the VM: {why}", path = .path.display())]

@@ -118,14 +118,15 @@ pub fn find(dirs: &[PathBuf]) -> Result<Virtiofsd, LimaError> {
             // Lima gives it nothing but the socket and the directory, and overlayfs takes a
             // virtiofs upper layer only if the share carries xattrs (`--xattr`): the binary
             // Lima starts must be a wrapper that adds it.
-            if !adds_xattr(&backend.binary) {
+            if !is_wrapper(&backend.binary) {
                 return Err(LimaError::VirtiofsUnavailable {
                     detail: format!(
                         "Lima would start {} (named by {}) with only --socket-path and \
                          --shared-dir, so its shares carry no xattrs, and the guest's overlay \
                          cannot use one as its upper layer (the kernel wants xattrs on a remote \
-                         upper); Lima's virtiofsd must be a wrapper script that runs virtiofsd \
-                         with --xattr",
+                         upper), and none is read-only (root in the VM could write the \
+                         repository); Lima's virtiofsd must be the wrapper docs/lima.md gives, \
+                         which adds --xattr and --readonly",
                         backend.binary.display(),
                         description.display()
                     ),
@@ -148,17 +149,77 @@ pub fn find(dirs: &[PathBuf]) -> Result<Virtiofsd, LimaError> {
     })
 }
 
-/// Whether `binary` is a script that passes `--xattr` on (a wrapper such as docs/lima.md
-/// gives); the daemon itself, an executable, takes only what Lima gives it.
-fn adds_xattr(binary: &Path) -> bool {
+/// The wrapper Lima's virtiofsd must be on a Linux host (docs/lima.md), for the Rust
+/// virtiofsd at `@VIRTIOFSD@`. Lima starts it per mount with `--socket-path
+/// <LIMA_HOME>/<instance>/virtiofsd-<n>.sock --shared-dir <location>` and nothing else; it
+/// adds `--xattr` (the guest's overlay needs xattrs on its upper layer), and in a sandbox's
+/// `LIMA_HOME` (it has `_sandbox/`) `--readonly` for every share the backend did not list
+/// writable in `_sandbox/<instance>.writable` ([`share_modes_path`]): Lima cannot make a
+/// virtiofs share read-only, so without it root in the guest could remount the common dir
+/// writable and write the host's repository. Other Lima instances get `--xattr` only.
+pub const WRAPPER: &str = r#"#!/bin/sh
+# Lima's virtiofsd for sandbox VMs (docs/lima.md): xattrs on; in a sandbox's LIMA_HOME,
+# read-only unless the sandbox listed the share writable.
+sock= dir= prev=
+for a in "$@"; do
+  case $prev in --socket-path) sock=$a ;; --shared-dir) dir=$a ;; esac
+  prev=$a
+done
+inst=${sock%/*}
+home=${inst%/*}
+name=${inst##*/}
+if [ -n "$dir" ] && [ -d "$home/_sandbox" ] &&
+  ! grep -Fxq -- "$dir" "$home/_sandbox/$name.writable" 2>/dev/null; then
+  exec @VIRTIOFSD@ --xattr --readonly "$@"
+fi
+exec @VIRTIOFSD@ --xattr "$@"
+"#;
+
+/// [`WRAPPER`] for the virtiofsd at `virtiofsd`.
+pub fn wrapper(virtiofsd: &Path) -> String {
+    WRAPPER.replace(
+        "@VIRTIOFSD@",
+        &crate::provision::sh_quote(&virtiofsd.to_string_lossy()),
+    )
+}
+
+/// Where the backend lists the writable shares of `instance` for [`WRAPPER`].
+pub fn share_modes_path(lima_home: &Path, instance: &str) -> PathBuf {
+    lima_home
+        .join("_sandbox")
+        .join(format!("{instance}.writable"))
+}
+
+/// Writes the writable shares of `mounts` for [`WRAPPER`] (one location a line).
+pub fn write_share_modes(
+    lima_home: &Path,
+    instance: &str,
+    mounts: &[crate::mounts::LimaMount],
+) -> Result<(), LimaError> {
+    let path = share_modes_path(lima_home, instance);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(crate::error::io("creating", dir))?;
+    }
+    let text: String = mounts
+        .iter()
+        .filter(|m| m.writable)
+        .map(|m| format!("{}\n", m.location.display()))
+        .collect();
+    std::fs::write(&path, text).map_err(crate::error::io("writing", &path))
+}
+
+/// Whether `binary` is a script that passes `--xattr` and `--readonly` on (the wrapper
+/// [`WRAPPER`]); the daemon itself, an executable, takes only what Lima gives it.
+fn is_wrapper(binary: &Path) -> bool {
     use std::io::Read;
     let mut head = Vec::new();
     let read = std::fs::File::open(binary).and_then(|f| f.take(64 << 10).read_to_end(&mut head));
-    read.is_ok()
-        && head.starts_with(b"#!")
-        && String::from_utf8_lossy(&head)
-            .lines()
-            .any(|l| !l.trim_start().starts_with('#') && l.contains("--xattr"))
+    let text = String::from_utf8_lossy(&head);
+    let code = |flag: &str| {
+        text.lines()
+            .any(|l| !l.trim_start().starts_with('#') && l.contains(flag))
+    };
+    read.is_ok() && head.starts_with(b"#!") && code("--xattr") && code("--readonly")
 }
 
 fn answers(binary: &Path, arg: &str) -> bool {

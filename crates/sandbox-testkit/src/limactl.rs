@@ -36,7 +36,8 @@ impl Standin {
             .status()
             .expect("cp runs");
         assert!(copied.success(), "copying the playback");
-        // The wrapper docs/lima.md has users describe (a virtiofsd run with `--xattr`), its
+        // The wrapper docs/lima.md has users describe (a virtiofsd run with `--xattr` and
+        // `--readonly`, `sandbox_lima::virtiofs::WRAPPER`), its
         // daemon standing in for the Rust virtiofsd's answers to `--version` and `--help`,
         // described the way Lima finds one.
         let virtiofsd = dir.join("virtiofsd");
@@ -53,7 +54,7 @@ impl Standin {
                 "}\n",
                 "case \"$1\" in\n",
                 "--version | --help) daemon \"$1\" ;;\n",
-                "*) daemon --xattr \"$@\" ;;\n",
+                "*) daemon --xattr --readonly \"$@\" ;;\n",
                 "esac\n",
             ),
         )

@@ -164,6 +164,7 @@ fn boot_with(
     kernel: &Kernel,
     virtiofsd: &Path,
     mounts: &[sandbox_lima::mounts::LimaMount],
+    instance_dir: &Path,
     xattr: bool,
 ) -> Result<(Guest, Daemons, String)> {
     let name = if xattr { "xattr" } else { "plain" };
@@ -182,10 +183,7 @@ fn boot_with(
     // which the product's own check (`sandbox_lima::virtiofs::find`) must accept.
     let binary = if xattr {
         let wrapper = run.join("virtiofsd-xattr");
-        std::fs::write(
-            &wrapper,
-            format!("#!/bin/sh\nexec {} --xattr \"$@\"\n", virtiofsd.display()),
-        )?;
+        std::fs::write(&wrapper, sandbox_lima::virtiofs::wrapper(virtiofsd))?;
         let mode = std::os::unix::fs::PermissionsExt::from_mode(0o755);
         std::fs::set_permissions(&wrapper, mode)?;
         let described = run.join("vhost-user");
@@ -207,7 +205,10 @@ fn boot_with(
     };
     let mut daemons = Daemons(Vec::new());
     let mut guest_mounts = String::new();
-    let sock = |i: usize| run.join(format!("virtiofsd-{name}-{i}.sock"));
+    // Where Lima puts them: `<LIMA_HOME>/<instance>/virtiofsd-<n>.sock` (the wrapper finds
+    // the backend's list of writable shares from it).
+    std::fs::create_dir_all(instance_dir)?;
+    let sock = |i: usize| instance_dir.join(format!("virtiofsd-{i}.sock"));
     let log = |i: usize| run.join(format!("virtiofsd-{name}-{i}.log"));
     for (i, m) in mounts.iter().enumerate() {
         let _ = std::fs::remove_file(sock(i));
@@ -343,13 +344,24 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         .script
         .clone();
 
+    // The list of writable shares the backend writes when it creates the VM (`Vm::create`).
+    let instance_dir = settings.home.join(&plan.instance);
+    sandbox_lima::virtiofs::write_share_modes(&settings.home, &plan.instance, &plan.yaml.mounts)?;
+
     // 2. Lima's own invocation first: virtiofsd without --xattr. overlayfs takes a remote
     // upper layer (virtiofs) only with xattrs, so provisioning must fail closed: no sentinel,
     // and `enter` refuses (125) instead of running on a writable store.
     let mut refused = Vec::new();
     {
-        let (mut guest, daemons, mounts) =
-            boot_with(&run, image, kernel, &virtiofsd, &plan.yaml.mounts, false)?;
+        let (mut guest, daemons, mounts) = boot_with(
+            &run,
+            image,
+            kernel,
+            &virtiofsd,
+            &plan.yaml.mounts,
+            &instance_dir,
+            false,
+        )?;
         let check = (|| -> Result<()> {
             let run_root = |guest: &mut Guest, script: &str| {
                 guest.run(&GuestCommand {
@@ -397,8 +409,15 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
     }
 
     // 3. With the wrapper docs/lima.md describes (virtiofsd --xattr): the whole workflow.
-    let (mut guest, daemons, guest_mounts) =
-        boot_with(&run, image, kernel, &virtiofsd, &plan.yaml.mounts, true)?;
+    let (mut guest, daemons, guest_mounts) = boot_with(
+        &run,
+        image,
+        kernel,
+        &virtiofsd,
+        &plan.yaml.mounts,
+        &instance_dir,
+        true,
+    )?;
 
     let detail = std::cell::RefCell::new(String::new());
     let sh = |guest: &mut Guest, what: &str, argv: Vec<String>| -> Result<String> {
@@ -518,8 +537,8 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
             .context("reading the layer back after session 2")?;
         let report = q.report();
         // From the attacker's side, as root in the guest (the Lima user has sudo): the common
-        // dir's share is read-only only in the guest's mount table; virtiofsd (Lima starts it
-        // without --readonly, and the wrapper adds none) writes whatever arrives.
+        // dir's mount is remounted writable. Lima cannot make a virtiofs share read-only; the
+        // wrapper's --readonly (the share is not listed writable) must hold on the host.
         let common = view.common_dir.display().to_string();
         let planted = view.common_dir.join("hooks/planted-by-the-vm");
         let _ = sh(
@@ -574,21 +593,22 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         detail
             .borrow_mut()
             .push_str(&format!("--- host: {report:?}\n"));
-        let gap = if read_only_holds {
-            String::new()
-        } else {
-            "; GAP: root in the guest remounted the read-only common dir rw and wrote \
-             hooks/ on the host (virtiofsd runs without --readonly; docs/lima.md)"
-                .to_string()
-        };
+        if !read_only_holds {
+            failures.push(
+                "root in the guest remounted the read-only common dir rw and wrote hooks/ on \
+                 the host"
+                    .into(),
+            );
+        }
         Ok(Outcome {
             pass: failures.is_empty(),
             summary: if failures.is_empty() {
                 format!(
                     "{} virtiofs mounts; on Lima's own virtiofsd (no --xattr) provisioning \
                      fails closed; with --xattr it holds, and commit, branch, delete, gc, fsck \
-                     inside; {} whiteouts read as deletions, {} moved, main kept, fsck clean \
-                     ({:.0} s){gap}",
+                     inside; {} whiteouts read as deletions, {} moved, main kept, fsck clean, the \
+                     common dir read-only to root inside \
+                     ({:.0} s)",
                     plan.yaml.mounts.len(),
                     whiteouts,
                     view.branch,

@@ -5,7 +5,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use sandbox_lima::virtiofs::{find, search_dirs};
+use sandbox_lima::mounts::LimaMount;
+use sandbox_lima::virtiofs::{find, search_dirs, wrapper, write_share_modes};
 
 fn daemon(dir: &Path, name: &str, help: &str) -> PathBuf {
     let exe = dir.join(name);
@@ -60,11 +61,7 @@ fn the_first_fs_backend_that_runs_is_the_one_judged() {
     let rust = daemon(tmp.path(), "virtiofsd", rust_help);
     // The wrapper docs/lima.md gives: the daemon run with --xattr.
     let wrapper = tmp.path().join("virtiofsd-xattr");
-    std::fs::write(
-        &wrapper,
-        format!("#!/bin/sh\nexec {} --xattr \"$@\"\n", rust.display()),
-    )
-    .unwrap();
+    std::fs::write(&wrapper, sandbox_lima::virtiofs::wrapper(&rust)).unwrap();
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
     // Nothing described: refused, naming where it looked.
     let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
@@ -103,4 +100,69 @@ fn the_first_fs_backend_that_runs_is_the_one_judged() {
     let err = find(&[home.clone(), usr.clone()]).unwrap_err().to_string();
     assert!(err.contains(&c_daemon.display().to_string()), "{err}");
     assert!(err.contains("not the Rust virtiofsd"), "{err}");
+}
+
+/// The wrapper itself, run as Lima runs it (`--socket-path <home>/<instance>/virtiofsd-<n>.sock
+/// --shared-dir <location>`) over a daemon that prints what it was given: `--xattr` always; in
+/// a sandbox's LIMA_HOME `--readonly` for every share the backend did not list writable (none
+/// listed: all read-only); in another Lima's home, no `--readonly`.
+#[test]
+fn the_wrapper_makes_every_share_read_only_but_the_listed_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let daemon = tmp.path().join("daemon");
+    std::fs::write(&daemon, "#!/bin/sh\necho \"$*\"\n").unwrap();
+    std::fs::set_permissions(&daemon, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = tmp.path().join("virtiofsd-xattr");
+    std::fs::write(&script, wrapper(&daemon)).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let run = |home: &Path, dir: &str| {
+        let sock = home.join("sbx-app-1/virtiofsd-0.sock");
+        let out = std::process::Command::new(&script)
+            .arg("--socket-path")
+            .arg(&sock)
+            .args(["--shared-dir", dir])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let home = tmp.path().join("sandbox-lima");
+    let mount = |location: &str, writable| LimaMount {
+        location: location.into(),
+        mount_point: location.into(),
+        writable,
+    };
+    write_share_modes(
+        &home,
+        "sbx-app-1",
+        &[mount("/repo/.git", false), mount("/views/app task", true)],
+    )
+    .unwrap();
+    let sock = home.join("sbx-app-1/virtiofsd-0.sock");
+    assert_eq!(
+        run(&home, "/repo/.git"),
+        format!(
+            "--xattr --readonly --socket-path {} --shared-dir /repo/.git",
+            sock.display()
+        )
+    );
+    assert_eq!(
+        run(&home, "/views/app task"),
+        format!(
+            "--xattr --socket-path {} --shared-dir /views/app task",
+            sock.display()
+        )
+    );
+    assert!(
+        run(&home, "/views/app").contains("--readonly"),
+        "a prefix is not a listing"
+    );
+    std::fs::remove_file(home.join("_sandbox/sbx-app-1.writable")).unwrap();
+    assert!(
+        run(&home, "/views/app task").contains("--readonly"),
+        "nothing listed: read-only"
+    );
+    // Another Lima's home (no _sandbox/): xattrs only.
+    let other = tmp.path().join("lima");
+    assert!(!run(&other, "/repo/.git").contains("--readonly"));
 }
