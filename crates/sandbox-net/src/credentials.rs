@@ -653,6 +653,44 @@ mod tests {
     }
 
     #[test]
+    fn secrets_come_from_the_kernel_keyring() {
+        use std::process::Command;
+        let desc = format!("sandbox-test-credential-{}", std::process::id());
+        let added = Command::new("keyctl")
+            .args(["add", "user", &desc, "sk-from-the-keyring", "@u"])
+            .output();
+        let id = match added {
+            Ok(out) if out.status.success() => String::from_utf8(out.stdout).unwrap(),
+            Ok(out) => {
+                sandbox_testkit::skip(
+                    "keyctl-add",
+                    format!(
+                        "keyctl add failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    ),
+                );
+                return;
+            }
+            Err(e) => {
+                sandbox_testkit::skip("keyctl", format!("no keyctl (keyutils): {e}"));
+                return;
+            }
+        };
+        let mut def = find("anthropic").unwrap();
+        def.sources = vec![Source::Keyring(desc.clone())];
+        let read = read_secret(&def, Path::new("/nonexistent"), &env_of(&[]));
+        let _ = Command::new("keyctl")
+            .args(["unlink", id.trim(), "@u"])
+            .output();
+        let (secret, source) = read.unwrap();
+        assert_eq!(secret.expose(), "sk-from-the-keyring");
+        assert_eq!(source, Source::Keyring(desc.clone()));
+        // Gone: the next read says where it looked.
+        let err = read_secret(&def, Path::new("/nonexistent"), &env_of(&[])).unwrap_err();
+        assert!(err.to_string().contains(&desc), "{err}");
+    }
+
+    #[test]
     fn a_missing_secret_says_every_place_it_looked() {
         let err = Credentials::load_with(&["google"], Path::new("/nonexistent/creds"), env_of(&[]))
             .unwrap_err()

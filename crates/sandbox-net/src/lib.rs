@@ -6,7 +6,8 @@
 //!   addresses. Pure: no I/O.
 //! * [`Resolver`]: how the proxy resolves a name itself (the system's resolver, or a DNS
 //!   server it is given); the sandbox's own answer never counts.
-//! * [`Proxy`]: an HTTP `CONNECT` and plain-HTTP proxy (Tokio) that checks the name **before**
+//! * [`Proxy`]: an HTTP `CONNECT`, plain-HTTP and SOCKS5 `CONNECT` proxy (Tokio; one
+//!   listener, told apart by the first byte) that checks the name **before**
 //!   resolving it, refuses answers that are not public addresses (DNS rebinding) and IP
 //!   literals unless the list names that address, answers every refusal with a body a program
 //!   can show (which rule refused, and `--allow-domain NAME` to allow it), and keeps a
