@@ -441,8 +441,13 @@ pub struct PolicyShowArgs {
 #[derive(Debug, Args)]
 pub struct WhyArgs {
     /// The path to explain (`~` is your home; relative to the current directory).
-    #[arg(value_name = "PATH")]
-    pub path: PathBuf,
+    #[arg(value_name = "PATH", required_unless_present = "net")]
+    pub path: Option<PathBuf>,
+
+    /// Explain instead whether a network host (`HOST` or `HOST:PORT`) is reachable in the
+    /// next run, and by which rule (`--block-net`, `--allow-port`, `--allow-domain`).
+    #[arg(long, value_name = "HOST", conflicts_with = "path")]
+    pub net: Option<String>,
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,
