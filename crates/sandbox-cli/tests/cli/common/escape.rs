@@ -1057,8 +1057,7 @@ fn network_attacks() -> Vec<Attack> {
 /// and in its control rules (what an unprivileged control cannot do).
 pub const LISTEN_WITHOUT_BIND: &str =
     "take a host connection on a port listen(2) bound by itself (no bind(2))";
-pub const ALLOWED_PORT_ELSEWHERE: &str =
-    "reach an allowed port at the host's non-loopback address";
+pub const ALLOWED_PORT_ELSEWHERE: &str = "reach an allowed port at the host's non-loopback address";
 pub const FAST_OPEN: &str = "TCP fast open to a port not allowed (sendto, no connect(2))";
 pub const RAW_SOCKET: &str = "send a UDP datagram through a raw socket under --block-net";
 
@@ -1224,7 +1223,11 @@ fn net_attacks() -> Vec<Attack> {
                     &block_net_flags(port),
                     &format!("echo {MARK}; bash -c 'echo pwned > /dev/tcp/{ip}/{port}'"),
                 );
-                judge(&out, queued(&target), "the allowed port reached at another address")
+                judge(
+                    &out,
+                    queued(&target),
+                    "the allowed port reached at another address",
+                )
             },
         },
         Attack {
