@@ -864,6 +864,9 @@ pub struct Incoming {
     pub error_message: Option<String>,
     #[serde(default)]
     pub git_store: Option<GitStoreReport>,
+    /// An `exit` event's connection log (a run with a domain allow-list).
+    #[serde(default)]
+    pub connections: Vec<NetConnection>,
     #[serde(default)]
     pub box_id: Option<String>,
     #[serde(default)]

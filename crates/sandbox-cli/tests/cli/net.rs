@@ -320,3 +320,99 @@ fn why_net_names_the_rule_that_decides() {
         (true.into(), "*.example.org".into())
     );
 }
+
+/// Without user namespaces there is no network namespace for the proxy to be the only way
+/// out of: a domain list is refused before anything runs, degraded runs allowed or not.
+#[test]
+fn a_domain_list_is_refused_where_no_network_namespace_holds_it() {
+    use crate::common::escape;
+    if let Some(why) = escape::nouserns_unavailable() {
+        common::skip("nouserns-harness", why);
+        return;
+    }
+    let env = Env::new();
+    let marker = env.work().join("ran");
+    for extra in [&[][..], &["--allow-degraded"][..]] {
+        let out = env
+            .cmd_under(&escape::NOUSERNS_WRAPPER)
+            .args(["run", "--backend", "native", "--allow-domain", "a.test"])
+            .args(extra)
+            .args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo ran > {}", marker.display()),
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{extra:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--allow-domain needs the run's own network namespace")
+                && stderr.contains("--backend nono"),
+            "{}",
+            text(&out)
+        );
+        assert!(!marker.exists(), "{extra:?}");
+    }
+}
+
+/// The daemon's `box.exec` goes through the same run sequence: its command gets the
+/// namespace and the proxy, and its `exit` event carries the connection log.
+#[test]
+fn a_box_exec_gets_the_proxy_and_its_exit_event_the_log() {
+    use crate::common::daemon::{req, Daemon};
+    let env = Env::new();
+    if let Some(why) = unavailable(&env) {
+        common::skip("net-namespace", why);
+        return;
+    }
+    let served = Http::start(SERVED, "hello from a.test");
+    let dns = Answerer::start(&[("a.test", SERVED)]);
+    let mut cmd = env.cmd();
+    cmd.env("SANDBOX_DNS_SERVER", format!("127.0.0.1:{}", dns.port));
+    let daemon = Daemon::start_with(&env, cmd);
+    let mut client = daemon.client();
+    daemon
+        .create(
+            &mut client,
+            "net",
+            &env.work(),
+            serde_json::json!({
+                "backend": "native",
+                "allowDomains": ["a.test", SERVED.to_string()],
+            }),
+        )
+        .unwrap();
+    let p = served.port;
+    let reply = client
+        .call(&req(
+            "box.exec",
+            serde_json::json!({
+                "name": "net",
+                "command": "sh",
+                "args": ["-c", format!("curl -sS http://a.test:{p}/; curl -sS http://b.test:{p}/")],
+            }),
+        ))
+        .unwrap();
+    let id = reply["execId"].as_u64().unwrap();
+    let exit = loop {
+        let event = client.next_event().unwrap();
+        if event.exec_id == Some(id) && event.kind.as_deref() == Some("exit") {
+            break event;
+        }
+    };
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    assert_eq!(served.requests(), 1, "{exit:?}");
+    let rules: Vec<(&str, bool, &str)> = exit
+        .connections
+        .iter()
+        .map(|c| (c.host.as_str(), c.allowed, c.rule.as_str()))
+        .collect();
+    assert_eq!(
+        rules,
+        vec![("a.test", true, "a.test"), ("b.test", false, "not-listed")],
+        "{exit:?}"
+    );
+}
