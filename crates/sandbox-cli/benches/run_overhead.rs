@@ -172,7 +172,10 @@ fn main() {
     // measured against the same run without them.
     let no_quarantine = variants.len() - 1;
     for (name, flags) in [
-        ("sandbox run (native, no quarantine, --block-net)", &["--block-net"][..]),
+        (
+            "sandbox run (native, no quarantine, --block-net)",
+            &["--block-net"][..],
+        ),
         (
             "sandbox run (native, no quarantine, --allow-domain)",
             &["--allow-domain", "example.com"][..],
