@@ -349,7 +349,8 @@ pub struct ExecArgs {
     pub mount: Vec<String>,
 
     /// Allow outbound network only to HOST (repeatable): the same as --allow-domain HOST, which
-    /// nono enforces through its proxy; with boxlite, the box's allow-list (names or CIDRs).
+    /// native (its network namespace and proxy) and nono (its proxy) enforce; with boxlite,
+    /// the box's allow-list (names or CIDRs).
     #[arg(long = "allow-net", value_name = "HOST")]
     pub allow_net: Vec<String>,
 
