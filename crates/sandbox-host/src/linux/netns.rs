@@ -389,8 +389,13 @@ async fn serve(
             if let Some(listener) = listener(fd) {
                 accepting.spawn(async move {
                     loop {
-                        let Ok((stream, _)) = listener.accept().await else {
-                            continue;
+                        let stream = match listener.accept().await {
+                            Ok((stream, _)) => stream,
+                            Err(e) if transient(&e) => continue,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "the proxy's listener failed");
+                                break;
+                            }
                         };
                         let proxy = proxy.clone();
                         relays.lock().await.spawn(async move {
@@ -406,8 +411,13 @@ async fn serve(
         if let Some(listener) = listener(fd) {
             accepting.spawn(async move {
                 loop {
-                    let Ok((mut inside, _)) = listener.accept().await else {
-                        continue;
+                    let mut inside = match listener.accept().await {
+                        Ok((stream, _)) => stream,
+                        Err(e) if transient(&e) => continue,
+                        Err(e) => {
+                            tracing::warn!(error = %e, port, "a relayed port's listener failed");
+                            break;
+                        }
                     };
                     relays.lock().await.spawn(async move {
                         let host = (std::net::Ipv4Addr::LOCALHOST, port);
@@ -431,6 +441,17 @@ async fn serve(
         relays.shutdown().await;
     }
     log(&proxy)
+}
+
+/// An accept error that concerns one connection (the client gave up before accept), not the
+/// listener: the loop goes on.
+fn transient(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+            | std::io::ErrorKind::Interrupted
+    )
 }
 
 fn listener(fd: OwnedFd) -> Option<tokio::net::TcpListener> {
