@@ -61,8 +61,8 @@ pub enum HostError {
     },
 
     #[error(
-        "{backend}: cannot enforce a domain allow-list ({}); only the nono backend filters by \
-         domain (--backend nono)",
+        "{backend}: cannot enforce a domain allow-list ({}); the native backend (its network \
+         namespace and proxy) and nono (its proxy) filter by domain (--backend native)",
         .domains.join(", ")
     )]
     DomainsNeedNono {
@@ -75,6 +75,10 @@ pub enum HostError {
          --backend native"
     )]
     HostCannotBlockNetwork,
+
+    /// The run's network namespace, its relay or its proxy could not be set up.
+    #[error("native: network namespace: {message}")]
+    Network { message: String },
 
     #[error("native: no native sandbox on this operating system; use --backend nono or custom")]
     NoNativeSandbox,

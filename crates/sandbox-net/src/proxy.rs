@@ -144,6 +144,14 @@ impl Proxy {
         let _ = rx.wait_for(|count| *count >= n).await;
         self.log()
     }
+
+    /// Serves one connection the caller accepted itself, and records it: for a caller that
+    /// must know when every connection of a command is in the log (it awaits these).
+    pub async fn serve_connection(&self, stream: TcpStream) {
+        if let Some(record) = handle(&self.inner, stream).await {
+            self.inner.record(record);
+        }
+    }
 }
 
 /// A parsed request head and what the client sent after it.

@@ -172,7 +172,12 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
             && domain
                 .split('.')
                 .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-            || domain.starts_with("*.") && domain.len() > 2;
+            || domain.starts_with("*.") && domain.len() > 2
+            // A built-in group (`@github`; the proxy knows which exist) or an address.
+            || domain.strip_prefix('@').is_some_and(|g| {
+                !g.is_empty() && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            })
+            || domain.parse::<std::net::IpAddr>().is_ok();
         if !valid {
             return Err(PolicyError::Conflict(format!(
                 "--allow-domain {domain:?} is not a host name"
@@ -450,7 +455,12 @@ mod tests {
             assert!(build(r).is_err(), "{bad:?}");
         }
         let mut r = req(dir.path());
-        r.allow_domains = vec!["api.example.com".into(), "*.npmjs.org".into()];
+        r.allow_domains = vec![
+            "api.example.com".into(),
+            "*.npmjs.org".into(),
+            "@github".into(),
+            "10.0.0.5".into(),
+        ];
         assert!(build(r).is_ok());
     }
 }

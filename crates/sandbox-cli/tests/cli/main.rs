@@ -19,6 +19,7 @@ mod git_store;
 mod home;
 mod lima;
 mod native;
+mod net;
 mod notices;
 mod run;
 mod seam;

@@ -305,7 +305,9 @@ pub fn check_policy(
             ),
         });
     }
-    if kind != BackendKind::Nono && !policy.allow_domains.is_empty() {
+    // The native backend's own proxy needs its network namespace: checked when it prepares.
+    if !matches!(kind, BackendKind::Nono | BackendKind::Native) && !policy.allow_domains.is_empty()
+    {
         return Err(HostError::DomainsNeedNono {
             backend: kind,
             domains: policy.allow_domains.clone(),
