@@ -32,6 +32,8 @@ pub struct ProxyPlan {
     /// The allow-list's entries as the user wrote them (names, `*.` wildcards, `@group`s,
     /// addresses), parsed by [`sandbox_net::AllowList::parse`].
     pub allow: Vec<String>,
+    /// The `--credential`s it serves at `/cred/NAME` (their secrets are read when it starts).
+    pub credentials: Vec<String>,
     /// Where the proxy resolves names.
     pub resolver: sandbox_net::Resolver,
     /// The port of its listener inside the namespace (chosen by the supervisor: every port of
@@ -53,6 +55,24 @@ pub fn default_proxy_env() -> Vec<(String, String)> {
     env
 }
 
+/// Whether a run of `policy` needs the supervisor's proxy: a domain list, or a credential
+/// (whose base URL points at the proxy).
+pub fn needs_proxy(policy: &Policy) -> bool {
+    !policy.allow_domains.is_empty() || !policy.credentials.is_empty()
+}
+
+/// The base-URL variables of the credentials (`ANTHROPIC_BASE_URL=http://{proxy}/cred/…`):
+/// the templates that name the proxy. Their placeholders are already in the policy's
+/// environment (`assembly::apply_credentials`).
+fn credential_base_urls(names: &[String]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|name| sandbox_net::credentials::find(name))
+        .flat_map(|def| def.env)
+        .filter(|(_, value)| value.contains("{proxy}") && !value.contains("{placeholder}"))
+        .collect()
+}
+
 impl NetPlan {
     /// The plan of `policy`, or `None` when its network is fully open (no `--block-net`, no
     /// `--allow-domain`): then the run has no namespace of its own. `proxy_port` is where
@@ -62,24 +82,26 @@ impl NetPlan {
         proxy_port: u16,
         resolver: sandbox_net::Resolver,
     ) -> Option<NetPlan> {
+        let proxied = needs_proxy(policy);
         let ports = match &policy.net {
             NetPolicy::Block { .. } => policy.net.open_ports(policy.hook_port).unwrap_or_default(),
-            // Open network but a domain list: only the list (and the hook) is reachable.
-            NetPolicy::Allow if !policy.allow_domains.is_empty() => {
-                policy.hook_port.into_iter().collect()
-            }
+            // Open network but a domain list or a credential: only the proxy (and the hook)
+            // is reachable — a credential's proxy listening on the host's loopback would lend
+            // the key to every local process.
+            NetPolicy::Allow if proxied => policy.hook_port.into_iter().collect(),
             NetPolicy::Allow => return None,
         };
-        let proxy = (!policy.allow_domains.is_empty()).then(|| ProxyPlan {
+        let proxy = proxied.then(|| ProxyPlan {
             allow: policy.allow_domains.clone(),
+            credentials: policy.credentials.clone(),
             resolver,
             port: proxy_port,
         });
-        let proxy_env = if proxy.is_some() {
-            default_proxy_env()
-        } else {
-            Vec::new()
-        };
+        let mut proxy_env = Vec::new();
+        if proxy.is_some() {
+            proxy_env = default_proxy_env();
+            proxy_env.extend(credential_base_urls(&policy.credentials));
+        }
         Some(NetPlan {
             ports,
             proxy,

@@ -109,6 +109,14 @@ fn the_secret_never_enters_the_sandbox_only_its_placeholder() {
         stdout.contains("ANTHROPIC_API_KEY=sk-ant-sandbox-placeholder-anthropic"),
         "{stdout}"
     );
+    // The base URL names the proxy inside the run's own network namespace.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("ANTHROPIC_BASE_URL=http://127.0.0.1:")
+                && l.ends_with("/cred/anthropic")),
+        "{stdout}"
+    );
     let report = std::fs::read_to_string(&report).unwrap();
     assert!(!report.contains(SECRET), "{report}");
 

@@ -456,9 +456,10 @@ fn report(
     match net {
         NetState::Open => {}
         NetState::Namespace(plan) => e.enforced.push(plan.describe()),
-        NetState::Missing(why) if !policy.allow_domains.is_empty() => e.gaps.push(format!(
-            "--allow-domain: no network namespace ({why}), so the domain proxy cannot be the \
-             only way out; use --backend nono, or a machine with user namespaces"
+        NetState::Missing(why) if crate::net::needs_proxy(policy) => e.gaps.push(format!(
+            "--allow-domain/--credential: no network namespace ({why}), so the proxy cannot \
+             be the only way out; use a machine with user namespaces (or --backend nono for \
+             a domain list)"
         )),
         NetState::Missing(why) => e.downgrades.push(format!(
             "no network namespace ({why}): --block-net holds by Landlock's TCP rules and \
@@ -612,12 +613,18 @@ impl NativeSandbox {
         let net = net_state(policy, options, &support)?;
         // A domain list with no namespace to hold it would be an open network: refused,
         // degraded runs or not.
-        if let (NetState::Missing(why), false) = (&net, policy.allow_domains.is_empty()) {
+        if let (NetState::Missing(why), true) = (&net, crate::net::needs_proxy(policy)) {
+            let what = if policy.allow_domains.is_empty() {
+                "--credential"
+            } else {
+                "--allow-domain"
+            };
             return Err(HostError::Network {
                 message: format!(
-                    "--allow-domain needs the run's own network namespace, which this machine \
-                     cannot give ({why}). Nothing was run. Use --backend nono (its proxy), or \
-                     a machine with unprivileged user namespaces (`sandbox doctor`)"
+                    "{what} needs the run's own network namespace (the proxy must be its only \
+                     way out), which this machine cannot give ({why}). Nothing was run. Use a \
+                     machine with unprivileged user namespaces (`sandbox doctor`), or for a \
+                     domain list --backend nono (its proxy)"
                 ),
             });
         }

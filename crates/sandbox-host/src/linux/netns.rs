@@ -221,6 +221,8 @@ pub struct NetRelay {
     /// Dropped with the relay: the thread's runtime then stops, and every listener with it.
     _shutdown: tokio::sync::oneshot::Sender<()>,
     allow: Option<sandbox_net::AllowList>,
+    /// The credentials its proxy serves at `/cred/NAME`, read once when the relay starts.
+    credentials: Option<sandbox_net::Credentials>,
 }
 
 impl std::fmt::Debug for NetRelay {
@@ -250,6 +252,13 @@ impl NetRelay {
             .map_err(|e| HostError::Network {
                 message: format!("--allow-domain: {e}"),
             })?;
+        // The secrets are read here, on the host, and held only by the proxy.
+        let credentials = match &plan.proxy {
+            Some(p) if !p.credentials.is_empty() => {
+                Some(sandbox_net::Credentials::for_run(&p.credentials)?)
+            }
+            _ => None,
+        };
         let fail = |e: std::io::Error| HostError::Network {
             message: format!("starting the network relay: {e}"),
         };
@@ -272,6 +281,7 @@ impl NetRelay {
             handle,
             _shutdown: shutdown,
             allow,
+            credentials,
         })
     }
 
@@ -300,7 +310,11 @@ impl NetRelay {
                 .as_ref()
                 .map(|p| p.resolver.clone())
                 .unwrap_or(sandbox_net::Resolver::System);
-            Proxy::new(allow.clone(), resolver)
+            let proxy = Proxy::new(allow.clone(), resolver);
+            match &self.credentials {
+                Some(credentials) => proxy.with_credentials(credentials.clone()),
+                None => proxy,
+            }
         });
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (done_tx, done) = std::sync::mpsc::channel();
