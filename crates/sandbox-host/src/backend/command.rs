@@ -49,6 +49,9 @@ pub struct PreparedCommand {
     head: Option<gitguard::HeadAtStart>,
     /// The worktree's own git dir when the command was prepared (a linked worktree's).
     gitdir: Option<gitguard::GitDirAtStart>,
+    /// The run's cgroups (the resource limits), joined by the child first
+    /// ([`crate::run::Run::arm`] sets them).
+    pub(crate) cgroups: Option<Arc<sandbox_exec::JoinCgroups>>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -95,6 +98,9 @@ pub struct Finished {
     /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
     pub recheck: Option<Recheck>,
+    /// The command's resource limits and what its cgroups counted (set by
+    /// [`crate::run::Live::finish`]; none where no limit was enforced).
+    pub limits: Option<crate::limits::LimitsReport>,
 }
 
 /// The checks after a run that an orphan could undo, kept to run again once it is gone
@@ -235,6 +241,7 @@ impl PreparedCommand {
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             git,
+            cgroups: None,
         }
     }
 
@@ -284,6 +291,7 @@ impl PreparedCommand {
     /// child setup replaces any in `options`. Must be called inside a tokio runtime.
     pub(crate) fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
         options.setup = self.setup.clone();
+        options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn(&self.spec, options)
     }
 
@@ -291,6 +299,7 @@ impl PreparedCommand {
     /// that only waits for it (`sandbox run`): see [`sandbox_exec::direct`].
     pub(crate) fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
         options.setup = self.setup.clone();
+        options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn_direct(&self.spec, options)
     }
 
@@ -307,6 +316,7 @@ impl PreparedCommand {
                 setup: self.setup.clone(),
                 kill_grace,
                 die_with_parent: true,
+                cgroups: self.cgroups.clone(),
             },
         )
         .await
@@ -383,6 +393,7 @@ impl PreparedCommand {
             git_push,
             git_dir,
             recheck,
+            limits: None,
         }
     }
 }
