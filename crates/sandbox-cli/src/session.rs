@@ -108,6 +108,7 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         allow_ports: config.network.allow_ports.clone(),
         allow_domains: config.network.allow_domains.clone(),
         timeout,
+        resources: config.limits.resources().map_err(Failure::setup)?,
         hook_port: config.service.hook_port,
         home: home_settings(ctx, &[], false),
     })
@@ -299,6 +300,7 @@ impl Session {
             allow_ports: args.allow_port.clone(),
             allow_domains: args.allow_domain.clone(),
             timeout: args.timeout,
+            resources: args.resources(),
             unprotected_git: args.unprotected_git,
             push_remotes: args.allow_push.clone(),
             tmpdir: runs_command.then(|| TmpdirRequest {

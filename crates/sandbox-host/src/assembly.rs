@@ -23,6 +23,8 @@ pub struct Defaults {
     pub allow_ports: Vec<u16>,
     pub allow_domains: Vec<String>,
     pub timeout: Option<Duration>,
+    /// The configuration's resource limits (memory, pids, cpu): `Some(None)` is `off`.
+    pub resources: [Option<Option<u64>>; 3],
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
     /// The private home's settings (`home:`, `toolchains:`, `caches:`), for the backends that
@@ -45,6 +47,9 @@ pub struct Request {
     pub allow_domains: Vec<String>,
     /// Overrides the default timeout.
     pub timeout: Option<Duration>,
+    /// Resource limits over the configuration's (memory bytes, pids, thousandths of a CPU):
+    /// `Some(None)` is `off`.
+    pub resources: [Option<Option<u64>>; 3],
     pub unprotected_git: bool,
     /// `--allow-push`: local remotes (paths or names) a push from inside may reach.
     pub push_remotes: Vec<String>,
@@ -212,6 +217,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         allow_domains,
         env,
         timeout: request.timeout.or(defaults.timeout),
+        resources: sandbox_policy::compile::limits::resolve(request.resources, defaults.resources),
         unprotected_git: request.unprotected_git,
         push_remotes: request.push_remotes.clone(),
         tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),

@@ -207,6 +207,15 @@ pub fn resolve(
     out
 }
 
+/// A VM's size from the same limits (BoxLite's box options, Lima's YAML): whole CPUs,
+/// rounded up (a VM has no half CPU), and memory in MiB, rounded up.
+pub fn vm_size(cpu_millis: Option<u64>, memory_bytes: Option<u64>) -> (Option<u64>, Option<u64>) {
+    (
+        cpu_millis.map(|m| m.div_ceil(1000).max(1)),
+        memory_bytes.map(|b| b.div_ceil(1 << 20)),
+    )
+}
+
 /// What a probe found on this machine (`sandbox-host`'s `linux::cgroup::probe`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -544,6 +553,13 @@ mod tests {
             cpu_millis: flag(cpu),
             ..Limits::default()
         }
+    }
+
+    #[test]
+    fn a_vm_is_sized_in_whole_cpus_and_mib() {
+        assert_eq!(vm_size(Some(500), Some(3 << 29)), (Some(1), Some(1536)));
+        assert_eq!(vm_size(Some(2001), None), (Some(3), None));
+        assert_eq!(vm_size(None, Some(1)), (None, Some(1)));
     }
 
     #[test]
