@@ -326,7 +326,9 @@ pub struct RunArgs {
 
     /// After the run, write what the sandbox did as JSON to PATH ('-': stderr): the exit
     /// code, and the git store updates applied to the repository and refused (`gitStore`;
-    /// `gitPush`: the same for each --allow-push remote). PATH is
+    /// `gitPush`: the same for each --allow-push remote), the resource limits with their
+    /// mechanism and what the run's cgroups counted (`limits.usage`: `peakMemoryBytes`,
+    /// `peakProcesses`, `oomKills`). PATH is
     /// replaced by a new file, never written through a link left there.
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,

@@ -491,6 +491,18 @@ pub fn report(finished: &Finished) {
     if let Some(e) = finished.setup_error() {
         eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
     }
+    // From the run's cgroup counters: the kernel's count of OOM kills, of refused forks.
+    if let Some(limits) = &finished.limits {
+        if let Some(line) = limits.memory_limit_message() {
+            eprintln!(
+                "{}",
+                crate::exit::red_on_terminal(&format!("sandbox: {line}"))
+            );
+        }
+        if let Some(line) = limits.pids_limit_message() {
+            eprintln!("sandbox: notice: {line}");
+        }
+    }
     let launcher_failed = matches!(finished.end, RunEnd::Launcher { .. });
     for (i, line) in finished.warnings().into_iter().enumerate() {
         // The launcher's failure comes first and is red on a terminal, like an error.
