@@ -438,6 +438,23 @@ impl Session {
         for downgrade in &run.enforcement().downgrades {
             eprintln!("sandbox: notice: {}: {downgrade}", self.kind);
         }
+        // A resource limit this machine cannot enforce: the default one is said (never
+        // dropped silently); one asked for only runs degraded (else `prepare` refused).
+        for missing in &run.limits().unenforced {
+            if missing.limit.source.requested() {
+                eprintln!(
+                    "sandbox: warning: {} is running degraded: {}",
+                    self.kind,
+                    missing.message()
+                );
+            } else {
+                eprintln!(
+                    "sandbox: notice: {}: the default process limit ({}) is not enforced \
+                     here: {} (`sandbox doctor`; `limits.pids: 0` silences this)",
+                    self.kind, missing.limit.value, missing.why
+                );
+            }
+        }
         let gaps = &run.enforcement().gaps;
         if allow_degraded && !gaps.is_empty() {
             eprintln!(

@@ -167,3 +167,95 @@ pub fn recover(journal: &Path) -> usize {
         0
     }
 }
+
+/// `policy show`'s lines: each limit of a run of `kind`, with its mechanism (or why none).
+pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> Vec<String> {
+    use limits::{describe, Controller};
+    let l = &policy.limits;
+    let asked = [
+        (Controller::Memory, l.memory),
+        (Controller::Pids, l.pids),
+        (Controller::Cpu, l.cpu_millis),
+    ];
+    if matches!(kind, BackendKind::Lima | BackendKind::Boxlite) {
+        let (cpus, mib) = limits::vm_size(
+            l.cpu_millis.map(|c| c.value),
+            l.memory.map(|m| m.value),
+        );
+        return vec![format!(
+            "the VM's size: cpus {}, memory {} (the VM's own kernel bounds what runs in it; \
+             --pids does not apply)",
+            cpus.map_or("the backend's default".into(), |c| c.to_string()),
+            mib.map_or("the backend's default".into(), |m| format!("{m} MiB"))
+        )];
+    }
+    if !on_host_kernel(kind) {
+        return vec![format!("none: the {kind} backend limits nothing (no sandbox)")];
+    }
+    asked
+        .into_iter()
+        .map(|(controller, limit)| match limit {
+            None => format!("{:<7}none", controller.name()),
+            Some(limit) => {
+                let what = format!(
+                    "{:<7}{} ({})",
+                    controller.name(),
+                    describe(controller, limit.value),
+                    limit.source.as_str()
+                );
+                match (plan.get(controller), plan.unenforced.iter().find(|u| u.controller == controller)) {
+                    (Some(e), _) => format!(
+                        "{what}: {} group below {}",
+                        e.mechanism.as_str(),
+                        e.parent.display()
+                    ),
+                    (None, Some(u)) if limit.source.requested() => {
+                        format!("{what}: NOT ENFORCEABLE here, the run is refused: {}; {}", u.why, u.how)
+                    }
+                    (None, Some(u)) => format!("{what}: not enforced here: {}", u.why),
+                    (None, None) => what,
+                }
+            }
+        })
+        .collect()
+}
+
+/// `doctor`'s lines: for each resource, the mechanism this machine offers (or why none, and
+/// how to get one).
+pub fn describe_machine(machine: &Machine) -> Vec<String> {
+    use limits::Controller;
+    use sandbox_policy::{Limit, LimitSource, Limits};
+    Controller::ALL
+        .into_iter()
+        .map(|controller| {
+            let probe = Limit {
+                value: 1,
+                source: LimitSource::Flag,
+            };
+            let mut l = Limits::default();
+            match controller {
+                Controller::Memory => l.memory = Some(probe),
+                Controller::Pids => l.pids = Some(probe),
+                Controller::Cpu => l.cpu_millis = Some(probe),
+            }
+            let plan = limits::plan(&l, machine);
+            match (plan.enforced.first(), plan.unenforced.first()) {
+                (Some(e), _) => format!(
+                    "{} ({}): {}, groups below {}",
+                    controller.name(),
+                    controller.flag(),
+                    e.mechanism.as_str(),
+                    e.parent.display()
+                ),
+                (None, Some(u)) => format!(
+                    "{} ({}): cannot be enforced: {}; {}",
+                    controller.name(),
+                    controller.flag(),
+                    u.why,
+                    u.how
+                ),
+                (None, None) => controller.name().to_string(),
+            }
+        })
+        .collect()
+}

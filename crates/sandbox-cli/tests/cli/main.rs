@@ -17,6 +17,7 @@ mod external;
 mod git_store;
 mod home;
 mod lima;
+mod limits;
 mod native;
 mod notices;
 mod run;

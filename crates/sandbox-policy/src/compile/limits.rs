@@ -337,8 +337,8 @@ fn how_to_get(controller: Controller, machine: &Machine) -> String {
         ));
     } else {
         how.push_str(
-            "enable cgroup v2 delegation for your user (systemd: a user manager with \
-             Delegate=yes, the default of systemd ≥ 252 for memory, pids and cpu)",
+            "enable cgroup v2 delegation for your user (systemd: `Delegate=memory pids cpu` \
+             for user@.service, then run sandbox in a scope of your user manager)",
         );
     }
     if !machine.root {
