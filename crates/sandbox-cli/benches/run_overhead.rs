@@ -167,6 +167,44 @@ fn main() {
             ],
         ),
     ];
+    // The resource limits: a run with no cgroup at all (`--pids off` turns the default
+    // process limit off) as the base of one with all three limits (three v1 groups, or one
+    // v2 group): the difference is what creating, joining and removing the groups costs.
+    let no_limits = variants.len();
+    variants.push(Variant::new(
+        "sandbox run (native, no limits)".into(),
+        vec![
+            sandbox.clone(),
+            "run".into(),
+            "--pids".into(),
+            "off".into(),
+            "--".into(),
+            "/bin/true".into(),
+        ],
+    ));
+    let limits_enforced = sandbox_host::limits::describe_machine(&sandbox_host::limits::probe())
+        .iter()
+        .all(|l| !l.contains("cannot be enforced"));
+    if limits_enforced {
+        variants.push(Variant {
+            base: no_limits,
+            ..Variant::new(
+                "sandbox run (native, memory+pids+cpus)".into(),
+                vec![
+                    sandbox.clone(),
+                    "run".into(),
+                    "--memory".into(),
+                    "1G".into(),
+                    "--pids".into(),
+                    "512".into(),
+                    "--cpus".into(),
+                    "1".into(),
+                    "--".into(),
+                    "/bin/true".into(),
+                ],
+            )
+        });
+    }
     // `sandbox exec` with the in-place backend: the stdio proxy's own cost per invocation.
     variants.push(Variant::new(
         "sandbox exec (native)".into(),
@@ -438,7 +476,7 @@ fn main() {
 
     let run_once = |argv: &[String], env: &[(String, String)]| -> Duration {
         let start = Instant::now();
-        let status = Command::new(&argv[0])
+        let out = Command::new(&argv[0])
             .args(&argv[1..])
             .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(&task)
@@ -450,11 +488,18 @@ fn main() {
             .envs(nono.as_ref().map(|n| ("SANDBOX_NONO", n)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
+            // Kept: a failing run says why (an intermittent 125 of `sandbox run` was once
+            // seen here with its stderr thrown away).
+            .stderr(Stdio::piped())
+            .output()
             .unwrap();
         let elapsed = start.elapsed();
-        assert!(status.success(), "{argv:?} failed: {status}");
+        assert!(
+            out.status.success(),
+            "{argv:?} failed: {}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
         elapsed
     };
     // Warm-up: page cache, dynamic linker caches.
@@ -512,6 +557,47 @@ fn main() {
             x_added,
             variants[v.base].name
         );
+    }
+    // Creating and removing one command's groups, in process (what `Run::arm` and
+    // `Live::finish` add): memory, pids and cpu, each a v1 group here or one v2 group.
+    if limits_enforced {
+        use sandbox_policy::{Limit, LimitSource, Limits};
+        let limit = |value| {
+            Some(Limit {
+                value,
+                source: LimitSource::Flag,
+            })
+        };
+        let limits = Limits {
+            memory: limit(1 << 30),
+            pids: limit(512),
+            cpu_millis: limit(1000),
+            ..Limits::default()
+        };
+        let machine = sandbox_host::limits::probe();
+        let plan = sandbox_policy::compile::limits::plan(&limits, &machine);
+        let journal = dir.path().join("journal");
+        let mut samples: Vec<Duration> = (0..ROUNDS * PER_ROUND * 4)
+            .map(|_| {
+                let start = Instant::now();
+                let groups = sandbox_host::limits::Groups::create(&plan, &machine, Some(&journal))
+                    .unwrap()
+                    .unwrap();
+                drop(groups);
+                start.elapsed()
+            })
+            .collect();
+        samples.sort();
+        println!(
+            "cgroups: create + remove ({} groups, journal record included): median {:.3}ms, \
+             p90 {:.3}ms ({} samples)",
+            plan.groups(&machine).len(),
+            percentile(&samples, 0.5).as_secs_f64() * 1e3,
+            percentile(&samples, 0.9).as_secs_f64() * 1e3,
+            samples.len()
+        );
+    } else {
+        skipped.push("resource limits: this machine enforces none for this user".into());
     }
     for s in skipped {
         println!("skipped: {s}");
