@@ -178,10 +178,7 @@ pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> V
         (Controller::Cpu, l.cpu_millis),
     ];
     if matches!(kind, BackendKind::Lima | BackendKind::Boxlite) {
-        let (cpus, mib) = limits::vm_size(
-            l.cpu_millis.map(|c| c.value),
-            l.memory.map(|m| m.value),
-        );
+        let (cpus, mib) = limits::vm_size(l.cpu_millis.map(|c| c.value), l.memory.map(|m| m.value));
         return vec![format!(
             "the VM's size: cpus {}, memory {} (the VM's own kernel bounds what runs in it; \
              --pids does not apply)",
@@ -190,7 +187,9 @@ pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> V
         )];
     }
     if !on_host_kernel(kind) {
-        return vec![format!("none: the {kind} backend limits nothing (no sandbox)")];
+        return vec![format!(
+            "none: the {kind} backend limits nothing (no sandbox)"
+        )];
     }
     asked
         .into_iter()
@@ -203,14 +202,20 @@ pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> V
                     describe(controller, limit.value),
                     limit.source.as_str()
                 );
-                match (plan.get(controller), plan.unenforced.iter().find(|u| u.controller == controller)) {
+                match (
+                    plan.get(controller),
+                    plan.unenforced.iter().find(|u| u.controller == controller),
+                ) {
                     (Some(e), _) => format!(
                         "{what}: {} group below {}",
                         e.mechanism.as_str(),
                         e.parent.display()
                     ),
                     (None, Some(u)) if limit.source.requested() => {
-                        format!("{what}: NOT ENFORCEABLE here, the run is refused: {}; {}", u.why, u.how)
+                        format!(
+                            "{what}: NOT ENFORCEABLE here, the run is refused: {}; {}",
+                            u.why, u.how
+                        )
                     }
                     (None, Some(u)) => format!("{what}: not enforced here: {}", u.why),
                     (None, None) => what,

@@ -115,7 +115,11 @@ impl LimaSettings {
 
     /// [`Self::plan`], with a run's resource limits sizing the VM where the project's
     /// overrides do not ([`Overrides::with_limits`]).
-    pub fn plan_with(&self, view: &View, limits: &sandbox_policy::Limits) -> Result<Plan, LimaError> {
+    pub fn plan_with(
+        &self,
+        view: &View,
+        limits: &sandbox_policy::Limits,
+    ) -> Result<Plan, LimaError> {
         let views = self.views();
         let project = views.project_of(&view.task_worktree)?;
         let mut all = views.list(Some(&project))?;

@@ -39,18 +39,15 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
     // The resource limits, each with the mechanism a run here gets (or why none).
-    let limits = sandbox_host::limits::plan_for(
-        policy,
-        session.kind,
-        &sandbox_host::limits::probe(),
-    );
+    let limits =
+        sandbox_host::limits::plan_for(policy, session.kind, &sandbox_host::limits::probe());
     let limits_refused =
         sandbox_host::limits::check(&limits, session.kind, args.sandbox.allow_degraded).err();
     let refused = match &enforcement {
         Err(e) => Some(e.to_string()),
-        Ok(_) if limits_refused.is_some() => limits_refused.as_ref().map(|e| {
-            format!("{e} (pass --allow-degraded to run anyway)")
-        }),
+        Ok(_) if limits_refused.is_some() => limits_refused
+            .as_ref()
+            .map(|e| format!("{e} (pass --allow-degraded to run anyway)")),
         Ok(e) if !e.gaps.is_empty() && !args.sandbox.allow_degraded => Some(format!(
             "this kernel cannot enforce: {} (pass --allow-degraded to run anyway)",
             e.gaps.join("; ")
@@ -342,7 +339,11 @@ fn human(
             .unwrap_or_else(|| "none".into())
     );
     for (i, line) in limits.iter().enumerate() {
-        let _ = writeln!(s, "{}{line}", if i == 0 { "limits    " } else { "          " });
+        let _ = writeln!(
+            s,
+            "{}{line}",
+            if i == 0 { "limits    " } else { "          " }
+        );
     }
     if let Some(home) = &p.fs.home {
         let layers: u64 = home

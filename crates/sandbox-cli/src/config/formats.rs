@@ -76,8 +76,7 @@ format!(
 
 format!(
     CPUS,
-    "off|[0-9]{1,4}([.][0-9]{1,3})?",
-    "a number of CPUs such as 0.5 or 2, or off"
+    "off|[0-9]{1,4}([.][0-9]{1,3})?", "a number of CPUs such as 0.5 or 2, or off"
 );
 
 /// The JSON Schema of a string in `format`.

@@ -26,7 +26,10 @@ const PYTHON: &str = "/usr/bin/python3";
 fn cannot_enforce(env: &Env) -> Option<String> {
     let out = env.cmd().args(["doctor", "--json"]).output().unwrap();
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let lines = report["limits"]["lines"].as_array().cloned().unwrap_or_default();
+    let lines = report["limits"]["lines"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let missing: Vec<String> = lines
         .iter()
         .filter_map(|l| l.as_str())
@@ -131,7 +134,12 @@ fn a_fork_loop_stops_at_the_process_limit() {
     );
     assert_eq!(limited.status.code(), Some(0), "{}", text(&limited));
     assert!(n < 32, "the loop forked {n} times under --pids 32");
-    assert_eq!(errno, libc::EAGAIN, "the kernel refused the fork: {}", text(&limited));
+    assert_eq!(
+        errno,
+        libc::EAGAIN,
+        "the kernel refused the fork: {}",
+        text(&limited)
+    );
     assert!(
         stderr(&limited).contains("reached its process limit (32 processes"),
         "{}",
@@ -168,7 +176,12 @@ fn an_allocation_loop_is_killed_at_the_memory_limit() {
         .args(["run", "--backend", "host", "--", PYTHON, "-c", ALLOCATE])
         .output()
         .unwrap();
-    assert_eq!(control.status.code(), Some(0), "control: {}", text(&control));
+    assert_eq!(
+        control.status.code(),
+        Some(0),
+        "control: {}",
+        text(&control)
+    );
     assert!(stdout(&control).contains("allocated"));
 
     let mut outside = std::process::Command::new("/bin/sleep")
@@ -184,7 +197,11 @@ fn an_allocation_loop_is_killed_at_the_memory_limit() {
         .output()
         .unwrap();
     assert_eq!(limited.status.code(), Some(137), "{}", text(&limited));
-    assert!(!stdout(&limited).contains("allocated"), "{}", text(&limited));
+    assert!(
+        !stdout(&limited).contains("allocated"),
+        "{}",
+        text(&limited)
+    );
     assert!(
         stderr(&limited).contains("hit the memory limit (64 MiB"),
         "{}",
@@ -205,7 +222,10 @@ fn an_allocation_loop_is_killed_at_the_memory_limit() {
         peak > 16 << 20 && peak <= 64 << 20,
         "peak memory {peak} within the limit: {report}"
     );
-    assert!(usage["peakProcesses"].as_u64().unwrap_or(1) >= 1, "{report}");
+    assert!(
+        usage["peakProcesses"].as_u64().unwrap_or(1) >= 1,
+        "{report}"
+    );
 }
 
 /// A fixed amount of work, then the CPU time the kernel accounted to it (times(2)) over the
@@ -262,12 +282,19 @@ fn a_cpu_hog_gets_about_half_a_core_under_cpus_half() {
         "cpu: --cpus 0.5 gave {ratio:.3} of a core ({throttled} periods throttled); \
          unlimited {free:.3}"
     ));
-    assert!(ratio <= 0.65, "--cpus 0.5 gave {ratio} of a core: {}", text(&limited));
+    assert!(
+        ratio <= 0.65,
+        "--cpus 0.5 gave {ratio} of a core: {}",
+        text(&limited)
+    );
     // Where the machine gave the unlimited hog most of a core, the limit is what held the
     // limited one back: the kernel throttled it, and it got near its half. On a machine
     // busy enough that nothing gets half a core the upper bound is all that can be judged.
     if free > 0.8 {
-        assert!(throttled > 0, "the kernel never throttled the run: {report}");
+        assert!(
+            throttled > 0,
+            "the kernel never throttled the run: {report}"
+        );
         assert!(ratio >= 0.3, "far below the limit: {}", text(&limited));
     }
 }
@@ -300,10 +327,21 @@ fn a_killed_runs_groups_are_removed_by_the_next_run() {
     let Some(env) = enforcing_env() else { return };
     let mut run = env
         .cmd()
-        .args(["run", "--pids", "50", "--", "sh", "-c", "touch started; exec sleep 600"])
+        .args([
+            "run",
+            "--pids",
+            "50",
+            "--",
+            "sh",
+            "-c",
+            "touch started; exec sleep 600",
+        ])
         .spawn()
         .unwrap();
-    assert!(wait_for(&env.work().join("started"), Duration::from_secs(30)));
+    assert!(wait_for(
+        &env.work().join("started"),
+        Duration::from_secs(30)
+    ));
     let found = records(&env.path().join("run"));
     assert_eq!(found.len(), 1, "one record: {found:?}");
     let record: serde_json::Value =
@@ -314,7 +352,10 @@ fn a_killed_runs_groups_are_removed_by_the_next_run() {
         .iter()
         .map(|g| PathBuf::from(g.as_str().unwrap()))
         .collect();
-    assert!(!groups.is_empty() && groups.iter().all(|g| g.is_dir()), "{groups:?}");
+    assert!(
+        !groups.is_empty() && groups.iter().all(|g| g.is_dir()),
+        "{groups:?}"
+    );
     run.kill().unwrap();
     run.wait().unwrap();
     assert!(groups.iter().all(|g| g.is_dir()), "left behind by the kill");
@@ -400,8 +441,14 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
     );
     assert_eq!(asked.status.code(), Some(125), "{}", text(&asked));
     let message = stderr(&asked);
-    assert!(message.contains("--pids 32 processes (flag) cannot be enforced"), "{message}");
-    assert!(message.contains("not writable"), "which mechanism is missing: {message}");
+    assert!(
+        message.contains("--pids 32 processes (flag) cannot be enforced"),
+        "{message}"
+    );
+    assert!(
+        message.contains("not writable"),
+        "which mechanism is missing: {message}"
+    );
     assert!(message.contains("delegation"), "how to get it: {message}");
     assert!(message.contains("--allow-degraded"), "{message}");
 

@@ -206,7 +206,10 @@ fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut
         .collect();
     if enabled.is_empty() {
         let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-        machine.v2_why_not = if available.split_whitespace().any(|c| controller_named(c).is_some()) {
+        machine.v2_why_not = if available
+            .split_whitespace()
+            .any(|c| controller_named(c).is_some())
+        {
             format!(
                 "this process's group {} has the controllers ({}) but does not enable them for \
                  groups below it (cgroup.subtree_control; a group with processes in it cannot)",
@@ -235,13 +238,14 @@ fn probe_v1(
         .iter()
         .find(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
     else {
-        return Err(format!("no v1 hierarchy with the {name} controller is mounted"));
+        return Err(format!(
+            "no v1 hierarchy with the {name} controller is mounted"
+        ));
     };
-    let Some((_, path)) = own
-        .iter()
-        .find(|(c, _)| c.iter().any(|c| c == name))
-    else {
-        return Err(format!("this process has no group in the v1 {name} hierarchy"));
+    let Some((_, path)) = own.iter().find(|(c, _)| c.iter().any(|c| c == name)) else {
+        return Err(format!(
+            "this process has no group in the v1 {name} hierarchy"
+        ));
     };
     let dir = group_dir(mount, path).ok_or_else(|| {
         format!(
@@ -258,8 +262,7 @@ fn probe_v1(
     }
     Ok(V1Parent {
         controller,
-        memsw: controller == Controller::Memory
-            && dir.join("memory.memsw.limit_in_bytes").exists(),
+        memsw: controller == Controller::Memory && dir.join("memory.memsw.limit_in_bytes").exists(),
         dir,
     })
 }
@@ -352,7 +355,11 @@ impl RunGroups {
     /// Creates the groups of `plan` below their parents, writes their limits and opens their
     /// `cgroup.procs`; the record in `journal` (when given) names them first, so a crash
     /// right after leaves nothing unnamed. A failure removes what was made.
-    pub fn create(plan: &LimitsPlan, machine: &Machine, journal: Option<&Path>) -> Result<RunGroups, HostError> {
+    pub fn create(
+        plan: &LimitsPlan,
+        machine: &Machine,
+        journal: Option<&Path>,
+    ) -> Result<RunGroups, HostError> {
         let name = group_name();
         let planned = plan.groups(machine);
         let dirs: Vec<PathBuf> = planned.iter().map(|g| g.parent.join(&name)).collect();
@@ -417,11 +424,12 @@ impl RunGroups {
                     (Mechanism::CgroupV1, Controller::Memory) => {
                         usage.oom_kills = read(dir, "memory.oom_control")
                             .and_then(|t| limits::keyed(&t, "oom_kill"));
-                        usage.peak_memory_bytes = read(dir, "memory.max_usage_in_bytes")
-                            .and_then(|t| limits::single(&t));
+                        usage.peak_memory_bytes =
+                            read(dir, "memory.max_usage_in_bytes").and_then(|t| limits::single(&t));
                     }
                     (_, Controller::Pids) => {
-                        usage.peak_processes = read(dir, "pids.peak").and_then(|t| limits::single(&t));
+                        usage.peak_processes =
+                            read(dir, "pids.peak").and_then(|t| limits::single(&t));
                         usage.pids_limit_hits =
                             read(dir, "pids.events").and_then(|t| limits::keyed(&t, "max"));
                     }

@@ -435,9 +435,16 @@ fn the_runs_limits_size_the_vm() {
     };
     let o = Overrides::default().with_limits(&limits);
     let (y, _repo) = generated(Platform::Linux, &ImageChoice::Ubuntu, &o);
-    assert_eq!((y.cpus, y.memory.as_str()), (2, "3GiB"), "a VM has whole CPUs");
+    assert_eq!(
+        (y.cpus, y.memory.as_str()),
+        (2, "3GiB"),
+        "a VM has whole CPUs"
+    );
     let text = y.to_yaml();
-    assert!(text.contains("cpus: 2") && text.contains("memory: 3GiB"), "{text}");
+    assert!(
+        text.contains("cpus: 2") && text.contains("memory: 3GiB"),
+        "{text}"
+    );
     assert!(documented("cpus") && documented("memory"));
     assert!(CONTRACT.contains("memory: null") && CONTRACT.contains("\"4GiB\""));
     let odd = Limits {

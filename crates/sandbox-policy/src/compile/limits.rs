@@ -160,7 +160,9 @@ pub fn parse_cpus(text: &str) -> Result<Option<u64>, String> {
         .parse()
         .map_err(|_| format!("{text:?} is not a number of CPUs (e.g. 0.5, 2, or off)"))?;
     if !value.is_finite() || value < 0.0 {
-        return Err(format!("{text:?} is not a number of CPUs (e.g. 0.5, 2, or off)"));
+        return Err(format!(
+            "{text:?} is not a number of CPUs (e.g. 0.5, 2, or off)"
+        ));
     }
     if value > 4096.0 {
         return Err(format!("{text:?}: at most 4096 CPUs"));
@@ -413,7 +415,9 @@ impl LimitsPlan {
     /// The limits the user asked for that cannot be enforced: the run is refused (125)
     /// unless degraded runs are allowed.
     pub fn refused(&self) -> impl Iterator<Item = &Unenforced> {
-        self.unenforced.iter().filter(|u| u.limit.source.requested())
+        self.unenforced
+            .iter()
+            .filter(|u| u.limit.source.requested())
     }
 
     /// The enforced limit of `controller`.
@@ -597,9 +601,15 @@ mod tests {
                 source: LimitSource::Default
             })
         );
-        let [m, p, _] = resolve([None, Some(Some(64)), None], [Some(Some(1 << 30)), None, None]);
+        let [m, p, _] = resolve(
+            [None, Some(Some(64)), None],
+            [Some(Some(1 << 30)), None, None],
+        );
         assert_eq!(m.map(|l| l.source), Some(LimitSource::Config));
-        assert_eq!(p.map(|l| (l.value, l.source)), Some((64, LimitSource::Flag)));
+        assert_eq!(
+            p.map(|l| (l.value, l.source)),
+            Some((64, LimitSource::Flag))
+        );
         // `off` in the config turns the default off; a flag turns a config limit off.
         let [_, p, _] = resolve([None, None, None], [None, Some(None), None]);
         assert_eq!(p, None);
