@@ -494,27 +494,40 @@ fn main() {
             .output()
             .unwrap();
         let elapsed = start.elapsed();
-        assert!(
-            out.status.success(),
-            "{argv:?} failed: {}\nstderr:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        elapsed
+        if out.status.success() {
+            Some(elapsed)
+        } else {
+            // Printed at once and counted; the bench goes on, so an intermittent failure is
+            // explained and its rate measured instead of ending the run.
+            eprintln!(
+                "FAILED RUN: {argv:?}: {}\nstderr:\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            None
+        }
     };
+    let mut failures: Vec<String> = Vec::new();
     // Warm-up: page cache, dynamic linker caches.
     for v in &variants {
         for _ in 0..5 {
-            run_once(&v.argv, &v.env);
+            if run_once(&v.argv, &v.env).is_none() {
+                failures.push(v.name.clone());
+            }
         }
     }
     for _ in 0..ROUNDS {
         for v in variants.iter_mut() {
             for _ in 0..PER_ROUND {
-                let d = run_once(&v.argv, &v.env);
-                v.samples.push(d);
+                match run_once(&v.argv, &v.env) {
+                    Some(d) => v.samples.push(d),
+                    None => failures.push(v.name.clone()),
+                }
             }
         }
+    }
+    for name in &failures {
+        println!("FAILED RUN (stderr above): {name}");
     }
     let mut medians = Vec::new();
     for v in variants.iter_mut() {
