@@ -474,7 +474,7 @@ fn main() {
         Err(e) => skipped.push(format!("sandbox hook: cannot start the daemon: {e}")),
     }
 
-    let run_once = |argv: &[String], env: &[(String, String)]| -> Duration {
+    let run_once = |argv: &[String], env: &[(String, String)]| -> Option<Duration> {
         let start = Instant::now();
         let out = Command::new(&argv[0])
             .args(&argv[1..])
