@@ -93,6 +93,10 @@ fn view_as_bwrap(sandbox: &str, task: &Path, home: &Path, runtime: &Path) -> Opt
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    // A variant whose every run failed has no samples (its failures are listed).
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
