@@ -306,6 +306,25 @@ pub struct SandboxArgs {
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub timeout: Option<Duration>,
 
+    /// Memory of all the command's processes together (e.g. 512M, 2G; `off`), enforced by
+    /// the kernel (cgroups): at the limit the kernel kills the command, which exits 137 and
+    /// sandbox says it hit the memory limit. Default: `limits.memory` in the config, else
+    /// none. Refused (125) where it cannot be enforced, unless --allow-degraded; `sandbox
+    /// doctor` says what this machine can enforce, `sandbox policy show` what a run gets.
+    #[arg(long, value_name = "SIZE", value_parser = parse_memory_arg)]
+    pub memory: Option<LimitArg>,
+
+    /// Processes and threads the command may have at once (`off` for no limit); a fork past
+    /// it fails (EAGAIN). Default: `limits.pids` in the config, else 4096, which stops a
+    /// fork bomb (enforced where the machine can: see `sandbox doctor`).
+    #[arg(long, value_name = "N", value_parser = parse_pids_arg)]
+    pub pids: Option<LimitArg>,
+
+    /// CPU time the command gets per second of wall time, in CPUs (0.5: half a core; `off`).
+    /// Default: `limits.cpus` in the config, else none.
+    #[arg(long, value_name = "F", value_parser = parse_cpus_arg)]
+    pub cpus: Option<LimitArg>,
+
     /// Start in this directory, which must resolve (symlinks and `..` followed on the real
     /// filesystem) inside the workdir; relative to the workdir.
     #[arg(long = "cd", value_name = "PATH")]
@@ -324,7 +343,9 @@ pub struct RunArgs {
 
     /// After the run, write what the sandbox did as JSON to PATH ('-': stderr): the exit
     /// code, and the git store updates applied to the repository and refused (`gitStore`;
-    /// `gitPush`: the same for each --allow-push remote). PATH is
+    /// `gitPush`: the same for each --allow-push remote), the resource limits with their
+    /// mechanism and what the run's cgroups counted (`limits.usage`: `peakMemoryBytes`,
+    /// `peakProcesses`, `oomKills`). PATH is
     /// replaced by a new file, never written through a link left there.
     #[arg(long, value_name = "PATH")]
     pub report_json: Option<PathBuf>,
@@ -509,6 +530,29 @@ pub fn missing_separator_hint(argv: &[String], invalid: &str) -> Option<String> 
         quoted[1..at].join(" "),
         quoted[at..].join(" ")
     ))
+}
+
+/// A resource limit's value from a flag: `None` is `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LimitArg(pub Option<u64>);
+
+fn parse_memory_arg(s: &str) -> Result<LimitArg, String> {
+    sandbox_policy::compile::limits::parse_memory(s).map(LimitArg)
+}
+
+fn parse_pids_arg(s: &str) -> Result<LimitArg, String> {
+    sandbox_policy::compile::limits::parse_pids(s).map(LimitArg)
+}
+
+fn parse_cpus_arg(s: &str) -> Result<LimitArg, String> {
+    sandbox_policy::compile::limits::parse_cpus(s).map(LimitArg)
+}
+
+impl SandboxArgs {
+    /// The resource limit flags (memory, pids, cpus), as the assembly takes them.
+    pub fn resources(&self) -> [Option<Option<u64>>; 3] {
+        [self.memory, self.pids, self.cpus].map(|l| l.map(|l| l.0))
+    }
 }
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

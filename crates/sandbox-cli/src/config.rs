@@ -21,8 +21,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use formats::{
-    CredentialFormat, DurationFormat, EnvMapFormat, EnvNameFormat, HomeScopeFormat, PathFormat,
-    PortFormat, ToolchainFormat,
+    CpusFormat, CredentialFormat, DurationFormat, EnvMapFormat, EnvNameFormat, HomeScopeFormat,
+    PathFormat, PortFormat, SizeFormat, ToolchainFormat,
 };
 
 /// The whole configuration schema. Every key is optional.
@@ -70,6 +70,16 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<DurationFormat>")]
     pub timeout: Option<String>,
+    /// Resource limits of every run on this machine's kernel (native, nono, custom; VM
+    /// backends size their VM from `memory` and `cpus`): the `--memory`, `--pids` and
+    /// `--cpus` flags override them.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "is_default"
+    )]
+    #[schemars(with = "Option<LimitsConfig>")]
+    pub limits: LimitsConfig,
     /// Sandbox views (VM backends).
     #[serde(
         default,
@@ -161,6 +171,43 @@ where
         Some(OneOrMany::One(v)) => Some(vec![v]),
         Some(OneOrMany::Many(v)) => Some(v),
     })
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Memory of all a run's processes together (`512M`, `2G`, `off`); default none. At the
+    /// limit the kernel kills the command (exit 137).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<SizeFormat>")]
+    pub memory: Option<String>,
+    /// Processes and threads a run may have at once (0: no limit); default 4096, which
+    /// stops a fork bomb.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 4194304))]
+    pub pids: Option<u64>,
+    /// CPUs' worth of time a run gets (`0.5`, `2`, `off`); default none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<CpusFormat>")]
+    pub cpus: Option<String>,
+}
+
+impl LimitsConfig {
+    /// The configured limits (memory bytes, pids, thousandths of a CPU); `Some(None)` is
+    /// `off`, `None` not set.
+    pub fn resources(&self) -> Result<[Option<Option<u64>>; 3], String> {
+        use sandbox_policy::compile::limits::{parse_cpus, parse_memory};
+        let memory = match &self.memory {
+            Some(m) => Some(parse_memory(m).map_err(|e| format!("limits.memory: {e}"))?),
+            None => None,
+        };
+        let cpus = match &self.cpus {
+            Some(c) => Some(parse_cpus(c).map_err(|e| format!("limits.cpus: {e}"))?),
+            None => None,
+        };
+        let pids = self.pids.map(|n| (n > 0).then_some(n));
+        Ok([memory, pids, cpus])
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -416,6 +463,18 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
         humantime::parse_duration(t)
             .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
     }
+    if let Some(m) = &config.limits.memory {
+        check("limits.memory", m, &formats::SIZE)?;
+    }
+    if let Some(c) = &config.limits.cpus {
+        check("limits.cpus", c, &formats::CPUS)?;
+    }
+    if config.limits.pids.is_some_and(|n| n > 4_194_304) {
+        return Err(invalid(
+            "key `limits.pids`: at most 4194304 (0: no limit)".into(),
+        ));
+    }
+    config.limits.resources().map_err(invalid)?;
     if let Some(mib) = config.backends.native.git_store_size_mib {
         if !(1..=1 << 20).contains(&mib) {
             return Err(invalid(format!(
@@ -491,6 +550,9 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     base.env.pass.extend(over.env.pass);
     base.env.set.extend(over.env.set);
     opt(&mut base.timeout, over.timeout);
+    opt(&mut base.limits.memory, over.limits.memory);
+    opt(&mut base.limits.pids, over.limits.pids);
+    opt(&mut base.limits.cpus, over.limits.cpus);
     opt(&mut base.views.root, over.views.root);
     opt(&mut base.service.hook_port, over.service.hook_port);
     opt(

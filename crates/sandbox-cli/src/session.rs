@@ -109,6 +109,7 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         allow_domains: config.network.allow_domains.clone(),
         credentials: config.credentials.clone(),
         timeout,
+        resources: config.limits.resources().map_err(Failure::setup)?,
         hook_port: config.service.hook_port,
         home: home_settings(ctx, &[], false),
     })
@@ -302,6 +303,7 @@ impl Session {
             allow_domains: args.allow_domain.clone(),
             credentials: args.credential.clone(),
             timeout: args.timeout,
+            resources: args.resources(),
             unprotected_git: args.unprotected_git,
             push_remotes: args.allow_push.clone(),
             tmpdir: runs_command.then(|| TmpdirRequest {
@@ -439,6 +441,23 @@ impl Session {
         for downgrade in &run.enforcement().downgrades {
             eprintln!("sandbox: notice: {}: {downgrade}", self.kind);
         }
+        // A resource limit this machine cannot enforce: the default one is said (never
+        // dropped silently); one asked for only runs degraded (else `prepare` refused).
+        for missing in &run.limits().unenforced {
+            if missing.limit.source.requested() {
+                eprintln!(
+                    "sandbox: warning: {} is running degraded: {}",
+                    self.kind,
+                    missing.message()
+                );
+            } else {
+                eprintln!(
+                    "sandbox: notice: {}: the default process limit ({}) is not enforced \
+                     here: {} (`sandbox doctor`; `limits.pids: 0` silences this)",
+                    self.kind, missing.limit.value, missing.why
+                );
+            }
+        }
         let gaps = &run.enforcement().gaps;
         if allow_degraded && !gaps.is_empty() {
             eprintln!(
@@ -491,6 +510,18 @@ impl Session {
 pub fn report(finished: &Finished) {
     if let Some(e) = finished.setup_error() {
         eprintln!("{}", crate::exit::red_on_terminal(&format!("sandbox: {e}")));
+    }
+    // From the run's cgroup counters: the kernel's count of OOM kills, of refused forks.
+    if let Some(limits) = &finished.limits {
+        if let Some(line) = limits.memory_limit_message() {
+            eprintln!(
+                "{}",
+                crate::exit::red_on_terminal(&format!("sandbox: {line}"))
+            );
+        }
+        if let Some(line) = limits.pids_limit_message() {
+            eprintln!("sandbox: notice: {line}");
+        }
     }
     let launcher_failed = matches!(finished.end, RunEnd::Launcher { .. });
     for (i, line) in finished.warnings().into_iter().enumerate() {

@@ -212,6 +212,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         options.setup.clone(),
         ExecImage::new(spec, &resolved)?,
     );
+    prelude.cgroups = options.cgroups.clone();
     let handoff = std::sync::Arc::new(Handoff::default());
     prelude.handoff = Some(handoff.clone());
     let context = ChildContext {

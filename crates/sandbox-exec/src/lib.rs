@@ -12,6 +12,7 @@
 //! * a command the caller only starts and waits for runs without an async runtime and without
 //!   copying the caller's memory ([`direct`]).
 
+pub mod cgroups;
 pub mod direct;
 pub mod error;
 pub mod output;
@@ -27,6 +28,7 @@ pub mod spawn;
 pub mod spec;
 pub mod status;
 
+pub use cgroups::JoinCgroups;
 pub use direct::{spawn_direct, DirectChild, SignalPipe};
 pub use error::ExecError;
 pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};

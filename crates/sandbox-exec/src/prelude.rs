@@ -1,6 +1,8 @@
 //! The child prelude: what every spawn path ([`crate::spawn`], [`crate::direct`],
 //! [`crate::pty`]) does in the child between fork and exec, in one place and one order.
 //!
+//! 0. when the run has cgroups ([`crate::JoinCgroups`]), the child writes itself into them,
+//!    before anything else (and before a user namespace would take the right to);
 //! 1. `setsid(2)`: the child leads its own session and process group (no controlling terminal
 //!    of ours, so TIOCSTI on the user's terminal is refused; `killpg` reaches every
 //!    descendant);
@@ -160,6 +162,8 @@ pub(crate) struct Prelude {
     /// Set by the direct path: after a pid namespace split, init and the command become the
     /// caller's children and their pids are left here ([`crate::pidns`]).
     pub handoff: Option<Arc<Handoff>>,
+    /// The run's cgroups, joined first.
+    pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
 }
 
 impl Prelude {
@@ -178,11 +182,15 @@ impl Prelude {
             setup,
             exec,
             handoff: None,
+            cgroups: None,
         }
     }
 
     /// Child side: runs every step. Async-signal safe.
     pub(crate) fn run(&self) -> Result<(), SetupFailure> {
+        if let Some(cgroups) = &self.cgroups {
+            cgroups.join()?;
+        }
         // SAFETY: setsid(2) takes no arguments.
         if unsafe { libc::setsid() } < 0 {
             return Err(SetupFailure::last(SetupStep::NewSession));

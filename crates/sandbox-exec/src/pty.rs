@@ -40,6 +40,8 @@ pub struct PtyOptions {
     /// [`crate::SpawnOptions::die_with_parent`]: the runtime driving [`run_interactive`] must
     /// run on a thread that lives as long as the session (the CLI's main thread).
     pub die_with_parent: bool,
+    /// The run's cgroups, as [`crate::SpawnOptions::cgroups`].
+    pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
 }
 
 /// Puts a terminal in raw mode and restores it when dropped.
@@ -139,6 +141,7 @@ pub async fn run_interactive(
         options.setup.clone(),
         ExecImage::new(spec, &resolved)?,
     );
+    prelude.cgroups = options.cgroups.clone();
     // stdin is the pty slave; the child makes it its controlling terminal.
     prelude.controlling_terminal = true;
     // SAFETY: runs between fork and exec; the prelude only makes async-signal-safe calls

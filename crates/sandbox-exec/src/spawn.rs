@@ -112,6 +112,8 @@ pub enum SetupStep {
     /// Binding the network namespace's listeners on `127.0.0.1` and handing them to the
     /// supervisor (detail: the port).
     NetListeners = 20,
+    /// Writing the child into the run's cgroups (`cgroup.procs`).
+    JoinCgroup = 21,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -140,6 +142,7 @@ impl SetupStep {
             SetupStep::NetListeners => {
                 "binding the network namespace's listeners and handing them over"
             }
+            SetupStep::JoinCgroup => "joining the run's cgroup (the resource limits)",
             SetupStep::Other => "child setup",
         }
     }
@@ -165,6 +168,7 @@ impl SetupStep {
             SetupStep::ProcMount,
             SetupStep::NetLoopback,
             SetupStep::NetListeners,
+            SetupStep::JoinCgroup,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -252,6 +256,8 @@ pub struct SpawnOptions {
     /// crashed or `kill -9`ed owner does not leave it running. Only for owners that spawn from
     /// a thread living as long as the run (the CLI's main thread), never from a pool thread.
     pub die_with_parent: bool,
+    /// The run's cgroups, joined by the child before any other step (the resource limits).
+    pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
 }
 
 impl Default for SpawnOptions {
@@ -264,6 +270,7 @@ impl Default for SpawnOptions {
             kill_grace: process_group::DEFAULT_KILL_GRACE,
             drain_timeout: Duration::from_millis(500),
             die_with_parent: false,
+            cgroups: None,
         }
     }
 }
@@ -276,6 +283,7 @@ impl std::fmt::Debug for SpawnOptions {
             .field("setup", &self.setup.as_ref().map(|s| s.name().to_string()))
             .field("kill_grace", &self.kill_grace)
             .field("drain_timeout", &self.drain_timeout)
+            .field("cgroups", &self.cgroups)
             .finish()
     }
 }
@@ -333,12 +341,13 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
     cmd.stdout(out).stderr(err);
 
     let report = SetupReport::new()?;
-    let prelude = Prelude::new(
+    let mut prelude = Prelude::new(
         &report,
         options.die_with_parent,
         options.setup.clone(),
         ExecImage::new(spec, &resolved)?,
     );
+    prelude.cgroups = options.cgroups.clone();
     // SAFETY: the closure runs in the forked child before exec; the prelude only makes
     // async-signal-safe calls (see crate::prelude). `prelude` was built before fork and is
     // only read here.

@@ -25,6 +25,8 @@ pub struct Defaults {
     /// `credentials:` in the configuration (names).
     pub credentials: Vec<String>,
     pub timeout: Option<Duration>,
+    /// The configuration's resource limits (memory, pids, cpu): `Some(None)` is `off`.
+    pub resources: [Option<Option<u64>>; 3],
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
     /// The private home's settings (`home:`, `toolchains:`, `caches:`), for the backends that
@@ -49,6 +51,9 @@ pub struct Request {
     pub credentials: Vec<String>,
     /// Overrides the default timeout.
     pub timeout: Option<Duration>,
+    /// Resource limits over the configuration's (memory bytes, pids, thousandths of a CPU):
+    /// `Some(None)` is `off`.
+    pub resources: [Option<Option<u64>>; 3],
     pub unprotected_git: bool,
     /// `--allow-push`: local remotes (paths or names) a push from inside may reach.
     pub push_remotes: Vec<String>,
@@ -223,6 +228,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         credentials,
         env,
         timeout: request.timeout.or(defaults.timeout),
+        resources: sandbox_policy::compile::limits::resolve(request.resources, defaults.resources),
         unprotected_git: request.unprotected_git,
         push_remotes: request.push_remotes.clone(),
         tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),

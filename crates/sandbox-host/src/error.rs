@@ -13,6 +13,21 @@ pub enum HostError {
     #[error(transparent)]
     Policy(#[from] sandbox_policy::PolicyError),
 
+    /// A resource limit that was asked for cannot be enforced on this machine (fail closed).
+    #[error("{backend}: resource limits: {}", .missing.join("; "))]
+    LimitsUnenforceable {
+        backend: BackendKind,
+        missing: Vec<String>,
+    },
+
+    /// The run's cgroup could not be created or set.
+    #[error("resource limits: {what} {path}: {cause}", path = .path.display())]
+    Cgroup {
+        what: &'static str,
+        path: PathBuf,
+        cause: String,
+    },
+
     /// The private home (or its toolchains, cache layers) could not be set up.
     #[error("private home {path}: {cause}", path = .path.display())]
     Home { path: PathBuf, cause: String },

@@ -27,6 +27,7 @@ pub mod gitguard;
 pub mod home;
 pub mod journal;
 pub mod layers;
+pub mod limits;
 #[cfg(target_os = "linux")]
 pub mod linux;
 pub mod net;

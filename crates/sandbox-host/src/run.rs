@@ -74,6 +74,9 @@ pub struct Run {
     journal: Option<PathBuf>,
     /// The checks of killed runs of this worktree, done before this one prepared.
     recovered: Vec<Recovered>,
+    /// What this machine offers for resource limits, and the run's limits on it.
+    machine: sandbox_policy::compile::limits::Machine,
+    limits: sandbox_policy::compile::limits::LimitsPlan,
 }
 
 impl std::fmt::Debug for Run {
@@ -125,9 +128,21 @@ impl Run {
             .as_deref()
             .map(|dir| crate::journal::recover(dir, &policy.workspace.root))
             .unwrap_or_default();
+        // The cgroups of killed runs (any worktree's: a group is no worktree's).
+        if let Some(dir) = &journal {
+            crate::limits::recover(dir);
+        }
         if let Some(home) = &policy.fs.home {
             crate::home::check_cap(home)?;
         }
+        // The resource limits fail closed before anything is prepared.
+        let machine = if crate::limits::on_host_kernel(kind) {
+            crate::limits::probe()
+        } else {
+            Default::default()
+        };
+        let limits = crate::limits::plan_for(&policy, kind, &machine);
+        crate::limits::check(&limits, kind, options.allow_degraded)?;
         let session = backends.prepare(kind, &policy, options, progress)?;
         Ok(Run {
             kind,
@@ -137,6 +152,8 @@ impl Run {
             _home: home,
             journal,
             recovered,
+            machine,
+            limits,
         })
     }
 
@@ -151,7 +168,15 @@ impl Run {
             _home: None,
             journal: None,
             recovered: Vec::new(),
+            machine: Default::default(),
+            limits: Default::default(),
         }
+    }
+
+    /// The run's resource limits, each with the mechanism that enforces it on this machine
+    /// (or why none can).
+    pub fn limits(&self) -> &sandbox_policy::compile::limits::LimitsPlan {
+        &self.limits
     }
 
     /// The after-run checks of killed runs of this worktree, done when this run prepared
@@ -189,7 +214,12 @@ impl Run {
             std::env::vars_os(),
         )?;
         spec.timeout = command.timeout.or(self.policy.limits.timeout);
-        let command = self.session.command(spec)?;
+        let mut command = self.session.command(spec)?;
+        // The command's cgroups, named in the journal before they exist; its child joins
+        // them before anything else.
+        let groups =
+            crate::limits::Groups::create(&self.limits, &self.machine, self.journal.as_deref())?;
+        command.cgroups = groups.as_ref().and_then(|g| g.join());
         // The record exists before any process of the command does.
         let journal = match (&self.journal, command.journal_parts()) {
             (Some(dir), Some((layout, gitdir, quarantined))) => Some(
@@ -208,7 +238,11 @@ impl Run {
             ),
             _ => None,
         };
-        Ok(Armed { command, journal })
+        Ok(Armed {
+            command,
+            journal,
+            groups,
+        })
     }
 
     /// Removes the private TMPDIR now (dropping the run does too, silently).
@@ -226,6 +260,8 @@ pub struct Armed {
     command: PreparedCommand,
     /// Removed once the command finished (or never started).
     journal: Option<JournalEntry>,
+    /// The command's cgroups, removed once it finished (or never started).
+    groups: Option<crate::limits::Groups>,
 }
 
 /// Why [`Armed::spawn`] started nothing, and the command already finished (none of its
@@ -255,6 +291,7 @@ impl Armed {
         Live {
             command: self.command,
             journal: self.journal,
+            groups: self.groups,
         }
     }
 
@@ -321,6 +358,7 @@ impl Armed {
 pub struct Live {
     command: PreparedCommand,
     journal: Option<JournalEntry>,
+    groups: Option<crate::limits::Groups>,
 }
 
 impl Live {
@@ -329,7 +367,12 @@ impl Live {
     /// were reaped ([`Reaper::reap_when_idle`]), [`Finished::recheck`] names the git layout to
     /// check again once they are gone ([`recheck`]).
     pub fn finish(self, outcome: Option<ExitOutcome>, reaped: Reaped) -> Finished {
-        let finished = self.command.finish(outcome, reaped.complete);
+        // The counters first, while the groups exist (every process of the command is gone).
+        let limits = self.groups.as_ref().map(|g| g.report());
+        let mut finished = self.command.finish(outcome, reaped.complete);
+        finished.limits = limits;
+        // Removed with any process still in them (an orphan the daemon could not reap yet).
+        drop(self.groups);
         // The checks are done: the record goes.
         drop(self.journal);
         finished

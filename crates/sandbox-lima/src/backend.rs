@@ -113,6 +113,16 @@ impl LimaSettings {
     /// What the project of `view` would run: its instance name and the YAML for all of its
     /// views. Needs no `limactl` (`sandbox lima config` shows it on a machine without Lima).
     pub fn plan(&self, view: &View) -> Result<Plan, LimaError> {
+        self.plan_with(view, &sandbox_policy::Limits::default())
+    }
+
+    /// [`Self::plan`], with a run's resource limits sizing the VM where the project's
+    /// overrides do not ([`Overrides::with_limits`]).
+    pub fn plan_with(
+        &self,
+        view: &View,
+        limits: &sandbox_policy::Limits,
+    ) -> Result<Plan, LimaError> {
         let views = self.views();
         let project = views.project_of(&view.task_worktree)?;
         let mut all = views.list(Some(&project))?;
@@ -121,7 +131,7 @@ impl LimaSettings {
         }
         let instance = vm::instance_name(&view.project, &view.common_dir);
         let overrides_path = self.overrides_dir.join(format!("{instance}.yaml"));
-        let overrides = self.overrides(&overrides_path)?;
+        let overrides = self.overrides(&overrides_path)?.with_limits(limits);
         let (mounts, layouts) = mounts::project_mounts(&all)?;
         let image = self.image()?;
         let yaml = yaml::generate(&yaml::Inputs {
@@ -143,8 +153,17 @@ impl LimaSettings {
 
     /// The project of `view`: its VM (through `limactl`) and the YAML for all of its views.
     pub fn project(&self, view: &View) -> Result<Project, LimaError> {
+        self.project_with(view, &sandbox_policy::Limits::default())
+    }
+
+    /// [`Self::project`] for a run with these resource limits.
+    pub fn project_with(
+        &self,
+        view: &View,
+        limits: &sandbox_policy::Limits,
+    ) -> Result<Project, LimaError> {
         let limactl = self.limactl()?;
-        let plan = self.plan(view)?;
+        let plan = self.plan_with(view, limits)?;
         Ok(Project {
             vm: Vm::new(limactl, plan.instance),
             views: plan.views,
@@ -366,7 +385,7 @@ fn prepare(
     sink(VmEvent::Done {
         step: "preparing the sandbox view",
     });
-    let project = settings.project(&view)?;
+    let project = settings.project_with(&view, &policy.limits)?;
     // Every mount is virtiofs (the overrides refuse any other mountType); for a QEMU VM, Lima
     // serves it with a virtiofsd of the host's, which must be there before a VM is made.
     if project.yaml.vm_type == "qemu" {

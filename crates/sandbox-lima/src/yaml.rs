@@ -167,6 +167,29 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// The run's resource limits (`--cpus`, `--memory`, `limits:`) size the VM where the
+    /// project's own overrides do not: whole CPUs, rounded up (a VM has no half CPU), and the
+    /// memory in MiB, rounded up.
+    pub fn with_limits(&self, limits: &sandbox_policy::Limits) -> Overrides {
+        let mut o = self.clone();
+        if o.cpus.is_none() {
+            o.cpus = limits
+                .cpu_millis
+                .map(|l| l.value.div_ceil(1000).clamp(1, u64::from(u32::MAX)) as u32);
+        }
+        if o.memory.is_none() {
+            o.memory = limits.memory.map(|l| {
+                let mib = l.value.div_ceil(1 << 20);
+                if mib % 1024 == 0 {
+                    format!("{}GiB", mib / 1024)
+                } else {
+                    format!("{mib}MiB")
+                }
+            });
+        }
+        o
+    }
+
     /// Parses and validates overrides (unknown keys, `mounts` included, are refused).
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.trim().is_empty() {

@@ -59,6 +59,8 @@ pub struct PolicyRequest {
     pub credentials: Vec<String>,
     pub env: EnvPolicy,
     pub timeout: Option<Duration>,
+    /// The resource limits (memory, pids, cpu; [`crate::compile::limits::resolve`]).
+    pub resources: [Option<crate::model::Limit>; 3],
     pub unprotected_git: bool,
     /// The private temp dir for this run (created by the caller).
     pub tmpdir: Option<PathBuf>,
@@ -300,7 +302,9 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         env,
         limits: Limits {
             timeout: req.timeout,
-            ..Limits::default()
+            memory: req.resources[0],
+            pids: req.resources[1],
+            cpu_millis: req.resources[2],
         },
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),

@@ -364,14 +364,57 @@ impl NetPolicy {
     }
 }
 
-/// Resource limits.
+/// Resource limits: the timeout, and the kernel's limits of a run's processes together
+/// (enforced by `sandbox-host` through cgroups, compiled by [`crate::compile::limits`]; VM
+/// backends size the VM from the same fields).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
     #[serde(with = "opt_duration_ms", default)]
     pub timeout: Option<Duration>,
-    pub memory_mib: Option<u64>,
-    pub cpus: Option<u32>,
+    /// Memory of all the run's processes together, in bytes (`--memory`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Limit>,
+    /// Processes and threads of the run alive at once (`--pids`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<Limit>,
+    /// CPU time per wall-clock time, in thousandths of a CPU (`--cpus 0.5` is 500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<Limit>,
+}
+
+/// One resource limit and who set it: a limit the user asked for (a flag, the
+/// configuration) fails closed where it cannot be enforced; the built-in default is enforced
+/// where the machine can, and said to be missing where it cannot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limit {
+    pub value: u64,
+    pub source: LimitSource,
+}
+
+/// Where a [`Limit`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitSource {
+    Flag,
+    Config,
+    Default,
+}
+
+impl LimitSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitSource::Flag => "flag",
+            LimitSource::Config => "config",
+            LimitSource::Default => "default",
+        }
+    }
+
+    /// Asked for by the user: refused (125) where it cannot be enforced.
+    pub fn requested(self) -> bool {
+        self != LimitSource::Default
+    }
 }
 
 mod opt_duration_ms {

@@ -249,11 +249,20 @@ pub struct BoxCreateParams {
     /// Image-based backends: an OCI image layout directory instead of `image` (no registry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<PathBuf>,
-    /// VM backends: virtual CPUs, memory and disk of the box.
+    /// Virtual CPUs and memory of a VM box; for the backends on this machine's kernel
+    /// (native, nono, custom) the resource limits of each command: `cpus` whole CPUs
+    /// (`cpuMillis` for a fraction), `memoryMib` its memory (0: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_mib: Option<u64>,
+    /// The CPU limit in thousandths of a CPU (500: half a core; 0: no limit), over `cpus`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_millis: Option<u64>,
+    /// Processes and threads each command may have at once (0: no limit; default the
+    /// configuration's, else 4096). Backends on this machine's kernel only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_size_gb: Option<u64>,
     /// VM backends: host directories shown in the box (the workdir is always mounted at its

@@ -99,7 +99,11 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         Err(e) => json!({"error": e.to_string()}),
     };
     let boxlite = boxlite_report(ctx);
+    // Which resource limits this machine can enforce for native, nono and custom, and how.
+    let machine = sandbox_host::limits::probe();
+    let limits_lines = sandbox_host::limits::describe_machine(&machine);
     let report = json!({
+        "limits": {"machine": machine, "lines": limits_lines},
         "home": home,
         "boxlite": boxlite,
         "private_view": view,
@@ -223,6 +227,10 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
              namespaces see docs/backends.md#user-namespaces",
             view["reason"].as_str().unwrap_or("unknown")
         ),
+    }
+    println!("\nresource limits (native, nono, custom; --memory, --pids, --cpus, `limits:`):");
+    for line in &limits_lines {
+        println!("  {line}");
     }
     println!("\ntools:");
     for t in &tools {

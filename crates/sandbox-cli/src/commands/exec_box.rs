@@ -102,6 +102,17 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     if !args.sandbox.credential.is_empty() {
         params["credentials"] = json!(args.sandbox.credential);
     }
+    // --cpus and --memory size the box (whole CPUs, MiB, rounded up), from the same fields
+    // as a run's limits; without them the daemon takes the configuration's `limits:`.
+    let [memory, _, cpus] = args.sandbox.resources();
+    let (cpus, memory_mib) =
+        sandbox_policy::compile::limits::vm_size(cpus.flatten(), memory.flatten());
+    if let Some(cpus) = cpus {
+        params["cpus"] = json!(cpus);
+    }
+    if let Some(mib) = memory_mib {
+        params["memoryMib"] = json!(mib);
+    }
     if let Some(image) = &args.image {
         params["image"] = json!(image);
     }

@@ -38,8 +38,16 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         .into_iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
+    // The resource limits, each with the mechanism a run here gets (or why none).
+    let limits =
+        sandbox_host::limits::plan_for(policy, session.kind, &sandbox_host::limits::probe());
+    let limits_refused =
+        sandbox_host::limits::check(&limits, session.kind, args.sandbox.allow_degraded).err();
     let refused = match &enforcement {
         Err(e) => Some(e.to_string()),
+        Ok(_) if limits_refused.is_some() => limits_refused
+            .as_ref()
+            .map(|e| format!("{e} (pass --allow-degraded to run anyway)")),
         Ok(e) if !e.gaps.is_empty() && !args.sandbox.allow_degraded => Some(format!(
             "this kernel cannot enforce: {} (pass --allow-degraded to run anyway)",
             e.gaps.join("; ")
@@ -78,6 +86,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
             "compiled": compiled,
             "enforcement": enforcement.as_ref().ok(),
             "refused": refused,
+            "limits": limits,
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
     } else {
@@ -87,7 +96,8 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 &session,
                 enforcement.as_ref().ok(),
                 &env_names,
-                refused.as_deref()
+                refused.as_deref(),
+                &sandbox_host::limits::describe_plan(policy, session.kind, &limits),
             )
         );
         if session.kind == BackendKind::Nono {
@@ -235,6 +245,7 @@ fn human(
     enforcement: Option<&Enforcement>,
     env_names: &[String],
     refused: Option<&str>,
+    limits: &[String],
 ) -> String {
     let p: &Policy = &session.policy;
     let mut s = String::new();
@@ -338,6 +349,13 @@ fn human(
             .map(|t| humantime::format_duration(t).to_string())
             .unwrap_or_else(|| "none".into())
     );
+    for (i, line) in limits.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "{}{line}",
+            if i == 0 { "limits    " } else { "          " }
+        );
+    }
     if let Some(home) = &p.fs.home {
         let layers: u64 = home
             .caches

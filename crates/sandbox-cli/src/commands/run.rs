@@ -107,6 +107,9 @@ fn write_report(
         "connections": finished.connections,
         // The after-run checks of killed runs of this worktree, done before this run.
         "recovered": recovered,
+        // Each resource limit with its mechanism, and what the run's cgroups counted (peak
+        // memory, the most processes at once, OOM kills).
+        "limits": finished.limits,
     });
     let text = serde_json::to_string_pretty(&report)? + "\n";
     if path.as_os_str() == "-" {

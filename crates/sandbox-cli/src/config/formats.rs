@@ -74,6 +74,17 @@ format!(
     "anthropic|openai|google|github", "a credential: anthropic, openai, google or github"
 );
 
+format!(
+    SIZE,
+    "off|[0-9]{1,13}([.][0-9]{1,3})?([KMGTkmgt](i?B)?|B)?",
+    "a size such as 512M, 2G or 1.5GiB (binary units), or off"
+);
+
+format!(
+    CPUS,
+    "off|[0-9]{1,4}([.][0-9]{1,3})?", "a number of CPUs such as 0.5 or 2, or off"
+);
+
 /// The JSON Schema of a string in `format`.
 fn string_schema(format: &Format, name: &str) -> Schema {
     json_schema!({
@@ -106,6 +117,29 @@ impl JsonSchema for CredentialFormat {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         string_schema(&CREDENTIAL, "sandbox-credential")
+    }
+}
+
+/// `limits.memory`.
+pub struct SizeFormat;
+/// `limits.cpus`.
+pub struct CpusFormat;
+
+impl JsonSchema for SizeFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Size".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&SIZE, "sandbox-size")
+    }
+}
+
+impl JsonSchema for CpusFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Cpus".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&CPUS, "sandbox-cpus")
     }
 }
 

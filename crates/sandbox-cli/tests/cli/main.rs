@@ -18,6 +18,7 @@ mod external;
 mod git_store;
 mod home;
 mod lima;
+mod limits;
 mod native;
 mod net;
 mod notices;

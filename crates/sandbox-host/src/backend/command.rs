@@ -52,6 +52,9 @@ pub struct PreparedCommand {
     /// The supervisor's side of the command's network namespace (native), ended in
     /// [`Self::finish`] once its processes are gone.
     net: Option<Box<dyn crate::net::CommandNetwork>>,
+    /// The run's cgroups (the resource limits), joined by the child first
+    /// ([`crate::run::Run::arm`] sets them).
+    pub(crate) cgroups: Option<Arc<sandbox_exec::JoinCgroups>>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -101,6 +104,9 @@ pub struct Finished {
     /// Every connection the run's domain proxy answered, allowed or refused (empty without
     /// one): for `--report-json` and the daemon's `exit` event.
     pub connections: Vec<sandbox_net::Connection>,
+    /// The command's resource limits and what its cgroups counted (set by
+    /// [`crate::run::Live::finish`]; none where no limit was enforced).
+    pub limits: Option<crate::limits::LimitsReport>,
 }
 
 /// The checks after a run that an orphan could undo, kept to run again once it is gone
@@ -242,6 +248,7 @@ impl PreparedCommand {
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             git,
             net: None,
+            cgroups: None,
         }
     }
 
@@ -297,6 +304,7 @@ impl PreparedCommand {
     /// child setup replaces any in `options`. Must be called inside a tokio runtime.
     pub(crate) fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
         options.setup = self.setup.clone();
+        options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn(&self.spec, options)
     }
 
@@ -304,6 +312,7 @@ impl PreparedCommand {
     /// that only waits for it (`sandbox run`): see [`sandbox_exec::direct`].
     pub(crate) fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
         options.setup = self.setup.clone();
+        options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn_direct(&self.spec, options)
     }
 
@@ -320,6 +329,7 @@ impl PreparedCommand {
                 setup: self.setup.clone(),
                 kill_grace,
                 die_with_parent: true,
+                cgroups: self.cgroups.clone(),
             },
         )
         .await
@@ -399,6 +409,7 @@ impl PreparedCommand {
             git_dir,
             recheck,
             connections,
+            limits: None,
         }
     }
 }

@@ -433,6 +433,47 @@ fn provisioning_script_is_valid_shell_and_names_its_sentinel() {
     );
 }
 
+/// `--cpus` and `--memory` (the policy's limits) size the VM in the contract's forms, where
+/// the project's own overrides do not; the overrides win.
+#[test]
+fn the_runs_limits_size_the_vm() {
+    use sandbox_policy::{Limit, LimitSource, Limits};
+    let limit = |value| {
+        Some(Limit {
+            value,
+            source: LimitSource::Flag,
+        })
+    };
+    let limits = Limits {
+        memory: limit(3 << 30),
+        cpu_millis: limit(1500),
+        ..Limits::default()
+    };
+    let o = Overrides::default().with_limits(&limits);
+    let (y, _repo) = generated(Platform::Linux, &ImageChoice::Ubuntu, &o);
+    assert_eq!(
+        (y.cpus, y.memory.as_str()),
+        (2, "3GiB"),
+        "a VM has whole CPUs"
+    );
+    let text = y.to_yaml();
+    assert!(
+        text.contains("cpus: 2") && text.contains("memory: 3GiB"),
+        "{text}"
+    );
+    assert!(documented("cpus") && documented("memory"));
+    assert!(CONTRACT.contains("memory: null") && CONTRACT.contains("\"4GiB\""));
+    let odd = Limits {
+        memory: limit(1536 << 20),
+        ..Limits::default()
+    };
+    let m = Overrides::default().with_limits(&odd).memory.unwrap();
+    assert_eq!(m, "1536MiB");
+    assert_eq!(yaml::parse_size(&m), Some(1536 << 20));
+    let mine = Overrides::parse("cpus: 6\n").unwrap().with_limits(&limits);
+    assert_eq!(mine.cpus, Some(6), "the project's overrides win");
+}
+
 #[test]
 fn overrides_are_validated_and_recreate_is_judged() {
     assert!(Overrides::parse("cpus: 4\nmemory: 8GiB\n").is_ok());

@@ -3,6 +3,7 @@
 
 pub mod hints;
 pub mod landlock;
+pub mod limits;
 pub mod nono;
 pub mod seatbelt;
 pub mod seccomp;

@@ -74,6 +74,13 @@ pub(super) async fn box_create(
             allow_domains: p.allow_domains.clone(),
             credentials: p.credentials.clone(),
             timeout: p.timeout_ms.map(Duration::from_millis),
+            resources: [
+                p.memory_mib.map(|m| (m > 0).then_some(m << 20)),
+                p.pids.map(|n| (n > 0).then_some(n)),
+                p.cpu_millis
+                    .or(p.cpus.map(|c| c * 1000))
+                    .map(|c| (c > 0).then_some(c)),
+            ],
             unprotected_git: p.unprotected_git,
             push_remotes: Vec::new(),
             tmpdir: Some(TmpdirRequest {

@@ -183,6 +183,8 @@ pub(super) async fn box_exec(
         drain_timeout: DRAIN,
         // Safe here: the spawner thread lives as long as the daemon.
         die_with_parent: true,
+        // The run's cgroups, like the child setup, are attached by `PreparedCommand::spawn`.
+        cgroups: None,
     };
     let ctx = ExecCtx {
         exec_id,

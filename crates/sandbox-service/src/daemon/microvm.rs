@@ -39,6 +39,8 @@ pub(super) fn box_spec(
     let bad = |e: spec::SpecError| invalid(format!("box {}: boxlite: {e}", p.name));
     let image = spec::image_source(p.image.as_deref(), p.rootfs.as_deref()).map_err(bad)?;
     let sizes = spec::check_sizes(p.cpus, p.memory_mib, p.disk_size_gb).map_err(bad)?;
+    // Where `cpus`/`memoryMib` are not given, `cpuMillis` and the configuration's limits
+    // (`limits:`, the same fields `--cpus`/`--memory` set) size the box.
     spec::check_env(&p.env).map_err(bad)?;
     let mut mounts = vec![spec::check_mount(workdir, workdir, false).map_err(bad)?];
     let git = match sandbox_policy::git::discover(workdir) {
@@ -120,8 +122,6 @@ pub(super) fn refuse_vm_fields(p: &BoxCreateParams, backend: &str) -> Result<(),
     let given: Vec<&str> = [
         ("image", p.image.is_some()),
         ("rootfs", p.rootfs.is_some()),
-        ("cpus", p.cpus.is_some()),
-        ("memoryMib", p.memory_mib.is_some()),
         ("diskSizeGb", p.disk_size_gb.is_some()),
         ("mounts", !p.mounts.is_empty()),
         ("allowNet", !p.allow_net.is_empty()),
@@ -279,6 +279,14 @@ mod engine {
         started: Instant,
     ) -> Result<Value, RpcError> {
         refuse_host_token(state, &p.env)?;
+        let mut p = p;
+        let [memory, _, cpu] = state.opts.defaults.resources;
+        let (cpus, memory_mib) = sandbox_policy::compile::limits::vm_size(
+            p.cpu_millis.or(cpu.flatten()),
+            memory.flatten(),
+        );
+        p.cpus = p.cpus.or(cpus);
+        p.memory_mib = p.memory_mib.or(memory_mib);
         let spec = box_spec(&p, &workdir)?;
         // The mounts are grants: none may reach the user's configuration, the remembered
         // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one

@@ -1,0 +1,36 @@
+//! Joining a run's cgroups: the caller creates the groups and opens their `cgroup.procs`
+//! files; the child prelude ([`crate::prelude`]) writes itself into each, first of all its
+//! steps, so that the command and every process it starts are counted from their first
+//! instruction (a fork bomb's first fork included) and no process of the run is ever outside.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::spawn::{SetupFailure, SetupStep};
+
+/// The `cgroup.procs` files of the groups a command's process joins (one per cgroup v1
+/// hierarchy, or one v2 group), open for writing.
+#[derive(Debug)]
+pub struct JoinCgroups {
+    procs: Vec<OwnedFd>,
+}
+
+impl JoinCgroups {
+    pub fn new(procs: Vec<OwnedFd>) -> JoinCgroups {
+        JoinCgroups { procs }
+    }
+
+    /// Child side: moves the calling process into every group (`0` names the writer, in v1
+    /// and v2 alike). Async-signal safe: write(2) only.
+    pub(crate) fn join(&self) -> Result<(), SetupFailure> {
+        for (index, fd) in self.procs.iter().enumerate() {
+            // SAFETY: write(2) of a one-byte constant to a descriptor this value owns.
+            let written = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
+            if written != 1 {
+                let mut failure = SetupFailure::last(SetupStep::JoinCgroup);
+                failure.detail = index as u32;
+                return Err(failure);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,579 @@
+//! The resource limits' effects on Linux: the probe of what this machine offers
+//! ([`probe`], described as a [`Machine`] for the pure planner in
+//! `sandbox_policy::compile::limits`), a run's groups ([`RunGroups`]: created below this
+//! process's own group, set, joined by the child prelude, read, removed) and the removal of a
+//! killed run's groups ([`recover`]).
+//!
+//! Groups are only ever created below the group this process is in (its own, or one
+//! delegated to it); a parent group's settings are never written. Every group a run creates
+//! is named in a record of the run journal's directory, locked by this process while it
+//! lives; the next run removes the groups of a record whose lock is free (its owner died).
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_exec::JoinCgroups;
+use sandbox_policy::compile::limits::{
+    self, Controller, GroupPlan, LimitsPlan, Machine, Mechanism, Usage, V1Parent, V2Parent,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::HostError;
+
+/// One mount of a cgroup hierarchy: where, the path inside the hierarchy it shows, and its
+/// kind (`cgroup2`, or the v1 controllers it carries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CgroupMount {
+    pub mount_point: PathBuf,
+    pub root: String,
+    pub v2: bool,
+    pub controllers: Vec<String>,
+    pub read_only: bool,
+}
+
+/// The cgroup mounts of `/proc/self/mountinfo`'s text.
+pub fn parse_mountinfo(text: &str) -> Vec<CgroupMount> {
+    text.lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let fields: Vec<&str> = left.split_whitespace().collect();
+            let mut right = right.split_whitespace();
+            let fstype = right.next()?;
+            let _source = right.next()?;
+            let super_opts = right.next().unwrap_or("");
+            let v2 = match fstype {
+                "cgroup2" => true,
+                "cgroup" => false,
+                _ => return None,
+            };
+            let opts = fields.get(5).copied().unwrap_or("");
+            Some(CgroupMount {
+                root: fields.get(3)?.to_string(),
+                mount_point: PathBuf::from(unescape(fields.get(4)?)),
+                v2,
+                controllers: if v2 {
+                    Vec::new()
+                } else {
+                    super_opts.split(',').map(str::to_string).collect()
+                },
+                read_only: opts.split(',').any(|o| o == "ro"),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo's octal escapes (`\040` for a space).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\' && i + 3 < bytes.len() {
+            if let Some(n) = std::str::from_utf8(&bytes[i + 1..i + 4])
+                .ok()
+                .and_then(|d| u8::from_str_radix(d, 8).ok())
+            {
+                out.push(n);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `/proc/self/cgroup`'s lines: `(hierarchy controllers, path)`; v2's has no controllers.
+pub fn parse_proc_cgroup(text: &str) -> Vec<(Vec<String>, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            Some((
+                controllers
+                    .split(',')
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_string)
+                    .collect(),
+                path.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Where this process's group of a hierarchy mounted at `mount` is: the mount point and the
+/// process's path below the mount's root (None when the group is outside what it shows).
+fn group_dir(mount: &CgroupMount, path: &str) -> Option<PathBuf> {
+    let rest = if mount.root == "/" {
+        path
+    } else {
+        path.strip_prefix(mount.root.as_str())?
+    };
+    let rest = rest.trim_start_matches('/');
+    Some(if rest.is_empty() {
+        mount.mount_point.clone()
+    } else {
+        mount.mount_point.join(rest)
+    })
+}
+
+fn writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access(2) of a NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+}
+
+fn writable_file(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access(2) of a NUL-terminated path.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+fn controller_named(name: &str) -> Option<Controller> {
+    Controller::ALL.into_iter().find(|c| c.name() == name)
+}
+
+/// What this machine offers for resource limits, from `/proc/self/mountinfo`,
+/// `/proc/self/cgroup` and the groups' own files. No side effects.
+pub fn probe() -> Machine {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo")
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default();
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .map(|t| parse_proc_cgroup(&t))
+        .unwrap_or_default();
+    // SAFETY: geteuid(2) takes no arguments.
+    let root = unsafe { libc::geteuid() } == 0;
+    let systemd_user = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .is_some_and(|d| d.join("systemd/private").exists());
+    let mut machine = Machine {
+        root,
+        systemd_user,
+        ..Machine::default()
+    };
+    probe_v2(&mounts, &own, &mut machine);
+    for controller in Controller::ALL {
+        match probe_v1(&mounts, &own, controller) {
+            Ok(parent) => machine.v1.push(parent),
+            Err(why) => machine.v1_why_not.push((controller, why)),
+        }
+    }
+    machine
+}
+
+fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut Machine) {
+    let Some(mount) = mounts.iter().find(|m| m.v2) else {
+        machine.v2_why_not = "no cgroup2 file system is mounted".into();
+        return;
+    };
+    let Some((_, path)) = own.iter().find(|(c, _)| c.is_empty()) else {
+        machine.v2_why_not = "this process has no cgroup v2 group (/proc/self/cgroup)".into();
+        return;
+    };
+    let Some(dir) = group_dir(mount, path) else {
+        machine.v2_why_not = format!(
+            "this process's group {path} is outside the mount at {}",
+            mount.mount_point.display()
+        );
+        return;
+    };
+    if mount.read_only || !writable(&dir) || !writable_file(&dir.join("cgroup.procs")) {
+        machine.v2_why_not = format!(
+            "this process's group {} is not delegated to it (not writable)",
+            dir.display()
+        );
+        return;
+    }
+    let enabled: Vec<Controller> = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(controller_named)
+        .collect();
+    if enabled.is_empty() {
+        let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
+        machine.v2_why_not = if available
+            .split_whitespace()
+            .any(|c| controller_named(c).is_some())
+        {
+            format!(
+                "this process's group {} has the controllers ({}) but does not enable them for \
+                 groups below it (cgroup.subtree_control; a group with processes in it cannot)",
+                dir.display(),
+                available.trim()
+            )
+        } else {
+            format!(
+                "no memory, pids or cpu controller is available in this process's group {} \
+                 (they are in the v1 hierarchies, or not delegated)",
+                dir.display()
+            )
+        };
+        return;
+    }
+    machine.v2 = Some(V2Parent { dir, enabled });
+}
+
+fn probe_v1(
+    mounts: &[CgroupMount],
+    own: &[(Vec<String>, String)],
+    controller: Controller,
+) -> Result<V1Parent, String> {
+    let name = controller.name();
+    let Some(mount) = mounts
+        .iter()
+        .find(|m| !m.v2 && m.controllers.iter().any(|c| c == name))
+    else {
+        return Err(format!(
+            "no v1 hierarchy with the {name} controller is mounted"
+        ));
+    };
+    let Some((_, path)) = own.iter().find(|(c, _)| c.iter().any(|c| c == name)) else {
+        return Err(format!(
+            "this process has no group in the v1 {name} hierarchy"
+        ));
+    };
+    let dir = group_dir(mount, path).ok_or_else(|| {
+        format!(
+            "this process's {name} group {path} is outside the mount at {}",
+            mount.mount_point.display()
+        )
+    })?;
+    if mount.read_only || !writable(&dir) {
+        return Err(format!(
+            "this process's {name} group {} is not writable (as root it is, where the \
+             hierarchy is mounted read-write)",
+            dir.display()
+        ));
+    }
+    Ok(V1Parent {
+        controller,
+        memsw: controller == Controller::Memory && dir.join("memory.memsw.limit_in_bytes").exists(),
+        dir,
+    })
+}
+
+/// A killed run's groups, named in the journal's directory.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    pid: u32,
+    groups: Vec<PathBuf>,
+}
+
+/// The record's file, locked while the run lives; removed when its groups are.
+#[derive(Debug)]
+struct RecordFile {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+fn flock(file: &std::fs::File, operation: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock(2) on a descriptor we own, with integer flags.
+    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+const RECORD_PREFIX: &str = "cgroups-";
+
+fn write_record(dir: &Path, groups: &[PathBuf]) -> std::io::Result<RecordFile> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let path = dir.join(format!(
+        "{RECORD_PREFIX}{}-{}.json",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    flock(&file, libc::LOCK_EX)?;
+    let record = Record {
+        version: 1,
+        pid: std::process::id(),
+        groups: groups.to_vec(),
+    };
+    file.write_all(&serde_json::to_vec(&record).map_err(std::io::Error::other)?)?;
+    Ok(RecordFile {
+        _file: file.try_clone()?,
+        path,
+    })
+}
+
+/// A run's name for its groups: unique on this machine while this process lives.
+fn group_name() -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "sandbox-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// One command's groups: created and set when armed, joined by its child first of all,
+/// read when it ended, removed when dropped.
+#[derive(Debug)]
+pub struct RunGroups {
+    groups: Vec<(GroupPlan, PathBuf)>,
+    join: Arc<JoinCgroups>,
+    record: Option<RecordFile>,
+}
+
+fn cgroup_error(what: &'static str, path: &Path, e: std::io::Error) -> HostError {
+    HostError::Cgroup {
+        what,
+        path: path.to_path_buf(),
+        cause: e.to_string(),
+    }
+}
+
+impl RunGroups {
+    /// Creates the groups of `plan` below their parents, writes their limits and opens their
+    /// `cgroup.procs`; the record in `journal` (when given) names them first, so a crash
+    /// right after leaves nothing unnamed. A failure removes what was made.
+    pub fn create(
+        plan: &LimitsPlan,
+        machine: &Machine,
+        journal: Option<&Path>,
+    ) -> Result<RunGroups, HostError> {
+        let name = group_name();
+        let planned = plan.groups(machine);
+        let dirs: Vec<PathBuf> = planned.iter().map(|g| g.parent.join(&name)).collect();
+        let record = match journal {
+            Some(dir) => Some(write_record(dir, &dirs).map_err(|e| {
+                cgroup_error("writing the run journal's record of the groups in", dir, e)
+            })?),
+            None => None,
+        };
+        let mut made = RunGroups {
+            groups: Vec::new(),
+            join: Arc::new(JoinCgroups::new(Vec::new())),
+            record,
+        };
+        let mut procs: Vec<OwnedFd> = Vec::new();
+        for (group, dir) in planned.into_iter().zip(dirs) {
+            std::fs::create_dir(&dir).map_err(|e| cgroup_error("creating the group", &dir, e))?;
+            made.groups.push((group.clone(), dir.clone()));
+            for (file, value, required) in &group.files {
+                let path = dir.join(file);
+                match std::fs::write(&path, value) {
+                    Ok(()) => {}
+                    Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(cgroup_error("setting the limit", &path, e)),
+                }
+            }
+            let path = dir.join("cgroup.procs");
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(|e| cgroup_error("opening", &path, e))?;
+            procs.push(file.into());
+        }
+        made.join = Arc::new(JoinCgroups::new(procs));
+        Ok(made)
+    }
+
+    /// What the child prelude writes itself into.
+    pub fn join(&self) -> Arc<JoinCgroups> {
+        self.join.clone()
+    }
+
+    /// The groups' directories.
+    pub fn dirs(&self) -> impl Iterator<Item = &Path> {
+        self.groups.iter().map(|(_, d)| d.as_path())
+    }
+
+    /// The kernel's counters of the run, read from its groups.
+    pub fn usage(&self) -> Usage {
+        let read = |dir: &Path, file: &str| std::fs::read_to_string(dir.join(file)).ok();
+        let mut usage = Usage::default();
+        for (group, dir) in &self.groups {
+            for controller in &group.controllers {
+                match (group.mechanism, controller) {
+                    (Mechanism::CgroupV2, Controller::Memory) => {
+                        usage.oom_kills =
+                            read(dir, "memory.events").and_then(|t| limits::keyed(&t, "oom_kill"));
+                        usage.peak_memory_bytes =
+                            read(dir, "memory.peak").and_then(|t| limits::single(&t));
+                    }
+                    (Mechanism::CgroupV1, Controller::Memory) => {
+                        usage.oom_kills = read(dir, "memory.oom_control")
+                            .and_then(|t| limits::keyed(&t, "oom_kill"));
+                        usage.peak_memory_bytes =
+                            read(dir, "memory.max_usage_in_bytes").and_then(|t| limits::single(&t));
+                    }
+                    (_, Controller::Pids) => {
+                        usage.peak_processes =
+                            read(dir, "pids.peak").and_then(|t| limits::single(&t));
+                        usage.pids_limit_hits =
+                            read(dir, "pids.events").and_then(|t| limits::keyed(&t, "max"));
+                    }
+                    (_, Controller::Cpu) => {
+                        usage.cpu_throttled_periods =
+                            read(dir, "cpu.stat").and_then(|t| limits::keyed(&t, "nr_throttled"));
+                    }
+                }
+            }
+        }
+        usage
+    }
+}
+
+impl Drop for RunGroups {
+    fn drop(&mut self) {
+        let mut all_gone = true;
+        for (_, dir) in self.groups.iter().rev() {
+            all_gone &= remove(dir);
+        }
+        // Kept when a group could not be removed: the next run tries again.
+        if all_gone {
+            if let Some(record) = self.record.take() {
+                let _ = std::fs::remove_file(&record.path);
+            }
+        }
+    }
+}
+
+/// Removes one group: a process still in it (an orphan the daemon could not reap yet, a
+/// killed run's survivor) is killed first — the group names exactly the run's processes.
+/// True when the group is gone.
+fn remove(dir: &Path) -> bool {
+    // The kernel removes an exited process from its group at once (reaped or not), so the
+    // wait below is for SIGKILL's delivery only; bounded all the same.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        match std::fs::remove_dir(dir) {
+            Ok(()) => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return true,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+                {
+                    // SAFETY: kill(2) with integers: a process of the run's own group.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+                std::thread::yield_now();
+            }
+            Err(e) => {
+                tracing::warn!(group = %dir.display(), error = %e, "could not remove the run's cgroup");
+                return false;
+            }
+        }
+    }
+}
+
+/// Removes the groups of every killed run recorded in `journal` (a record whose lock is
+/// free); returns the groups removed.
+pub fn recover(journal: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(journal) else {
+        return Vec::new();
+    };
+    let mut removed = Vec::new();
+    for path in entries.flatten().map(|e| e.path()) {
+        let is_record = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(RECORD_PREFIX) && n.ends_with(".json"));
+        if !is_record {
+            continue;
+        }
+        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+            continue;
+        }
+        let record: Option<Record> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let mut all_gone = true;
+        for group in record.map(|r| r.groups).unwrap_or_default() {
+            // Only a run's own groups: `sandbox-<pid>-<n>` (a record is the user's own
+            // file, but a wrong path must still not remove anything else).
+            let ours = group
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("sandbox-"));
+            if !ours || !group.exists() {
+                continue;
+            }
+            if remove(&group) {
+                removed.push(group);
+            } else {
+                all_gone = false;
+            }
+        }
+        if all_gone {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 /inner /sys/fs/cgroup/pids ro,relatime - cgroup cgroup rw,pids
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn the_probe_reads_mounts_and_own_groups() {
+        let mounts = parse_mountinfo(MOUNTINFO);
+        assert_eq!(mounts.len(), 4, "{mounts:?}");
+        assert!(mounts[3].v2);
+        assert_eq!(mounts[1].controllers, vec!["rw", "memory"]);
+        assert!(mounts[2].read_only);
+        let own = parse_proc_cgroup("9:name=systemd:/\n4:memory:/api/b2\n8:pids:/inner/x\n0::/\n");
+        assert_eq!(own[1], (vec!["memory".to_string()], "/api/b2".to_string()));
+        assert_eq!(own[3], (Vec::new(), "/".to_string()));
+        assert_eq!(
+            group_dir(&mounts[1], "/api/b2"),
+            Some(PathBuf::from("/sys/fs/cgroup/memory/api/b2"))
+        );
+        assert_eq!(
+            group_dir(&mounts[2], "/inner/x"),
+            Some(PathBuf::from("/sys/fs/cgroup/pids/x"))
+        );
+        assert_eq!(group_dir(&mounts[2], "/elsewhere"), None);
+        assert_eq!(
+            group_dir(&mounts[3], "/"),
+            Some(PathBuf::from("/sys/fs/cgroup/unified"))
+        );
+        let err = probe_v1(&mounts, &own, Controller::Pids).unwrap_err();
+        assert!(err.contains("not writable"), "{err}");
+        assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+}
