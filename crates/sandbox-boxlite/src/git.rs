@@ -70,6 +70,37 @@ pub fn git_mounts(
     Ok(mounts)
 }
 
+/// Where a box's commits go instead of the common dir (docs/boxlite.md, "Git from inside a
+/// box"): the host's generation directories of `sandbox_git::quarantine::generation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitDirs {
+    /// Mounted writable at its own path: the `current` link and the generations.
+    pub writable: PathBuf,
+    /// The file mounted read-only over the worktree's `.git`, naming the current generation.
+    pub pointer: PathBuf,
+    /// The worktree's own `.git` pointer file on the host.
+    pub dot_git: PathBuf,
+}
+
+/// The mounts of a linked worktree whose commits the host takes back: those of
+/// [`git_mounts`] (the common dir read-only, `core.hooksPath` in the tree read-only), with the
+/// worktree's `.git` shown as `commits.pointer` (read-only) and the box's writable
+/// generation directory at its own path. Git in the box then writes a copy of the common
+/// dir that the host reads back by its rules; the real one stays read-only.
+pub fn commit_mounts(
+    git: &GitData,
+    workdir: &Path,
+    commits: &CommitDirs,
+) -> Result<Vec<Mount>, SpecError> {
+    let mut mounts: Vec<Mount> = git_mounts(git, workdir, false)?
+        .into_iter()
+        .filter(|m| m.guest != commits.dot_git)
+        .collect();
+    mounts.push(check_mount(&commits.pointer, &commits.dot_git, true)?);
+    mounts.push(check_mount(&commits.writable, &commits.writable, false)?);
+    Ok(mounts)
+}
+
 /// Refuses a writable mount of the caller's that would let the box write `git`'s common dir
 /// or a pointer file: one at, inside or above the common dir, or above a pointer.
 pub fn check_against_git(mount: &Mount, git: &GitData) -> Result<(), SpecError> {

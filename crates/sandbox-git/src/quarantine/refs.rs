@@ -23,17 +23,9 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => EMPTY_PACKED.as_bytes().to_vec(),
         Err(e) => return Err(e),
     };
-    let refs = String::from_utf8_lossy(&bytes)
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
-        .filter_map(|l| {
-            let (oid, name) = l.split_once(' ')?;
-            // The names become paths in the snapshot layer: never one that is not a ref's
-            // (`refs/heads/../../x`, written by an earlier run that had `packed-refs` writable).
-            valid_ref_name(name).then_some(())?;
-            Some((name.to_string(), Oid::from_str(oid).ok()?))
-        })
-        .collect();
+    // The names become paths in the snapshot layer: never one that is not a ref's
+    // (`refs/heads/../../x`, written by an earlier run that had `packed-refs` writable).
+    let refs = parse_packed(&bytes);
     Ok(Packed { bytes, refs })
 }
 
@@ -119,6 +111,71 @@ pub(crate) fn changed(
     );
     found.sort_by(|a, b| a.0.cmp(&b.0));
     found
+}
+
+/// Every ref of a *copy* of the common dir that a guest wrote (a box's generation,
+/// [`super::generation`]): its loose refs, its own `packed-refs` (read as an untrusted file),
+/// and each ref of the start that is in neither — deleted. A copy has no whiteouts: a loose
+/// ref is gone when its file is. A symbolic ref left as the host has it is no change.
+pub(crate) fn changed_in_copy(
+    copy: &Path,
+    common: &Path,
+    start: &HashMap<String, Option<Oid>>,
+) -> Vec<(String, Wanted)> {
+    let mut loose = Vec::new();
+    walk(
+        copy,
+        &copy.join("refs"),
+        "refs",
+        &HashMap::new(),
+        &mut loose,
+    );
+    let packed_path = copy.join("packed-refs");
+    let packed = match read_untrusted(copy, &packed_path, 64 << 20) {
+        Ok(bytes) => parse_packed(&bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+        Err(_) => {
+            // A link or a FIFO in its place: nothing packed is believed.
+            HashMap::new()
+        }
+    };
+    let mut found: Vec<(String, Wanted)> = Vec::new();
+    for (name, wanted) in loose {
+        let same_symbolic = matches!(start.get(&name), Some(None))
+            && read_untrusted(copy, &copy.join(&name), 256).ok()
+                == std::fs::read(common.join(&name)).ok();
+        if !same_symbolic {
+            found.push((name, wanted));
+        }
+    }
+    for (name, oid) in &packed {
+        if !found.iter().any(|(n, _)| n == name) {
+            found.push((name.clone(), Wanted::Value(Some(*oid))));
+        }
+    }
+    for name in start.keys() {
+        if !found.iter().any(|(n, _)| n == name) && !packed.contains_key(name) {
+            let loose_left = copy.join(name).symlink_metadata().is_ok();
+            if !loose_left {
+                found.push((name.clone(), Wanted::Value(None)));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+/// The refs of a `packed-refs` file's bytes (names git would not accept are dropped).
+fn parse_packed(bytes: &[u8]) -> HashMap<String, Oid> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
+        .filter_map(|l| {
+            let (oid, name) = l.split_once(' ')?;
+            valid_ref_name(name).then_some(())?;
+            Some((name.to_string(), Oid::from_str(oid).ok()?))
+        })
+        .collect()
 }
 
 fn walk(
