@@ -201,27 +201,34 @@ enum Waited {
 /// queue, by this one task.
 pub async fn run_exec(started: Started, live: Live, run: Arc<Run>, mut ctx: ExecCtx) {
     let in_guest = matches!(started, Started::Guest(_));
-    let (mut output, target, wait): (_, Target, Pin<Box<dyn Future<Output = Waited> + Send>>) =
-        match started {
-            Started::Host(mut running) => {
-                let output = running.take_output();
-                if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
-                    tokio::spawn(write_stdin(stdin, rx));
-                }
-                let pgid = running.pgid();
-                // The wait owns the command: dropped (after the loop) once its group is gone.
-                let wait = Box::pin(async move { Waited::Host(running.wait().await) });
-                (output, Target::Group(pgid), wait)
+    // A host command's handle outlives its wait: its output pumps are its, and must run until
+    // the output is drained.
+    let (mut host, mut output, target, guest_exit) = match started {
+        Started::Host(mut running) => {
+            let output = running.take_output();
+            if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
+                tokio::spawn(write_stdin(stdin, rx));
             }
-            Started::Guest(process) => {
-                if let (Some(stdin), Some(rx)) = (process.stdin, ctx.stdin.take()) {
-                    tokio::spawn(write_guest_stdin(stdin, rx));
-                }
-                let exit = process.exit;
-                let wait = Box::pin(async move { Waited::Guest(exit.await) });
-                (Some(process.output), Target::Guest(process.signals), wait)
+            let pgid = running.pgid();
+            (Some(running), output, Target::Group(pgid), None)
+        }
+        Started::Guest(process) => {
+            if let (Some(stdin), Some(rx)) = (process.stdin, ctx.stdin.take()) {
+                tokio::spawn(write_guest_stdin(stdin, rx));
             }
-        };
+            (
+                None,
+                Some(process.output),
+                Target::Guest(process.signals),
+                Some(process.exit),
+            )
+        }
+    };
+    let wait: Pin<Box<dyn Future<Output = Waited> + Send + '_>> = match (&mut host, guest_exit) {
+        (Some(running), _) => Box::pin(async move { Waited::Host(running.wait().await) }),
+        (None, Some(exit)) => Box::pin(async move { Waited::Guest(exit.await) }),
+        (None, None) => Box::pin(std::future::pending()),
+    };
     let out = ctx.out.clone();
     let mut st = LoopState {
         target,
@@ -283,10 +290,11 @@ pub async fn run_exec(started: Started, live: Live, run: Arc<Run>, mut ctx: Exec
                 }
             }
         }
-        // The group is gone (`wait` saw to it): the command's handle goes with the wait.
         drop(wait);
     }
     drop(output);
+    // The group is gone (`wait` saw to it).
+    drop(host);
     // The loop ends only once the outcome is known.
     let waited = waited.unwrap_or_else(|| {
         Waited::Host(Err(ExecError::Io {
