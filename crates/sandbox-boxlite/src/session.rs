@@ -15,7 +15,11 @@ use std::time::Duration;
 use boxlite::{BoxCommand, LiteBox};
 use futures_util::StreamExt as _;
 use sandbox_exec::{CommandSpec, ExitOutcome, OutputChunk, StreamKind};
-use sandbox_host::backend::{GuestExit, GuestFuture, GuestInput, GuestLaunch, GuestProcess};
+pub use sandbox_git::quarantine::generation::BoxGit;
+use sandbox_git::quarantine::generation::Generation;
+use sandbox_host::backend::{
+    GuestEnd, GuestExit, GuestFuture, GuestGit, GuestInput, GuestLaunch, GuestProcess,
+};
 use sandbox_host::{BackendKind, BackendSession, Enforcement, HostError, PreparedCommand};
 use tokio::sync::{mpsc, oneshot};
 
@@ -44,6 +48,85 @@ struct Vm {
     byte_exact: AtomicBool,
     /// Serialises boots: a second start waits for the first.
     booting: tokio::sync::Mutex<()>,
+    /// The box's busy periods, and where its commits come back.
+    periods: Periods,
+}
+
+/// A box's busy periods: from the first command that starts while none runs to the last one
+/// ending. Each has its own generation of the common dir when the box's commits come back.
+#[derive(Debug)]
+struct Periods {
+    commits: Option<Commits>,
+    busy: std::sync::Mutex<Busy>,
+}
+
+/// A box whose git writes come back to the repository (docs/boxlite.md, "Git from inside a
+/// box"): per busy period a generation of the common dir, read back when it ends.
+#[derive(Debug, Clone)]
+pub struct Commits {
+    /// The box's git directories (mounted: `git.writable()`, `git.pointer()`).
+    pub git: BoxGit,
+    /// Where the worktree's task record is kept (first) and may be found.
+    pub records: Vec<std::path::PathBuf>,
+    /// Private scratch space of the quarantine.
+    pub scratch: std::path::PathBuf,
+}
+
+#[derive(Debug, Default)]
+struct Busy {
+    running: usize,
+    generation: Option<Generation>,
+}
+
+impl Periods {
+    fn new(commits: Option<Commits>) -> Periods {
+        Periods {
+            commits,
+            busy: std::sync::Mutex::new(Busy::default()),
+        }
+    }
+
+    /// A command starts: the first of a busy period lays out its generation.
+    fn enter(&self) -> Result<(), HostError> {
+        let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        if busy.running == 0 {
+            if let Some(c) = &self.commits {
+                let records: Vec<&std::path::Path> =
+                    c.records.iter().map(|p| p.as_path()).collect();
+                busy.generation = Some(
+                    Generation::begin(&c.git, &records, &c.scratch)
+                        .map_err(HostError::GitQuarantine)?,
+                );
+            }
+        }
+        busy.running += 1;
+        Ok(())
+    }
+
+    /// A command ended: the last of a busy period reads its generation back.
+    async fn leave(&self) -> Option<GuestGit> {
+        let generation = {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            busy.running = busy.running.saturating_sub(1);
+            if busy.running > 0 {
+                return None;
+            }
+            busy.generation.take()?
+        };
+        let ended = tokio::task::spawn_blocking(move || generation.end()).await;
+        Some(match ended {
+            Ok(end) => GuestGit {
+                store: end.store,
+                notes: end.notes,
+            },
+            Err(e) => GuestGit {
+                store: Ok(Default::default()),
+                notes: vec![format!(
+                    "git: reading the box's git writes back failed ({e}); nothing was taken"
+                )],
+            },
+        })
+    }
 }
 
 /// What a boot gave.
@@ -55,12 +138,14 @@ pub struct Booted {
 }
 
 impl BoxSession {
-    /// The session of `litebox`, the box `name` of `engine`, enforcing `enforcement`.
+    /// The session of `litebox`, the box `name` of `engine`, enforcing `enforcement`; its
+    /// git writes come back through `commits` when given.
     pub fn new(
         engine: Arc<Engine>,
         name: &str,
         litebox: LiteBox,
         enforcement: Enforcement,
+        commits: Option<Commits>,
     ) -> BoxSession {
         let vm_id = litebox.id().as_str().to_string();
         BoxSession {
@@ -72,6 +157,7 @@ impl BoxSession {
                 first_exec: AtomicBool::new(false),
                 byte_exact: AtomicBool::new(false),
                 booting: tokio::sync::Mutex::new(()),
+                periods: Periods::new(commits),
             }),
             enforcement,
         }
@@ -172,15 +258,22 @@ impl GuestLaunch for Launcher {
         Box::pin(async move {
             let byte_exact = vm.byte_exact.load(Ordering::SeqCst);
             let command = box_command(&spec, byte_exact);
-            let execution = vm
-                .engine
-                .exec(&vm.name, &vm.litebox, command)
-                .await
-                .map_err(|e| HostError::Backend {
-                    backend: BackendKind::Boxlite,
-                    source: Box::new(e),
-                })?;
-            Ok(relay(execution, stdin, spec.timeout, byte_exact))
+            vm.periods.enter()?;
+            let execution = match vm.engine.exec(&vm.name, &vm.litebox, command).await {
+                Ok(execution) => execution,
+                Err(e) => {
+                    if let Some(git) = vm.periods.leave().await {
+                        for line in git.notes {
+                            tracing::warn!("{line}");
+                        }
+                    }
+                    return Err(HostError::Backend {
+                        backend: BackendKind::Boxlite,
+                        source: Box::new(e),
+                    });
+                }
+            };
+            Ok(relay(execution, stdin, spec.timeout, byte_exact, vm))
         })
     }
 }
@@ -217,6 +310,7 @@ fn relay(
     with_stdin: bool,
     timeout: Option<Duration>,
     byte_exact: bool,
+    vm: Arc<Vm>,
 ) -> GuestProcess {
     let (out_tx, out_rx) = mpsc::channel(OUTPUT_QUEUE);
     let (signal_tx, mut signal_rx) = mpsc::unbounded_channel::<i32>();
@@ -300,19 +394,23 @@ fn relay(
         };
         // Every chunk is queued before the end is known.
         drop(out_tx);
-        let _ = exit_tx.send(judge(
+        let exit = judge(
             result.map(|r| (r.exit_code, r.error_message)),
             timed_out.then(|| timeout.unwrap_or_default()),
             signalled,
-        ));
+        );
+        // The last command of a busy period takes the box's git writes back.
+        let git = vm.periods.leave().await;
+        let _ = exit_tx.send(GuestEnd { exit, git });
     });
     GuestProcess {
         output: out_rx,
         stdin,
         signals: signal_tx,
         exit: Box::pin(async move {
-            exit_rx.await.unwrap_or_else(|_| {
-                GuestExit::Lost("the relay of the command's streams ended early".into())
+            exit_rx.await.unwrap_or_else(|_| GuestEnd {
+                exit: GuestExit::Lost("the relay of the command's streams ended early".into()),
+                git: None,
             })
         }),
     }
@@ -399,6 +497,69 @@ async fn sleep_until(at: Option<tokio::time::Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Commands that overlap share one generation, read back once the last one ends: the
+    /// task branch moves then, not before.
+    #[tokio::test]
+    async fn a_busy_period_ends_with_its_last_command() {
+        use sandbox_testkit::git;
+        let t = tempfile::tempdir().unwrap();
+        let main = t.path().join("main");
+        std::fs::create_dir(&main).unwrap();
+        git(&main, &["init", "-q", "-b", "main"]);
+        git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+        let task = t.path().join("task");
+        git(
+            &main,
+            &[
+                "worktree",
+                "add",
+                "-q",
+                "-b",
+                "task",
+                task.to_str().unwrap(),
+            ],
+        );
+        let common = main.join(".git").canonicalize().unwrap();
+        let box_git = BoxGit::new(
+            &common,
+            &common.join("worktrees/task"),
+            &t.path().join("box"),
+        )
+        .unwrap();
+        let periods = Periods::new(Some(Commits {
+            git: box_git.clone(),
+            records: vec![t.path().join("records")],
+            scratch: t.path().join("scratch"),
+        }));
+        let before = git(&main, &["rev-parse", "task"]);
+        periods.enter().unwrap();
+        periods.enter().unwrap();
+        // "The box" commits through its `.git`: the generation's admin dir of the worktree.
+        let gitdir = box_git.writable().join("current/worktrees/task");
+        sandbox_testkit::git_command(&task)
+            .env("GIT_DIR", &gitdir)
+            .env("GIT_WORK_TREE", &task)
+            .args(["commit", "-q", "--allow-empty", "-m", "in the box"])
+            .status()
+            .unwrap();
+        assert!(periods.leave().await.is_none(), "one command still runs");
+        assert_eq!(git(&main, &["rev-parse", "task"]), before);
+        let report = periods.leave().await.unwrap().store.unwrap();
+        let after = git(&main, &["rev-parse", "task"]);
+        assert_ne!(after, before);
+        assert_eq!(report.applied.len(), 1, "{report:?}");
+        // The next period starts afresh, from the moved branch.
+        periods.enter().unwrap();
+        assert!(periods
+            .leave()
+            .await
+            .unwrap()
+            .store
+            .unwrap()
+            .applied
+            .is_empty());
+    }
 
     /// The agent's report, judged: the one place BoxLite's codes become exit outcomes.
     #[test]

@@ -57,8 +57,8 @@ use sandbox_policy::Policy;
 
 use crate::assembly::{self, Assembled, CommandIdentity};
 use crate::backend::{
-    BackendKind, BackendOptions, BackendSession, Backends, Finished, GuestExit, GuestProcess,
-    PreparedCommand, Progress,
+    BackendKind, BackendOptions, BackendSession, Backends, Finished, GuestExit, GuestGit,
+    GuestProcess, PreparedCommand, Progress,
 };
 use crate::error::HostError;
 use crate::journal::{Entry as JournalEntry, Recovered};
@@ -366,9 +366,10 @@ impl Live {
 
     /// Step 6 for a command that ran in a guest ([`Armed::launch`]), once the guest reported
     /// its end (`exit`): none of its processes is this host's, so there is nothing here to
-    /// reap; a command the guest lost is the box's failure (125).
-    pub fn finish_guest(self, exit: &GuestExit) -> Finished {
-        let finished = self.command.finish_guest(exit);
+    /// reap; a command the guest lost is the box's failure (125). `git` is what the host took
+    /// back of the box's git writes when this command ended its busy period.
+    pub fn finish_guest(self, exit: &GuestExit, git: Option<GuestGit>) -> Finished {
+        let finished = self.command.finish_guest(exit, git);
         drop(self.journal);
         finished
     }

@@ -71,8 +71,8 @@ fn rpc_failure(what: &str, e: ClientError) -> anyhow::Error {
 pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     if let Some(remote) = args.sandbox.allow_push.first() {
         return Err(Failure::setup(format!(
-            "--allow-push {remote}: a push from a box has no quarantine yet (commits from a box \
-             fail too); push from `sandbox run --backend native`, or on the host"
+            "--allow-push {remote}: a push from a box has no quarantine yet (its commits come \
+             back to the task branch); push from `sandbox run --backend native`, or on the host"
         )));
     }
     let root =

@@ -10,7 +10,7 @@ use sandbox_exec::{
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
-use super::guest::{GuestExit, GuestFuture, GuestLaunch, GuestProcess};
+use super::guest::{GuestExit, GuestFuture, GuestGit, GuestLaunch, GuestProcess};
 use super::BackendKind;
 use crate::error::HostError;
 use crate::gitguard::{self, Tampering};
@@ -102,6 +102,8 @@ pub struct Finished {
     /// For a command that ran in a guest: what the guest said about its end (its agent's
     /// message, or the timeout's); `None` for a command of this host.
     pub guest: Option<GuestNote>,
+    /// The backend's own lines about the run (a box's `HEAD` or index not taken back).
+    pub notes: Vec<String>,
 }
 
 /// What a guest said about a command's end ([`Finished::guest`]).
@@ -210,6 +212,7 @@ impl Finished {
             }
         }
         lines.extend(self.git_dir.warnings());
+        lines.extend(self.notes.iter().cloned());
         lines
     }
 }
@@ -343,7 +346,9 @@ impl PreparedCommand {
     }
 
     /// Judges a guest's command by how it ended there: lost means the box failed (125).
-    pub(crate) fn finish_guest(self, exit: &GuestExit) -> Finished {
+    /// `git`: what the host took back of the box's git writes, when this command ended a
+    /// busy period.
+    pub(crate) fn finish_guest(self, exit: &GuestExit, git: Option<GuestGit>) -> Finished {
         let (outcome, note, lost) = match exit {
             GuestExit::Ended { outcome, note } => (Some(*outcome), note.clone(), None),
             GuestExit::Lost(cause) => (None, None, Some(cause.clone())),
@@ -357,6 +362,10 @@ impl PreparedCommand {
             });
         }
         finished.guest = Some(GuestNote(note));
+        if let Some(git) = git {
+            finished.git_store = Some(git.store);
+            finished.notes = git.notes;
+        }
         finished
     }
 
@@ -450,6 +459,7 @@ impl PreparedCommand {
             git_dir,
             recheck,
             guest: None,
+            notes: Vec::new(),
         }
     }
 }

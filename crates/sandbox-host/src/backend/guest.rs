@@ -8,6 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use sandbox_exec::{CommandSpec, ExitOutcome, OutputReceiver};
+use sandbox_git::quarantine::{QuarantineError, StoreReport};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::HostError;
@@ -47,7 +48,25 @@ pub struct GuestProcess {
     /// Signals to deliver to the command in the guest (`SIGKILL` kills it).
     pub signals: mpsc::UnboundedSender<i32>,
     /// Resolves once the command ended in the guest.
-    pub exit: GuestFuture<GuestExit>,
+    pub exit: GuestFuture<GuestEnd>,
+}
+
+/// A guest command's end, and what ending it did to the repository.
+#[derive(Debug)]
+pub struct GuestEnd {
+    pub exit: GuestExit,
+    /// Set when this command ended a busy period of a box whose commits come back
+    /// (`sandbox_git::quarantine::generation`): what the host took of its git writes.
+    pub git: Option<GuestGit>,
+}
+
+/// What the host took back of a box's git writes at the end of a busy period.
+#[derive(Debug)]
+pub struct GuestGit {
+    /// The store quarantine's report, or why nothing was read back.
+    pub store: Result<StoreReport, QuarantineError>,
+    /// `HEAD`, the index and the generation: one line per thing refused.
+    pub notes: Vec<String>,
 }
 
 impl std::fmt::Debug for GuestProcess {

@@ -45,7 +45,9 @@ use crate::report::Enforcement;
 pub use command::{
     CommandJudge, Finished, GuestNote, PreparedCommand, Recheck, RunEnd, WorktreeConfigEnabled,
 };
-pub use guest::{GuestExit, GuestFuture, GuestInput, GuestLaunch, GuestProcess};
+pub use guest::{
+    GuestEnd, GuestExit, GuestFuture, GuestGit, GuestInput, GuestLaunch, GuestProcess,
+};
 pub use registry::{Backends, Provider};
 
 /// Every backend name the product knows. Not all are in every build ([`Backends`]) or

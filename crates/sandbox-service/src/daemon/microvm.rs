@@ -18,7 +18,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[cfg(feature = "boxlite")]
-use sandbox_boxlite::git::{check_against_git, git_mounts, order_for_guest, GitData};
+use sandbox_boxlite::git::{
+    check_against_git, commit_mounts, git_mounts, order_for_guest, CommitDirs, GitData,
+};
+#[cfg(feature = "boxlite")]
+use sandbox_boxlite::session::BoxGit;
 #[cfg(feature = "boxlite")]
 use sandbox_boxlite::spec::{self, BoxSpec, Mount, NetTarget};
 #[cfg(feature = "boxlite")]
@@ -29,31 +33,58 @@ use serde_json::json;
 
 use super::{invalid, unavailable};
 
+#[cfg(all(feature = "boxlite", test))]
+/// [`box_spec_with`] for a box whose git writes do not come back.
+pub(super) fn box_spec(
+    p: &BoxCreateParams,
+    workdir: &std::path::Path,
+) -> Result<BoxSpec, RpcError> {
+    box_spec_with(p, workdir, None).map(|(spec, _)| spec)
+}
+
 #[cfg(feature = "boxlite")]
 /// The box's description checked and compiled into a [`BoxSpec`]: the workdir mounted at its
 /// own path read-write; the worktree's git data read-only at its own paths, stacked on the
 /// workdir where it lies inside it (`sandbox_boxlite::git`: nothing the host's git runs can
 /// be written from a box); the requested mounts, none of them a writable way to that data.
-pub(super) fn box_spec(
+///
+/// `commit_root`: for a linked worktree (without `unprotectedGit`), the box's git directory
+/// on the host: its `.git` then names a generation of the common dir there, which the host
+/// reads back at the end of each busy period (`sandbox_git::quarantine::generation`).
+pub(super) fn box_spec_with(
     p: &BoxCreateParams,
     workdir: &std::path::Path,
-) -> Result<BoxSpec, RpcError> {
+    commit_root: Option<&std::path::Path>,
+) -> Result<(BoxSpec, Option<BoxGit>), RpcError> {
     let bad = |e: spec::SpecError| invalid(format!("box {}: boxlite: {e}", p.name));
     let image = spec::image_source(p.image.as_deref(), p.rootfs.as_deref()).map_err(bad)?;
     let sizes = spec::check_sizes(p.cpus, p.memory_mib, p.disk_size_gb).map_err(bad)?;
     spec::check_env(&p.env).map_err(bad)?;
     let mut mounts = vec![spec::check_mount(workdir, workdir, false).map_err(bad)?];
+    let mut commits = None;
     let git = match sandbox_policy::git::discover(workdir) {
-        Ok(Some(found)) => Some(GitData {
-            common_dir: found.layout.common_dir.clone(),
-            pointers: found
-                .layout
-                .pointers
-                .iter()
-                .map(|f| f.path.clone())
-                .collect(),
-            hooks_path: found.layout.hooks_path.clone(),
-        }),
+        Ok(Some(found)) => {
+            let linked = found.layout.worktree_gitdir != found.layout.common_dir;
+            if let (true, false, Some(root)) = (linked, p.unprotected_git, commit_root) {
+                let git = BoxGit::new(
+                    &found.layout.common_dir,
+                    &found.layout.worktree_gitdir,
+                    root,
+                )
+                .map_err(|e| invalid(format!("box {}: boxlite: {e}", p.name)))?;
+                commits = Some((git, workdir.join(".git")));
+            }
+            Some(GitData {
+                common_dir: found.layout.common_dir.clone(),
+                pointers: found
+                    .layout
+                    .pointers
+                    .iter()
+                    .map(|f| f.path.clone())
+                    .collect(),
+                hooks_path: found.layout.hooks_path.clone(),
+            })
+        }
         Ok(None) => None,
         Err(e) => {
             return Err(invalid(format!(
@@ -63,8 +94,19 @@ pub(super) fn box_spec(
             )))
         }
     };
-    if let Some(git) = &git {
-        mounts.extend(git_mounts(git, &mounts[0].host, p.unprotected_git).map_err(bad)?);
+    match (&git, &commits) {
+        (Some(git), Some((box_git, dot_git))) => {
+            let dirs = CommitDirs {
+                writable: box_git.writable(),
+                pointer: box_git.pointer(),
+                dot_git: dot_git.clone(),
+            };
+            mounts.extend(commit_mounts(git, &mounts[0].host, &dirs).map_err(bad)?);
+        }
+        (Some(git), None) => {
+            mounts.extend(git_mounts(git, &mounts[0].host, p.unprotected_git).map_err(bad)?)
+        }
+        (None, _) => {}
     }
     for m in &p.mounts {
         let guest = m.guest.clone().unwrap_or_else(|| m.host.clone());
@@ -99,7 +141,7 @@ pub(super) fn box_spec(
             p.name
         )));
     }
-    Ok(BoxSpec {
+    let spec = BoxSpec {
         name: p.name.clone(),
         image,
         cpus: sizes.cpus,
@@ -110,7 +152,8 @@ pub(super) fn box_spec(
         block_net: p.block_net,
         env: p.env.clone(),
         workdir: Some(workdir.to_path_buf()),
-    })
+    };
+    Ok((spec, commits.map(|(git, _)| git)))
 }
 
 /// Refuses the VM fields for backends that run on the host's own file system.
@@ -181,7 +224,7 @@ mod engine {
     use std::time::Duration;
 
     use sandbox_boxlite::engine::{Engine, EngineOptions};
-    use sandbox_boxlite::session::BoxSession;
+    use sandbox_boxlite::session::{BoxSession, Commits};
     use sandbox_protocol::{encode_event, BoxState, BoxStateEvent};
     use serde_json::Value;
 
@@ -254,7 +297,17 @@ mod engine {
         started: Instant,
     ) -> Result<Value, RpcError> {
         refuse_host_token(state, &p.env)?;
-        let spec = box_spec(&p, &workdir)?;
+        // The box's git directory: by its name, so a box BoxLite keeps across daemons finds
+        // the one its mounts name.
+        let state_dir = state.opts.backend.state_dir();
+        let commit_root = state_dir.join("boxlite-git").join(&p.name);
+        if let Err(e) = std::fs::create_dir_all(state_dir.join("boxlite-git")) {
+            return Err(RpcError::new(
+                ErrorCode::Internal,
+                format!("box {}: creating {}: {e}", p.name, state_dir.display()),
+            ));
+        }
+        let (spec, box_git) = box_spec_with(&p, &workdir, Some(&commit_root))?;
         // The mounts are grants: none may reach the user's configuration, the remembered
         // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one
         // assembly, with no configured grants on top: a guest sees its mounts and nothing else.
@@ -371,6 +424,11 @@ mod engine {
                 "unprotected git: the repository's git directory is writable from the box \
                      (hooks and config included)"
                     .into()
+            } else if box_git.is_some() {
+                "git data is mounted read-only (the .git pointer too); the box's git writes a \
+                     private copy of the common dir whose commits the host takes back when no \
+                     command runs: the task branch moves, nothing else does"
+                    .into()
             } else {
                 "git data is mounted read-only (the .git pointer too): git in the box reads \
                      history and cannot commit"
@@ -378,11 +436,17 @@ mod engine {
             }],
             ..Default::default()
         };
+        let commits = box_git.map(|git| Commits {
+            git,
+            records: vec![state_dir.join("git-tasks")],
+            scratch: state.opts.backend.private_dir().join("boxlite-git"),
+        });
         let vm = Arc::new(BoxSession::new(
             engine.clone(),
             &p.name,
             litebox,
             enforcement.clone(),
+            commits,
         ));
         let vm_id = vm.vm_id().to_string();
         {
@@ -672,6 +736,44 @@ mod tests {
             ]
         );
         assert!(task.join(".git").is_file(), "the pointer is a file mount");
+    }
+
+    /// With a git directory for the box, a linked worktree's `.git` names the box's current
+    /// generation (a read-only file of the host's), the generations' directory is writable at
+    /// its own path, and the common dir stays read-only. A main worktree, and an unprotected
+    /// box, are as before.
+    #[test]
+    fn a_linked_worktree_whose_commits_come_back_gets_the_generation_mounts() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        let root = t.path().join("box-git");
+        let (spec, git) =
+            box_spec_with(&params(t.path(), json!([]), false), &task, Some(&root)).unwrap();
+        let git = git.expect("a linked worktree's commits come back");
+        let root = root.canonicalize().unwrap();
+        let mounts: Vec<_> = spec
+            .mounts
+            .iter()
+            .map(|m| (m.host.clone(), m.guest.clone(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                (task.clone(), task.clone(), false),
+                (main.join(".git"), main.join(".git"), true),
+                (root.join("pointer"), task.join(".git"), true),
+                (root.join("git"), root.join("git"), false),
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(git.pointer()).unwrap(),
+            format!("gitdir: {}/git/current/worktrees/task\n", root.display())
+        );
+        for (dir, unprotected) in [(&main, false), (&task, true)] {
+            let (_, none) =
+                box_spec_with(&params(t.path(), json!([]), unprotected), dir, Some(&root)).unwrap();
+            assert!(none.is_none(), "{}", dir.display());
+        }
     }
 
     #[test]

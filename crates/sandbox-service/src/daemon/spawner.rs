@@ -190,7 +190,9 @@ pub enum Started {
 /// How the wait for a command ended.
 enum Waited {
     Host(Result<ExitOutcome, ExecError>),
-    Guest(sandbox_host::backend::GuestExit),
+    /// The guest's end, and (until the command is finished) what the host took back of its
+    /// box's git writes.
+    Guest(GuestExit, Option<sandbox_host::backend::GuestGit>),
 }
 
 /// The event loop of one command: owns it until it ended (its group is gone, or its guest
@@ -226,7 +228,10 @@ pub async fn run_exec(started: Started, live: Live, run: Arc<Run>, mut ctx: Exec
     };
     let wait: Pin<Box<dyn Future<Output = Waited> + Send + '_>> = match (&mut host, guest_exit) {
         (Some(running), _) => Box::pin(async move { Waited::Host(running.wait().await) }),
-        (None, Some(exit)) => Box::pin(async move { Waited::Guest(exit.await) }),
+        (None, Some(exit)) => Box::pin(async move {
+            let end = exit.await;
+            Waited::Guest(end.exit, end.git)
+        }),
         (None, None) => Box::pin(std::future::pending()),
     };
     let out = ctx.out.clone();
@@ -296,20 +301,20 @@ pub async fn run_exec(started: Started, live: Live, run: Arc<Run>, mut ctx: Exec
     // The group is gone (`wait` saw to it).
     drop(host);
     // The loop ends only once the outcome is known.
-    let waited = waited.unwrap_or_else(|| {
+    let mut waited = waited.unwrap_or_else(|| {
         Waited::Host(Err(ExecError::Io {
             context: "waiting for the command".into(),
             source: std::io::Error::other("its output ended before its exit was seen"),
         }))
     });
-    let finished = match &waited {
+    let finished = match &mut waited {
         // Orphans that left the group are killed before the seam finishes the command, so
         // none can rewrite a git pointer after the check.
         Waited::Host(outcome) => {
             live.finish(outcome.as_ref().ok().copied(), reap_orphans_if_idle())
         }
         // Nothing of a guest's command runs on this host.
-        Waited::Guest(exit) => live.finish_guest(exit),
+        Waited::Guest(exit, git) => live.finish_guest(exit, git.take()),
     };
     // The box's run (its TMPDIR) is let go only after its command is finished.
     drop(run);
@@ -521,7 +526,7 @@ fn exit_event(
             after.as_millis()
         )),
         Waited::Host(Err(e)) => notes.push(e.to_string()),
-        Waited::Host(Ok(_)) | Waited::Guest(_) => {}
+        Waited::Host(Ok(_)) | Waited::Guest(..) => {}
     }
     // What the guest said of the end (its agent's message, or its timeout's).
     if let Some(sandbox_host::backend::GuestNote(Some(note))) = &finished.guest {
@@ -544,8 +549,8 @@ fn exit_event(
     };
     let outcome = match waited {
         Waited::Host(waited) => finished.outcome(waited.as_ref().copied()),
-        Waited::Guest(GuestExit::Ended { outcome, .. }) => finished.outcome(Ok(*outcome)),
-        Waited::Guest(GuestExit::Lost(_)) => sandbox_host::Outcome::SetupFailed,
+        Waited::Guest(GuestExit::Ended { outcome, .. }, _) => finished.outcome(Ok(*outcome)),
+        Waited::Guest(GuestExit::Lost(_), _) => sandbox_host::Outcome::SetupFailed,
     };
     let status = outcome.status();
     ExitEvent {
