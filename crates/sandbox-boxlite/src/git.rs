@@ -13,8 +13,10 @@
 //! - `core.hooksPath` inside the writable workdir (`.husky`) is mounted read-only on it;
 //! - a writable mount of the caller's may not reach any of these.
 //!
-//! Git inside a box therefore reads history and cannot commit; with `unprotected_git` the
-//! common dir is writable and the caller accepts that risk (docs/boxlite.md).
+//! Git inside a box therefore cannot write what the host's git runs. A linked worktree's box
+//! commits into a private generation of the common dir instead ([`commit_mounts`]), which
+//! the host reads back by the quarantine's rules; with `unprotected_git` the common dir is
+//! writable and the caller accepts that risk (docs/boxlite.md).
 
 use std::path::{Path, PathBuf};
 
