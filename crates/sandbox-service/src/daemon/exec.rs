@@ -153,7 +153,7 @@ pub(super) async fn box_exec(
     // The box is checked again under the lock: a `box.stop` that set it stopping while this
     // command was being prepared has already listed the commands it waits for, and a box
     // removed and created anew under the name has another policy.
-    {
+    let registered = (|| {
         let mut boxes = state.boxes.locked();
         let mut execs = state.execs.locked();
         let entry = boxes.get_mut(&p.name)?;
@@ -176,6 +176,14 @@ pub(super) async fn box_exec(
             },
         );
         conn.execs.send_modify(|n| *n += 1);
+        Ok(())
+    })();
+    if let Err(e) = registered {
+        // A guest's command already runs in its box: nobody will see it, so it ends now.
+        if let Start::Guest(process, _) = &start {
+            let _ = process.signals.send(libc::SIGKILL);
+        }
+        return Err(e);
     }
     let done: Box<dyn FnOnce(Option<ExecEnd>) + Send> = {
         let state = state.clone();
