@@ -1,6 +1,7 @@
 //! One BoxLite box behind the run seam: a [`BoxSession`] is the backend session of a box
 //! (`sandbox_host::BackendSession`), its commands are armed by the run sequence like any
-//! other and launched in the guest through BoxLite's agent ([`sandbox_host::GuestLaunch`]).
+//! other and launched in the guest through BoxLite's agent
+//! ([`sandbox_host::backend::GuestLaunch`]).
 //!
 //! What is BoxLite's own lives here: the boot and the probe for the byte-exact output relay,
 //! a command's output decoded from the relay, its signals and timeout, and how the agent's
