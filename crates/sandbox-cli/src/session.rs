@@ -220,6 +220,7 @@ fn lima_settings_in(dirs: &crate::paths::Dirs, views_root: &Path) -> sandbox_lim
         nix_image: crate::tools::LIMA_IMAGE.resolve(None).path,
         overrides_dir: dirs.user_config.join("lima"),
         private_dir: dirs.runtime.clone(),
+        vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
     }
 }
 

@@ -235,6 +235,9 @@ pub struct StoreQuarantine {
     /// The writable place is a full copy of the common dir (a box's generation), not an
     /// overlay's upper layer: refs are read back as [`refs::changed_in_copy`] reads them.
     copy: bool,
+    /// The layer is a persistent one stacked directly on the common dir ([`Self::attach`]),
+    /// with no snapshot layer between them.
+    persistent: bool,
     state: Mutex<State>,
 }
 
@@ -400,6 +403,7 @@ impl StoreQuarantine {
             record: None,
             tracking: Vec::new(),
             copy: false,
+            persistent: layer.is_some(),
             state: Mutex::new(State::default()),
         })
     }
@@ -866,10 +870,13 @@ impl StoreQuarantine {
             state.report.layer_full = Some(bytes);
         }
         let upper = self.upper();
+        // A persistent layer (a VM's) lies directly on the common dir: what it hides of it
+        // counts as deleted. A copy (a box's generation) has no layers at all.
+        let below = self.persistent.then_some(self.common.as_path());
         let mut changed = if self.copy {
             refs::changed_in_copy(upper, &self.common, &self.start)
         } else {
-            refs::changed(upper, &self.packed_at_start)
+            refs::changed(upper, &self.packed_at_start, below)
         };
         // A ref this run created, which the host already applied, and which the run deleted
         // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
@@ -920,6 +927,14 @@ impl StoreQuarantine {
         };
         if name == "refs/stash" && self.start.contains_key(name) {
             return self.apply_stash(repo, odb, state, wanted, last);
+        }
+        // A persistent layer lies on the live common dir: a `git pack-refs` inside (`git gc`)
+        // writes every ref it sees into the layer's own `packed-refs`, the ones the host moved
+        // during the run (the watcher's fast-forward of the task's branch) included. A ref
+        // that already holds on the host what the sandbox wants needs nothing, and is no
+        // refusal.
+        if self.persistent && repo.refname_to_id(name).ok() == wanted {
+            return;
         }
         let current = match state.applied.get(name) {
             Some(value) => *value,
