@@ -238,6 +238,18 @@ pub struct SandboxArgs {
     #[arg(long = "allow-domain", value_name = "HOST")]
     pub allow_domain: Vec<String>,
 
+    /// Give the command an API credential without its secret (repeatable): `anthropic`,
+    /// `openai`, `google`, `github`. The host reads the secret (its own $ANTHROPIC_API_KEY,
+    /// $OPENAI_API_KEY, $GEMINI_API_KEY or $GOOGLE_API_KEY, $GITHUB_TOKEN or $GH_TOKEN; else
+    /// ~/.config/sandbox/credentials/NAME; else the kernel keyring's user key sandbox:NAME);
+    /// the command gets a placeholder in that variable and a base URL pointing at the
+    /// sandbox's proxy (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL,
+    /// GITHUB_API_URL), which adds the real key on the way to the API host over TLS and
+    /// refuses the placeholder anywhere else. A missing secret stops the run (exit 125).
+    /// Adds to `credentials` in the config.
+    #[arg(long = "credential", value_name = "NAME")]
+    pub credential: Vec<String>,
+
     /// Accept that git hooks and config cannot be protected (a main worktree, where .git is
     /// inside the writable tree). Prefer a linked worktree: `git worktree add`.
     #[arg(long)]

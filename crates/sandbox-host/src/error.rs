@@ -179,6 +179,24 @@ pub enum HostError {
         cause: sandbox_policy::EnvNameError,
     },
 
+    /// A `--credential` that cannot be used: unknown, or no secret where it is read from.
+    #[error("{0}")]
+    Credential(#[from] sandbox_net::CredentialError),
+
+    /// A credential's secret file lies inside a grant, where the sandbox could read it.
+    #[error(
+        "--credential {name}: its secret file {} lies inside the grant {}, so the sandbox \
+         could read it; keep it outside every grant (the default place is \
+         ~/.config/sandbox/credentials/{name}) or drop the grant",
+        file.display(),
+        grant.display()
+    )]
+    CredentialGranted {
+        name: String,
+        file: PathBuf,
+        grant: PathBuf,
+    },
+
     /// The private TMPDIR of a run or a box could not be created.
     #[error(
         "creating the private TMPDIR in {}: {source}; check that the directory exists and \

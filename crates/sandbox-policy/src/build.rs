@@ -55,6 +55,8 @@ pub struct PolicyRequest {
     pub allow_ports: Vec<u32>,
     pub hook_port: Option<u16>,
     pub allow_domains: Vec<String>,
+    /// `--credential NAME` (names; checked and read by the caller).
+    pub credentials: Vec<String>,
     pub env: EnvPolicy,
     pub timeout: Option<Duration>,
     pub unprotected_git: bool,
@@ -297,6 +299,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         },
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),
+        credentials: req.credentials.clone(),
         unprotected_git: req.unprotected_git,
         agent: req.agent.clone(),
     };

@@ -229,6 +229,10 @@ pub struct BoxCreateParams {
     pub allow_ports: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_domains: Vec<String>,
+    /// `--credential NAME`: API credentials the box's proxy adds (secrets read by the
+    /// daemon on its host; the box holds placeholders).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
     /// Variables set in every command of the box.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,

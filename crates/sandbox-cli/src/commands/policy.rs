@@ -318,6 +318,13 @@ fn human(
     if !p.allow_domains.is_empty() {
         let _ = writeln!(s, "domains   {}", p.allow_domains.join(" "));
     }
+    if !p.credentials.is_empty() {
+        let _ = writeln!(
+            s,
+            "credentials {} (secrets stay on the host; the command holds placeholders)",
+            p.credentials.join(" ")
+        );
+    }
     let _ = writeln!(s, "env       {}", env_names.join(" "));
     let _ = writeln!(
         s,

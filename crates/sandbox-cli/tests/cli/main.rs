@@ -11,6 +11,7 @@ mod common;
 mod agents;
 mod boxlite;
 mod config;
+mod credentials;
 mod escape;
 mod exec;
 mod external;
