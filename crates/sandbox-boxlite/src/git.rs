@@ -13,8 +13,10 @@
 //! - `core.hooksPath` inside the writable workdir (`.husky`) is mounted read-only on it;
 //! - a writable mount of the caller's may not reach any of these.
 //!
-//! Git inside a box therefore reads history and cannot commit; with `unprotected_git` the
-//! common dir is writable and the caller accepts that risk (docs/boxlite.md).
+//! Git inside a box therefore cannot write what the host's git runs. A linked worktree's box
+//! commits into a private generation of the common dir instead ([`commit_mounts`]), which
+//! the host reads back by the quarantine's rules; with `unprotected_git` the common dir is
+//! writable and the caller accepts that risk (docs/boxlite.md).
 
 use std::path::{Path, PathBuf};
 
@@ -67,6 +69,37 @@ pub fn git_mounts(
         }
         _ => {}
     }
+    Ok(mounts)
+}
+
+/// Where a box's commits go instead of the common dir (docs/boxlite.md, "Git from inside a
+/// box"): the host's generation directories of `sandbox_git::quarantine::generation`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitDirs {
+    /// Mounted writable at its own path: the `current` link and the generations.
+    pub writable: PathBuf,
+    /// The file mounted read-only over the worktree's `.git`, naming the current generation.
+    pub pointer: PathBuf,
+    /// The worktree's own `.git` pointer file on the host.
+    pub dot_git: PathBuf,
+}
+
+/// The mounts of a linked worktree whose commits the host takes back: those of
+/// [`git_mounts`] (the common dir read-only, `core.hooksPath` in the tree read-only), with the
+/// worktree's `.git` shown as `commits.pointer` (read-only) and the box's writable
+/// generation directory at its own path. Git in the box then writes a copy of the common
+/// dir that the host reads back by its rules; the real one stays read-only.
+pub fn commit_mounts(
+    git: &GitData,
+    workdir: &Path,
+    commits: &CommitDirs,
+) -> Result<Vec<Mount>, SpecError> {
+    let mut mounts: Vec<Mount> = git_mounts(git, workdir, false)?
+        .into_iter()
+        .filter(|m| m.guest != commits.dot_git)
+        .collect();
+    mounts.push(check_mount(&commits.pointer, &commits.dot_git, true)?);
+    mounts.push(check_mount(&commits.writable, &commits.writable, false)?);
     Ok(mounts)
 }
 

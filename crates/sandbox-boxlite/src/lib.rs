@@ -8,7 +8,9 @@
 //!   host's git runs;
 //! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
 //! - [`error`]: every failure, with the box's log paths;
-//! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes.
+//! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes;
+//! - `session` (cargo feature `boxlite`): a box behind the run seam — its backend session,
+//!   whose commands the run sequence arms and launches in the guest.
 //!
 //! Everything but the engine is built without the feature, so `doctor`, the daemon and
 //! `cargo xtask boxlite-runtime` can describe BoxLite in every build.
@@ -23,6 +25,8 @@ pub mod spec;
 
 #[cfg(feature = "boxlite")]
 pub mod engine;
+#[cfg(feature = "boxlite")]
+pub mod session;
 
 /// The BoxLite crate itself, for the daemon's commands and streams.
 #[cfg(feature = "boxlite")]

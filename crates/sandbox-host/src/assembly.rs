@@ -356,6 +356,17 @@ pub fn command_env(
     Ok(resolved)
 }
 
+/// The environment of a command that runs in a guest (a VM box): only its own variables (a
+/// `box.exec`'s `env`). A guest has an environment of its own — its image's, and the box's
+/// `env` set when it was created — and nothing of this host's (its `PATH`, `HOME`, `TMPDIR`
+/// name places that are not in the guest) enters it.
+pub fn guest_env(extra: &[(String, String)]) -> Vec<(OsString, OsString)> {
+    extra
+        .iter()
+        .map(|(name, value)| (OsString::from(name), OsString::from(value)))
+        .collect()
+}
+
 /// Points `HOME` and the XDG directories of a command's environment at the private home's
 /// own path: for the native backend when this machine gives it no view (the real home's path
 /// then is the host's real home, which the run cannot reach).

@@ -66,6 +66,10 @@ pub enum HostError {
     #[error("{backend}: commands of a box run in its VM, through box.exec")]
     RunsInGuest { backend: BackendKind },
 
+    /// A command's guest lost it (the VM or its agent went away): the box failed.
+    #[error("{backend}: the command was lost: {cause}")]
+    GuestLost { backend: BackendKind, cause: String },
+
     /// A backend implemented in its own crate (Lima) failed; its error names the step and
     /// the log to read, and stays reachable as the source (`downcast_ref::<LimaError>()`).
     #[error("{source}")]

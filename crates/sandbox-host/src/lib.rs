@@ -47,4 +47,4 @@ pub use backend::{
 };
 pub use error::HostError;
 pub use report::Enforcement;
-pub use run::{Armed, Invocation, Live, Outcome, Reaped, Reaper, Run};
+pub use run::{Armed, ExitStatus, Invocation, Live, Outcome, Reaped, Reaper, Run};

@@ -17,11 +17,14 @@
 //! 4. **spawn** ([`Armed::spawn`], [`Armed::spawn_direct`], [`Armed::run_interactive`]):
 //!    consumes the armed command and gives the child and a [`Live`] command. A command that
 //!    could not start is finished on the spot ([`NotStarted`]): none of its processes exist.
+//!    A VM box's command is *launched* in its guest instead ([`Armed::launch`]): channels for
+//!    its output, stdin and signals, and its end as the guest reports it.
 //! 5. **reap** ([`Reaper`]): once the command's process group is gone (the caller waited),
 //!    every orphan that left the group is killed. Only this gives a [`Reaped`] token.
 //! 6. **finish** ([`Live::finish`]): takes the token, so it cannot be called while a
 //!    descendant could still rewrite a git pointer: judges the backend's failure, checks and
-//!    restores the git pointers, syncs the git store, releases the command's files.
+//!    restores the git pointers, syncs the git store, releases the command's files. A guest's
+//!    command is finished with its end as the guest reported it ([`Live::finish_guest`]).
 //!
 //! The exit status of every runner — the CLI's exit code, the daemon's `exit` events, a VM
 //! box's guest results — comes from one [`Outcome`] through one rule, [`Outcome::status`].
@@ -54,7 +57,8 @@ use sandbox_policy::Policy;
 
 use crate::assembly::{self, Assembled, CommandIdentity};
 use crate::backend::{
-    BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand, Progress,
+    BackendKind, BackendOptions, BackendSession, Backends, Finished, GuestExit, GuestGit,
+    GuestProcess, PreparedCommand, Progress,
 };
 use crate::error::HostError;
 use crate::journal::{Entry as JournalEntry, Recovered};
@@ -157,8 +161,10 @@ impl Run {
         })
     }
 
-    /// A run whose session a caller outside the seam prepared (the daemon's BoxLite boxes,
-    /// whose commands run in the guest, not through [`Run::arm`]).
+    /// A run whose session a caller outside the seam prepared: the daemon's BoxLite boxes,
+    /// whose box is made by the daemon's one BoxLite runtime from a description that is not a
+    /// [`Policy`] (an image, sizes, guest paths). Its commands are armed and finished here
+    /// like any other, and run in the guest ([`Armed::launch`]).
     pub fn adopt(kind: BackendKind, policy: Policy, session: Arc<dyn BackendSession>) -> Run {
         Run {
             kind,
@@ -198,6 +204,12 @@ impl Run {
         self.session.enforcement()
     }
 
+    /// Whether its commands run in a guest (a VM box): armed here, then launched there
+    /// ([`Armed::launch`]).
+    pub fn runs_in_guest(&self) -> bool {
+        self.session.runs_in_guest()
+    }
+
     /// Step 3: `command` resolved, with the child's environment and timeout, armed by the
     /// backend. Fails with [`HostError::Command`] (126/127) when the program cannot run,
     /// [`HostError::Env`] for a malformed variable.
@@ -206,13 +218,17 @@ impl Run {
             .cwd
             .unwrap_or_else(|| self.policy.workspace.cwd.clone());
         let mut spec = CommandSpec::new(CommandRequest::Argv(command.argv), &cwd)?;
-        spec.env = assembly::command_env(
-            &self.policy,
-            self.kind,
-            command.who,
-            command.extra_env,
-            std::env::vars_os(),
-        )?;
+        spec.env = if self.session.runs_in_guest() {
+            assembly::guest_env(command.extra_env)
+        } else {
+            assembly::command_env(
+                &self.policy,
+                self.kind,
+                command.who,
+                command.extra_env,
+                std::env::vars_os(),
+            )?
+        };
         spec.timeout = command.timeout.or(self.policy.limits.timeout);
         let mut command = self.session.command(spec)?;
         // The command's cgroups, named in the journal before they exist; its child joins
@@ -340,6 +356,19 @@ impl Armed {
         }
     }
 
+    /// Step 4 for a command of a VM box ([`PreparedCommand::runs_in_guest`]): started in its
+    /// guest by the backend, with a stdin to write to when `stdin`. Its end comes from the
+    /// guest ([`GuestProcess::exit`]) and is finished with [`Live::finish_guest`].
+    pub async fn launch(self, stdin: bool) -> Result<(GuestProcess, Live), HostError> {
+        let launched = self.command.launch(stdin).await;
+        launched.map(|process| (process, self.live()))
+    }
+
+    /// Whether this command runs in a guest ([`Armed::launch`]) rather than on this host.
+    pub fn runs_in_guest(&self) -> bool {
+        self.command.runs_in_guest()
+    }
+
     /// Step 4 and the wait: the command on a fresh pseudo-terminal relayed to ours, until it
     /// exits (`sandbox shell`).
     pub async fn run_interactive(
@@ -374,6 +403,16 @@ impl Live {
         // Removed with any process still in them (an orphan the daemon could not reap yet).
         drop(self.groups);
         // The checks are done: the record goes.
+        drop(self.journal);
+        finished
+    }
+
+    /// Step 6 for a command that ran in a guest ([`Armed::launch`]), once the guest reported
+    /// its end (`exit`): none of its processes is this host's, so there is nothing here to
+    /// reap; a command the guest lost is the box's failure (125). `git` is what the host took
+    /// back of the box's git writes when this command ended its busy period.
+    pub fn finish_guest(self, exit: &GuestExit, git: Option<GuestGit>) -> Finished {
+        let finished = self.command.finish_guest(exit, git);
         drop(self.journal);
         finished
     }

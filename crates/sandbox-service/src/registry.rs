@@ -48,7 +48,7 @@ pub struct BoxEntry {
     /// A VM box's engine handle; `None` for boxes whose commands run on the host through the
     /// seam. Only in a build with BoxLite.
     #[cfg(feature = "boxlite")]
-    pub(crate) vm: Option<Arc<crate::daemon::microvm::Vm>>,
+    pub(crate) vm: Option<Arc<sandbox_boxlite::session::BoxSession>>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.

@@ -22,7 +22,7 @@ use sandbox_exec::{
 };
 use sandbox_host::backend::BackendKind;
 use sandbox_host::run::NotStarted;
-use sandbox_host::{Reaper, Run};
+use sandbox_host::{ExitStatus, Reaper, Run};
 
 use crate::cli::ExecArgs;
 use crate::context::Context;
@@ -98,8 +98,9 @@ impl Phase {
 /// How a probe or provisioning step ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepEnd {
-    /// It ran; its exit status (124 timed out, 128+N killed by signal N).
-    Exited(i32),
+    /// It ran; its exit status, as the one exit rule gave it (`sandbox_host::Outcome::status`:
+    /// the daemon's `exit` event carries the same fields).
+    Exited(ExitStatus),
     /// We received this signal while it ran and passed it on: the user wants to stop, so
     /// nothing further runs.
     Interrupted(Signal),
@@ -118,12 +119,23 @@ pub enum Readiness {
     Interrupted(Signal),
 }
 
-fn describe(code: i32) -> String {
-    match code {
-        124 => "timed out".to_string(),
-        c if c > 128 => format!("was killed by signal {}", c - 128),
-        c => format!("exited with status {c}"),
+/// How a step ended, in words: from the status's own timeout flag and signal, never guessed
+/// back from the code (a step may exit 130 by itself).
+fn describe(status: ExitStatus) -> String {
+    match status {
+        ExitStatus {
+            timed_out: true, ..
+        } => "timed out".to_string(),
+        ExitStatus {
+            signal: Some(sig), ..
+        } => format!("was killed by signal {sig}"),
+        ExitStatus { code, .. } => format!("exited with status {code}"),
     }
+}
+
+/// Whether a step succeeded.
+fn succeeded(status: ExitStatus) -> bool {
+    status.code == 0
 }
 
 /// Probe, provision when the probe fails, probe again. `run` runs one step and says how it
@@ -138,8 +150,8 @@ pub fn ensure_ready(
     };
     let code = match run(Phase::Probe, probe)? {
         StepEnd::Interrupted(sig) => return Ok(Readiness::Interrupted(sig)),
-        StepEnd::Exited(0) => return Ok(Readiness::Ready),
-        StepEnd::Exited(code) => code,
+        StepEnd::Exited(status) if succeeded(status) => return Ok(Readiness::Ready),
+        StepEnd::Exited(status) => status,
     };
     let Some(provision) = provision else {
         return Err(BoxError::NotReady {
@@ -154,7 +166,7 @@ pub fn ensure_ready(
     );
     match run(Phase::Provision, provision)? {
         StepEnd::Interrupted(sig) => return Ok(Readiness::Interrupted(sig)),
-        StepEnd::Exited(0) => {}
+        StepEnd::Exited(status) if succeeded(status) => {}
         StepEnd::Exited(code) => {
             return Err(BoxError::ProvisionFailed {
                 provision: provision.to_string(),
@@ -165,7 +177,7 @@ pub fn ensure_ready(
     }
     match run(Phase::Reprobe, probe)? {
         StepEnd::Interrupted(sig) => Ok(Readiness::Interrupted(sig)),
-        StepEnd::Exited(0) => Ok(Readiness::Provisioned),
+        StepEnd::Exited(status) if succeeded(status) => Ok(Readiness::Provisioned),
         StepEnd::Exited(code) => Err(BoxError::StillNotReady {
             probe: probe.to_string(),
             provision: provision.to_string(),
@@ -391,13 +403,20 @@ fn step(
     }
     Ok(match interrupted {
         Some(signal) => StepEnd::Interrupted(signal),
-        None => StepEnd::Exited(finished.exit_code(outcome)),
+        None => StepEnd::Exited(finished.outcome(Ok(outcome)).status()),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use sandbox_host::Outcome;
+
+    #[allow(non_snake_case)]
+    fn Exited(code: i32) -> StepEnd {
+        StepEnd::Exited(Outcome::Exited(code).status())
+    }
 
     /// Runs `ensure_ready` against scripted step results, returning the steps it ran.
     fn sequence(
@@ -417,7 +436,6 @@ mod tests {
     #[test]
     fn the_probe_decides_whether_to_provision() {
         use Phase::*;
-        use StepEnd::Exited;
         let (r, ran) = sequence(None, None, &[]);
         assert_eq!((r.unwrap(), ran), (Readiness::Unchecked, vec![]));
         let (r, ran) = sequence(Some("p"), Some("i"), &[Exited(0)]);
@@ -431,7 +449,6 @@ mod tests {
 
     #[test]
     fn a_box_that_stays_unready_is_an_error_naming_the_step() {
-        use StepEnd::Exited;
         let (r, ran) = sequence(Some("p"), None, &[Exited(3)]);
         assert_eq!(ran.len(), 1);
         let e = r.unwrap_err().downcast::<BoxError>().unwrap();
@@ -440,9 +457,29 @@ mod tests {
         assert_eq!(ran.len(), 2, "no second probe after a failed provisioning");
         let e = r.unwrap_err().downcast::<BoxError>().unwrap();
         assert!(matches!(e, BoxError::ProvisionFailed { ref how, .. } if how.contains("9")));
-        let (r, _) = sequence(Some("p"), Some("i"), &[Exited(1), Exited(0), Exited(124)]);
+        let timed_out = StepEnd::Exited(Outcome::TimedOut(Duration::from_secs(1)).status());
+        let (r, _) = sequence(Some("p"), Some("i"), &[Exited(1), Exited(0), timed_out]);
         let e = r.unwrap_err().downcast::<BoxError>().unwrap();
         assert!(matches!(e, BoxError::StillNotReady { ref how, .. } if how == "timed out"));
+    }
+
+    /// A step's end is told from its status's own fields: a probe that exits 130 by itself
+    /// exited with 130; one killed by SIGINT was killed.
+    #[test]
+    fn a_steps_end_is_described_from_its_status_not_guessed_from_the_code() {
+        let (r, _) = sequence(Some("p"), None, &[Exited(130)]);
+        let e = r.unwrap_err().downcast::<BoxError>().unwrap();
+        assert!(
+            matches!(e, BoxError::NotReady { ref how, .. } if how == "exited with status 130"),
+            "{e}"
+        );
+        let killed = StepEnd::Exited(Outcome::Signaled(2).status());
+        let (r, _) = sequence(Some("p"), None, &[killed]);
+        let e = r.unwrap_err().downcast::<BoxError>().unwrap();
+        assert!(
+            matches!(e, BoxError::NotReady { ref how, .. } if how == "was killed by signal 2"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -450,7 +487,7 @@ mod tests {
         let (r, ran) = sequence(
             Some("p"),
             Some("i"),
-            &[StepEnd::Exited(1), StepEnd::Interrupted(Signal::SIGINT)],
+            &[Exited(1), StepEnd::Interrupted(Signal::SIGINT)],
         );
         assert_eq!(r.unwrap(), Readiness::Interrupted(Signal::SIGINT));
         assert_eq!(ran, vec![Phase::Probe, Phase::Provision]);

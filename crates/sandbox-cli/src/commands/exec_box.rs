@@ -17,6 +17,8 @@ use sandbox_protocol::{decode_frame, Decoded, Frame, Incoming, Request};
 use sandbox_service::{Client, ClientError, RuntimePaths};
 use serde_json::{json, Value};
 
+use sandbox_host::ExitStatus;
+
 use super::exec::{ensure_ready, Readiness, StepEnd};
 use crate::cli::ExecArgs;
 use crate::context::Context;
@@ -69,8 +71,8 @@ fn rpc_failure(what: &str, e: ClientError) -> anyhow::Error {
 pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     if let Some(remote) = args.sandbox.allow_push.first() {
         return Err(Failure::setup(format!(
-            "--allow-push {remote}: a push from a box has no quarantine yet (commits from a box \
-             fail too); push from `sandbox run --backend native`, or on the host"
+            "--allow-push {remote}: a push from a box has no quarantine yet (its commits come \
+             back to the task branch); push from `sandbox run --backend native`, or on the host"
         )));
     }
     let root =
@@ -142,7 +144,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         args.probe.as_deref(),
         args.provision.as_deref(),
         |_, script| {
-            let code = run_in_box(
+            let status = run_in_box(
                 &mut client,
                 &paths,
                 &name,
@@ -152,7 +154,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
                 timeout_ms,
                 Relay::StepToStderr,
             )?;
-            Ok(StepEnd::Exited(code))
+            Ok(StepEnd::Exited(status))
         },
     );
     match ready {
@@ -166,7 +168,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         .map(|a| a.to_string_lossy().into_owned());
     let program = argv.next().context("no command")?;
     let rest: Vec<String> = argv.collect();
-    run_in_box(
+    let status = run_in_box(
         &mut client,
         &paths,
         &name,
@@ -175,7 +177,8 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         &cwd,
         timeout_ms,
         Relay::Stdio,
-    )
+    )?;
+    Ok(status.code)
 }
 
 fn call(client: &mut Client, method: &str, params: Value) -> Result<Value, ClientError> {
@@ -235,7 +238,7 @@ fn run_in_box(
     cwd: &Path,
     timeout_ms: Option<u64>,
     relay: Relay,
-) -> anyhow::Result<i32> {
+) -> anyhow::Result<ExitStatus> {
     let stdin = relay == Relay::Stdio;
     let mut params = json!({
         "name": name, "command": program, "args": args, "workingDir": cwd, "stdin": stdin,
@@ -293,7 +296,12 @@ fn run_in_box(
                 if let Some(m) = &frame.error_message {
                     eprintln!("sandbox: exec: {program}: {m}");
                 }
-                return Ok(frame.exit_code.unwrap_or(125));
+                // The daemon built it by the one exit rule: its fields as they are.
+                return Ok(ExitStatus {
+                    code: frame.exit_code.unwrap_or(125),
+                    signal: frame.signal,
+                    timed_out: frame.timed_out.unwrap_or(false),
+                });
             }
             _ => {}
         }

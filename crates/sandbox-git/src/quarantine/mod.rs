@@ -18,6 +18,7 @@
 //! [`LiveQuarantine`] runs the sync on every change of the layer while the command runs (so
 //! the host sees commits as they happen) and once more when every process is gone.
 
+pub mod generation;
 pub mod gitdir;
 mod live;
 mod objects;
@@ -231,6 +232,9 @@ pub struct StoreQuarantine {
     /// The push remotes of the run (`--allow-push`) by the names this repository gives
     /// them: `refs/remotes/<name>/<branch>` follows what the push made of the remote.
     tracking: Vec<(String, PathBuf)>,
+    /// The writable place is a full copy of the common dir (a box's generation), not an
+    /// overlay's upper layer: refs are read back as [`refs::changed_in_copy`] reads them.
+    copy: bool,
     /// The layer is a persistent one stacked directly on the common dir ([`Self::attach`]),
     /// with no snapshot layer between them.
     persistent: bool,
@@ -398,6 +402,7 @@ impl StoreQuarantine {
             bounded: None,
             record: None,
             tracking: Vec::new(),
+            copy: false,
             persistent: layer.is_some(),
             state: Mutex::new(State::default()),
         })
@@ -420,6 +425,51 @@ impl StoreQuarantine {
         record_dirs: &[&Path],
         parent: &Path,
         push_remotes: &[PathBuf],
+    ) -> Result<Self, QuarantineError> {
+        let mut quarantine = Self::for_task(common, gitdir, record_dirs, parent)?;
+        quarantine.track_push_remotes(push_remotes);
+        quarantine.lay_out()
+    }
+
+    /// The quarantine of a box's generation of the common dir (a copy the guest writes, laid
+    /// out by [`generation`]): the task branch decided as [`Self::prepare_task`] decides it,
+    /// the refs of the start read now; the copy itself is attached once it is out of the
+    /// guest's reach ([`Self::attach_copy`]).
+    pub fn prepare_copy(
+        common: &Path,
+        gitdir: &Path,
+        record_dirs: &[&Path],
+        parent: &Path,
+    ) -> Result<Self, QuarantineError> {
+        let mut quarantine = Self::for_task(common, gitdir, record_dirs, parent)?;
+        let packed = refs::read_packed(&common.join("packed-refs"))
+            .map_err(io("reading", &common.join("packed-refs")))?;
+        quarantine.start = refs::list(common, &packed.refs);
+        quarantine.packed_at_start = packed.refs;
+        quarantine.copy = true;
+        Ok(quarantine)
+    }
+
+    /// Reads the copy `dir` back from here on: held open by a descriptor (a link in its
+    /// place is refused), so a rename or a link planted after this check changes nothing.
+    pub fn attach_copy(&mut self, dir: &Path) -> Result<(), QuarantineError> {
+        self.held_upper = Some(HeldDir::open(dir)?);
+        self.layers.upper = dir.to_path_buf();
+        Ok(())
+    }
+
+    /// The refs of the start (every ref, with its direct target; `None` for a symbolic one).
+    pub fn refs_at_start(&self) -> &HashMap<String, Option<Oid>> {
+        &self.start
+    }
+
+    /// [`Self::prepare_task`] up to laying out the layers: the task branch decided, the
+    /// record kept.
+    fn for_task(
+        common: &Path,
+        gitdir: &Path,
+        record_dirs: &[&Path],
+        parent: &Path,
     ) -> Result<Self, QuarantineError> {
         let record_dir = record_dirs.first().copied().unwrap_or(parent);
         let found = record_dirs
@@ -473,8 +523,7 @@ impl StoreQuarantine {
             .stash_owned
             .clone_from(&record.stash);
         quarantine.record = Some((record_dir.to_path_buf(), record));
-        quarantine.track_push_remotes(push_remotes);
-        quarantine.lay_out()
+        Ok(quarantine)
     }
 
     /// The quarantine of a push remote (`--allow-push`): its git dir `remote` behind an
@@ -822,9 +871,13 @@ impl StoreQuarantine {
         }
         let upper = self.upper();
         // A persistent layer (a VM's) lies directly on the common dir: what it hides of it
-        // counts as deleted.
+        // counts as deleted. A copy (a box's generation) has no layers at all.
         let below = self.persistent.then_some(self.common.as_path());
-        let mut changed = refs::changed(upper, &self.packed_at_start, below);
+        let mut changed = if self.copy {
+            refs::changed_in_copy(upper, &self.common, &self.start)
+        } else {
+            refs::changed(upper, &self.packed_at_start, below)
+        };
         // A ref this run created, which the host already applied, and which the run deleted
         // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
         // in the layer — no whiteout: there was nothing below it. Gone from the layer, it is

@@ -161,6 +161,59 @@ pub(crate) fn changed(
     found
 }
 
+/// Every ref of a *copy* of the common dir that a guest wrote (a box's generation,
+/// [`super::generation`]): its loose refs, its own `packed-refs` (read as an untrusted file),
+/// and each ref of the start that is in neither — deleted. A copy has no whiteouts: a loose
+/// ref is gone when its file is. A symbolic ref left as the host has it is no change.
+pub(crate) fn changed_in_copy(
+    copy: &Path,
+    common: &Path,
+    start: &HashMap<String, Option<Oid>>,
+) -> Vec<(String, Wanted)> {
+    let mut loose = Vec::new();
+    walk(
+        copy,
+        &copy.join("refs"),
+        "refs",
+        &HashMap::new(),
+        None,
+        &mut loose,
+    );
+    let packed_path = copy.join("packed-refs");
+    let packed = match read_untrusted(copy, &packed_path, MAX_PACKED_REFS_BYTES) {
+        Ok(bytes) => parse_packed(&bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+        Err(_) => {
+            // A link or a FIFO in its place: nothing packed is believed.
+            HashMap::new()
+        }
+    };
+    let mut found: Vec<(String, Wanted)> = Vec::new();
+    for (name, wanted) in loose {
+        let same_symbolic = matches!(start.get(&name), Some(None))
+            && read_untrusted(copy, &copy.join(&name), 256).ok()
+                == std::fs::read(common.join(&name)).ok();
+        if !same_symbolic {
+            found.push((name, wanted));
+        }
+    }
+    for (name, oid) in &packed {
+        if !found.iter().any(|(n, _)| n == name) {
+            found.push((name.clone(), Wanted::Value(Some(*oid))));
+        }
+    }
+    for name in start.keys() {
+        if !found.iter().any(|(n, _)| n == name) && !packed.contains_key(name) {
+            let loose_left = copy.join(name).symlink_metadata().is_ok();
+            if !loose_left {
+                found.push((name.clone(), Wanted::Value(None)));
+            }
+        }
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
 /// The `packed-refs` the sandbox wrote in its layer, if it wrote one: `Some(empty)` for a
 /// whiteout (it deleted the file). One that is not a regular file is never read.
 fn layer_packed_refs(upper: &Path) -> Option<HashMap<String, Oid>> {

@@ -10,6 +10,7 @@ use sandbox_exec::{
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
+use super::guest::{GuestExit, GuestFuture, GuestGit, GuestLaunch, GuestProcess};
 use super::BackendKind;
 use crate::error::HostError;
 use crate::gitguard::{self, Tampering};
@@ -55,6 +56,8 @@ pub struct PreparedCommand {
     /// The run's cgroups (the resource limits), joined by the child first
     /// ([`crate::run::Run::arm`] sets them).
     pub(crate) cgroups: Option<Arc<sandbox_exec::JoinCgroups>>,
+    /// Where a command of a VM box is started instead of being forked here: its guest.
+    guest: Option<Arc<dyn GuestLaunch>>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -64,6 +67,7 @@ impl std::fmt::Debug for PreparedCommand {
             .field("spec", &self.spec)
             .field("setup", &self.setup.as_ref().map(|s| s.name().to_string()))
             .field("judge", &self.judge)
+            .field("guest", &self.guest.is_some())
             .finish()
     }
 }
@@ -107,7 +111,16 @@ pub struct Finished {
     /// The command's resource limits and what its cgroups counted (set by
     /// [`crate::run::Live::finish`]; none where no limit was enforced).
     pub limits: Option<crate::limits::LimitsReport>,
+    /// For a command that ran in a guest: what the guest said about its end (its agent's
+    /// message, or the timeout's); `None` for a command of this host.
+    pub guest: Option<GuestNote>,
+    /// The backend's own lines about the run (a box's `HEAD` or index not taken back).
+    pub notes: Vec<String>,
 }
+
+/// What a guest said about a command's end ([`Finished::guest`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GuestNote(pub Option<String>);
 
 /// The checks after a run that an orphan could undo, kept to run again once it is gone
 /// ([`crate::run::recheck`]): the git pointers, and the audit of the worktree's own git dir.
@@ -158,12 +171,6 @@ impl std::fmt::Display for WorktreeConfigEnabled {
 }
 
 impl Finished {
-    /// The run's exit status: 125 when the backend failed before the command started, else
-    /// the command's own (the rule is [`crate::run::Outcome::status`]).
-    pub fn exit_code(&self, outcome: ExitOutcome) -> i32 {
-        self.outcome(Ok(outcome)).status().code
-    }
-
     /// The one exit outcome of this run, from what waiting for the command gave: the backend's
     /// failure first (nothing ran), then the command's own end or why it could not start.
     pub fn outcome(&self, waited: Result<ExitOutcome, &ExecError>) -> crate::run::Outcome {
@@ -217,6 +224,7 @@ impl Finished {
             }
         }
         lines.extend(self.git_dir.warnings());
+        lines.extend(self.notes.iter().cloned());
         lines
     }
 }
@@ -227,6 +235,21 @@ impl PreparedCommand {
     /// checked afterwards.
     pub fn external(kind: BackendKind, spec: CommandSpec, git: Option<GitLayout>) -> Self {
         Self::new(kind, spec, None, CommandJudge::Plain, git)
+    }
+
+    /// A command of a VM box: `spec` is what runs in the guest (its program, arguments,
+    /// working directory in the guest, its own variables and timeout), started by `guest`
+    /// ([`crate::run::Armed::launch`]), judged plainly. No git pointer of the host is in
+    /// the guest's reach, so none is checked after it.
+    pub fn guest(kind: BackendKind, spec: CommandSpec, guest: Arc<dyn GuestLaunch>) -> Self {
+        let mut command = Self::new(kind, spec, None, CommandJudge::Plain, None);
+        command.guest = Some(guest);
+        command
+    }
+
+    /// Whether this command runs in a guest (started with [`Self::launch`], not spawned).
+    pub fn runs_in_guest(&self) -> bool {
+        self.guest.is_some()
     }
 
     pub(crate) fn new(
@@ -249,6 +272,7 @@ impl PreparedCommand {
             git,
             net: None,
             cgroups: None,
+            guest: None,
         }
     }
 
@@ -300,9 +324,20 @@ impl PreparedCommand {
         self.spec.display_program()
     }
 
+    /// A guest's command is not a child of this process: refused by the host spawns.
+    fn on_host(&self) -> Result<(), ExecError> {
+        match self.guest {
+            None => Ok(()),
+            Some(_) => Err(ExecError::InvalidRequest(
+                HostError::RunsInGuest { backend: self.kind }.to_string(),
+            )),
+        }
+    }
+
     /// Spawns the command with pipes (or inherited stdio) as `options` say; the backend's
     /// child setup replaces any in `options`. Must be called inside a tokio runtime.
     pub(crate) fn spawn(&self, mut options: SpawnOptions) -> Result<Running, ExecError> {
+        self.on_host()?;
         options.setup = self.setup.clone();
         options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn(&self.spec, options)
@@ -311,9 +346,49 @@ impl PreparedCommand {
     /// Spawns the command with inherited (or null) stdio and no async runtime, for a caller
     /// that only waits for it (`sandbox run`): see [`sandbox_exec::direct`].
     pub(crate) fn spawn_direct(&self, mut options: SpawnOptions) -> Result<DirectChild, ExecError> {
+        self.on_host()?;
         options.setup = self.setup.clone();
         options.cgroups = self.cgroups.clone();
         sandbox_exec::spawn_direct(&self.spec, options)
+    }
+
+    /// Starts a guest's command through its backend ([`GuestLaunch`]). The future borrows
+    /// nothing of the command.
+    pub(crate) fn launch(&self, stdin: bool) -> GuestFuture<Result<GuestProcess, HostError>> {
+        match &self.guest {
+            Some(guest) => guest.launch(self.spec.clone(), stdin),
+            None => {
+                let refused = HostError::Command(ExecError::InvalidRequest(format!(
+                    "{}: this command runs on this host; spawn it",
+                    self.kind
+                )));
+                Box::pin(std::future::ready(Err(refused)))
+            }
+        }
+    }
+
+    /// Judges a guest's command by how it ended there: lost means the box failed (125).
+    /// `git`: what the host took back of the box's git writes, when this command ended a
+    /// busy period.
+    pub(crate) fn finish_guest(self, exit: &GuestExit, git: Option<GuestGit>) -> Finished {
+        let (outcome, note, lost) = match exit {
+            GuestExit::Ended { outcome, note } => (Some(*outcome), note.clone(), None),
+            GuestExit::Lost(cause) => (None, None, Some(cause.clone())),
+        };
+        let kind = self.kind;
+        let mut finished = self.finish(outcome, true);
+        if let Some(cause) = lost {
+            finished.end = RunEnd::SetupFailed(HostError::GuestLost {
+                backend: kind,
+                cause,
+            });
+        }
+        finished.guest = Some(GuestNote(note));
+        if let Some(git) = git {
+            finished.git_store = Some(git.store);
+            finished.notes = git.notes;
+        }
+        finished
     }
 
     /// Runs the command on a fresh pseudo-terminal relayed to ours, until it exits. The shell
@@ -410,6 +485,8 @@ impl PreparedCommand {
             recheck,
             connections,
             limits: None,
+            guest: None,
+            notes: Vec::new(),
         }
     }
 }

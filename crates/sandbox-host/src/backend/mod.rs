@@ -21,6 +21,7 @@
 
 mod command;
 mod custom;
+pub mod guest;
 mod host;
 mod native;
 mod nono;
@@ -42,7 +43,10 @@ use crate::nono::NonoLocation;
 use crate::report::Enforcement;
 
 pub use command::{
-    CommandJudge, Finished, PreparedCommand, Recheck, RunEnd, WorktreeConfigEnabled,
+    CommandJudge, Finished, GuestNote, PreparedCommand, Recheck, RunEnd, WorktreeConfigEnabled,
+};
+pub use guest::{
+    GuestEnd, GuestExit, GuestFuture, GuestGit, GuestInput, GuestLaunch, GuestProcess,
 };
 pub use registry::{Backends, Provider};
 
@@ -270,6 +274,12 @@ pub trait BackendSession: Send + Sync {
 
     /// Arms `spec` (resolved, with the child's environment) to run in this session.
     fn command(&self, spec: CommandSpec) -> Result<PreparedCommand, HostError>;
+
+    /// Whether its commands run in a guest (a VM box) with an environment of their own: they
+    /// get only their own variables ([`crate::assembly::guest_env`]), nothing of this host's.
+    fn runs_in_guest(&self) -> bool {
+        false
+    }
 }
 
 /// Refuses a grant that puts the boundary's own state within reach (not for `host`, which

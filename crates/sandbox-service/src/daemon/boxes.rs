@@ -168,7 +168,7 @@ pub(super) struct Prepared {
     pub run: Arc<Run>,
     /// A VM box's engine handle (see [`BoxEntry::vm`]).
     #[cfg(feature = "boxlite")]
-    pub vm: Option<Arc<super::microvm::Vm>>,
+    pub vm: Option<Arc<sandbox_boxlite::session::BoxSession>>,
 }
 
 /// Registers a prepared box under `p.name` with a fresh box token. The caller holds the
@@ -374,7 +374,7 @@ pub(super) async fn stop_box(
     }
     #[cfg(feature = "boxlite")]
     if let Ok(Some(vm)) = vm_of(state, name) {
-        super::microvm::stop_vm(name, &vm).await;
+        super::microvm::stop_vm(&vm).await;
     }
     {
         let mut boxes = state.boxes.locked();
@@ -418,7 +418,7 @@ pub(super) async fn box_remove(
     state.tokens.revoke(&Scope::Box(name.to_string()));
     #[cfg(feature = "boxlite")]
     if let Some(vm) = entry.vm.clone() {
-        super::microvm::remove_vm(name, &vm).await?;
+        super::microvm::remove_vm(&vm).await?;
     }
     announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
     drop(entry); // removes its TMPDIR
@@ -430,7 +430,7 @@ pub(super) async fn box_remove(
 pub(super) fn vm_of(
     state: &State,
     name: &str,
-) -> Result<Option<Arc<super::microvm::Vm>>, RpcError> {
+) -> Result<Option<Arc<sandbox_boxlite::session::BoxSession>>, RpcError> {
     Ok(state.boxes.locked().get(name)?.vm.clone())
 }
 

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use super::connection::{Conn, Outbound};
 use super::dispatch::After;
-use super::spawner::{self, Control, ExecCtx, ExecEnd, Phase, StdinMsg};
+use super::spawner::{self, Control, ExecCtx, ExecEnd, Phase, Started, StdinMsg};
 use super::{invalid, unavailable, State};
 use crate::registry::BoxEntry;
 
@@ -40,6 +40,9 @@ pub(super) struct ExecHandle {
     pub(super) phase: watch::Receiver<Phase>,
 }
 
+/// `box.exec`: one command armed in the box's run (prepared once at `box.create`), started
+/// — spawned on the spawner thread, or launched in a VM box's guest — and handed to its event
+/// loop ([`spawner::run_exec`]), which reports its output and its `exit`.
 pub(super) async fn box_exec(
     state: &Arc<State>,
     conn: &Arc<Conn>,
@@ -53,21 +56,6 @@ pub(super) async fn box_exec(
              shell` for an interactive shell",
         ));
     }
-    #[cfg(feature = "boxlite")]
-    {
-        let vm = {
-            let boxes = state.boxes.locked();
-            let entry = boxes.get(&p.name)?;
-            running(entry)?;
-            entry
-                .vm
-                .clone()
-                .map(|vm| (vm, entry.run.policy().workspace.root.clone()))
-        };
-        if let Some((vm, workdir)) = vm {
-            return super::microvm::box_exec(state, conn, p, vm, workdir, after).await;
-        }
-    }
     let (box_id, token, run) = {
         let boxes = state.boxes.locked();
         let entry = boxes.get(&p.name)?;
@@ -75,22 +63,35 @@ pub(super) async fn box_exec(
         (entry.id.clone(), entry.token.clone(), entry.run.clone())
     };
     let policy = run.policy();
+    let in_guest = run.runs_in_guest();
 
-    // The working directory must resolve (symlinks and `..` on the real filesystem) inside
-    // the workspace or a granted path.
-    let mut guard = WorkspaceGuard::new(&policy.workspace.root)
-        .map_err(|e| denied(e.to_string()))?
-        .check_args(false);
-    for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
-        guard = guard
-            .allow_root(&grant.path)
-            .map_err(|e| denied(e.to_string()))?;
-    }
-    let cwd = match &p.working_dir {
-        Some(dir) => guard
-            .check_path(&policy.workspace.cwd, dir)
-            .map_err(|e| denied(e.to_string()))?,
-        None => policy.workspace.cwd.clone(),
+    // On this host the working directory must resolve (symlinks and `..` on the real
+    // filesystem) inside the workspace or a granted path. In a guest it is a path of the
+    // guest's: relative to the workdir, which is mounted at its own path.
+    let (cwd, guard) = if in_guest {
+        let root = &policy.workspace.root;
+        let cwd = match &p.working_dir {
+            Some(d) if d.is_absolute() => d.clone(),
+            Some(d) => root.join(d),
+            None => root.clone(),
+        };
+        (cwd, None)
+    } else {
+        let mut guard = WorkspaceGuard::new(&policy.workspace.root)
+            .map_err(|e| denied(e.to_string()))?
+            .check_args(false);
+        for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
+            guard = guard
+                .allow_root(&grant.path)
+                .map_err(|e| denied(e.to_string()))?;
+        }
+        let cwd = match &p.working_dir {
+            Some(dir) => guard
+                .check_path(&policy.workspace.cwd, dir)
+                .map_err(|e| denied(e.to_string()))?,
+            None => policy.workspace.cwd.clone(),
+        };
+        (cwd, Some(guard))
     };
     let argv = std::iter::once(p.command.clone())
         .chain(p.args.iter().cloned())
@@ -98,8 +99,8 @@ pub(super) async fn box_exec(
         .collect();
     refuse_host_token(state, &p.env)?;
     let extra: Vec<(String, String)> = p.env.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
-    // Armed in the box's run, prepared once at box.create, with the one environment assembly
-    // `sandbox run` uses too.
+    // Armed in the box's run, with the one environment assembly `sandbox run` uses too (a
+    // guest's command gets its own variables only).
     let armed = run
         .arm(Invocation {
             argv,
@@ -120,9 +121,22 @@ pub(super) async fn box_exec(
             e @ HostError::Env { .. } => invalid(e.to_string()),
             other => unavailable(other.to_string()),
         })?;
-    guard
-        .admit(armed.spec())
-        .map_err(|e| denied(e.to_string()))?;
+    // A guest's command starts in its box now; it is registered before its events flow.
+    let start = match guard {
+        Some(guard) => {
+            guard
+                .admit(armed.spec())
+                .map_err(|e| denied(e.to_string()))?;
+            Start::Host(armed, guard)
+        }
+        None => {
+            let (process, live) = armed
+                .launch(p.stdin)
+                .await
+                .map_err(|e| launch_failed(&p.name, &e))?;
+            Start::Guest(process, live)
+        }
+    };
 
     let exec_id = state.next_id();
     let (control_tx, control_rx) = mpsc::channel(8);
@@ -139,7 +153,7 @@ pub(super) async fn box_exec(
     // The box is checked again under the lock: a `box.stop` that set it stopping while this
     // command was being prepared has already listed the commands it waits for, and a box
     // removed and created anew under the name has another policy.
-    {
+    let registered = (|| {
         let mut boxes = state.boxes.locked();
         let mut execs = state.execs.locked();
         let entry = boxes.get_mut(&p.name)?;
@@ -162,12 +176,46 @@ pub(super) async fn box_exec(
             },
         );
         conn.execs.send_modify(|n| *n += 1);
+        Ok(())
+    })();
+    if let Err(e) = registered {
+        // A guest's command already runs in its box: nobody will see it, so it ends now.
+        if let Start::Guest(process, _) = &start {
+            let _ = process.signals.send(libc::SIGKILL);
+        }
+        return Err(e);
     }
     let done: Box<dyn FnOnce(Option<ExecEnd>) + Send> = {
         let state = state.clone();
         let conn = conn.clone();
         let box_name = p.name.clone();
         Box::new(move |finished| forget_exec(&state, &conn, &box_name, exec_id, finished))
+    };
+    let ctx = ExecCtx {
+        exec_id,
+        out: conn.out.clone(),
+        control: control_rx,
+        stdin: stdin_rx,
+        phase: phase_tx,
+        drain: DRAIN,
+        done,
+    };
+    let (armed, guard) = match start {
+        Start::Host(armed, guard) => (armed, guard),
+        Start::Guest(process, live) => {
+            let launch_ms = started.elapsed().as_millis() as u64;
+            #[cfg(feature = "boxlite")]
+            super::microvm::first_exec(state, conn, &box_id, &p.name, started).await;
+            // Not on the spawner thread: nothing of it is a child of this process.
+            tokio::spawn(async move {
+                let _ = go_rx.await;
+                spawner::run_exec(Started::Guest(process), live, run, ctx).await;
+            });
+            *after = Some(Box::new(move || {
+                let _ = go_tx.send(());
+            }));
+            return Ok(json!({ "execId": exec_id, "launchMs": launch_ms }));
+        }
     };
     let options = SpawnOptions {
         stdin: if p.stdin {
@@ -186,15 +234,6 @@ pub(super) async fn box_exec(
         // The run's cgroups, like the child setup, are attached by `PreparedCommand::spawn`.
         cgroups: None,
     };
-    let ctx = ExecCtx {
-        exec_id,
-        out: conn.out.clone(),
-        control: control_rx,
-        stdin: stdin_rx,
-        phase: phase_tx,
-        drain: DRAIN,
-        done,
-    };
     let spawned = state
         .executor
         .run(move || match armed.spawn(options) {
@@ -207,7 +246,7 @@ pub(super) async fn box_exec(
                     // The live command (nono's manifest and start marker; the box's run and
                     // its TMPDIR) lives until it is finished, after every process of it is
                     // gone.
-                    spawner::run_exec(running, live, run, ctx).await;
+                    spawner::run_exec(Started::Host(Box::new(running)), live, run, ctx).await;
                 });
                 Ok(pid)
             }
@@ -235,6 +274,25 @@ pub(super) async fn box_exec(
         "pid": pid,
         "launchMs": started.elapsed().as_millis() as u64,
     }))
+}
+
+/// How a checked command is started: spawned here with its guard, or launched in a guest.
+enum Start {
+    Host(sandbox_host::Armed, WorkspaceGuard),
+    Guest(sandbox_host::backend::GuestProcess, sandbox_host::Live),
+}
+
+/// A guest that could not start a command: the backend's own error (BoxLite's, with its log
+/// paths) when it gave one.
+fn launch_failed(name: &str, e: &HostError) -> RpcError {
+    #[cfg(feature = "boxlite")]
+    if let Some(e) = e
+        .backend_source()
+        .and_then(|s| s.downcast_ref::<sandbox_boxlite::BoxliteError>())
+    {
+        return super::microvm::engine_error(e);
+    }
+    unavailable(format!("box {name}: {e}"))
 }
 
 /// Only a running box takes commands.

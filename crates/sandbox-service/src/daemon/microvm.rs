@@ -2,9 +2,11 @@
 //! first `box.create` with `backend: "boxlite"`, and the box methods for boxes that are VMs.
 //!
 //! The generic handlers (`boxes`, `exec`) keep the registry, the exec table, the ordering of
-//! replies and events, `box.stop`'s waits and `box.remove`'s checks; this module adds what a
-//! VM needs: the image and disks at `box.create`, the boot at `box.start`, commands through
-//! BoxLite's guest agent at `box.exec`, and the VM's stop and removal.
+//! replies and events, `box.stop`'s waits and `box.remove`'s checks, and every command's
+//! event loop (`spawner::run_exec`): a VM box's commands are armed in its run and launched in
+//! its guest through the run seam (`sandbox_boxlite::session`), like any other. This module
+//! adds what only a VM needs from the daemon: the box's description and the engine at
+//! `box.create`, the boot's steps at `box.start`, and the VM's stop and removal.
 //!
 //! Without the cargo feature `boxlite` the backend is not in the build and `box.create`
 //! refuses it before anything here runs.
@@ -16,7 +18,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[cfg(feature = "boxlite")]
-use sandbox_boxlite::git::{check_against_git, git_mounts, order_for_guest, GitData};
+use sandbox_boxlite::git::{
+    check_against_git, commit_mounts, git_mounts, order_for_guest, CommitDirs, GitData,
+};
+#[cfg(feature = "boxlite")]
+use sandbox_boxlite::session::BoxGit;
 #[cfg(feature = "boxlite")]
 use sandbox_boxlite::spec::{self, BoxSpec, Mount, NetTarget};
 #[cfg(feature = "boxlite")]
@@ -27,15 +33,29 @@ use serde_json::json;
 
 use super::{invalid, unavailable};
 
+#[cfg(all(feature = "boxlite", test))]
+/// [`box_spec_with`] for a box whose git writes do not come back.
+pub(super) fn box_spec(
+    p: &BoxCreateParams,
+    workdir: &std::path::Path,
+) -> Result<BoxSpec, RpcError> {
+    box_spec_with(p, workdir, None).map(|(spec, _)| spec)
+}
+
 #[cfg(feature = "boxlite")]
 /// The box's description checked and compiled into a [`BoxSpec`]: the workdir mounted at its
 /// own path read-write; the worktree's git data read-only at its own paths, stacked on the
 /// workdir where it lies inside it (`sandbox_boxlite::git`: nothing the host's git runs can
 /// be written from a box); the requested mounts, none of them a writable way to that data.
-pub(super) fn box_spec(
+///
+/// `commit_root`: for a linked worktree (without `unprotectedGit`), the box's git directory
+/// on the host: its `.git` then names a generation of the common dir there, which the host
+/// reads back at the end of each busy period (`sandbox_git::quarantine::generation`).
+pub(super) fn box_spec_with(
     p: &BoxCreateParams,
     workdir: &std::path::Path,
-) -> Result<BoxSpec, RpcError> {
+    commit_root: Option<&std::path::Path>,
+) -> Result<(BoxSpec, Option<BoxGit>), RpcError> {
     let bad = |e: spec::SpecError| invalid(format!("box {}: boxlite: {e}", p.name));
     let image = spec::image_source(p.image.as_deref(), p.rootfs.as_deref()).map_err(bad)?;
     let sizes = spec::check_sizes(p.cpus, p.memory_mib, p.disk_size_gb).map_err(bad)?;
@@ -43,17 +63,30 @@ pub(super) fn box_spec(
     // (`limits:`, the same fields `--cpus`/`--memory` set) size the box.
     spec::check_env(&p.env).map_err(bad)?;
     let mut mounts = vec![spec::check_mount(workdir, workdir, false).map_err(bad)?];
+    let mut commits = None;
     let git = match sandbox_policy::git::discover(workdir) {
-        Ok(Some(found)) => Some(GitData {
-            common_dir: found.layout.common_dir.clone(),
-            pointers: found
-                .layout
-                .pointers
-                .iter()
-                .map(|f| f.path.clone())
-                .collect(),
-            hooks_path: found.layout.hooks_path.clone(),
-        }),
+        Ok(Some(found)) => {
+            let linked = found.layout.worktree_gitdir != found.layout.common_dir;
+            if let (true, false, Some(root)) = (linked, p.unprotected_git, commit_root) {
+                let git = BoxGit::new(
+                    &found.layout.common_dir,
+                    &found.layout.worktree_gitdir,
+                    root,
+                )
+                .map_err(|e| invalid(format!("box {}: boxlite: {e}", p.name)))?;
+                commits = Some((git, workdir.join(".git")));
+            }
+            Some(GitData {
+                common_dir: found.layout.common_dir.clone(),
+                pointers: found
+                    .layout
+                    .pointers
+                    .iter()
+                    .map(|f| f.path.clone())
+                    .collect(),
+                hooks_path: found.layout.hooks_path.clone(),
+            })
+        }
         Ok(None) => None,
         Err(e) => {
             return Err(invalid(format!(
@@ -63,8 +96,19 @@ pub(super) fn box_spec(
             )))
         }
     };
-    if let Some(git) = &git {
-        mounts.extend(git_mounts(git, &mounts[0].host, p.unprotected_git).map_err(bad)?);
+    match (&git, &commits) {
+        (Some(git), Some((box_git, dot_git))) => {
+            let dirs = CommitDirs {
+                writable: box_git.writable(),
+                pointer: box_git.pointer(),
+                dot_git: dot_git.clone(),
+            };
+            mounts.extend(commit_mounts(git, &mounts[0].host, &dirs).map_err(bad)?);
+        }
+        (Some(git), None) => {
+            mounts.extend(git_mounts(git, &mounts[0].host, p.unprotected_git).map_err(bad)?)
+        }
+        (None, _) => {}
     }
     for m in &p.mounts {
         let guest = m.guest.clone().unwrap_or_else(|| m.host.clone());
@@ -103,7 +147,7 @@ pub(super) fn box_spec(
             p.name
         )));
     }
-    Ok(BoxSpec {
+    let spec = BoxSpec {
         name: p.name.clone(),
         image,
         cpus: sizes.cpus,
@@ -114,7 +158,8 @@ pub(super) fn box_spec(
         block_net: p.block_net,
         env: p.env.clone(),
         workdir: Some(workdir.to_path_buf()),
-    })
+    };
+    Ok((spec, commits.map(|(git, _)| git)))
 }
 
 /// Refuses the VM fields for backends that run on the host's own file system.
@@ -160,9 +205,6 @@ pub(super) fn ms(since: Instant) -> u64 {
     since.elapsed().as_millis() as u64
 }
 
-/// The box registry holds a VM box's handle by its type.
-#[cfg(feature = "boxlite")]
-pub(crate) use engine::Vm;
 #[cfg(feature = "boxlite")]
 pub(super) use engine::*;
 
@@ -183,38 +225,18 @@ mod absent {
 
 #[cfg(feature = "boxlite")]
 mod engine {
-    use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    use futures_util::StreamExt as _;
-    use sandbox_boxlite::boxlite::{BoxCommand, LiteBox};
     use sandbox_boxlite::engine::{Engine, EngineOptions};
-    use sandbox_exec::StreamKind;
-    use sandbox_protocol::{encode_event, BoxExecParams, BoxState, BoxStateEvent};
+    use sandbox_boxlite::session::{BoxSession, Commits};
+    use sandbox_protocol::{encode_event, BoxState, BoxStateEvent};
     use serde_json::Value;
-    use tokio::sync::{mpsc, oneshot, watch};
 
     use super::super::boxes::{announce, announce_created, insert, Prepared};
     use super::super::connection::{Conn, Outbound};
-    use super::super::dispatch::After;
-    use super::super::exec::{refuse_host_token, ExecHandle};
-    use super::super::spawner::{Control, ExecEnd, Phase, StdinMsg};
+    use super::super::exec::refuse_host_token;
     use super::super::State;
     use super::*;
-
-    /// The engine's handle on one box.
-    pub(crate) struct Vm {
-        pub(crate) engine: Arc<Engine>,
-        pub(crate) litebox: LiteBox,
-        /// BoxLite's id for the box (its directory under the home's `boxes/`).
-        pub(crate) vm_id: String,
-        first_exec: AtomicBool,
-        /// Commands run under the byte-exact output relay (`sandbox_boxlite::relay`): the
-        /// box can run it (its image has Perl), found out once after each boot.
-        byte_exact: AtomicBool,
-        /// Serialises boots: a second `box.start` waits for the first.
-        booting: tokio::sync::Mutex<()>,
-    }
 
     /// The daemon's one engine, opened on first use. Not kept when opening fails, so a user
     /// who fixes the runtime files does not have to restart the daemon.
@@ -287,7 +309,17 @@ mod engine {
         );
         p.cpus = p.cpus.or(cpus);
         p.memory_mib = p.memory_mib.or(memory_mib);
-        let spec = box_spec(&p, &workdir)?;
+        // The box's git directory: by its name, so a box BoxLite keeps across daemons finds
+        // the one its mounts name.
+        let state_dir = state.opts.backend.state_dir();
+        let commit_root = state_dir.join("boxlite-git").join(&p.name);
+        if let Err(e) = std::fs::create_dir_all(state_dir.join("boxlite-git")) {
+            return Err(RpcError::new(
+                ErrorCode::Internal,
+                format!("box {}: creating {}: {e}", p.name, state_dir.display()),
+            ));
+        }
+        let (spec, box_git) = box_spec_with(&p, &workdir, Some(&commit_root))?;
         // The mounts are grants: none may reach the user's configuration, the remembered
         // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one
         // assembly, with no configured grants on top: a guest sees its mounts and nothing else.
@@ -387,15 +419,6 @@ mod engine {
                 ));
             }
         }
-        let vm_id = litebox.id().as_str().to_string();
-        let vm = Arc::new(Vm {
-            engine: engine.clone(),
-            litebox,
-            vm_id: vm_id.clone(),
-            first_exec: AtomicBool::new(false),
-            byte_exact: AtomicBool::new(false),
-            booting: tokio::sync::Mutex::new(()),
-        });
         let enforcement = sandbox_host::report::Enforcement {
             mechanism: "boxlite microVM (KVM)".into(),
             enforced: vec![
@@ -413,6 +436,11 @@ mod engine {
                 "unprotected git: the repository's git directory is writable from the box \
                      (hooks and config included)"
                     .into()
+            } else if box_git.is_some() {
+                "git data is mounted read-only (the .git pointer too); the box's git writes a \
+                     private copy of the common dir whose commits the host takes back when no \
+                     command runs: the task branch moves, nothing else does"
+                    .into()
             } else {
                 "git data is mounted read-only (the .git pointer too): git in the box reads \
                      history and cannot commit"
@@ -420,6 +448,19 @@ mod engine {
             }],
             ..Default::default()
         };
+        let commits = box_git.map(|git| Commits {
+            git,
+            records: vec![state_dir.join("git-tasks")],
+            scratch: state.opts.backend.private_dir().join("boxlite-git"),
+        });
+        let vm = Arc::new(BoxSession::new(
+            engine.clone(),
+            &p.name,
+            litebox,
+            enforcement.clone(),
+            commits,
+        ));
+        let vm_id = vm.vm_id().to_string();
         {
             let mut boxes = state.boxes.locked();
             if boxes.contains(&p.name) {
@@ -441,7 +482,7 @@ mod engine {
                     run: Arc::new(sandbox_host::Run::adopt(
                         sandbox_host::BackendKind::Boxlite,
                         policy,
-                        Arc::new(VmSession(enforcement.clone())),
+                        vm.clone(),
                     )),
                     vm: Some(vm.clone()),
                 },
@@ -450,7 +491,7 @@ mod engine {
         let extra = json!({
             "kept": !new_in_boxlite,
             "vmId": vm_id,
-            "logs": engine.log_paths(Some(&vm.vm_id)),
+            "logs": engine.log_paths(Some(&vm_id)),
         });
         Ok(announce_created(
             state,
@@ -465,33 +506,14 @@ mod engine {
         .await)
     }
 
-    /// The session a VM box holds for the generic registry: its commands never run on the
-    /// host, so arming one through the seam is refused.
-    struct VmSession(sandbox_host::report::Enforcement);
-
-    impl sandbox_host::BackendSession for VmSession {
-        fn enforcement(&self) -> &sandbox_host::report::Enforcement {
-            &self.0
-        }
-
-        fn command(
-            &self,
-            _spec: sandbox_exec::CommandSpec,
-        ) -> Result<sandbox_host::PreparedCommand, sandbox_host::HostError> {
-            Err(sandbox_host::HostError::RunsInGuest {
-                backend: sandbox_host::BackendKind::Boxlite,
-            })
-        }
-    }
-
     /// `box.start` of a VM box: the boot, announced with its time, or the specific failure.
     pub(in super::super) async fn box_start(
         state: &Arc<State>,
         conn: &Arc<Conn>,
         name: &str,
-        vm: Arc<Vm>,
+        vm: Arc<BoxSession>,
     ) -> Result<Value, RpcError> {
-        let _booting = vm.booting.lock().await;
+        let _booting = vm.boot_lock().await;
         let id = {
             let boxes = state.boxes.locked();
             let entry = boxes.get(name)?;
@@ -501,7 +523,8 @@ mod engine {
             entry.id.clone()
         };
         let started = Instant::now();
-        let booted = vm.engine.start(name, &vm.litebox).await;
+        // BoxLite carries output as text; where the box can run the relay, as bytes.
+        let booted = vm.boot().await;
         Steps {
             conn,
             state,
@@ -513,60 +536,67 @@ mod engine {
             "booting the VM",
             booted
                 .as_ref()
-                .map(|d| d.as_millis() as u64)
+                .map(|b| b.boot.as_millis() as u64)
                 .map_err(|e| e.to_string()),
             BoxState::Created,
         )
         .await;
-        let boot = booted.map_err(|e| engine_error(&e))?;
-        // BoxLite carries output as text; where the box can run the relay, as bytes.
-        let byte_exact = relay_works(name, &vm).await;
-        vm.byte_exact.store(byte_exact, Ordering::SeqCst);
+        let booted = booted.map_err(|e| engine_error(&e))?;
         {
             let mut boxes = state.boxes.locked();
             boxes.get_mut(name)?.state = BoxState::Running;
         }
-        announce(state, Some(conn), &id, name, BoxState::Running, Some(boot)).await;
+        announce(
+            state,
+            Some(conn),
+            &id,
+            name,
+            BoxState::Running,
+            Some(booted.boot),
+        )
+        .await;
         Ok(json!({
             "boxId": id,
-            "bootMs": boot.as_millis() as u64,
+            "bootMs": booted.boot.as_millis() as u64,
             "state": BoxState::Running,
-            "output": if byte_exact { "bytes" } else { "text" },
+            "output": if booted.byte_exact { "bytes" } else { "text" },
         }))
     }
 
-    /// Whether the booted box runs the output relay's interpreter.
-    async fn relay_works(name: &str, vm: &Vm) -> bool {
-        let (program, args) = sandbox_boxlite::relay::probe();
-        let command = BoxCommand::new(program).args(args);
-        match vm.engine.exec(name, &vm.litebox, command).await {
-            Ok(execution) => {
-                let works = matches!(execution.wait().await, Ok(r) if r.exit_code == 0);
-                if !works {
-                    tracing::warn!(
-                        "box {name}: no perl in the image: its output is relayed as text \
-                         (bytes that are not UTF-8 arrive as U+FFFD)"
-                    );
-                }
-                works
+    /// The first command of a VM box: its launch time, as the box's named step.
+    pub(in super::super) async fn first_exec(
+        state: &Arc<State>,
+        conn: &Arc<Conn>,
+        box_id: &str,
+        name: &str,
+        started: Instant,
+    ) {
+        let Ok(Some(vm)) = super::super::boxes::vm_of(state, name) else {
+            return;
+        };
+        if vm.first_exec() {
+            Steps {
+                conn,
+                state,
+                id: box_id,
+                name,
+                started,
             }
-            Err(e) => {
-                tracing::warn!("box {name}: probing for the output relay: {e}");
-                false
-            }
+            .step("first exec", Ok(ms(started)), BoxState::Running)
+            .await;
         }
     }
 
     /// Stops the VM after the generic stop has ended its commands.
-    pub(in super::super) async fn stop_vm(name: &str, vm: &Vm) {
-        if let Err(e) = vm.engine.stop(name, &vm.litebox).await {
+    pub(in super::super) async fn stop_vm(vm: &BoxSession) {
+        if let Err(e) = vm.stop().await {
             tracing::warn!("{e}");
         }
     }
 
     /// Removes the VM and its disks after the generic removal.
-    pub(in super::super) async fn remove_vm(name: &str, vm: &Vm) -> Result<(), RpcError> {
-        vm.engine.remove(name).await.map_err(|e| engine_error(&e))
+    pub(in super::super) async fn remove_vm(vm: &BoxSession) -> Result<(), RpcError> {
+        vm.remove().await.map_err(|e| engine_error(&e))
     }
 
     /// The daemon is going: every VM of the runtime is stopped.
@@ -574,262 +604,6 @@ mod engine {
         let engine = state.boxlite.lock().await.clone();
         if let Some(engine) = engine {
             let _ = engine.shutdown(Duration::from_secs(10)).await;
-        }
-    }
-
-    /// `box.exec` in a VM box: the command through BoxLite's guest agent, its output as
-    /// `output` events (byte for byte through the relay where the box runs it, else BoxLite's
-    /// text, with invalid UTF-8 replaced),
-    /// `exec.stdin`, `exec.kill` and the timeout, then `exit`.
-    pub(in super::super) async fn box_exec(
-        state: &Arc<State>,
-        conn: &Arc<Conn>,
-        p: BoxExecParams,
-        vm: Arc<Vm>,
-        workdir: std::path::PathBuf,
-        after: &mut After,
-    ) -> Result<Value, RpcError> {
-        let started = Instant::now();
-        refuse_host_token(state, &p.env)?;
-        let cwd = match &p.working_dir {
-            Some(d) if d.is_absolute() => d.clone(),
-            Some(d) => workdir.join(d),
-            None => workdir.clone(),
-        };
-        let byte_exact = vm.byte_exact.load(Ordering::SeqCst);
-        let (program, args) = if byte_exact {
-            sandbox_boxlite::relay::wrap(&p.command, &p.args)
-        } else {
-            (p.command.clone(), p.args.clone())
-        };
-        let mut command = BoxCommand::new(program)
-            .args(args)
-            .working_dir(cwd.display().to_string());
-        for (k, v) in &p.env {
-            command = command.env(k.clone(), v.clone());
-        }
-        let box_id = state.boxes.locked().get(&p.name)?.id.clone();
-        let mut execution = vm
-            .engine
-            .exec(&p.name, &vm.litebox, command)
-            .await
-            .map_err(|e| engine_error(&e))?;
-        let exec_id = state.next_id();
-        let (control_tx, mut control_rx) = mpsc::channel(8);
-        let (stdin_tx, stdin_rx) = if p.stdin {
-            let (tx, rx) = mpsc::channel(16);
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let (phase_tx, phase_rx) = watch::channel(Phase::Running);
-        let (go_tx, go_rx) = oneshot::channel::<()>();
-        {
-            let mut boxes = state.boxes.locked();
-            let mut execs = state.execs.locked();
-            let entry = boxes.get_mut(&p.name)?;
-            entry.execs.insert(exec_id);
-            execs.insert(
-                exec_id,
-                ExecHandle {
-                    box_name: p.name.clone(),
-                    conn: conn.id,
-                    control: control_tx,
-                    stdin: stdin_tx,
-                    phase: phase_rx,
-                },
-            );
-            conn.execs.send_modify(|n| *n += 1);
-        }
-        let launch_ms = ms(started);
-        if !vm.first_exec.swap(true, Ordering::SeqCst) {
-            Steps {
-                conn,
-                state,
-                id: &box_id,
-                name: &p.name,
-                started,
-            }
-            .step("first exec", Ok(launch_ms), BoxState::Running)
-            .await;
-        }
-        let timeout = p.timeout_ms.map(Duration::from_millis);
-        let out = conn.out.clone();
-        let state2 = state.clone();
-        let conn2 = conn.clone();
-        let name = p.name.clone();
-        let mut stdout = execution.stdout();
-        let mut stderr = execution.stderr();
-        let stdin = execution.stdin();
-        tokio::spawn(async move {
-            let _ = go_rx.await;
-            if let (Some(mut stdin), Some(mut rx)) = (stdin, stdin_rx) {
-                tokio::spawn(async move {
-                    while let Some(StdinMsg { data, close, reply }) = rx.recv().await {
-                        let res = if data.is_empty() {
-                            Ok(())
-                        } else {
-                            stdin.write_all(&data).await
-                        };
-                        if close {
-                            stdin.close();
-                        }
-                        let _ = reply.send(res.map_err(|e| {
-                            RpcError::new(ErrorCode::StdinClosed, format!("stdin: {e}"))
-                        }));
-                        if close {
-                            break;
-                        }
-                    }
-                });
-            }
-            let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-            let mut timed_out = false;
-            let mut signal = None;
-            // exec.kill without a signal and box.stop: SIGTERM, then the kill after the grace.
-            let mut kill_at: Option<tokio::time::Instant> = None;
-            let mut control_open = true;
-            let (mut out_open, mut err_open) = (stdout.is_some(), stderr.is_some());
-            let mut out_decoder = Relayed::new(byte_exact);
-            let mut err_decoder = Relayed::new(byte_exact);
-            let wait = execution.wait();
-            tokio::pin!(wait);
-            let result = loop {
-                tokio::select! {
-                    biased;
-                    ctl = control_rx.recv(), if control_open => match ctl {
-                        Some(Control::Signal(sig)) => {
-                            signal = Some(sig as i32);
-                            let _ = execution.signal(sig as i32).await;
-                        }
-                        Some(Control::Terminate { grace }) => {
-                            signal = Some(libc::SIGTERM);
-                            let _ = execution.signal(libc::SIGTERM).await;
-                            let at = tokio::time::Instant::now() + grace;
-                            kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
-                        }
-                        None => control_open = false,
-                    },
-                    _ = sleep_until(kill_at), if kill_at.is_some() => {
-                        kill_at = None;
-                        signal = Some(libc::SIGKILL);
-                        let _ = execution.kill().await;
-                    }
-                    _ = sleep_until(deadline), if deadline.is_some() && !timed_out => {
-                        timed_out = true;
-                        let _ = execution.kill().await;
-                    }
-                    line = next(&mut stdout), if out_open => match line {
-                        Some(s) => {
-                            let data = out_decoder.bytes(s);
-                            if !data.is_empty() {
-                                let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stdout, data: data.into() }).await;
-                            }
-                        }
-                        None => out_open = false,
-                    },
-                    line = next(&mut stderr), if err_open => match line {
-                        Some(s) => {
-                            let data = err_decoder.bytes(s);
-                            if !data.is_empty() {
-                                let _ = out.send(Outbound::Output { exec_id, stream: StreamKind::Stderr, data: data.into() }).await;
-                            }
-                        }
-                        None => err_open = false,
-                    },
-                    res = &mut wait, if !out_open && !err_open => break res,
-                }
-            };
-            // The one exit rule, from the guest's result: a negative code is the signal
-            // that killed the command; a code above 128 after a signal we sent is that
-            // signal's; a lost command is the box's failure (125).
-            use sandbox_host::Outcome;
-            let (outcome, error_message) = match result {
-                Ok(r) if timed_out => (
-                    Outcome::TimedOut(timeout.unwrap_or_default()),
-                    Some(format!(
-                        "timed out after {} ms; the command was killed in the box",
-                        timeout.unwrap_or_default().as_millis()
-                    ))
-                    .or(r.error_message),
-                ),
-                Ok(r) if r.exit_code < 0 => (Outcome::Signaled(-r.exit_code), r.error_message),
-                Ok(r) if r.exit_code > 128 && signal.is_some() => {
-                    (Outcome::Signaled(r.exit_code - 128), r.error_message)
-                }
-                Ok(r) => (Outcome::Exited(r.exit_code), r.error_message),
-                Err(e) => (
-                    Outcome::SetupFailed,
-                    Some(format!("boxlite: the command was lost: {e}")),
-                ),
-            };
-            let exit = super::super::spawner::exit_event_of(
-                exec_id,
-                outcome,
-                error_message.into_iter().collect(),
-                None,
-            );
-            let _ = phase_tx.send(Phase::Ended);
-            let permit = out.reserve_owned().await.ok();
-            super::super::exec::forget_exec(
-                &state2,
-                &conn2,
-                &name,
-                exec_id,
-                Some(ExecEnd {
-                    exit,
-                    permit,
-                    phase: phase_tx,
-                }),
-            );
-        });
-        *after = Some(Box::new(move || {
-            let _ = go_tx.send(());
-        }));
-        Ok(json!({ "execId": exec_id, "launchMs": launch_ms }))
-    }
-
-    /// One output stream of a command: the relay's lines decoded, or BoxLite's text as is.
-    struct Relayed {
-        decoder: Option<sandbox_boxlite::relay::Decoder>,
-    }
-
-    impl Relayed {
-        fn new(byte_exact: bool) -> Self {
-            Relayed {
-                decoder: byte_exact.then(sandbox_boxlite::relay::Decoder::default),
-            }
-        }
-
-        fn bytes(&mut self, text: String) -> Vec<u8> {
-            match &mut self.decoder {
-                None => text.into_bytes(),
-                Some(d) => match d.push(&text) {
-                    Ok(bytes) => bytes,
-                    // Not the relay's (BoxLite's own words on a broken stream): as text.
-                    Err(e) => {
-                        tracing::warn!("{e}");
-                        self.decoder = None;
-                        text.into_bytes()
-                    }
-                },
-            }
-        }
-    }
-
-    async fn next<S: futures_util::Stream<Item = String> + Unpin>(
-        s: &mut Option<S>,
-    ) -> Option<String> {
-        match s {
-            Some(s) => s.next().await,
-            None => None,
-        }
-    }
-
-    async fn sleep_until(at: Option<tokio::time::Instant>) {
-        match at {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
         }
     }
 }
@@ -974,6 +748,44 @@ mod tests {
             ]
         );
         assert!(task.join(".git").is_file(), "the pointer is a file mount");
+    }
+
+    /// With a git directory for the box, a linked worktree's `.git` names the box's current
+    /// generation (a read-only file of the host's), the generations' directory is writable at
+    /// its own path, and the common dir stays read-only. A main worktree, and an unprotected
+    /// box, are as before.
+    #[test]
+    fn a_linked_worktree_whose_commits_come_back_gets_the_generation_mounts() {
+        let t = tempfile::tempdir().unwrap();
+        let (main, task) = repo(t.path());
+        let root = t.path().join("box-git");
+        let (spec, git) =
+            box_spec_with(&params(t.path(), json!([]), false), &task, Some(&root)).unwrap();
+        let git = git.expect("a linked worktree's commits come back");
+        let root = root.canonicalize().unwrap();
+        let mounts: Vec<_> = spec
+            .mounts
+            .iter()
+            .map(|m| (m.host.clone(), m.guest.clone(), m.read_only))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                (task.clone(), task.clone(), false),
+                (main.join(".git"), main.join(".git"), true),
+                (root.join("pointer"), task.join(".git"), true),
+                (root.join("git"), root.join("git"), false),
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(git.pointer()).unwrap(),
+            format!("gitdir: {}/git/current/worktrees/task\n", root.display())
+        );
+        for (dir, unprotected) in [(&main, false), (&task, true)] {
+            let (_, none) =
+                box_spec_with(&params(t.path(), json!([]), unprotected), dir, Some(&root)).unwrap();
+            assert!(none.is_none(), "{}", dir.display());
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! else can race (see [`reap_orphans_if_idle`]).
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,7 @@ use tokio::time::Instant;
 
 use sandbox_exec::process_group::signal_group;
 use sandbox_exec::{ExecError, ExitOutcome, Running};
+use sandbox_host::backend::GuestExit;
 use sandbox_host::{Live, Reaped, Reaper, Run};
 
 use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
@@ -177,41 +180,85 @@ pub struct ExecCtx {
     pub done: Box<dyn FnOnce(Option<ExecEnd>) + Send>,
 }
 
-/// Owns one command until its group is gone and its `exit` event is queued. Runs on the
-/// spawner thread.
+/// A started command, as the run seam gave it: a child of this process (spawned on the
+/// spawner thread), or a command of a VM box launched in its guest.
+pub enum Started {
+    Host(Box<Running>),
+    Guest(sandbox_host::backend::GuestProcess),
+}
+
+/// How the wait for a command ended.
+enum Waited {
+    Host(Result<ExitOutcome, ExecError>),
+    /// The guest's end, and (until the command is finished) what the host took back of its
+    /// box's git writes.
+    Guest(GuestExit, Option<sandbox_host::backend::GuestGit>),
+}
+
+/// The event loop of one command: owns it until it ended (its group is gone, or its guest
+/// reported its end) and its `exit` event is queued. A host command's loop runs on the
+/// spawner thread; a guest's anywhere.
 ///
 /// Order is the point: every `output` event is queued before the `exit` event, on the same
 /// queue, by this one task.
-pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: ExecCtx) {
-    let pgid = running.pgid();
-    let mut output = running.take_output();
-    if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
-        tokio::spawn(write_stdin(stdin, rx));
-    }
+pub async fn run_exec(started: Started, live: Live, run: Arc<Run>, mut ctx: ExecCtx) {
+    let in_guest = matches!(started, Started::Guest(_));
+    // A host command's handle outlives its wait: its output pumps are its, and must run until
+    // the output is drained.
+    let (mut host, mut output, target, guest_exit) = match started {
+        Started::Host(mut running) => {
+            let output = running.take_output();
+            if let (Some(stdin), Some(rx)) = (running.take_stdin(), ctx.stdin.take()) {
+                tokio::spawn(write_stdin(stdin, rx));
+            }
+            let pgid = running.pgid();
+            (Some(running), output, Target::Group(pgid), None)
+        }
+        Started::Guest(process) => {
+            if let (Some(stdin), Some(rx)) = (process.stdin, ctx.stdin.take()) {
+                tokio::spawn(write_guest_stdin(stdin, rx));
+            }
+            (
+                None,
+                Some(process.output),
+                Target::Guest(process.signals),
+                Some(process.exit),
+            )
+        }
+    };
+    let wait: Pin<Box<dyn Future<Output = Waited> + Send + '_>> = match (&mut host, guest_exit) {
+        (Some(running), _) => Box::pin(async move { Waited::Host(running.wait().await) }),
+        (None, Some(exit)) => Box::pin(async move {
+            let end = exit.await;
+            Waited::Guest(end.exit, end.git)
+        }),
+        (None, None) => Box::pin(std::future::pending()),
+    };
     let out = ctx.out.clone();
     let mut st = LoopState {
-        pgid,
+        target,
         kill_at: None,
         control_open: true,
         conn_gone: false,
     };
     let mut out_open = output.is_some();
-    let mut outcome: Option<Result<ExitOutcome, ExecError>> = None;
+    let mut waited: Option<Waited> = None;
     let mut drain_until: Option<Instant> = None;
     let mut cut_short = false;
     {
-        let wait = running.wait();
-        tokio::pin!(wait);
-        while outcome.is_none() || out_open {
-            let alive = outcome.is_none();
+        let mut wait = wait;
+        while waited.is_none() || out_open {
+            let alive = waited.is_none();
             tokio::select! {
                 biased;
                 ctl = ctx.control.recv(), if alive && st.control_open => st.control(ctl),
                 _ = sleep_until(st.kill_at), if alive && st.kill_at.is_some() => st.kill_now(),
                 _ = out.closed(), if alive && !st.conn_gone => st.gone(),
                 res = &mut wait, if alive => {
-                    outcome = Some(res);
-                    drain_until = Some(Instant::now() + ctx.drain);
+                    waited = Some(res);
+                    // A guest's relay has queued all of its output before its end is known;
+                    // a host command's descendant may still hold the pipe.
+                    drain_until = (!in_guest).then(|| Instant::now() + ctx.drain);
                 }
                 chunk = recv(&mut output), if out_open => match chunk {
                     Some(chunk) if !st.conn_gone => {
@@ -248,19 +295,27 @@ pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: 
                 }
             }
         }
+        drop(wait);
     }
     drop(output);
+    // The group is gone (`wait` saw to it).
+    drop(host);
     // The loop ends only once the outcome is known.
-    let outcome = outcome.unwrap_or_else(|| {
-        Err(ExecError::Io {
+    let mut waited = waited.unwrap_or_else(|| {
+        Waited::Host(Err(ExecError::Io {
             context: "waiting for the command".into(),
             source: std::io::Error::other("its output ended before its exit was seen"),
-        })
+        }))
     });
-    // The group is gone (`wait` saw to it); orphans that left it are killed before the seam
-    // finishes the command, so none can rewrite a git pointer after the check.
-    drop(running);
-    let finished = live.finish(outcome.as_ref().ok().copied(), reap_orphans_if_idle());
+    let finished = match &mut waited {
+        // Orphans that left the group are killed before the seam finishes the command, so
+        // none can rewrite a git pointer after the check.
+        Waited::Host(outcome) => {
+            live.finish(outcome.as_ref().ok().copied(), reap_orphans_if_idle())
+        }
+        // Nothing of a guest's command runs on this host.
+        Waited::Guest(exit, git) => live.finish_guest(exit, git.take()),
+    };
     // The box's run (its TMPDIR) is let go only after its command is finished.
     drop(run);
     if let Some(git) = finished.recheck.clone() {
@@ -268,7 +323,7 @@ pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: 
         // check this layout again once the daemon is idle and every orphan is gone.
         RECHECK.with(|r| r.borrow_mut().push(git));
     }
-    let exit = exit_event(ctx.exec_id, outcome, cut_short, &finished);
+    let exit = exit_event(ctx.exec_id, &waited, cut_short, &finished);
     if let Some(message) = &exit.error_message {
         tracing::info!(exec_id = ctx.exec_id, "{message}");
     }
@@ -288,8 +343,39 @@ pub async fn run_exec(mut running: Running, live: Live, run: Arc<Run>, mut ctx: 
     }));
 }
 
+/// What `exec.kill`, `box.stop` and a gone connection signal.
+enum Target {
+    /// A host command's process group.
+    Group(Pid),
+    /// A guest's command, through its backend.
+    Guest(mpsc::UnboundedSender<i32>),
+}
+
+impl Target {
+    fn signal(&self, sig: Signal) {
+        match self {
+            Target::Group(pgid) => {
+                signal_group(*pgid, Signal::SIGCONT);
+                signal_group(*pgid, sig);
+            }
+            Target::Guest(tx) => {
+                let _ = tx.send(sig as i32);
+            }
+        }
+    }
+
+    fn kill(&self) {
+        match self {
+            Target::Group(pgid) => signal_group(*pgid, Signal::SIGKILL),
+            Target::Guest(tx) => {
+                let _ = tx.send(libc::SIGKILL);
+            }
+        }
+    }
+}
+
 struct LoopState {
-    pgid: Pid,
+    target: Target,
     kill_at: Option<Instant>,
     control_open: bool,
     conn_gone: bool,
@@ -298,13 +384,9 @@ struct LoopState {
 impl LoopState {
     fn control(&mut self, ctl: Option<Control>) {
         match ctl {
-            Some(Control::Signal(sig)) => {
-                signal_group(self.pgid, Signal::SIGCONT);
-                signal_group(self.pgid, sig);
-            }
+            Some(Control::Signal(sig)) => self.target.signal(sig),
             Some(Control::Terminate { grace }) => {
-                signal_group(self.pgid, Signal::SIGCONT);
-                signal_group(self.pgid, Signal::SIGTERM);
+                self.target.signal(Signal::SIGTERM);
                 let at = Instant::now() + grace;
                 self.kill_at = Some(self.kill_at.map_or(at, |k| k.min(at)));
             }
@@ -313,7 +395,7 @@ impl LoopState {
     }
 
     fn kill_now(&mut self) {
-        signal_group(self.pgid, Signal::SIGKILL);
+        self.target.kill();
         self.kill_at = None;
     }
 
@@ -388,16 +470,49 @@ async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::Receiver<StdinMsg>) {
     }
 }
 
+/// Writes `exec.stdin` data to a guest's command in arrival order, each answered when it
+/// reached the guest (or failed).
+async fn write_guest_stdin(
+    stdin: mpsc::Sender<sandbox_host::backend::GuestInput>,
+    mut rx: mpsc::Receiver<StdinMsg>,
+) {
+    while let Some(StdinMsg { data, close, reply }) = rx.recv().await {
+        let (tx, written) = oneshot::channel();
+        let input = sandbox_host::backend::GuestInput {
+            data,
+            close,
+            reply: tx,
+        };
+        let res = match stdin.send(input).await {
+            Ok(()) => written
+                .await
+                .unwrap_or_else(|_| Err(std::io::Error::other("the command's stdin is gone"))),
+            Err(_) => Err(std::io::Error::other("the command's stdin is gone")),
+        };
+        let _ = reply.send(res.map_err(|e| stdin_closed_by(&e)));
+        if close {
+            break;
+        }
+    }
+}
+
+/// A guest's stdin write failed.
+fn stdin_closed_by(e: &std::io::Error) -> RpcError {
+    RpcError::new(ErrorCode::StdinClosed, format!("stdin: {e}"))
+}
+
 fn stdin_closed(why: &str) -> RpcError {
     RpcError::new(ErrorCode::StdinClosed, format!("stdin: {why}"))
 }
 
-/// The `exit` event: the command's outcome as the seam judged it, through the one exit rule
-/// ([`sandbox_host::Outcome::status`]: 125 when the backend failed before the command
-/// started), with every note a `sandbox run` would print on stderr.
+/// The one builder of every `exit` event, a host command's and a VM box's alike: the code,
+/// signal and timeout flag from the one exit outcome the seam judged, through the one exit
+/// rule ([`sandbox_host::Outcome::status`]: 125 when the backend failed before the command
+/// started or its guest lost it), with every note a `sandbox run` would print on stderr
+/// joined into `errorMessage`.
 fn exit_event(
     exec_id: u64,
-    outcome: Result<ExitOutcome, ExecError>,
+    waited: &Waited,
     cut_short: bool,
     finished: &sandbox_host::Finished,
 ) -> ExitEvent {
@@ -405,13 +520,17 @@ fn exit_event(
     if let Some(e) = finished.setup_error() {
         notes.push(e.to_string());
     }
-    match &outcome {
-        Ok(ExitOutcome::TimedOut(after)) => notes.push(format!(
+    match waited {
+        Waited::Host(Ok(ExitOutcome::TimedOut(after))) => notes.push(format!(
             "timed out after {} ms; its process group was killed",
             after.as_millis()
         )),
-        Err(e) => notes.push(e.to_string()),
-        Ok(_) => {}
+        Waited::Host(Err(e)) => notes.push(e.to_string()),
+        Waited::Host(Ok(_)) | Waited::Guest(..) => {}
+    }
+    // What the guest said of the end (its agent's message, or its timeout's).
+    if let Some(sandbox_host::backend::GuestNote(Some(note))) = &finished.guest {
+        notes.push(note.clone());
     }
     if cut_short {
         notes.push(
@@ -428,34 +547,11 @@ fn exit_event(
             .ok(),
         _ => None,
     };
-    let mut event = exit_event_of(
-        exec_id,
-        finished.outcome(outcome.as_ref().copied()),
-        notes,
-        git_store,
-    );
-    // The same fields, camelCase on both sides.
-    event.connections = finished
-        .connections
-        .iter()
-        .filter_map(|c| {
-            serde_json::to_value(c)
-                .and_then(serde_json::from_value)
-                .ok()
-        })
-        .collect();
-    event
-}
-
-/// The one builder of every `exit` event, a host command's and a VM box's alike: the code,
-/// signal and timeout flag from the one exit rule ([`sandbox_host::Outcome::status`]), the
-/// notes joined into `errorMessage`.
-pub(super) fn exit_event_of(
-    exec_id: u64,
-    outcome: sandbox_host::Outcome,
-    notes: Vec<String>,
-    git_store: Option<sandbox_protocol::GitStoreReport>,
-) -> ExitEvent {
+    let outcome = match waited {
+        Waited::Host(waited) => finished.outcome(waited.as_ref().copied()),
+        Waited::Guest(GuestExit::Ended { outcome, .. }, _) => finished.outcome(Ok(*outcome)),
+        Waited::Guest(GuestExit::Lost(_), _) => sandbox_host::Outcome::SetupFailed,
+    };
     let status = outcome.status();
     ExitEvent {
         exec_id,
@@ -464,6 +560,15 @@ pub(super) fn exit_event_of(
         timed_out: status.timed_out,
         error_message: (!notes.is_empty()).then(|| notes.join("; ")),
         git_store,
-        connections: Vec::new(),
+        // The same fields, camelCase on both sides.
+        connections: finished
+            .connections
+            .iter()
+            .filter_map(|c| {
+                serde_json::to_value(c)
+                    .and_then(serde_json::from_value)
+                    .ok()
+            })
+            .collect(),
     }
 }
