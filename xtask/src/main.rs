@@ -14,7 +14,8 @@
 //!   out of the pinned PyPI wheel, each checked against its pinned sha256
 //!   (`boxlite_runtime.rs` has the recipe, docs/boxlite.md the why).
 //! - `guest-test`: Debian's kernels (5.10, 6.1, 6.12) booted under QEMU's software emulation,
-//!   the native backend's checks run inside each (`guest/`).
+//!   the native backend's checks run inside each (`guest/`), and the Lima backend's guest side
+//!   on virtiofs with its provisioning replayed (`guest/lima.rs`).
 //! - `guest-boxlite`: the BoxLite tests that need a booted box, inside a TCG guest with nested
 //!   KVM (`guest/boxlite.rs`).
 
@@ -39,11 +40,15 @@ tasks:
   box-image [--out DIR]
                  build the box image: an OCI image layout directory of a small Debian
                  userland (mmdebstrap); default DIR target/box-image; prints DIR
-  guest-test [--kernel SUITE]... [--quick | --full]
+  guest-test [--kernel SUITE]... [--quick | --full] [--no-lima | --lima]
                  boot Debian kernels (suites bullseye, bookworm, bookworm-backports) under
                  QEMU (TCG) and run the native backend's checks in each, as root and as a
                  user (xtask/src/guest/); the escape suite as the user in bookworm's 6.1
-                 (--full: everywhere, as both; --quick: nowhere); reports per kernel
+                 (--full: everywhere, as both; --quick: nowhere); reports per kernel. First
+                 the Lima part: a view's virtiofs mounts served by virtiofsd as Lima serves
+                 them, the generated provisioning replayed inside, git's workflow there and
+                 the host's import (--lima: only that; --no-lima: without it; needs the Rust
+                 virtiofsd: SANDBOX_VIRTIOFSD, PATH, or Lima's vhost-user descriptions)
   guest-boxlite [--only PART]... [--shell SCRIPT]...
                  boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
                  and run the BoxLite tests that need a booted box inside it (parts: probe,

@@ -222,21 +222,38 @@ pub struct SandboxArgs {
     #[arg(long = "allow-write", value_name = "PATH")]
     pub allow_write: Vec<PathBuf>,
 
-    /// Deny outbound network: TCP only to --allow-port ports (and the hook port); no UDP,
-    /// raw or packet sockets, no io_uring.
+    /// Deny the network: the native backend gives the run a network namespace of its own
+    /// with only loopback (no route out, no inbound connection from the host); the host's
+    /// --allow-port ports and the hook port are relayed in. No UDP, raw or packet sockets,
+    /// no io_uring. Without user namespaces: TCP only to --allow-port ports (Landlock).
     #[arg(long)]
     pub block_net: bool,
 
-    /// Keep this TCP port reachable under --block-net (repeatable; 1-65535).
+    /// Keep the host's TCP port 127.0.0.1:PORT reachable under --block-net (repeatable;
+    /// 1-65535). Without a network namespace (no user namespaces) port PORT of any address.
     #[arg(long = "allow-port", value_name = "PORT")]
     pub allow_port: Vec<u32>,
 
-    /// Allow outbound network only to HOST (repeatable; `*.example.com` for subdomains),
-    /// through nono's filtering proxy; everything else is denied, the hook port and
-    /// --allow-port ports stay reachable. Only the nono backend can enforce this; the others
-    /// refuse to run. Adds to `network.allow_domains` in the config.
+    /// Allow outbound network only to HOST (repeatable; `*.example.com` for subdomains,
+    /// `@github`/`@npm`/`@agents`… for built-in groups, an address to allow that address)
+    /// through a filtering proxy: the native backend's (the run's network namespace has no
+    /// other way out; HTTP_PROXY/HTTPS_PROXY point at it) or nono's. Refusals name their
+    /// rule; `sandbox why --net HOST` explains one. Other backends refuse to run. Adds to
+    /// `network.allow_domains` in the config.
     #[arg(long = "allow-domain", value_name = "HOST")]
     pub allow_domain: Vec<String>,
+
+    /// Give the command an API credential without its secret (repeatable): `anthropic`,
+    /// `openai`, `google`, `github`. The host reads the secret (its own $ANTHROPIC_API_KEY,
+    /// $OPENAI_API_KEY, $GEMINI_API_KEY or $GOOGLE_API_KEY, $GITHUB_TOKEN or $GH_TOKEN; else
+    /// ~/.config/sandbox/credentials/NAME; else the kernel keyring's user key sandbox:NAME);
+    /// the command gets a placeholder in that variable and a base URL pointing at the
+    /// sandbox's proxy (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL,
+    /// GITHUB_API_URL), which adds the real key on the way to the API host over TLS and
+    /// refuses the placeholder anywhere else. A missing secret stops the run (exit 125).
+    /// Adds to `credentials` in the config.
+    #[arg(long = "credential", value_name = "NAME")]
+    pub credential: Vec<String>,
 
     /// Accept that git hooks and config cannot be protected (a main worktree, where .git is
     /// inside the writable tree). Prefer a linked worktree: `git worktree add`.
@@ -344,7 +361,8 @@ pub struct ExecArgs {
     pub mount: Vec<String>,
 
     /// Allow outbound network only to HOST (repeatable): the same as --allow-domain HOST, which
-    /// nono enforces through its proxy; with boxlite, the box's allow-list (names or CIDRs).
+    /// native (its network namespace and proxy) and nono (its proxy) enforce; with boxlite,
+    /// the box's allow-list (names or CIDRs).
     #[arg(long = "allow-net", value_name = "HOST")]
     pub allow_net: Vec<String>,
 
@@ -441,8 +459,13 @@ pub struct PolicyShowArgs {
 #[derive(Debug, Args)]
 pub struct WhyArgs {
     /// The path to explain (`~` is your home; relative to the current directory).
-    #[arg(value_name = "PATH")]
-    pub path: PathBuf,
+    #[arg(value_name = "PATH", required_unless_present = "net")]
+    pub path: Option<PathBuf>,
+
+    /// Explain instead whether a network host (`HOST` or `HOST:PORT`) is reachable in the
+    /// next run, and by which rule (`--block-net`, `--allow-port`, `--allow-domain`).
+    #[arg(long, value_name = "HOST", conflicts_with = "path")]
+    pub net: Option<String>,
 
     #[command(flatten)]
     pub sandbox: SandboxArgs,

@@ -21,8 +21,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use formats::{
-    DurationFormat, EnvMapFormat, EnvNameFormat, HomeScopeFormat, PathFormat, PortFormat,
-    ToolchainFormat,
+    CredentialFormat, DurationFormat, EnvMapFormat, EnvNameFormat, HomeScopeFormat, PathFormat,
+    PortFormat, ToolchainFormat,
 };
 
 /// The whole configuration schema. Every key is optional.
@@ -131,6 +131,18 @@ pub struct Config {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 16777216))]
     pub cache_size_mib: Option<u64>,
+    /// API credentials every run gets without their secrets (`anthropic`, `openai`,
+    /// `google`, `github`; as `--credential NAME`): the command holds a placeholder and a
+    /// base URL pointing at the sandbox's proxy, which adds the real key (read on the host
+    /// from its environment, `~/.config/sandbox/credentials/NAME` or the kernel keyring) on
+    /// the way to the API host only.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<CredentialFormat>>")]
+    pub credentials: Vec<String>,
 }
 
 /// A list, or one value standing for a list of it (`toolchains: auto`).
@@ -443,6 +455,9 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
     for name in config.env.set.keys() {
         check("env.set", name, &formats::ENV_NAME)?;
     }
+    for name in &config.credentials {
+        check("credentials", name, &formats::CREDENTIAL)?;
+    }
     Ok(())
 }
 
@@ -489,6 +504,11 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     opt(&mut base.toolchains, over.toolchains);
     opt(&mut base.caches, over.caches);
     opt(&mut base.cache_size_mib, over.cache_size_mib);
+    for name in over.credentials {
+        if !base.credentials.contains(&name) {
+            base.credentials.push(name);
+        }
+    }
     opt(
         &mut base.backends.native.git_store_size_mib,
         over.backends.native.git_store_size_mib,

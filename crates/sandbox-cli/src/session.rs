@@ -107,6 +107,7 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         block_net: config.network.block,
         allow_ports: config.network.allow_ports.clone(),
         allow_domains: config.network.allow_domains.clone(),
+        credentials: config.credentials.clone(),
         timeout,
         hook_port: config.service.hook_port,
         home: home_settings(ctx, &[], false),
@@ -220,6 +221,7 @@ fn lima_settings_in(dirs: &crate::paths::Dirs, views_root: &Path) -> sandbox_lim
         nix_image: crate::tools::LIMA_IMAGE.resolve(None).path,
         overrides_dir: dirs.user_config.join("lima"),
         private_dir: dirs.runtime.clone(),
+        vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
     }
 }
 
@@ -298,6 +300,7 @@ impl Session {
             block_net: args.block_net,
             allow_ports: args.allow_port.clone(),
             allow_domains: args.allow_domain.clone(),
+            credentials: args.credential.clone(),
             timeout: args.timeout,
             unprotected_git: args.unprotected_git,
             push_remotes: args.allow_push.clone(),

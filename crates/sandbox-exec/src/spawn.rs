@@ -107,6 +107,11 @@ pub enum SetupStep {
     PidNamespace = 17,
     /// Mounting the pid namespace's own `/proc` in the view.
     ProcMount = 18,
+    /// Bringing up `lo` in the run's network namespace.
+    NetLoopback = 19,
+    /// Binding the network namespace's listeners on `127.0.0.1` and handing them to the
+    /// supervisor (detail: the port).
+    NetListeners = 20,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -131,6 +136,10 @@ impl SetupStep {
             SetupStep::CloseDescriptors => "closing the inherited descriptors",
             SetupStep::PidNamespace => "starting the pid namespace's init",
             SetupStep::ProcMount => "mounting the pid namespace's /proc",
+            SetupStep::NetLoopback => "bringing up lo in the network namespace",
+            SetupStep::NetListeners => {
+                "binding the network namespace's listeners and handing them over"
+            }
             SetupStep::Other => "child setup",
         }
     }
@@ -154,6 +163,8 @@ impl SetupStep {
             SetupStep::CloseDescriptors,
             SetupStep::PidNamespace,
             SetupStep::ProcMount,
+            SetupStep::NetLoopback,
+            SetupStep::NetListeners,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)

@@ -322,3 +322,211 @@ fn a_planted_packed_ref_name_never_leads_a_write_out_of_the_snapshot() {
         q.layers().pinned_refs
     );
 }
+
+/// A persistent layer (a Lima VM's git store layer) on a real overlay: the host's common dir
+/// below, `layer/upper` on top, mounted with `userxattr` the way the guest's provisioning
+/// mounts it, in a user and mount namespace of its own (root or not). `script` runs there
+/// with `$C` the common dir, as git inside the VM would.
+fn overlay_session(common: &Path, layer: &Path, script: &str) -> Option<String> {
+    let probe = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "true"])
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        sandbox_testkit::skip(
+            "overlay-userns",
+            "no user namespaces here (unshare --user --map-root-user fails): no overlay to stack",
+        );
+        return None;
+    }
+    let full = format!(
+        "set -eu\nmount -t overlay overlay -o \"lowerdir=$C,upperdir=$L/upper,workdir=$L/work,userxattr\" \"$C\"\n\
+         export GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=vm GIT_AUTHOR_EMAIL=vm@vm \
+         GIT_COMMITTER_NAME=vm GIT_COMMITTER_EMAIL=vm@vm\ng() {{ git --git-dir=\"$C\" \"$@\"; }}\n{script}\n"
+    );
+    let out = Command::new("unshare")
+        .args(["--user", "--map-root-user", "--mount", "sh", "-c", &full])
+        .env("C", common)
+        .env("L", layer)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "the session in the overlay failed ({}): {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(stdout)
+}
+
+/// A persistent layer beside the repository, laid out as a view's (`upper/`, `work/`).
+fn persistent_layer(repo: &Repo) -> PathBuf {
+    let layer = repo.private.parent().unwrap().join("layer");
+    for d in ["upper", "work"] {
+        std::fs::create_dir_all(layer.join(d)).unwrap();
+    }
+    layer
+}
+
+fn kind_in(upper: &Path, rel: &str) -> String {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    match upper.join(rel).symlink_metadata() {
+        Ok(m) if m.file_type().is_char_device() => format!("c {}", m.rdev()),
+        Ok(m) if m.is_dir() => "dir".into(),
+        Ok(_) => "file".into(),
+        Err(_) => "absent".into(),
+    }
+}
+
+/// The whole workflow inside, over the real overlay: a commit on the task branch, a new
+/// branch (applied), then in a second mount of the layer that branch deleted, another of the host's
+/// deleted, `git gc` (refs packed into the layer's own `packed-refs`, loose objects and the
+/// host's pack pruned, each leaving a whiteout). The host reads the whiteouts as deletions:
+/// the task branch keeps its new commit (not the value the host's `packed-refs` had), the
+/// run's own branch is deleted, the host's is not, a branch the host moved meanwhile (packed
+/// inside with the host's value) is no refusal, no whiteout is reported as a bad object.
+#[test]
+fn whiteouts_of_a_persistent_layer_on_a_real_overlay_are_deletions() {
+    let repo = repo();
+    // The host's repository has a pack and a packed ref as well as loose ones.
+    git(&repo.main, &["branch", "keep"]);
+    git(&repo.main, &["tag", "v1"]);
+    git(&repo.main, &["pack-refs", "--all"]);
+    git(&repo.main, &["gc", "-q"]);
+    git(&repo.main, &["update-ref", "refs/heads/task", "trunk"]);
+    let trunk = rev(&repo, "trunk");
+    let layer = persistent_layer(&repo);
+    let upper = layer.join("upper");
+
+    let q = StoreQuarantine::attach(&repo.common, Some("refs/heads/task"), &layer, &repo.private)
+        .unwrap();
+    let Some(out) = overlay_session(
+        &repo.common,
+        &layer,
+        r#"t=$(g commit-tree -p task -m one "task^{tree}")
+g update-ref refs/heads/task "$t"
+g update-ref refs/heads/feature "$t"
+echo "$t""#,
+    ) else {
+        return;
+    };
+    let one = out.trim().to_string();
+    q.sync(true).unwrap();
+    assert_eq!(rev(&repo, "task"), one);
+    assert_eq!(rev(&repo, "feature"), one);
+    // Meanwhile the host moves a branch of its own; the sandbox's `git gc` will pack the value
+    // it sees, the host's, which is no change of the sandbox's to refuse.
+    git(&repo.main, &["update-ref", "refs/heads/trunk", &one]);
+
+    // Session 2: the overlay mounted again on the same layer (the VM restarted) while the
+    // host's quarantine of the command goes on.
+    let Some(out) = overlay_session(
+        &repo.common,
+        &layer,
+        r#"g branch -q -D feature keep
+echo change >"$C/../two"; b=$(g hash-object -w "$C/../two")
+tr=$(printf '100644 blob %s\ttwo\n' "$b" | g mktree)
+t=$(g commit-tree -p task -m two "$tr")
+g update-ref refs/heads/task "$t"
+g gc -q --prune=now
+g fsck --strict --no-dangling >&2
+echo "$t""#,
+    ) else {
+        return;
+    };
+    let two = out.trim().to_string();
+    // What the overlay left: whiteouts for the host's loose refs and its pack, a packed-refs
+    // of the layer's own.
+    assert_eq!(kind_in(&upper, "refs/heads/feature"), "c 0");
+    assert_eq!(kind_in(&upper, "refs/heads/task"), "c 0");
+    assert_eq!(kind_in(&upper, "packed-refs"), "file");
+    let host_pack = std::fs::read_dir(repo.common.join("objects/pack"))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".pack"))
+        .unwrap()
+        .file_name();
+    assert_eq!(
+        kind_in(
+            &upper,
+            &format!("objects/pack/{}", host_pack.to_string_lossy())
+        ),
+        "c 0"
+    );
+
+    q.sync(true).unwrap();
+    let report = q.report();
+    assert_eq!(rev(&repo, "task"), two, "the task branch moves: {report:?}");
+    let feature = Command::new("git")
+        .current_dir(&repo.main)
+        .args(["rev-parse", "--verify", "-q", "refs/heads/feature"])
+        .output()
+        .unwrap();
+    assert!(
+        !feature.status.success(),
+        "the run's own branch is deleted: {report:?}"
+    );
+    assert_eq!(rev(&repo, "keep"), trunk, "the host's branch stays");
+    assert_eq!(rev(&repo, "trunk"), one, "as the host moved it");
+    assert_eq!(rev(&repo, "v1"), trunk);
+    let refused: Vec<&str> = report.refused.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(refused, vec!["refs/heads/keep"], "{report:?}");
+    assert!(report.rejected_objects.is_empty(), "{report:?}");
+    git(&repo.main, &["fsck", "--strict", "--no-dangling"]);
+}
+
+/// Root inside the VM owns its layer: it deletes whole directories of refs (a whiteout over
+/// `refs/tags`, an opaque `refs/heads` made anew), deletes `packed-refs`, and plants a link.
+/// Every deletion of a ref the run does not own is refused and reported, the link is never
+/// read, and the task branch it rewrote in the opaque directory is still taken.
+#[test]
+fn an_opaque_refs_dir_and_deleted_ref_dirs_delete_nothing_of_the_hosts() {
+    let repo = repo();
+    git(&repo.main, &["branch", "keep"]);
+    git(&repo.main, &["branch", "nested/one"]);
+    git(&repo.main, &["tag", "v1"]);
+    git(&repo.main, &["tag", "v2"]);
+    git(&repo.main, &["pack-refs"]);
+    let trunk = rev(&repo, "trunk");
+    let layer = persistent_layer(&repo);
+    let upper = layer.join("upper");
+    let q = StoreQuarantine::attach(&repo.common, Some("refs/heads/task"), &layer, &repo.private)
+        .unwrap();
+    let Some(out) = overlay_session(
+        &repo.common,
+        &layer,
+        r#"t=$(g commit-tree -p task -m one "task^{tree}")
+rm -rf "$C/refs/heads" "$C/refs/tags" "$C/packed-refs"
+mkdir "$C/refs/heads"
+echo "$t" >"$C/refs/heads/task"
+ln -s /etc/passwd "$C/refs/heads/link"
+echo "$t""#,
+    ) else {
+        return;
+    };
+    let one = out.trim().to_string();
+    assert_eq!(kind_in(&upper, "refs/tags"), "c 0");
+    assert_eq!(kind_in(&upper, "packed-refs"), "c 0");
+    assert_eq!(kind_in(&upper, "refs/heads"), "dir");
+    q.sync(true).unwrap();
+    let report = q.report();
+    assert_eq!(rev(&repo, "task"), one, "{report:?}");
+    for kept in ["trunk", "keep", "nested/one", "v1", "v2"] {
+        assert_eq!(rev(&repo, kept), trunk, "{kept}: {report:?}");
+    }
+    let mut refused: Vec<&str> = report.refused.iter().map(|r| r.name.as_str()).collect();
+    refused.sort();
+    assert_eq!(
+        refused,
+        vec![
+            "refs/heads/keep",
+            "refs/heads/link",
+            "refs/heads/nested/one",
+            "refs/heads/trunk",
+            "refs/tags/v1",
+            "refs/tags/v2",
+        ],
+        "{report:?}"
+    );
+    git(&repo.main, &["fsck", "--strict", "--no-dangling"]);
+}

@@ -22,6 +22,8 @@ pub struct Defaults {
     pub block_net: bool,
     pub allow_ports: Vec<u16>,
     pub allow_domains: Vec<String>,
+    /// `credentials:` in the configuration (names).
+    pub credentials: Vec<String>,
     pub timeout: Option<Duration>,
     /// The hook endpoint's port: it stays reachable under a network block.
     pub hook_port: Option<u16>,
@@ -43,6 +45,8 @@ pub struct Request {
     pub block_net: bool,
     pub allow_ports: Vec<u32>,
     pub allow_domains: Vec<String>,
+    /// `--credential NAME` (names), added to the configuration's.
+    pub credentials: Vec<String>,
     /// Overrides the default timeout.
     pub timeout: Option<Duration>,
     pub unprotected_git: bool,
@@ -191,6 +195,12 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
             allow_domains.push(d.clone());
         }
     }
+    let mut credentials = defaults.credentials.clone();
+    for c in &request.credentials {
+        if !credentials.contains(c) {
+            credentials.push(c.clone());
+        }
+    }
     let mut policy = sandbox_policy::build(PolicyRequest {
         workdir: request.workdir,
         cwd: request.cwd,
@@ -210,6 +220,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         allow_ports,
         hook_port: defaults.hook_port,
         allow_domains,
+        credentials,
         env,
         timeout: request.timeout.or(defaults.timeout),
         unprotected_git: request.unprotected_git,
@@ -224,12 +235,47 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         }
         None => (None, None),
     };
+    if !policy.credentials.is_empty() {
+        apply_credentials(&mut policy)?;
+    }
     Ok(Assembled {
         policy,
         tmpdir,
         home,
         home_note,
     })
+}
+
+/// Checks the policy's credentials where a run will read them (each secret present, a
+/// secret file outside every grant) and puts their placeholders in the environment, over
+/// anything passed: the variable the host reads a key from never carries it inside. The
+/// run's proxy reads the secrets again when it starts (`Credentials::for_run`); the base
+/// URLs, which name the proxy's port, are set by the run.
+pub fn apply_credentials(policy: &mut Policy) -> Result<(), HostError> {
+    let credentials = sandbox_net::Credentials::for_run(&policy.credentials)?;
+    for (name, file) in credentials.files() {
+        let file = std::fs::canonicalize(&file).unwrap_or(file);
+        let grants = policy
+            .fs
+            .read
+            .iter()
+            .chain(&policy.fs.write)
+            .map(|g| &g.path)
+            .chain(&policy.fs.system_read);
+        for grant in grants {
+            if file.starts_with(grant) {
+                return Err(HostError::CredentialGranted {
+                    name,
+                    file,
+                    grant: grant.clone(),
+                });
+            }
+        }
+    }
+    for (name, value) in credentials.policy_env() {
+        policy.env.set_var(&name, value);
+    }
+    Ok(())
 }
 
 fn create_tmpdir(request: &TmpdirRequest, task: &Path) -> Result<PrivateTmpdir, HostError> {

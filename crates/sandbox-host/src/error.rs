@@ -61,8 +61,8 @@ pub enum HostError {
     },
 
     #[error(
-        "{backend}: cannot enforce a domain allow-list ({}); only the nono backend filters by \
-         domain (--backend nono)",
+        "{backend}: cannot enforce a domain allow-list ({}); the native backend (its network \
+         namespace and proxy) and nono (its proxy) filter by domain (--backend native)",
         .domains.join(", ")
     )]
     DomainsNeedNono {
@@ -75,6 +75,10 @@ pub enum HostError {
          --backend native"
     )]
     HostCannotBlockNetwork,
+
+    /// The run's network namespace, its relay or its proxy could not be set up.
+    #[error("native: network namespace: {message}")]
+    Network { message: String },
 
     #[error("native: no native sandbox on this operating system; use --backend nono or custom")]
     NoNativeSandbox,
@@ -173,6 +177,24 @@ pub enum HostError {
         arg: String,
         #[source]
         cause: sandbox_policy::EnvNameError,
+    },
+
+    /// A `--credential` that cannot be used: unknown, or no secret where it is read from.
+    #[error("{0}")]
+    Credential(#[from] sandbox_net::CredentialError),
+
+    /// A credential's secret file lies inside a grant, where the sandbox could read it.
+    #[error(
+        "--credential {name}: its secret file {} lies inside the grant {}, so the sandbox \
+         could read it; keep it outside every grant (the default place is \
+         ~/.config/sandbox/credentials/{name}) or drop the grant",
+        file.display(),
+        grant.display()
+    )]
+    CredentialGranted {
+        name: String,
+        file: PathBuf,
+        grant: PathBuf,
     },
 
     /// The private TMPDIR of a run or a box could not be created.

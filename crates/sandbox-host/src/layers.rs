@@ -97,7 +97,8 @@ impl Property {
             // The view's /dev holds only null, zero, full, random, urandom and tty (and the
             // granted devices), which Landlock's rule would allow anyway.
             Property::DeviceIoctl => &[Layer::View, Layer::Landlock(5)],
-            Property::TcpPorts => &[Layer::Landlock(4)],
+            // The namespace has no route out: only what the supervisor relays in.
+            Property::TcpPorts => &[Layer::NetNamespace, Layer::Landlock(4)],
             Property::Signals => &[Layer::Landlock(6), Layer::PidNamespace],
             Property::AbstractUnix => &[Layer::Landlock(6), Layer::NetNamespace],
         }

@@ -15,6 +15,8 @@
 //!   CLI and the daemon.
 //! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`;
 //!   [`layers`]: which layer of a run holds each property of the policy.
+//! * [`net`]: a run's network plan (the private network namespace, its relayed ports and
+//!   the domain allow-list's proxy).
 
 pub mod agent;
 pub mod assembly;
@@ -27,6 +29,7 @@ pub mod journal;
 pub mod layers;
 #[cfg(target_os = "linux")]
 pub mod linux;
+pub mod net;
 pub mod nono;
 pub mod notices;
 pub mod placement;

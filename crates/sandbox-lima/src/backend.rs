@@ -36,6 +36,9 @@ pub struct LimaSettings {
     pub overrides_dir: PathBuf,
     /// A private directory for the host's scratch files (the quarantine's).
     pub private_dir: PathBuf,
+    /// Where Lima looks for the vhost-user description of its virtiofsd, in its order
+    /// ([`crate::virtiofs::search_dirs_here`]); read only for a QEMU VM.
+    pub vhost_user_dirs: Vec<PathBuf>,
 }
 
 /// A project as the backend sees it: the VM's name, and everything its YAML is made of.
@@ -364,6 +367,11 @@ fn prepare(
         step: "preparing the sandbox view",
     });
     let project = settings.project(&view)?;
+    // Every mount is virtiofs (the overrides refuse any other mountType); for a QEMU VM, Lima
+    // serves it with a virtiofsd of the host's, which must be there before a VM is made.
+    if project.yaml.vm_type == "qemu" {
+        crate::virtiofs::find(&settings.vhost_user_dirs)?;
+    }
     project.vm.ensure_running(&project.yaml, &mut sink)?;
     sink(VmEvent::Step { step: "launching" });
     let layout = project

@@ -105,6 +105,18 @@ pub enum LimaError {
     View(#[from] sandbox_git::ViewError),
     #[error("lima: the workspace {path} is not a git worktree; the Lima backend mounts a sandbox view of one", path = .path.display())]
     NotGit { path: PathBuf },
+    #[error(
+        "lima: virtiofs is not available on this host: {detail}. The VM's mounts must be \
+         virtiofs: Lima's default for QEMU, 9p, cannot carry the views' git store layer \
+         (overlayfs cannot use it as an upper layer, and its mapped-xattr model corrupts objects \
+         after git gc). Install the Rust virtiofsd (`apt install virtiofsd` on Debian 13 or \
+         Ubuntu 24.04, `dnf install virtiofsd`, or `cargo install virtiofsd`), then the wrapper \
+         Lima must start instead (it adds --xattr, and --readonly for the shares that are not \
+         writable) as ~/.local/libexec/virtiofsd-xattr, described to QEMU first in \
+         ~/.local/share/qemu/vhost-user/40-virtiofsd-xattr.json: the script and the commands \
+         are in docs/lima.md"
+    )]
+    VirtiofsUnavailable { detail: String },
     #[error("lima: the path {path} cannot be shared with the VM: {why}", path = .path.display())]
     BadPath { path: PathBuf, why: &'static str },
 }

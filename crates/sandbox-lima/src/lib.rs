@@ -10,6 +10,8 @@
 //!   need a recreate — pure;
 //! - [`progress`]: Lima's JSON log lines, classified into the seed's named steps and failures
 //!   — pure;
+//! - [`virtiofs`]: whether Lima can serve virtiofs mounts on a Linux host (the virtiofsd it
+//!   would start), judged before a VM is made;
 //! - [`limactl`]: the command line of every lifecycle step (pure) and running them;
 //! - [`vm`]: a project's VM — state, create, start, stop, delete, the provisioning check;
 //! - [`backend`]: the backend seam (`sandbox_host::Backend`): a view and its watcher, the VM,
@@ -22,6 +24,7 @@ pub mod limactl;
 pub mod mounts;
 pub mod progress;
 pub mod provision;
+pub mod virtiofs;
 pub mod vm;
 pub mod yaml;
 

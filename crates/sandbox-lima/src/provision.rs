@@ -7,7 +7,10 @@
 //! 3. stacks, for each view, the git store overlay on the common dir's path — the read-only
 //!    common dir below, the view's layer (`upper/`, `work/`) on top — in a mount namespace of
 //!    its own (one common dir can carry only one overlay, and each view has its own layer),
-//!    with the view's writable `worktrees/<view>` moved back on top;
+//!    with the view's writable `worktrees/<view>` moved back on top. The overlay is mounted
+//!    `userxattr`: its upper layer is a virtiofs share, where `trusted.*` xattrs (overlayfs's
+//!    default) do not pass; its whiteouts (`c 0,0`) and `user.overlay.*` marks are what the
+//!    host's quarantine reads back as deletions;
 //! 4. installs `enter`, which runs a command in its view's namespace as the Lima user;
 //! 5. writes the sentinel, last: Lima does not fail `start` when provisioning fails, so the
 //!    backend refuses a VM whose sentinel does not hold this script's hash.
@@ -60,7 +63,13 @@ pub fn script(views: &[ViewLayout]) -> String {
     s.push_str("#!/bin/bash\n# sandbox-lima provisioning (generated; see crates/sandbox-lima/src/provision.rs)\n");
     s.push_str("set -eu -o pipefail\n");
     s.push_str(&format!("state={STATE_DIR}\n"));
-    s.push_str("rm -f \"$state/provisioned\"\nmkdir -p \"$state/ns\" \"$state/stash\"\n\n");
+    s.push_str("rm -f \"$state/provisioned\"\nmkdir -p \"$state/ns\" \"$state/stash\"\n");
+    // A mount namespace is kept by binding its nsfs file, which the kernel refuses (EINVAL)
+    // under a shared mount — and systemd makes every mount shared, /run included. The
+    // directory of the namespace files is a private mount of its own.
+    s.push_str(
+        "mountpoint -q \"$state/ns\" || mount --bind \"$state/ns\" \"$state/ns\"\nmount --make-private \"$state/ns\"\n\n",
+    );
     s.push_str(&format!(
         r#"# 1. sshd's session limit.
 want={MAX_SESSIONS}
@@ -101,11 +110,11 @@ layer() {
   mkdir -p "$stash"
   if ! unshare --mount="$ns" --propagation private -- /bin/sh -eu -c '
       mount --bind "$3" "$5"
-      mount -t overlay overlay -o "lowerdir=$2,upperdir=$4/upper,workdir=$4/work" "$2"
+      mount -t overlay overlay -o "lowerdir=$2,upperdir=$4/upper,workdir=$4/work,userxattr" "$2"
       mount --move "$5" "$3"' sh "$id" "$common" "$admin" "$layer" "$stash"; then
     umount "$ns" 2>/dev/null || true
     rm -f "$ns"
-    echo "sandbox-lima: cannot stack the git store overlay of $common for $admin" >&2
+    echo "sandbox-lima: cannot stack the git store overlay of $common for $admin (on a Linux host the layer's virtiofs share must carry xattrs: Lima starts virtiofsd without --xattr, so describe a virtiofsd that adds it, as docs/lima.md says; the kernel's reason is in dmesg)" >&2
     exit 1
   fi
 }

@@ -225,6 +225,7 @@ impl Vm {
 
     /// Writes `yaml` where `limactl create` reads it.
     fn stage(&self, yaml: &LimaYaml) -> Result<PathBuf, LimaError> {
+        crate::virtiofs::write_share_modes(&self.limactl.home, &self.instance, &yaml.mounts)?;
         let path = self.limactl.home.join(format!("{}.yaml", self.instance));
         std::fs::write(&path, yaml.to_yaml()).map_err(io("writing", &path))?;
         Ok(path)
@@ -240,6 +241,10 @@ impl Vm {
     }
 
     pub fn start(&self, sink: Sink<'_>) -> Result<(), LimaError> {
+        // Lima's virtiofsd wrapper reads which shares may be written (docs/lima.md).
+        if let Some(yaml) = self.current_yaml() {
+            crate::virtiofs::write_share_modes(&self.limactl.home, &self.instance, &yaml.mounts)?;
+        }
         self.long_step(
             VmStep::Start,
             &self.limactl.start_argv(&self.instance),
@@ -295,6 +300,7 @@ impl Vm {
                 });
             }
         }
+        crate::virtiofs::write_share_modes(&self.limactl.home, &self.instance, &want.mounts)?;
         let path = self.yaml_path();
         std::fs::write(&path, want.to_yaml()).map_err(io("writing", &path))
     }

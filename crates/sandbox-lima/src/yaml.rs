@@ -88,11 +88,18 @@ pub struct LimaYaml {
 }
 
 /// The host platform, which picks the VM type and mount type.
+///
+/// The mount type is virtiofs everywhere: the guest stacks each view's git store overlay with
+/// a shared directory for its upper layer, and only virtiofs can be one. QEMU's 9p (Lima's
+/// default for QEMU) has no `trusted.*` xattrs and makes no device nodes, so overlayfs cannot
+/// use it as an upper at all when QEMU runs as a user, and its `mapped-xattr` model corrupts
+/// objects after `git gc` when QEMU runs as root; reverse-sshfs makes no whiteouts either.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Platform {
     /// Virtualization.framework and virtiofs.
     MacOs,
-    /// QEMU (KVM) and 9p, Lima's default for QEMU.
+    /// QEMU (KVM) and virtiofs, served by the Rust `virtiofsd` that Lima starts per mount
+    /// ([`crate::virtiofs`]).
     Linux,
 }
 
@@ -113,12 +120,12 @@ impl Platform {
     }
 
     fn mount_type(self) -> &'static str {
-        match self {
-            Platform::MacOs => "virtiofs",
-            Platform::Linux => "9p",
-        }
+        MOUNT_TYPE
     }
 }
+
+/// The only mount type that can carry the git store layer (see [`Platform`]).
+pub const MOUNT_TYPE: &str = "virtiofs";
 
 /// Lima's name for this machine's architecture.
 pub fn host_arch() -> &'static str {
@@ -185,7 +192,14 @@ impl Overrides {
             one_of("arch", v, &["x86_64", "aarch64"])?;
         }
         if let Some(v) = &self.mount_type {
-            one_of("mountType", v, &["9p", "virtiofs", "reverse-sshfs"])?;
+            if v != MOUNT_TYPE {
+                return Err(format!(
+                    "mountType: {v:?} cannot carry the views' git store layer (overlayfs needs an \
+                     upper layer that takes whiteouts and xattrs: QEMU's 9p has neither and its \
+                     mapped-xattr model corrupts objects after git gc, reverse-sshfs makes no \
+                     whiteouts); only \"{MOUNT_TYPE}\" is accepted — remove the key"
+                ));
+            }
         }
         if self.cpus == Some(0) {
             return Err("cpus: must be at least 1".into());

@@ -81,6 +81,16 @@ pub enum Refusal {
     NoAnswer { host: String, error: String },
     /// Not a request this proxy serves.
     BadRequest { why: String },
+    /// A request carries a credential's placeholder toward somewhere other than that
+    /// credential's own path (`--credential`): a plain-HTTP request to another host, or
+    /// another credential's path.
+    CredentialPlaceholder {
+        credential: String,
+        credential_host: String,
+        sent_to: String,
+    },
+    /// `/cred/NAME` names no credential of this run.
+    UnknownCredential { name: String, known: Vec<String> },
 }
 
 impl Refusal {
@@ -93,6 +103,8 @@ impl Refusal {
             Refusal::NonPublicAnswer { .. } => "non-public-answer",
             Refusal::NoAnswer { .. } => "no-answer",
             Refusal::BadRequest { .. } => "bad-request",
+            Refusal::CredentialPlaceholder { .. } => "credential-placeholder",
+            Refusal::UnknownCredential { .. } => "unknown-credential",
         }
     }
 }
@@ -143,6 +155,31 @@ impl fmt::Display for Refusal {
                 "sandbox: bad proxy request: {why} (rule bad-request). This is the sandbox's \
                  HTTP proxy: programs reach the network through HTTP_PROXY/HTTPS_PROXY."
             ),
+            Refusal::CredentialPlaceholder {
+                credential,
+                credential_host,
+                sent_to,
+            } => write!(
+                f,
+                "sandbox: refused: this request carries the placeholder of credential \
+                 {credential}, which the sandbox exchanges for the real key only on the way to \
+                 {credential_host}, through its own base URL (http://PROXY/cred/{credential}); \
+                 it was sent to {sent_to} (rule credential-placeholder). Send {credential}'s \
+                 requests to its base URL, and no other requests with its key."
+            ),
+            Refusal::UnknownCredential { name, known } => {
+                let known = if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                };
+                write!(
+                    f,
+                    "sandbox: refused: this run has no credential {name:?} (rule \
+                     unknown-credential; its credentials: {known}). To give it one, run with \
+                     --credential {name} (or add it to credentials: in the configuration)."
+                )
+            }
         }
     }
 }
@@ -412,6 +449,15 @@ mod tests {
                 error: "no address".into(),
             },
             Refusal::BadRequest { why: "x".into() },
+            Refusal::CredentialPlaceholder {
+                credential: "anthropic".into(),
+                credential_host: "api.anthropic.com".into(),
+                sent_to: "b.test".into(),
+            },
+            Refusal::UnknownCredential {
+                name: "x".into(),
+                known: vec!["openai".into()],
+            },
         ] {
             let json = serde_json::to_value(&refusal).unwrap();
             assert_eq!(json["rule"], refusal.rule(), "{json}");

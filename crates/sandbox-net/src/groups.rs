@@ -71,6 +71,8 @@ pub const GROUPS: &[Group] = &[
             "repo.maven.apache.org",
             "repo1.maven.org",
             "plugins.gradle.org",
+            // The plugin portal redirects its artifact downloads here.
+            "plugins-artifacts.gradle.org",
         ],
         includes: &[],
     },

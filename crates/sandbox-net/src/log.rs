@@ -13,6 +13,11 @@ pub enum Kind {
     Connect,
     /// A plain-HTTP request in absolute form (`GET http://host/path`).
     Http,
+    /// A SOCKS5 `CONNECT` (`ALL_PROXY=socks5h://…`), to a name or an address.
+    Socks,
+    /// A request to a credential's base URL (`/cred/NAME/...`), forwarded over TLS to the
+    /// credential's host with the real secret added.
+    Credential,
 }
 
 /// One connection.

@@ -463,3 +463,441 @@ async fn malformed_requests_get_a_readable_400() {
     let log = proxy.wait_for_log(2).await;
     assert!(log.iter().all(|c| c.rule == "bad-request"), "{log:#?}");
 }
+
+// ---- Credentials (`--credential`): a loopback TLS server with a test CA stands for the API.
+
+mod credentials {
+    use super::*;
+
+    use std::path::PathBuf;
+
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use sandbox_net::{Credentials, Definition, Secret};
+    use tokio_rustls::TlsAcceptor;
+
+    const SECRET: &str = "sk-real-secret-4f9c2e";
+    const OTHER_SECRET: &str = "sk-other-secret-77aa01";
+
+    /// A test CA, and a certificate it signed for `names`. The CA's PEM is in a file of
+    /// its own (what `Credentials::with_extra_roots` takes).
+    struct TestCa {
+        pem_file: PathBuf,
+        acceptor: TlsAcceptor,
+    }
+
+    impl TestCa {
+        fn new(names: &[&str]) -> TestCa {
+            let ca_key = rcgen::KeyPair::generate().unwrap();
+            let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            ca_params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "sandbox test CA");
+            let ca = ca_params.self_signed(&ca_key).unwrap();
+            let key = rcgen::KeyPair::generate().unwrap();
+            let params = rcgen::CertificateParams::new(
+                names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+            )
+            .unwrap();
+            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+            let dir = std::env::temp_dir().join(format!(
+                "sandbox-net-ca-{}-{:?}",
+                std::process::id(),
+                std::thread::current().id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            let pem_file = dir.join(format!("ca-{}.pem", names.join("-")));
+            std::fs::write(&pem_file, ca.pem()).unwrap();
+            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![CertificateDer::from(cert.der().to_vec())],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            )
+            .unwrap();
+            TestCa {
+                pem_file,
+                acceptor: TlsAcceptor::from(Arc::new(config)),
+            }
+        }
+    }
+
+    /// An HTTPS server on 127.0.0.1: reads one request (head and Content-Length body) and
+    /// answers with a body that is the head it saw, then the body. Keeps every request.
+    async fn https_server(ca: &TestCa) -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let acceptor = ca.acceptor.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let acceptor = acceptor.clone();
+                let log = Arc::clone(&log);
+                tokio::spawn(async move {
+                    // A client that does not trust the CA aborts the handshake.
+                    let Ok(mut stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 16384];
+                    let (head_len, body_len) = loop {
+                        let n = stream.read(&mut chunk).await.unwrap();
+                        assert!(n > 0, "closed before a full request");
+                        buf.extend_from_slice(&chunk[..n]);
+                        let mut headers = [httparse::EMPTY_HEADER; 32];
+                        let mut req = httparse::Request::new(&mut headers);
+                        if let httparse::Status::Complete(len) = req.parse(&buf).unwrap() {
+                            let body_len = req
+                                .headers
+                                .iter()
+                                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                                .map_or(0, |h| {
+                                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                                });
+                            break (len, body_len);
+                        }
+                    };
+                    while buf.len() < head_len + body_len {
+                        let n = stream.read(&mut chunk).await.unwrap();
+                        assert!(n > 0, "closed inside the body");
+                        buf.extend_from_slice(&chunk[..n]);
+                    }
+                    let request = String::from_utf8_lossy(&buf).into_owned();
+                    log.lock().unwrap().push(request.clone());
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{request}",
+                        request.len()
+                    );
+                    stream.write_all(answer.as_bytes()).await.unwrap();
+                    stream.shutdown().await.unwrap();
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    fn definition(name: &str, host: &str, port: u16) -> Definition {
+        Definition {
+            name: name.into(),
+            about: "a test API".into(),
+            host: host.into(),
+            port,
+            header: "x-api-key".into(),
+            value: "{secret}".into(),
+            sources: vec![],
+            env: vec![
+                (
+                    format!("{}_BASE_URL", name.to_uppercase()),
+                    format!("http://{{proxy}}/cred/{name}"),
+                ),
+                (
+                    format!("{}_API_KEY", name.to_uppercase()),
+                    "{placeholder}".into(),
+                ),
+            ],
+            placeholder_prefix: "sk-placeholder-".into(),
+        }
+    }
+
+    fn placeholder(creds: &Credentials, name: &str) -> String {
+        let var = format!("{}_API_KEY", name.to_uppercase());
+        creds
+            .env_templates()
+            .into_iter()
+            .find(|(k, _)| *k == var)
+            .unwrap()
+            .1
+    }
+
+    struct Setup {
+        proxy: Proxy,
+        addr: SocketAddr,
+        creds: Credentials,
+        api: Arc<Mutex<Vec<String>>>,
+        other_api: Arc<Mutex<Vec<String>>>,
+        _dns: Answerer,
+    }
+
+    /// Two credentials: `testapi` at `api.a.test` and `other` at `other.a.test`, both
+    /// served by loopback HTTPS servers with certificates of one test CA the proxy trusts.
+    async fn setup(trust_the_ca: bool) -> Setup {
+        let dns = Answerer::start(&[
+            ("api.a.test", &[Ipv4Addr::LOCALHOST]),
+            ("other.a.test", &[Ipv4Addr::LOCALHOST]),
+            ("b.test", &[Ipv4Addr::LOCALHOST]),
+        ])
+        .await;
+        let ca = TestCa::new(&["api.a.test", "other.a.test"]);
+        let (port, api) = https_server(&ca).await;
+        let (other_port, other_api) = https_server(&ca).await;
+        let mut creds = Credentials::default()
+            .with_secret(
+                definition("testapi", "api.a.test", port),
+                Secret::new(SECRET),
+            )
+            .with_secret(
+                definition("other", "other.a.test", other_port),
+                Secret::new(OTHER_SECRET),
+            );
+        if trust_the_ca {
+            creds = creds.with_extra_roots(&ca.pem_file).unwrap();
+        }
+        // The servers are on loopback, so the address is allowed (as for the other tests);
+        // b.test is a second, listed host the program may reach over plain HTTP.
+        let proxy = Proxy::new(
+            AllowList::parse(["127.0.0.1", "b.test"]).unwrap(),
+            Resolver::Server(dns.addr),
+        )
+        .with_credentials(creds.clone());
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serving = proxy.clone();
+        tokio::spawn(async move { serving.serve(listener).await });
+        Setup {
+            proxy,
+            addr,
+            creds,
+            api,
+            other_api,
+            _dns: dns,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_real_host_gets_the_real_key_and_the_program_only_the_placeholder() {
+        let s = setup(true).await;
+        let env = s.creds.env_for(&s.addr.to_string());
+        assert!(env.contains(&(
+            "TESTAPI_BASE_URL".into(),
+            format!("http://{}/cred/testapi", s.addr)
+        )));
+        let key = placeholder(&s.creds, "testapi");
+        assert!(!format!("{env:?}").contains(SECRET));
+
+        // As an SDK sends it: the base URL's path, the placeholder in the key header.
+        let request = format!(
+            "POST /cred/testapi/v1/messages?beta=true HTTP/1.1\r\nHost: {}\r\n\
+             x-api-key: {key}\r\nContent-Length: 5\r\nConnection: keep-alive\r\n\r\nhello",
+            s.addr
+        );
+        let answer = http_via(s.addr, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        let seen = s.api.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let got = &seen[0];
+        assert!(
+            got.starts_with("POST /v1/messages?beta=true HTTP/1.1\r\n"),
+            "{got}"
+        );
+        assert!(got.contains(&format!("x-api-key: {SECRET}\r\n")), "{got}");
+        assert!(!got.contains(&key), "the placeholder went on: {got}");
+        assert!(got.contains("Host: api.a.test:"), "{got}");
+        assert!(got.ends_with("\r\n\r\nhello"), "{got}");
+        // The program sees the answer, never the key it was sent with... except that this
+        // test server echoes the request: the echo is the server's, not the proxy's doing.
+        let log = s.proxy.wait_for_log(1).await;
+        let c = one(&log);
+        assert_eq!(
+            (c.host.as_str(), c.kind, c.allowed, c.rule.as_str()),
+            ("api.a.test", Kind::Credential, true, "credential:testapi")
+        );
+        assert_eq!(c.address, Some(LOOPBACK));
+        assert!(c.bytes_up > 0 && c.bytes_down > 0, "{c:?}");
+        let json = serde_json::to_string(&log).unwrap();
+        assert!(!json.contains(SECRET), "{json}");
+        assert!(json.contains("\"kind\":\"credential\""), "{json}");
+    }
+
+    #[tokio::test]
+    async fn another_host_sees_neither_the_placeholder_nor_the_key() {
+        let s = setup(true).await;
+        let (port, accepted) = http_server().await;
+        let key = placeholder(&s.creds, "testapi");
+
+        // The attacker's aim: learn where the key is accepted, or have the proxy add it on
+        // the way to a host of its choosing.
+        for header in ["x-api-key", "Authorization"] {
+            let answer = http_via(
+                s.addr,
+                &format!(
+                    "GET http://b.test:{port}/steal HTTP/1.1\r\nHost: b.test\r\n\
+                     {header}: Bearer {key}\r\n\r\n"
+                ),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 403 Forbidden"), "{answer}");
+            assert!(
+                answer.contains("X-Sandbox-Refused: credential-placeholder"),
+                "{answer}"
+            );
+            assert!(answer.contains("rule credential-placeholder"), "{answer}");
+            assert!(answer.contains("credential testapi"), "{answer}");
+            assert!(!answer.contains(SECRET), "{answer}");
+        }
+        // In the URL too.
+        let answer = http_via(
+            s.addr,
+            &format!("GET http://b.test:{port}/?key={key} HTTP/1.1\r\nHost: b.test\r\n\r\n"),
+        )
+        .await;
+        assert!(
+            answer.contains("X-Sandbox-Refused: credential-placeholder"),
+            "{answer}"
+        );
+        assert_eq!(*accepted.lock().unwrap(), 0, "b.test was reached");
+
+        // On another credential's path: refused before anything reaches that host.
+        let answer = http_via(
+            s.addr,
+            &format!(
+                "GET /cred/other/x HTTP/1.1\r\nHost: {}\r\nx-api-key: {key}\r\n\r\n",
+                s.addr
+            ),
+        )
+        .await;
+        assert!(
+            answer.contains("X-Sandbox-Refused: credential-placeholder"),
+            "{answer}"
+        );
+        assert!(answer.contains("credential testapi"), "{answer}");
+        assert!(s.other_api.lock().unwrap().is_empty());
+
+        // Control: without the placeholder, b.test is reached, and sees no key at all.
+        let answer = http_via(
+            s.addr,
+            &format!("GET http://b.test:{port}/ HTTP/1.1\r\nHost: b.test\r\n\r\n"),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{}", &answer[..200]);
+        assert!(!answer.contains(SECRET) && !answer.contains(&key));
+        assert_eq!(*accepted.lock().unwrap(), 1);
+
+        let log = s.proxy.wait_for_log(5).await;
+        let refusals: Vec<_> = log.iter().filter(|c| !c.allowed).collect();
+        assert_eq!(refusals.len(), 4, "{log:#?}");
+        assert!(refusals.iter().all(|c| c.rule == "credential-placeholder"));
+        assert!(!serde_json::to_string(&log).unwrap().contains(SECRET));
+    }
+
+    #[tokio::test]
+    async fn an_unknown_credential_is_a_404_naming_the_rule() {
+        let s = setup(true).await;
+        let answer = http_via(
+            s.addr,
+            &format!("GET /cred/nope/v1 HTTP/1.1\r\nHost: {}\r\n\r\n", s.addr),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 404 Not Found"), "{answer}");
+        assert!(
+            answer.contains("X-Sandbox-Refused: unknown-credential"),
+            "{answer}"
+        );
+        assert!(answer.contains("--credential nope"), "{answer}");
+        assert!(answer.contains("testapi, other"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn the_real_host_is_verified_so_an_untrusted_certificate_gets_no_key() {
+        // The same servers, but the proxy trusts only the web PKI: the test CA's
+        // certificate is refused, and the key is never sent.
+        let s = setup(false).await;
+        let key = placeholder(&s.creds, "testapi");
+        let answer = http_via(
+            s.addr,
+            &format!(
+                "GET /cred/testapi/ HTTP/1.1\r\nHost: {}\r\nx-api-key: {key}\r\n\r\n",
+                s.addr
+            ),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 502 Bad Gateway"), "{answer}");
+        assert!(answer.contains("TLS handshake failed"), "{answer}");
+        assert!(s.api.lock().unwrap().is_empty());
+        let log = s.proxy.wait_for_log(1).await;
+        assert!(one(&log).error.as_deref().unwrap().contains("TLS"));
+    }
+}
+
+// ---- SOCKS5 (`ALL_PROXY=socks5h://`): the same rules and log as CONNECT.
+
+/// A SOCKS5 client: no-auth greeting, then `CONNECT` to a domain name (ATYP 3) or an IPv4
+/// address (ATYP 1). Returns the stream and the reply code.
+async fn socks_connect(proxy: SocketAddr, host: &str, port: u16) -> (TcpStream, u8) {
+    let mut s = TcpStream::connect(proxy).await.unwrap();
+    s.write_all(&[5, 1, 0]).await.unwrap();
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).await.unwrap();
+    assert_eq!(choice, [5, 0]);
+    let mut request = vec![5, 1, 0];
+    match host.parse::<Ipv4Addr>() {
+        Ok(ip) => {
+            request.push(1);
+            request.extend_from_slice(&ip.octets());
+        }
+        Err(_) => {
+            request.push(3);
+            request.push(host.len() as u8);
+            request.extend_from_slice(host.as_bytes());
+        }
+    }
+    request.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&request).await.unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).await.unwrap();
+    assert_eq!(reply[0], 5);
+    (s, reply[1])
+}
+
+#[tokio::test]
+async fn socks5_connects_to_listed_names_and_refuses_the_rest_by_the_same_rules() {
+    let dns = Answerer::start(&[
+        ("a.test", &[Ipv4Addr::LOCALHOST]),
+        ("b.test", &[Ipv4Addr::LOCALHOST]),
+    ])
+    .await;
+    let server = Server::start(reverse).await;
+    let (proxy, addr) = start_proxy(&["a.test", "127.0.0.1"], Resolver::Server(dns.addr)).await;
+
+    let (mut tunnel, code) = socks_connect(addr, "a.test", server.port).await;
+    assert_eq!(code, 0);
+    tunnel.write_all(b"socks").await.unwrap();
+    tunnel.shutdown().await.unwrap();
+    let mut got = Vec::new();
+    tunnel.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"skcos");
+
+    // Not listed: "not allowed by ruleset", never resolved, never reached.
+    let (_, code) = socks_connect(addr, "b.test", server.port).await;
+    assert_eq!(code, 2);
+    let log = proxy.wait_for_log(2).await;
+    assert_eq!(
+        (log[0].kind, log[0].allowed, log[0].rule.as_str()),
+        (Kind::Socks, true, "a.test")
+    );
+    assert_eq!((log[0].bytes_up, log[0].bytes_down), (5, 5));
+    assert_eq!(
+        (log[1].host.as_str(), log[1].allowed, log[1].rule.as_str()),
+        ("b.test", false, "not-listed")
+    );
+    assert_eq!(dns.asked(), ["a.test", "a.test"]);
+    assert_eq!(server.accepted(), 1);
+
+    // An IP literal (what `socks5://`, resolving on the client, sends) is refused unless
+    // listed; the control proxy lists it.
+    let (_, strict) = start_proxy(&["a.test"], Resolver::Server(dns.addr)).await;
+    let (_, code) = socks_connect(strict, "127.0.0.1", server.port).await;
+    assert_eq!(code, 2);
+    assert_eq!(server.accepted(), 1);
+    let (mut tunnel, code) = socks_connect(addr, "127.0.0.1", server.port).await;
+    assert_eq!(code, 0);
+    tunnel.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    tunnel.read_to_end(&mut rest).await.unwrap();
+    assert_eq!(server.accepted(), 2);
+}

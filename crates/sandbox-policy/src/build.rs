@@ -55,6 +55,8 @@ pub struct PolicyRequest {
     pub allow_ports: Vec<u32>,
     pub hook_port: Option<u16>,
     pub allow_domains: Vec<String>,
+    /// `--credential NAME` (names; checked and read by the caller).
+    pub credentials: Vec<String>,
     pub env: EnvPolicy,
     pub timeout: Option<Duration>,
     pub unprotected_git: bool,
@@ -170,7 +172,12 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
             && domain
                 .split('.')
                 .all(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
-            || domain.starts_with("*.") && domain.len() > 2;
+            || domain.starts_with("*.") && domain.len() > 2
+            // A built-in group (`@github`; the proxy knows which exist) or an address.
+            || domain.strip_prefix('@').is_some_and(|g| {
+                !g.is_empty() && g.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            })
+            || domain.parse::<std::net::IpAddr>().is_ok();
         if !valid {
             return Err(PolicyError::Conflict(format!(
                 "--allow-domain {domain:?} is not a host name"
@@ -297,6 +304,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         },
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),
+        credentials: req.credentials.clone(),
         unprotected_git: req.unprotected_git,
         agent: req.agent.clone(),
     };
@@ -447,7 +455,12 @@ mod tests {
             assert!(build(r).is_err(), "{bad:?}");
         }
         let mut r = req(dir.path());
-        r.allow_domains = vec!["api.example.com".into(), "*.npmjs.org".into()];
+        r.allow_domains = vec![
+            "api.example.com".into(),
+            "*.npmjs.org".into(),
+            "@github".into(),
+            "10.0.0.5".into(),
+        ];
         assert!(build(r).is_ok());
     }
 }

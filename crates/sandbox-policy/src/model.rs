@@ -20,6 +20,11 @@ pub struct Policy {
     pub hook_port: Option<u16>,
     /// Domains reachable through a filtering proxy (only backends with one: nono).
     pub allow_domains: Vec<String>,
+    /// Credentials the run's proxy adds on the way to their hosts (`--credential NAME`,
+    /// `credentials:`): names only, never a secret. The host reads each secret when the run
+    /// starts (`sandbox_net::Credentials::for_run`); the environment holds placeholders.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
     /// The user accepted that git hooks/config inside the writable tree cannot be protected
     /// (`--unprotected-git`).
     pub unprotected_git: bool,

@@ -63,6 +63,7 @@ pub fn linked_policy(block: bool) -> Policy {
         limits: Limits::default(),
         hook_port: Some(7465),
         allow_domains: vec![],
+        credentials: vec![],
         unprotected_git: false,
         agent: None,
     }

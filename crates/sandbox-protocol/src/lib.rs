@@ -229,6 +229,10 @@ pub struct BoxCreateParams {
     pub allow_ports: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_domains: Vec<String>,
+    /// `--credential NAME`: API credentials the box's proxy adds (secrets read by the
+    /// daemon on its host; the box holds placeholders).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
     /// Variables set in every command of the box.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
@@ -618,6 +622,31 @@ pub struct ExitEvent {
     /// private view, in a linked worktree).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub git_store: Option<GitStoreReport>,
+    /// Every connection the run's domain proxy answered, allowed or refused (native with
+    /// `allowDomains`); absent when there was none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connections: Vec<NetConnection>,
+}
+
+/// One connection through a run's domain proxy, as `--report-json` has it too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NetConnection {
+    /// The host as the request named it.
+    pub host: String,
+    pub port: u16,
+    /// `connect` (a tunnel) or `http` (plain HTTP).
+    pub kind: String,
+    pub allowed: bool,
+    /// The allow-list entry that allowed it, or the refusing rule (`not-listed`,
+    /// `ip-literal`, `non-public-answer`, …).
+    pub rule: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    pub bytes_up: u64,
+    pub bytes_down: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The git store quarantine's account of one command: refs applied with compare-and-swap,
@@ -839,6 +868,9 @@ pub struct Incoming {
     pub error_message: Option<String>,
     #[serde(default)]
     pub git_store: Option<GitStoreReport>,
+    /// An `exit` event's connection log (a run with a domain allow-list).
+    #[serde(default)]
+    pub connections: Vec<NetConnection>,
     #[serde(default)]
     pub box_id: Option<String>,
     #[serde(default)]

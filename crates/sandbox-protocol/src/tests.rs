@@ -242,6 +242,7 @@ fn replies_and_events_have_the_documented_shape() {
             timed_out: false,
             error_message: None,
             git_store: None,
+            connections: Vec::new(),
         },
     );
     let v: serde_json::Value = serde_json::from_slice(&exit).unwrap();

@@ -36,9 +36,61 @@ impl Standin {
             .status()
             .expect("cp runs");
         assert!(copied.success(), "copying the playback");
+        // The wrapper docs/lima.md has users describe (a virtiofsd run with `--xattr` and
+        // `--readonly`, `sandbox_lima::virtiofs::WRAPPER`), its
+        // daemon standing in for the Rust virtiofsd's answers to `--version` and `--help`,
+        // described the way Lima finds one.
+        let virtiofsd = dir.join("virtiofsd");
+        std::fs::write(
+            &virtiofsd,
+            concat!(
+                "#!/bin/sh\n",
+                "daemon() {\n",
+                "  case \"$1\" in\n",
+                "  --version) echo 'virtiofsd 1.14.0' ;;\n",
+                "  --help) echo 'Usage: virtiofsd --shared-dir <SHARED_DIR> --socket-path <SOCKET_PATH>' ;;\n",
+                "  *) exit 1 ;;\n",
+                "  esac\n",
+                "}\n",
+                "case \"$1\" in\n",
+                "--version | --help) daemon \"$1\" ;;\n",
+                "*) daemon --xattr --readonly \"$@\" ;;\n",
+                "esac\n",
+            ),
+        )
+        .expect("writing the virtiofsd stand-in");
+        std::fs::set_permissions(&virtiofsd, std::fs::Permissions::from_mode(0o755))
+            .expect("making the virtiofsd stand-in executable");
+        let vhost = dir.join("vhost-user");
+        std::fs::create_dir_all(&vhost).expect("the vhost-user directory");
+        std::fs::write(
+            vhost.join("50-virtiofsd.json"),
+            serde_json::json!({"description": "virtiofsd stand-in", "type": "fs",
+                               "binary": virtiofsd})
+            .to_string(),
+        )
+        .expect("writing the vhost-user description");
         Standin {
             dir: dir.to_path_buf(),
         }
+    }
+
+    /// A directory holding the vhost-user description of the stand-in's virtiofsd (for
+    /// `LimaSettings::vhost_user_dirs`).
+    pub fn vhost_user_dir(&self) -> PathBuf {
+        self.dir.join("vhost-user")
+    }
+
+    /// Describes the stand-in's virtiofsd in `home`'s `~/.local/share/qemu/vhost-user/`,
+    /// where Lima (and the product, judging for it) looks first.
+    pub fn register_virtiofsd(&self, home: &Path) {
+        let to = home.join(".local/share/qemu/vhost-user");
+        std::fs::create_dir_all(&to).expect("the vhost-user directory in HOME");
+        std::fs::copy(
+            self.vhost_user_dir().join("50-virtiofsd.json"),
+            to.join("50-virtiofsd.json"),
+        )
+        .expect("copying the vhost-user description");
     }
 
     /// The executable to give the product (`SANDBOX_LIMACTL`, `LimaSettings::limactl`).

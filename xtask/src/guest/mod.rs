@@ -19,6 +19,7 @@
 //! - [`Guest::poweroff`]: powers off and waits for QEMU to exit.
 
 pub mod boxlite;
+pub mod lima;
 pub mod suite;
 
 use std::io::{BufRead, BufReader, Write};

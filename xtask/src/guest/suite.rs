@@ -67,6 +67,10 @@ struct Options {
     /// the user in Debian 12's 6.1 (the kernel whose degraded paths it must show held or
     /// reported): in an emulated guest one pass takes minutes, and CI has 20 for the matrix.
     full: bool,
+    /// The Lima part (`guest/lima.rs`): on by default, `--no-lima` leaves it out, `--lima`
+    /// runs it alone.
+    lima: bool,
+    lima_only: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -74,6 +78,8 @@ fn parse(args: &[String]) -> Result<Options> {
         kernels: Vec::new(),
         quick: false,
         full: false,
+        lima: true,
+        lima_only: false,
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -85,9 +91,11 @@ fn parse(args: &[String]) -> Result<Options> {
             ),
             "--quick" => options.quick = true,
             "--full" => options.full = true,
+            "--no-lima" => options.lima = false,
+            "--lima" => options.lima_only = true,
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask guest-test [--kernel SUITE]... \
-                 [--quick | --full]"
+                 [--quick | --full] [--no-lima | --lima]"
             ),
         }
     }
@@ -146,6 +154,14 @@ pub fn run(args: &[String]) -> Result<bool> {
     let started = Instant::now();
     let image = Image::ensure(&root)?;
     let image_time = started.elapsed();
+    let mut all_ok = true;
+    let mut report = Vec::new();
+    if options.lima || options.lima_only {
+        all_ok &= lima_part(&root, &image, &mut report)?;
+    }
+    if options.lima_only {
+        return Ok(all_ok);
+    }
     let bins = build_binaries(&root)?;
     let kernels: Vec<Kernel> = if options.kernels.is_empty() {
         image.kernels.clone()
@@ -162,8 +178,6 @@ pub fn run(args: &[String]) -> Result<bool> {
             .collect::<Result<_>>()?
     };
 
-    let mut all_ok = true;
-    let mut report = Vec::new();
     for kernel in &kernels {
         let mut text = String::new();
         let kernel_started = Instant::now();
@@ -233,6 +247,45 @@ pub fn run(args: &[String]) -> Result<bool> {
     );
     print!("{text}");
     Ok(all_ok)
+}
+
+/// The Lima part (`guest/lima.rs`), in its kernel: its line, and its entry in the report.
+fn lima_part(root: &Path, image: &Image, report: &mut Vec<serde_json::Value>) -> Result<bool> {
+    let kernel = image
+        .kernel(super::lima::KERNEL_SUITE)
+        .with_context(|| format!("the image has no kernel of {}", super::lima::KERNEL_SUITE))?;
+    let started = Instant::now();
+    let (pass, summary, detail) = match super::lima::run(root, image, kernel) {
+        Ok(o) => (o.pass, o.summary, o.detail),
+        Err(e) => (false, format!("ERROR {e:#}"), String::new()),
+    };
+    let mut text = format!(
+        "\nlima in {} (virtiofs, the provisioning replayed): {} {summary}\n",
+        kernel.release,
+        if pass { "PASS" } else { "FAIL" }
+    );
+    if !pass {
+        for line in detail
+            .lines()
+            .rev()
+            .take(60)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            let _ = writeln!(text, "        | {line}");
+        }
+    }
+    print!("{text}");
+    report.push(json!({
+        "part": "lima", "kernel": kernel.release, "seconds": started.elapsed().as_secs_f64(),
+        "verdict": if pass { "PASS" } else { "FAIL" }, "summary": summary, "detail": detail,
+    }));
+    std::fs::write(
+        root.join("target/guest/report.json"),
+        serde_json::to_string_pretty(report)?,
+    )?;
+    Ok(pass)
 }
 
 fn test_kernel(

@@ -98,6 +98,10 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         "blockNet": args.sandbox.block_net,
         "unprotectedGit": args.sandbox.unprotected_git,
     });
+    // Refused by boxlite (no proxy of the host's in the VM yet), loudly rather than dropped.
+    if !args.sandbox.credential.is_empty() {
+        params["credentials"] = json!(args.sandbox.credential);
+    }
     if let Some(image) = &args.image {
         params["image"] = json!(image);
     }

@@ -318,6 +318,17 @@ fn human(
     if !p.allow_domains.is_empty() {
         let _ = writeln!(s, "domains   {}", p.allow_domains.join(" "));
     }
+    if !p.credentials.is_empty() {
+        let _ = writeln!(
+            s,
+            "credentials {} (secrets stay on the host; the command holds placeholders)",
+            p.credentials.join(" ")
+        );
+    }
+    for (i, line) in network_by_backend(p).iter().enumerate() {
+        let label = if i == 0 { "net by" } else { "" };
+        let _ = writeln!(s, "{label:<9} {line}");
+    }
     let _ = writeln!(s, "env       {}", env_names.join(" "));
     let _ = writeln!(
         s,
@@ -402,4 +413,44 @@ fn human(
         );
     }
     s
+}
+
+/// What each backend enforces of a network that is not fully open (`policy show`): the same
+/// rules, by each one's own mechanism, or a refusal where it has none.
+pub fn network_by_backend(p: &sandbox_policy::Policy) -> Vec<String> {
+    let blocked = matches!(p.net, NetPolicy::Block { .. });
+    let domains = !p.allow_domains.is_empty();
+    if !blocked && !domains {
+        return Vec::new();
+    }
+    let mut lines = vec![format!(
+        "native   a network namespace of its own (only loopback; --allow-port and the hook \
+         port relayed from the host's 127.0.0.1){}; without user namespaces: Landlock TCP \
+         ports + seccomp{}",
+        if domains {
+            " + the supervisor's proxy for the domain list (HTTP_PROXY/HTTPS_PROXY)"
+        } else {
+            ""
+        },
+        if domains {
+            ", and --allow-domain is refused"
+        } else {
+            ""
+        }
+    )];
+    lines.push(if domains {
+        "nono     its proxy (network.mode proxy with the domain list)".to_string()
+    } else {
+        "nono     its network block (TCP ports by Landlock)".to_string()
+    });
+    lines.push(if domains {
+        "boxlite  the box's allowNet (box.create allowNet in the daemon; not from this list)"
+            .to_string()
+    } else {
+        "boxlite  the box's blockNet".to_string()
+    });
+    lines.push(
+        "lima     refused: the VM's network cannot be restricted by the host yet".to_string(),
+    );
+    lines
 }

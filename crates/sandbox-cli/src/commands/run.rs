@@ -103,6 +103,8 @@ fn write_report(
         "gitStoreError": git_store_error,
         "gitDir": finished.git_dir,
         "gitPush": git_push,
+        // Every connection the domain proxy answered (--allow-domain), allowed or refused.
+        "connections": finished.connections,
         // The after-run checks of killed runs of this worktree, done before this run.
         "recovered": recovered,
     });

@@ -38,7 +38,13 @@ fn resolve(path: &Path) -> PathBuf {
 
 pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
     let session = Session::open(&args.sandbox, ctx, false, None)?;
-    let path = resolve(&args.path);
+    if let Some(host) = &args.net {
+        return net(&session, host, args.json);
+    }
+    let Some(path) = &args.path else {
+        anyhow::bail!("sandbox why: name a PATH, or --net HOST");
+    };
+    let path = resolve(path);
     let (answer, note) = match session.kind {
         BackendKind::Host => (
             Explanation {
@@ -102,4 +108,154 @@ pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
         println!("  note:       {note}");
     }
     Ok(0)
+}
+
+/// The answer of `sandbox why --net`.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct NetAnswer {
+    host: String,
+    port: Option<u16>,
+    allowed: bool,
+    /// The rule that decided: an allow-list entry (`a.test`, `*.example.com`, `@github`),
+    /// `--allow-port P`, `open`, or the refusing rule (`not-listed`, `ip-literal`,
+    /// `blocked`).
+    rule: String,
+    explanation: String,
+}
+
+/// `HOST`, `HOST:PORT` or `[V6]:PORT`.
+fn split_host(target: &str) -> (String, Option<u16>) {
+    if let Some(rest) = target.strip_prefix('[') {
+        if let Some((host, port)) = rest.split_once("]:") {
+            return (format!("[{host}]"), port.parse().ok());
+        }
+        return (target.to_string(), None);
+    }
+    match target.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => match port.parse() {
+            Ok(port) => (host.to_string(), Some(port)),
+            Err(_) => (target.to_string(), None),
+        },
+        _ => (target.to_string(), None),
+    }
+}
+
+/// What the next run's policy says of `target`, by the rules the native backend enforces
+/// (its network namespace and proxy; nono's proxy takes the same list).
+fn explain_net(policy: &sandbox_policy::Policy, kind: BackendKind, target: &str) -> NetAnswer {
+    let (host, port) = split_host(target);
+    let answer = |allowed: bool, rule: String, explanation: String| NetAnswer {
+        host: host.clone(),
+        port,
+        allowed,
+        rule,
+        explanation,
+    };
+    if kind == BackendKind::Host {
+        return answer(
+            true,
+            "host".into(),
+            "the host backend confines nothing: every host is reachable".into(),
+        );
+    }
+    let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]" | "::1");
+    let open_ports = policy.net.open_ports(policy.hook_port);
+    if loopback {
+        if let (Some(ports), Some(port)) = (&open_ports, port) {
+            if ports.contains(&port) {
+                return answer(
+                    true,
+                    format!("--allow-port {port}"),
+                    format!(
+                        "port {port} of the host's loopback is relayed into the run's network \
+                         namespace"
+                    ),
+                );
+            }
+        }
+    }
+    if !policy.allow_domains.is_empty() {
+        return match sandbox_net::AllowList::parse(&policy.allow_domains) {
+            Err(e) => answer(false, "bad-list".into(), format!("the allow-list: {e}")),
+            Ok(list) => match list.check_host(&host) {
+                Ok(target) => answer(
+                    true,
+                    target.rule().to_string(),
+                    format!(
+                        "allowed by the domain allow-list entry {}, through the run's proxy \
+                         (HTTP_PROXY/HTTPS_PROXY); the proxy resolves the name itself and \
+                         refuses an answer that is not a public address unless the list names \
+                         it",
+                        target.rule()
+                    ),
+                ),
+                Err(refusal) => answer(false, refusal.rule().to_string(), refusal.to_string()),
+            },
+        };
+    }
+    match open_ports {
+        None => answer(
+            true,
+            "open".into(),
+            "the network is open (no --block-net, no --allow-domain): every host is \
+             reachable"
+                .into(),
+        ),
+        Some(ports) => {
+            let ports = if ports.is_empty() {
+                "none".to_string()
+            } else {
+                ports
+                    .iter()
+                    .map(u16::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            answer(
+                false,
+                "blocked".into(),
+                format!(
+                    "--block-net: the run has no route out; only the host's loopback ports \
+                     relayed in are reachable ({ports}). To reach {host}, run with \
+                     --allow-domain {host}"
+                ),
+            )
+        }
+    }
+}
+
+fn net(session: &Session, target: &str, json: bool) -> anyhow::Result<i32> {
+    let answer = explain_net(&session.policy, session.kind, target);
+    if json {
+        let mut out = serde_json::to_value(&answer)?;
+        out["backend"] = serde_json::Value::from(session.kind.as_str());
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(0);
+    }
+    println!(
+        "{target}: {} in the next run ({})",
+        if answer.allowed {
+            "reachable"
+        } else {
+            "not reachable"
+        },
+        session.kind
+    );
+    println!("  rule:       {}", answer.rule);
+    println!("  because:    {}", answer.explanation);
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_split_from_their_ports() {
+        assert_eq!(split_host("a.test"), ("a.test".into(), None));
+        assert_eq!(split_host("a.test:443"), ("a.test".into(), Some(443)));
+        assert_eq!(split_host("[::1]:80"), ("[::1]".into(), Some(80)));
+        assert_eq!(split_host("::1"), ("::1".into(), None));
+    }
 }

@@ -68,6 +68,12 @@ format!(
     "[A-Za-z0-9_-]+", "a toolchain name (rust, node, python, ...), auto or none"
 );
 
+// The shipped credential definitions (`sandbox_net::credentials`; a test keeps them equal).
+format!(
+    CREDENTIAL,
+    "anthropic|openai|google|github", "a credential: anthropic, openai, google or github"
+);
+
 /// The JSON Schema of a string in `format`.
 fn string_schema(format: &Format, name: &str) -> Schema {
     json_schema!({
@@ -91,6 +97,17 @@ pub struct PortFormat;
 pub struct HomeScopeFormat;
 /// A name in `toolchains:`.
 pub struct ToolchainFormat;
+/// A name in `credentials:`.
+pub struct CredentialFormat;
+
+impl JsonSchema for CredentialFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Credential".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&CREDENTIAL, "sandbox-credential")
+    }
+}
 
 impl JsonSchema for HomeScopeFormat {
     fn schema_name() -> Cow<'static, str> {
@@ -190,6 +207,15 @@ mod tests {
         for bad in ["", "soon", "30", "1M", "1.5h", "1y", "1234567890s", "-1s"] {
             assert!(!DURATION.matches(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn credentials_are_the_shipped_definitions() {
+        assert_eq!(
+            CREDENTIAL.pattern.split('|').collect::<Vec<_>>().join(", "),
+            sandbox_net::credentials::known()
+        );
+        assert!(!CREDENTIAL.matches("anthropic2"));
     }
 
     #[test]

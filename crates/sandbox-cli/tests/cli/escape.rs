@@ -29,7 +29,31 @@ const NO_PID_NAMESPACE: &str = "without a private view there is no pid namespace
      sandbox takes only the command's leader with it (its parent-death signal); a process that \
      left the group lives on, confined, until it exits (the run reports the downgrade, and the \
      next run in the worktree does the killed run's checks)";
+const NO_NET_NAMESPACE_LISTEN: &str = "without user namespaces there is no network namespace: \
+     listen(2) on an unbound socket binds an ephemeral port without bind(2), which Landlock's \
+     TCP rules never see and seccomp cannot tell from a listen on a bound socket (the run \
+     reports the downgrade); the native view's network namespace closes it";
+const NO_NET_NAMESPACE_PORTS: &str = "without a network namespace --allow-port P is Landlock's \
+     port rule, which holds for every address: port P of any host is reachable (the run \
+     reports the downgrade); in the namespace P is the host's loopback port only";
+const NONO_NET: &str = "nono's network block is Landlock's TCP port rules: TCP fast open \
+     connects without connect(2), listen(2) binds an ephemeral port without bind(2), and a \
+     port rule holds for every address; it has no network namespace (the native backend's \
+     closes all three)";
 const KNOWN_GAPS: &[(&str, &str, &str)] = &[
+    ("nono", escape::FAST_OPEN, NONO_NET),
+    ("nono", escape::LISTEN_WITHOUT_BIND, NONO_NET),
+    ("nono", escape::ALLOWED_PORT_ELSEWHERE, NONO_NET),
+    (
+        "native-nouserns",
+        escape::LISTEN_WITHOUT_BIND,
+        NO_NET_NAMESPACE_LISTEN,
+    ),
+    (
+        "native-nouserns",
+        escape::ALLOWED_PORT_ELSEWHERE,
+        NO_NET_NAMESPACE_PORTS,
+    ),
     (
         "nono",
         "send a command to a tmux-like socket outside the grants",
@@ -198,8 +222,11 @@ fn backends_hold_against_the_escape_suite() {
         // (Unprivileged, TIOCSTI is already refused by the new session alone.)
         let control = &verdicts[0];
         // Nor can a user other than root chmod a device node it does not own.
-        let control_may_hold =
-            (name.contains("TIOCSTI") || name == escape::TERMINAL_DEVICE_MODE) && !is_root;
+        // Nor open a raw socket (CAP_NET_RAW).
+        let control_may_hold = (name.contains("TIOCSTI")
+            || name == escape::TERMINAL_DEVICE_MODE
+            || name == escape::RAW_SOCKET)
+            && !is_root;
         match control {
             Verdict::Escaped(_) | Verdict::Skipped(..) => {}
             other if control_may_hold => {

@@ -305,7 +305,7 @@ fn flags_the_backend_cannot_honour_are_refused_not_ignored() {
             "the native backend takes no --rootfs",
         ),
         (vec!["--mount", &elsewhere], "use --mount"),
-        (vec!["--allow-net", "registry.npmjs.org"], "nono"),
+        // (--allow-net is --allow-domain, which the native backend enforces: tests/cli/net.rs.)
         (
             vec!["--box", "../escape"],
             "--box \"../escape\" is not valid",

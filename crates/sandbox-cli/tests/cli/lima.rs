@@ -45,6 +45,7 @@ impl Lima {
             ],
         );
         let standin = Standin::install(&base.join("standin"));
+        standin.register_virtiofsd(&env.home());
         Lima { env, standin, task }
     }
 
@@ -129,6 +130,63 @@ fn a_failed_boot_is_125_and_names_the_step_and_log() {
     assert!(!l.calls().contains("/run/sandbox-lima/enter"));
 }
 
+/// On Linux a QEMU VM's mounts are virtiofs, served by a virtiofsd Lima starts: where the one
+/// Lima would pick cannot serve them (QEMU's own C virtiofsd, as Debian 12 ships it), the run
+/// is refused before any VM is made — exit 125, naming the fix — never left on 9p.
+#[test]
+fn a_host_without_a_usable_virtiofsd_is_refused_before_a_vm_is_made() {
+    if !cfg!(target_os = "linux") {
+        return;
+    }
+    let l = Lima::new();
+    // Described first (HOME's), so it is the one Lima would pick: the real C virtiofsd where
+    // QEMU ships one, else a daemon like it (it answers --version, takes no --shared-dir).
+    let c_daemon = PathBuf::from("/usr/lib/qemu/virtiofsd");
+    let binary = if c_daemon.is_file() {
+        c_daemon
+    } else {
+        let script = l.env.path().join("c-virtiofsd");
+        std::fs::write(
+            &script,
+            "#!/bin/sh
+echo 'virtiofsd version 7.2.0'
+",
+        )
+        .unwrap();
+        std::os::unix::fs::PermissionsExt::set_mode(
+            &mut std::fs::metadata(&script).unwrap().permissions(),
+            0o755,
+        );
+        Command::new("chmod")
+            .arg("755")
+            .arg(&script)
+            .status()
+            .unwrap();
+        script
+    };
+    let vhost = l.env.home().join(".local/share/qemu/vhost-user");
+    std::fs::write(
+        vhost.join("40-qemu-virtiofsd.json"),
+        json!({"type": "fs", "binary": binary}).to_string(),
+    )
+    .unwrap();
+    let out = l
+        .cmd()
+        .args(["run", "--backend", "lima", "--", "true"])
+        .output()
+        .unwrap();
+    let t = text(&out);
+    assert_eq!(out.status.code(), Some(125), "{t}");
+    assert!(t.contains("virtiofs is not available"), "{t}");
+    assert!(t.contains(&binary.display().to_string()), "{t}");
+    assert!(t.contains("Install the Rust virtiofsd"), "{t}");
+    let calls = l.calls();
+    assert!(
+        !calls.contains(" create ") && !calls.contains(" start "),
+        "no VM is made: {calls}"
+    );
+}
+
 #[test]
 fn a_missing_limactl_is_a_clear_setup_error() {
     let l = Lima::new();
@@ -179,7 +237,7 @@ fn lifecycle_commands_and_config() {
 
     let out = l.cmd().args(["lima", "config"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("mountType: 9p"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("mountType: virtiofs"));
 
     // --edit validates before saving: a mount is refused and the file is not written.
     let editor = l.env.path().join("editor.sh");

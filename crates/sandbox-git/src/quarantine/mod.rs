@@ -231,6 +231,9 @@ pub struct StoreQuarantine {
     /// The push remotes of the run (`--allow-push`) by the names this repository gives
     /// them: `refs/remotes/<name>/<branch>` follows what the push made of the remote.
     tracking: Vec<(String, PathBuf)>,
+    /// The layer is a persistent one stacked directly on the common dir ([`Self::attach`]),
+    /// with no snapshot layer between them.
+    persistent: bool,
     state: Mutex<State>,
 }
 
@@ -395,6 +398,7 @@ impl StoreQuarantine {
             bounded: None,
             record: None,
             tracking: Vec::new(),
+            persistent: layer.is_some(),
             state: Mutex::new(State::default()),
         })
     }
@@ -817,7 +821,10 @@ impl StoreQuarantine {
             state.report.layer_full = Some(bytes);
         }
         let upper = self.upper();
-        let mut changed = refs::changed(upper, &self.packed_at_start);
+        // A persistent layer (a VM's) lies directly on the common dir: what it hides of it
+        // counts as deleted.
+        let below = self.persistent.then_some(self.common.as_path());
+        let mut changed = refs::changed(upper, &self.packed_at_start, below);
         // A ref this run created, which the host already applied, and which the run deleted
         // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing
         // in the layer — no whiteout: there was nothing below it. Gone from the layer, it is
@@ -867,6 +874,14 @@ impl StoreQuarantine {
         };
         if name == "refs/stash" && self.start.contains_key(name) {
             return self.apply_stash(repo, odb, state, wanted, last);
+        }
+        // A persistent layer lies on the live common dir: a `git pack-refs` inside (`git gc`)
+        // writes every ref it sees into the layer's own `packed-refs`, the ones the host moved
+        // during the run (the watcher's fast-forward of the task's branch) included. A ref
+        // that already holds on the host what the sandbox wants needs nothing, and is no
+        // refusal.
+        if self.persistent && repo.refname_to_id(name).ok() == wanted {
+            return;
         }
         let current = match state.applied.get(name) {
             Some(value) => *value,

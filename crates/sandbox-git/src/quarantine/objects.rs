@@ -56,7 +56,9 @@ pub(crate) fn import(
             };
             let Some(oid) = oid else { continue };
             let path = format!("objects/{prefix}/{rest}");
-            if odb.exists(oid) {
+            // A whiteout: the sandbox deleted (pruned, packed) an object of the host's. The
+            // host's store keeps it; nothing to take in.
+            if odb.exists(oid) || is_whiteout(&file.path()) {
                 state.seen_objects.insert(name);
                 continue;
             }
@@ -86,6 +88,12 @@ pub(crate) fn import(
         }
     }
     Ok(())
+}
+
+/// Whether `path` of the layer is an overlay whiteout (a deletion).
+fn is_whiteout(path: &Path) -> bool {
+    path.symlink_metadata()
+        .is_ok_and(|m| super::refs::is_whiteout(&m))
 }
 
 /// Whether the layer holds an object or pack not handled yet.
@@ -186,6 +194,12 @@ fn import_packs(
         let Some(stem) = name.strip_suffix(".pack") else {
             continue;
         };
+        // A whiteout: the sandbox deleted (repacked) a pack of the host's, which the host
+        // keeps.
+        if is_whiteout(&entry.path()) {
+            state.seen_packs.insert(name.clone());
+            continue;
+        }
         // git renames the index into place after the pack: until then it is being written.
         if state.seen_packs.contains(&name) || (!dir.join(format!("{stem}.idx")).exists() && !last)
         {

@@ -23,7 +23,14 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => EMPTY_PACKED.as_bytes().to_vec(),
         Err(e) => return Err(e),
     };
-    let refs = String::from_utf8_lossy(&bytes)
+    let refs = parse_packed(&bytes);
+    Ok(Packed { bytes, refs })
+}
+
+/// The refs a `packed-refs` file holds (peeled lines and comments skipped, names that are not
+/// refs' dropped).
+fn parse_packed(bytes: &[u8]) -> HashMap<String, Oid> {
+    String::from_utf8_lossy(bytes)
         .lines()
         .filter(|l| !l.starts_with('#') && !l.starts_with('^'))
         .filter_map(|l| {
@@ -33,8 +40,7 @@ pub(crate) fn read_packed(path: &Path) -> std::io::Result<Packed> {
             valid_ref_name(name).then_some(())?;
             Some((name.to_string(), Oid::from_str(oid).ok()?))
         })
-        .collect();
-    Ok(Packed { bytes, refs })
+        .collect()
 }
 
 /// A ref under `refs/` with a name git accepts (no `..`, no control characters, …).
@@ -105,20 +111,111 @@ pub enum Wanted {
 
 /// Every ref the sandbox wrote or deleted in its layer. A deleted loose ref (an overlay
 /// whiteout) falls back to the frozen `packed-refs`, as git would read it inside.
+///
+/// `below`: the host's common dir when the layer is a persistent one stacked directly on it
+/// (a VM's, [`super::StoreQuarantine::attach`]). There is no frozen snapshot between them, so
+/// what the layer hides of it counts too, read the way the overlay reads it: a whiteout over
+/// a directory of loose refs, or a directory marked opaque (`user.overlay.opaque` or
+/// `trusted.overlay.opaque`), deletes every loose ref below it; and a `packed-refs` the
+/// sandbox wrote (`git pack-refs`, `git gc`) is what a deleted loose ref falls back to, and
+/// names refs that now exist only there. Whatever this finds is judged by the same rules.
 pub(crate) fn changed(
     upper: &Path,
     packed_at_start: &HashMap<String, Oid>,
+    below: Option<&Path>,
 ) -> Vec<(String, Wanted)> {
+    let layer_packed = below.and_then(|_| layer_packed_refs(upper));
+    let packed = layer_packed.as_ref().unwrap_or(packed_at_start);
     let mut found = Vec::new();
+    let walk_below = below.map(|b| b.join("refs"));
     walk(
         upper,
         &upper.join("refs"),
         "refs",
-        packed_at_start,
+        packed,
+        walk_below.as_deref(),
         &mut found,
     );
+    if let (Some(below), Some(layer_packed)) = (below, &layer_packed) {
+        // Refs that live only in a `packed-refs`: the sandbox's now, the host's at the start
+        // (one the sandbox's leaves out is deleted). A loose ref of the host that the layer
+        // does not hide is what the sandbox sees, whatever either file says.
+        let seen: HashSet<String> = found.iter().map(|(n, _)| n.clone()).collect();
+        let mut names: Vec<&String> = layer_packed.keys().chain(packed_at_start.keys()).collect();
+        names.sort();
+        names.dedup();
+        for name in names {
+            if seen.contains(name)
+                || below
+                    .join(name)
+                    .symlink_metadata()
+                    .is_ok_and(|m| m.is_file())
+            {
+                continue;
+            }
+            found.push((name.clone(), Wanted::Value(layer_packed.get(name).copied())));
+        }
+    }
     found.sort_by(|a, b| a.0.cmp(&b.0));
+    found.dedup_by(|a, b| a.0 == b.0);
     found
+}
+
+/// The `packed-refs` the sandbox wrote in its layer, if it wrote one: `Some(empty)` for a
+/// whiteout (it deleted the file). One that is not a regular file is never read.
+fn layer_packed_refs(upper: &Path) -> Option<HashMap<String, Oid>> {
+    let path = upper.join("packed-refs");
+    let meta = path.symlink_metadata().ok()?;
+    if is_whiteout(&meta) {
+        return Some(HashMap::new());
+    }
+    if !meta.is_file() {
+        return None;
+    }
+    let bytes = read_untrusted(upper, &path, MAX_PACKED_REFS_BYTES).ok()?;
+    Some(parse_packed(&bytes))
+}
+
+/// A `packed-refs` in a layer is read up to this size (a repository with a million refs).
+const MAX_PACKED_REFS_BYTES: u64 = 256 << 20;
+
+/// An overlay whiteout: a character device 0:0 in the upper layer, which hides the name below.
+pub(crate) fn is_whiteout(meta: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    meta.file_type().is_char_device() && meta.rdev() == 0
+}
+
+/// Whether the overlay treats directory `dir` of an upper layer as opaque (nothing below it
+/// shows through): `user.overlay.opaque` (an overlay mounted with `userxattr`) or
+/// `trusted.overlay.opaque` set to `y`.
+#[cfg(target_os = "linux")]
+pub(crate) fn is_opaque(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    [c"user.overlay.opaque", c"trusted.overlay.opaque"]
+        .iter()
+        .any(|name| {
+            let mut value = [0u8; 4];
+            // SAFETY: lgetxattr(2) with NUL-terminated strings, writing at most `value.len()`
+            // bytes into our buffer; it never follows a link.
+            let n = unsafe {
+                libc::lgetxattr(
+                    path.as_ptr(),
+                    name.as_ptr(),
+                    value.as_mut_ptr().cast(),
+                    value.len(),
+                )
+            };
+            n == 1 && value[0] == b'y'
+        })
+}
+
+/// [`is_opaque`] elsewhere: no overlay.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn is_opaque(_dir: &Path) -> bool {
+    false
 }
 
 fn walk(
@@ -126,9 +223,9 @@ fn walk(
     dir: &Path,
     prefix: &str,
     packed: &HashMap<String, Oid>,
+    below: Option<&Path>,
     found: &mut Vec<(String, Wanted)>,
 ) {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -140,16 +237,76 @@ fn walk(
         let Ok(meta) = entry.path().symlink_metadata() else {
             continue;
         };
+        let below_here = below.map(|b| b.join(&file));
         if meta.is_dir() {
-            walk(upper, &entry.path(), &name, packed, found);
+            if let Some(lower) = &below_here {
+                if is_opaque(&entry.path()) {
+                    hidden(lower, &name, Some(&entry.path()), packed, found);
+                }
+            }
+            // Below an opaque directory nothing of the host's shows through.
+            let below_next = below_here.as_deref().filter(|_| !is_opaque(&entry.path()));
+            walk(upper, &entry.path(), &name, packed, below_next, found);
         } else if file.ends_with(".lock") {
             // git's own lock files, mid-update.
-        } else if meta.file_type().is_char_device() && meta.rdev() == 0 {
+        } else if is_whiteout(&meta) {
             found.push((name.clone(), Wanted::Value(packed.get(&name).copied())));
         } else if meta.is_file() {
-            found.push((name, read_ref(upper, &entry.path())));
+            found.push((name.clone(), read_ref(upper, &entry.path())));
         } else {
-            found.push((name, Wanted::Unreadable("it is not a regular file".into())));
+            found.push((
+                name.clone(),
+                Wanted::Unreadable("it is not a regular file".into()),
+            ));
+        }
+        if !meta.is_dir() {
+            if let Some(lower) = &below_here {
+                // Anything but a directory over a directory of the host's (a whiteout, a
+                // file) hides every ref in it.
+                hidden(lower, &name, None, packed, found);
+            }
+        }
+    }
+}
+
+/// The host's loose refs in `lower` (a directory of its common dir, named `prefix`) that the
+/// layer hides: deleted inside, falling back to `packed`. Those the layer's own directory
+/// `upper` holds are the walk's.
+fn hidden(
+    lower: &Path,
+    prefix: &str,
+    upper: Option<&Path>,
+    packed: &HashMap<String, Oid>,
+    found: &mut Vec<(String, Wanted)>,
+) {
+    let Ok(entries) = std::fs::read_dir(lower) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(file) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        let name = format!("{prefix}/{file}");
+        // The layer's own entry of that name, if any (under an opaque directory it hides
+        // everything of the host's below it too).
+        let in_upper = upper
+            .map(|u| u.join(&file))
+            .and_then(|u| u.symlink_metadata().ok().map(|m| (u, m)));
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            let upper_dir = in_upper
+                .as_ref()
+                .filter(|(_, m)| m.is_dir())
+                .map(|(u, _)| u.as_path());
+            hidden(&entry.path(), &name, upper_dir, packed, found);
+        } else if kind.is_file() && !file.ends_with(".lock") {
+            // A ref the layer holds under the same name is the walk's.
+            if in_upper.as_ref().is_some_and(|(_, m)| !m.is_dir()) {
+                continue;
+            }
+            found.push((name.clone(), Wanted::Value(packed.get(&name).copied())));
         }
     }
 }
@@ -782,7 +939,8 @@ mod tests {
         symlink("/etc/passwd", heads.join("link")).unwrap();
         nix::unistd::mkfifo(&heads.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let packed: HashMap<String, Oid> = [("refs/heads/old".to_string(), oid(1))].into();
-        let found: HashMap<String, Wanted> = changed(dir.path(), &packed).into_iter().collect();
+        let found: HashMap<String, Wanted> =
+            changed(dir.path(), &packed, None).into_iter().collect();
         assert_eq!(found["refs/heads/task"], Wanted::Value(Some(oid(3))));
         assert!(!found.contains_key("refs/heads/task.lock"));
         for bad in ["refs/heads/junk", "refs/heads/link", "refs/heads/fifo"] {

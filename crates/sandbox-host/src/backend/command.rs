@@ -49,6 +49,9 @@ pub struct PreparedCommand {
     head: Option<gitguard::HeadAtStart>,
     /// The worktree's own git dir when the command was prepared (a linked worktree's).
     gitdir: Option<gitguard::GitDirAtStart>,
+    /// The supervisor's side of the command's network namespace (native), ended in
+    /// [`Self::finish`] once its processes are gone.
+    net: Option<Box<dyn crate::net::CommandNetwork>>,
 }
 
 impl std::fmt::Debug for PreparedCommand {
@@ -95,6 +98,9 @@ pub struct Finished {
     /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
     pub recheck: Option<Recheck>,
+    /// Every connection the run's domain proxy answered, allowed or refused (empty without
+    /// one): for `--report-json` and the daemon's `exit` event.
+    pub connections: Vec<sandbox_net::Connection>,
 }
 
 /// The checks after a run that an orphan could undo, kept to run again once it is gone
@@ -235,7 +241,14 @@ impl PreparedCommand {
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             git,
+            net: None,
         }
+    }
+
+    /// Gives the command its network namespace's relay, ended in [`Self::finish`].
+    pub fn with_net(mut self, net: Option<Box<dyn crate::net::CommandNetwork>>) -> Self {
+        self.net = net;
+        self
     }
 
     /// Gives the command its git store quarantine, finished in [`Self::finish`].
@@ -367,6 +380,8 @@ impl PreparedCommand {
             _ => gitguard::GitDirReport::default(),
         };
         drop(self.keep);
+        // Every process of the command is gone: no new connection can come.
+        let connections = self.net.map(|net| net.finish()).unwrap_or_default();
         let recheck = match (&self.git, complete) {
             (Some(git), false) => Some(Recheck {
                 git: git.clone(),
@@ -383,6 +398,7 @@ impl PreparedCommand {
             git_push,
             git_dir,
             recheck,
+            connections,
         }
     }
 }

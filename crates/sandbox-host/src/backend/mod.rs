@@ -305,7 +305,21 @@ pub fn check_policy(
             ),
         });
     }
-    if kind != BackendKind::Nono && !policy.allow_domains.is_empty() {
+    // A credential's base URL points at the native backend's proxy; elsewhere the command
+    // would hold only a placeholder that reaches nothing.
+    if kind != BackendKind::Native && !policy.credentials.is_empty() {
+        return Err(HostError::Network {
+            message: format!(
+                "--credential {}: only the native backend's proxy adds a credential on the way \
+                 out (the {kind} backend has none); use --backend native, or pass the key \
+                 itself with --env",
+                policy.credentials.join(" --credential ")
+            ),
+        });
+    }
+    // The native backend's own proxy needs its network namespace: checked when it prepares.
+    if !matches!(kind, BackendKind::Nono | BackendKind::Native) && !policy.allow_domains.is_empty()
+    {
         return Err(HostError::DomainsNeedNono {
             backend: kind,
             domains: policy.allow_domains.clone(),

@@ -74,6 +74,13 @@ mod platform {
             } else {
                 crate::assembly::home_without_view(&self.policy, &mut spec.env);
             }
+            // The proxy variables (and whatever else the network plan adds), pointing at the
+            // proxy's listener inside the command's namespace.
+            if let Some(plan) = self.sandbox.net_plan() {
+                for (name, value) in plan.env() {
+                    spec.set_env(name, value);
+                }
+            }
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.
             let (child, stores) = self.sandbox.command()?;
@@ -102,7 +109,12 @@ mod platform {
                 self.git.clone(),
             )
             .with_store(store)
-            .with_pushes(stores.pushes))
+            .with_pushes(stores.pushes)
+            .with_net(
+                stores
+                    .net
+                    .map(|net| Box::new(net) as Box<dyn crate::net::CommandNetwork>),
+            ))
         }
     }
 }

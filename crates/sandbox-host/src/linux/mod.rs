@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod landlock;
 pub mod native;
+pub mod netns;
 pub mod seccomp;
 pub mod userns;
 pub mod view;

@@ -69,6 +69,9 @@ pub struct NativeSandbox {
     /// Under the view, Landlock rules each command's child adds once its mounts exist: the
     /// private `/tmp` (writable), the root (listable), each package cache's overlay.
     view_rules: Vec<(PathBuf, u64)>,
+    /// Each command in a network namespace of its own (the view, and a network that is not
+    /// fully open): the supervisor's relay of its listeners.
+    net: Option<crate::linux::netns::NetRelay>,
 }
 
 /// How each command gets its private view.
@@ -107,6 +110,8 @@ enum ViewMode {
 pub struct Stores {
     pub store: Option<sandbox_git::quarantine::LiveQuarantine>,
     pub pushes: Vec<(PathBuf, sandbox_git::quarantine::LiveQuarantine)>,
+    /// The supervisor's side of the command's network namespace, when it has one.
+    pub net: Option<crate::linux::netns::CommandNet>,
 }
 
 /// One command's setup: the session's sandbox, and the command's view.
@@ -117,6 +122,8 @@ pub struct NativeChild {
     /// the command's own ruleset, and the rules the child adds for them once they exist.
     own_ruleset: Option<OwnedFd>,
     child_rules: Vec<ChildRule>,
+    /// The command's network namespace: its listeners, bound inside and handed over.
+    net: Option<crate::linux::netns::ChildNet>,
 }
 
 /// A Landlock rule added in the child after the view is built, for a directory mounted only
@@ -210,16 +217,75 @@ fn pid_support(options: &NativeOptions, support: &ViewSupport) -> Result<(), Str
     }
 }
 
+/// What a run's network is on this machine.
+#[derive(Debug, Clone)]
+enum NetState {
+    /// Fully open: no namespace of its own.
+    Open,
+    /// A private network namespace with this plan.
+    Namespace(crate::net::NetPlan),
+    /// The policy wants one (`--block-net`, `--allow-domain`) and this machine cannot give
+    /// it: why not.
+    Missing(String),
+}
+
+impl NetState {
+    fn plan(&self) -> Option<&crate::net::NetPlan> {
+        match self {
+            NetState::Namespace(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    fn proxy_port(&self) -> Option<u16> {
+        self.plan()?.proxy.as_ref().map(|p| p.port)
+    }
+}
+
+/// The network of a run of `policy` here: a namespace only with the view, where the probe
+/// says one works (cached in the private directory).
+fn net_state(
+    policy: &Policy,
+    options: &NativeOptions,
+    support: &ViewSupport,
+) -> Result<NetState, HostError> {
+    let resolver =
+        crate::net::resolver_from_env().map_err(|message| HostError::Network { message })?;
+    let taken = policy.net.open_ports(policy.hook_port).unwrap_or_default();
+    let port = crate::net::pick_proxy_port(&taken);
+    let Some(plan) = crate::net::NetPlan::of(policy, port, resolver) else {
+        return Ok(NetState::Open);
+    };
+    let why = match support {
+        ViewSupport::Available => {
+            let private = crate::privdir::ensure("native", &options.private_dir).ok();
+            match userns::net_namespace_support(private.as_deref()) {
+                Ok(()) => return Ok(NetState::Namespace(plan)),
+                Err(why) => why,
+            }
+        }
+        ViewSupport::Unavailable { .. } => "it needs the private view".to_string(),
+    };
+    Ok(NetState::Missing(why))
+}
+
 /// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
-/// without it, Landlock alone must be able to protect the git data.
+/// without it, Landlock alone must be able to protect the git data. In a network namespace
+/// the proxy's port inside is one more port to connect to.
 fn landlock_plan(
     policy: &Policy,
     support: &ViewSupport,
+    net: &NetState,
 ) -> Result<compile::landlock::LandlockPlan, sandbox_policy::PolicyError> {
-    match support {
+    let mut plan = match support {
         ViewSupport::Available => compile::landlock::compile_under_view(policy),
         ViewSupport::Unavailable { .. } => compile::landlock::compile(policy),
+    }?;
+    if let (Some(tcp), Some(port)) = (plan.tcp.as_mut(), net.proxy_port()) {
+        tcp.connect.push(port);
+        tcp.connect.sort_unstable();
     }
+    Ok(plan)
 }
 
 /// Why this machine cannot layer the policy's package caches, if it cannot: overlays in a
@@ -301,10 +367,13 @@ fn home_report(e: &mut Enforcement, policy: &Policy, view: bool) {
 /// What the native backend would enforce for `policy` on this kernel, without preparing it.
 pub fn enforcement(policy: &Policy, options: &NativeOptions) -> Result<Enforcement, HostError> {
     let support = view_support(options);
-    let plan = landlock_plan(policy, &support)?;
-    let seccomp = seccomp_plan(policy, &support, options);
+    let net = net_state(policy, options, &support)?;
+    let plan = landlock_plan(policy, &support, &net)?;
+    let seccomp = seccomp_plan(policy, &support, options, &net);
     let pid = pid_support(options, &support);
-    Ok(report(policy, &plan, &seccomp, &support, &pid, options))
+    Ok(report(
+        policy, &plan, &seccomp, &support, &pid, &net, options,
+    ))
 }
 
 /// The compiled forms a native run of `policy` would use on this machine (`policy show`).
@@ -317,6 +386,7 @@ pub struct Compiled {
 
 pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
     let support = view_support(options);
+    let net = net_state(policy, options, &support).unwrap_or(NetState::Open);
     Compiled {
         view: (support == ViewSupport::Available).then(|| {
             // The layers a run would make, named as they would be (a run directory of each
@@ -332,20 +402,34 @@ pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
             };
             crate::linux::view::plan(policy, Some(&layers))
         }),
-        landlock: landlock_plan(policy, &support).map_err(HostError::from),
-        seccomp: seccomp_plan(policy, &support, options),
+        landlock: landlock_plan(policy, &support, &net).map_err(HostError::from),
+        seccomp: seccomp_plan(policy, &support, options, &net),
     }
 }
 
 /// The seccomp rules of a run: the policy's, plus — without a private view — a deny of new
 /// unix sockets, since a pathname socket (tmux, D-Bus, docker) would reach the host.
-fn seccomp_plan(policy: &Policy, support: &ViewSupport, options: &NativeOptions) -> SeccompPlan {
+///
+/// Without a network namespace, a blocked network also denies the ways into a TCP connection
+/// that pass neither `connect(2)` nor `bind(2)` and that seccomp can see (TCP fast open's
+/// `sendto`/`sendmsg`); in a namespace there is no route for them to take.
+fn seccomp_plan(
+    policy: &Policy,
+    support: &ViewSupport,
+    options: &NativeOptions,
+    net: &NetState,
+) -> SeccompPlan {
     let mut plan = compile::seccomp::compile(policy);
     plan.rules.extend(compile::seccomp::chown_rules(
         nix::unistd::geteuid().as_raw(),
     ));
     if matches!(support, ViewSupport::Unavailable { .. }) && !options.allow_unix_sockets {
         plan.rules.push(compile::seccomp::unix_socket_rule());
+    }
+    if matches!(policy.net, sandbox_policy::NetPolicy::Block { .. })
+        && !matches!(net, NetState::Namespace(_))
+    {
+        plan.rules.extend(compile::seccomp::fast_open_rules());
     }
     plan
 }
@@ -356,11 +440,35 @@ fn report(
     seccomp: &SeccompPlan,
     support: &ViewSupport,
     pid: &Result<(), String>,
+    net: &NetState,
     options: &NativeOptions,
 ) -> Enforcement {
     let abi = abi::landlock_abi();
     let mut e = landlock::enforcement(plan, abi);
-    account_layers(&mut e, plan, support, pid.is_ok(), abi);
+    account_layers(
+        &mut e,
+        plan,
+        support,
+        pid.is_ok(),
+        net.plan().is_some(),
+        abi,
+    );
+    match net {
+        NetState::Open => {}
+        NetState::Namespace(plan) => e.enforced.push(plan.describe()),
+        NetState::Missing(why) if crate::net::needs_proxy(policy) => e.gaps.push(format!(
+            "--allow-domain/--credential: no network namespace ({why}), so the proxy cannot \
+             be the only way out; use a machine with user namespaces (or --backend nono for \
+             a domain list)"
+        )),
+        NetState::Missing(why) => e.downgrades.push(format!(
+            "no network namespace ({why}): --block-net holds by Landlock's TCP rules and \
+             seccomp only: connect(2) and bind(2) to other ports and TCP fast open are \
+             denied, but listen(2) on an unbound socket binds an ephemeral port no rule sees \
+             (a host process can connect in), and --allow-port P reaches port P of every \
+             address, not only the host's loopback"
+        )),
+    }
     match pid {
         Ok(()) => e.enforced.push(
             "pid namespace: the command is pid 2 of a namespace of its own (its /proc shows \
@@ -451,6 +559,7 @@ fn account_layers(
     plan: &compile::landlock::LandlockPlan,
     support: &ViewSupport,
     pid_namespace: bool,
+    net_namespace: bool,
     abi: i32,
 ) {
     let needs = crate::layers::Needs {
@@ -462,7 +571,7 @@ fn account_layers(
         landlock_abi: abi,
         view: *support == ViewSupport::Available,
         pid_namespace,
-        net_namespace: false,
+        net_namespace,
     };
     let accounting = crate::layers::account(&needs, &layers);
     e.enforced
@@ -501,6 +610,24 @@ impl NativeSandbox {
         let support = userns::support(private.as_ref().ok().map(PathBuf::as_path));
         let pid = pid_support(options, &support);
         let pid_namespace = pid.is_ok();
+        let net = net_state(policy, options, &support)?;
+        // A domain list with no namespace to hold it would be an open network: refused,
+        // degraded runs or not.
+        if let (NetState::Missing(why), true) = (&net, crate::net::needs_proxy(policy)) {
+            let what = if policy.allow_domains.is_empty() {
+                "--credential"
+            } else {
+                "--allow-domain"
+            };
+            return Err(HostError::Network {
+                message: format!(
+                    "{what} needs the run's own network namespace (the proxy must be its only \
+                     way out), which this machine cannot give ({why}). Nothing was run. Use a \
+                     machine with unprivileged user namespaces (`sandbox doctor`), or for a \
+                     domain list --backend nono (its proxy)"
+                ),
+            });
+        }
         // Package caches are overlays in the view: where this machine cannot mount one, the
         // run goes without (the tools download into the private home instead) and says so.
         let without_caches;
@@ -581,7 +708,7 @@ impl NativeSandbox {
                         crate::linux::view::plan(policy, None)?;
                         Some(ViewMode::Quarantined {
                             policy: Box::new(policy.clone()),
-                            landlock: landlock_plan(policy, &support)?,
+                            landlock: landlock_plan(policy, &support, &net)?,
                             staging,
                             store_dir,
                             store_bytes,
@@ -592,12 +719,10 @@ impl NativeSandbox {
                             push_remotes: git.push_remotes.clone(),
                         })
                     }
-                    _ => Some(ViewMode::Shared(Arc::new(PreparedView::prepare(
-                        policy,
-                        &staging,
-                        None,
-                        pid_namespace,
-                    )?))),
+                    _ => Some(ViewMode::Shared(Arc::new(
+                        PreparedView::prepare(policy, &staging, None, pid_namespace)?
+                            .with_net_namespace(net.plan().is_some()),
+                    ))),
                 }
             }
             ViewSupport::Unavailable { .. } => None,
@@ -619,9 +744,9 @@ impl NativeSandbox {
                 ),
             });
         }
-        let plan = landlock_plan(policy, &support)?;
-        let rules = seccomp_plan(policy, &support, options);
-        let enforcement = report(policy, &plan, &rules, &support, &pid, options);
+        let plan = landlock_plan(policy, &support, &net)?;
+        let rules = seccomp_plan(policy, &support, options, &net);
+        let enforcement = report(policy, &plan, &rules, &support, &pid, &net, options);
         if !enforcement.gaps.is_empty() {
             if !allow_degraded {
                 return Err(HostError::Degraded {
@@ -665,7 +790,14 @@ impl NativeSandbox {
             }
         }
         let pid_namespace = pid_namespace && view.is_some();
+        let net = match net {
+            NetState::Namespace(plan) if view.is_some() => {
+                Some(crate::linux::netns::NetRelay::start(plan)?)
+            }
+            _ => None,
+        };
         Ok(NativeSandbox {
+            net,
             view_rules,
             view,
             ruleset,
@@ -684,6 +816,11 @@ impl NativeSandbox {
     /// Whether commands get the private view (else Landlock and seccomp only).
     pub fn has_view(&self) -> bool {
         self.view.is_some()
+    }
+
+    /// The network plan of each command's namespace, when commands get one.
+    pub fn net_plan(&self) -> Option<&crate::net::NetPlan> {
+        self.net.as_ref().map(|relay| relay.plan())
     }
 
     /// The setup of one command, with its git store quarantine when the session has one
@@ -743,7 +880,8 @@ impl NativeSandbox {
                     Some(&layers),
                     layer,
                     self.pid_namespace,
-                )?;
+                )?
+                .with_net_namespace(self.net.is_some());
                 plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
@@ -774,14 +912,26 @@ impl NativeSandbox {
             (Some(_), false) => landlock::build(plan)?,
             _ => None,
         };
+        let (net, command_net) = match &self.net {
+            Some(relay) => {
+                let (child, command) = relay.command()?;
+                (Some(child), Some(command))
+            }
+            None => (None, None),
+        };
         Ok((
             NativeChild {
                 sandbox: self.clone(),
                 view,
                 own_ruleset,
                 child_rules,
+                net,
             },
-            Stores { store, pushes },
+            Stores {
+                store,
+                pushes,
+                net: command_net,
+            },
         ))
     }
 }
@@ -923,6 +1073,11 @@ impl ChildSetup for NativeChild {
         // drop below and no_new_privs would otherwise limit.
         if let Some(view) = &self.view {
             view.apply_in_child()?;
+            // In the namespace the view's unshare made, before Landlock and seccomp: `lo`
+            // up, the listeners bound and handed to the supervisor.
+            if let Some(net) = &self.net {
+                net.apply_in_child()?;
+            }
             if view.pid_namespace() {
                 // The rest runs in the command's process inside the pid namespace.
                 return Ok(());
@@ -943,7 +1098,9 @@ impl ChildSetup for NativeChild {
     }
 
     fn name(&self) -> &str {
-        if self.view.is_some() {
+        if self.net.is_some() {
+            "view+netns+landlock+seccomp"
+        } else if self.view.is_some() {
             "view+landlock+seccomp"
         } else {
             "landlock+seccomp"
@@ -951,6 +1108,9 @@ impl ChildSetup for NativeChild {
     }
 
     fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
+        if step == SetupStep::NetListeners && detail != 0 {
+            return Some(format!("127.0.0.1:{detail}"));
+        }
         self.view.as_ref()?.describe(step, detail)
     }
 }

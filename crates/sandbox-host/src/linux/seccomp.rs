@@ -17,6 +17,9 @@ pub fn syscall_number(name: &str) -> Option<i64> {
     let nr = match name {
         "ioctl" => SYS_ioctl,
         "socket" => SYS_socket,
+        "sendto" => SYS_sendto,
+        "sendmsg" => SYS_sendmsg,
+        "sendmmsg" => SYS_sendmmsg,
         "mount" => SYS_mount,
         "umount2" => SYS_umount2,
         "pivot_root" => SYS_pivot_root,

@@ -80,17 +80,17 @@ pub fn support(cache_dir: Option<&Path>) -> ViewSupport {
 }
 
 const PID_CACHE_FILE: &str = "pidns-probe";
+const NET_CACHE_FILE: &str = "netns-probe";
 
-/// Whether a run with the private view also gets a pid namespace of its own, whose `/proc`
-/// mounts in the view; `Err` says why not. A real probe (a forked child makes a user, mount
-/// and pid namespace, and its child mounts that namespace's proc), cached like [`support`].
-pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
-    if !sandbox_exec::pid_namespace_supported() {
-        return Err("this build has no pid namespace split for this architecture (x86_64 and                     aarch64 only)"
-            .into());
-    }
+/// A probe's answer from `file` in `cache_dir` while the [`key`] still matches, else `probe`'s
+/// (then cached). `Ok(())` is cached as an empty value, `Err(why)` as the reason.
+fn cached(
+    cache_dir: Option<&Path>,
+    file: &str,
+    probe: fn() -> Result<(), String>,
+) -> Result<(), String> {
     let key = key();
-    let cache = cache_dir.map(|d| d.join(PID_CACHE_FILE));
+    let cache = cache_dir.map(|d| d.join(file));
     if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
         if let Some((k, v)) = text.split_once('\n') {
             if k == key {
@@ -102,7 +102,7 @@ pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
             }
         }
     }
-    let answer = pid_probe();
+    let answer = probe();
     if let Some(cache) = &cache {
         let value = answer
             .as_ref()
@@ -117,33 +117,77 @@ pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
     answer
 }
 
+/// Whether a run with the private view also gets a pid namespace of its own, whose `/proc`
+/// mounts in the view; `Err` says why not. A real probe (a forked child makes a user, mount
+/// and pid namespace, and its child mounts that namespace's proc), cached like [`support`].
+pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
+    if !sandbox_exec::pid_namespace_supported() {
+        return Err(
+            "this build has no pid namespace split for this architecture (x86_64 and \
+                    aarch64 only)"
+                .into(),
+        );
+    }
+    cached(cache_dir, PID_CACHE_FILE, pid_probe)
+}
+
+/// Whether a run with the private view also gets a network namespace of its own (only `lo`,
+/// brought up inside, a listener bound on `127.0.0.1` there); `Err` says why not. A real
+/// probe, cached like [`support`].
+pub fn net_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
+    cached(cache_dir, NET_CACHE_FILE, net_probe)
+}
+
+/// The forked probes' common start, in the calling (freshly forked, single-threaded) child:
+/// `unshare(CLONE_NEWUSER | CLONE_NEWNS | extra)`, the id maps (this process's ids mapped to
+/// themselves), `/` made private and a tmpfs on `/tmp`. False on the first failing step, with
+/// `errno` set.
+///
+/// # Safety
+///
+/// Only for a child of `fork` that exits with `_exit` when done: it changes the process's
+/// namespaces and mounts. Async-signal safe (system calls on the given buffers only).
+unsafe fn enter_probe_namespaces(extra: libc::c_int, uid_map: &[u8], gid_map: &[u8]) -> bool {
+    // SAFETY: unshare(2) takes flags; mount(2) gets NUL-terminated constants; write_file
+    // writes the given buffers. The caller is a forked child (see above).
+    unsafe {
+        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | extra) == 0
+            && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
+            && crate::linux::view::write_file(c"/proc/self/uid_map", uid_map).is_ok()
+            && crate::linux::view::write_file(c"/proc/self/gid_map", gid_map).is_ok()
+            && libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) == 0
+            && libc::mount(
+                c"tmpfs".as_ptr(),
+                c"/tmp".as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            ) == 0
+    }
+}
+
+/// This process's ids, mapped to themselves: what every probe writes.
+fn id_maps() -> (Vec<u8>, Vec<u8>) {
+    (
+        format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes(),
+        format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes(),
+    )
+}
+
 fn pid_probe() -> Result<(), String> {
-    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
-    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    let (uid_map, gid_map) = id_maps();
     // SAFETY: the child and its child make only async-signal-safe system calls (unshare,
     // open, write, mount, mkdir, fork, waitpid, _exit) on data prepared before the fork.
     match unsafe { nix::unistd::fork() } {
         // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            let ok = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID)
-                == 0
-                && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
-                && crate::linux::view::write_file(c"/proc/self/uid_map", &uid_map).is_ok()
-                && crate::linux::view::write_file(c"/proc/self/gid_map", &gid_map).is_ok()
-                && libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0
-                && libc::mount(
-                    c"tmpfs".as_ptr(),
-                    c"/tmp".as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    0,
-                    std::ptr::null(),
-                ) == 0
+            let ok = enter_probe_namespaces(libc::CLONE_NEWPID, &uid_map, &gid_map)
                 && libc::mkdir(c"/tmp/proc".as_ptr(), 0o700) == 0;
             if !ok {
                 libc::_exit(100 + (Errno::last() as i32 & 0x1f));
@@ -187,6 +231,66 @@ fn pid_probe() -> Result<(), String> {
             }
         }
         Err(e) => Err(format!("could not fork the pid namespace probe: {e}")),
+    }
+}
+
+/// What the run's child does in its network namespace ([`crate::linux::netns`]): the
+/// namespace beside the view's, `lo` up, a TCP listener on `127.0.0.1`, and a connection to it.
+fn net_probe() -> Result<(), String> {
+    let (uid_map, gid_map) = id_maps();
+    // SAFETY: the child makes only async-signal-safe system calls (unshare, open, write,
+    // mount, socket, ioctl, bind, listen, connect, _exit) on data prepared before the fork.
+    match unsafe { nix::unistd::fork() } {
+        // SAFETY: as above.
+        Ok(nix::unistd::ForkResult::Child) => unsafe {
+            if !enter_probe_namespaces(libc::CLONE_NEWNET, &uid_map, &gid_map) {
+                libc::_exit(100 + (Errno::last() as i32 & 0x1f));
+            }
+            if crate::linux::netns::loopback_up().is_err() {
+                libc::_exit(Errno::last() as i32 & 0x3f);
+            }
+            let code = match crate::linux::netns::listen_loopback(0) {
+                Err(errno) => 64 + (errno as i32 & 0x1f),
+                Ok((fd, port)) => {
+                    if crate::linux::netns::connect_loopback(port).is_ok() {
+                        0
+                    } else {
+                        let _ = fd;
+                        96
+                    }
+                }
+            };
+            libc::_exit(code)
+        },
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            match nix::sys::wait::waitpid(child, None) {
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
+                    "a network namespace cannot be created beside the view's user and mount \
+                     namespaces ({})",
+                    Errno::from_raw(code - 100)
+                )),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, 96)) => Err(
+                    "a connection to a listener on 127.0.0.1 inside a new network namespace \
+                     failed"
+                        .into(),
+                ),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 64 => Err(format!(
+                    "a TCP listener cannot be bound on 127.0.0.1 inside a new network \
+                     namespace ({})",
+                    Errno::from_raw(code - 64)
+                )),
+                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                    "the loopback interface of a new network namespace cannot be brought up \
+                     ({})",
+                    Errno::from_raw(code)
+                )),
+                other => Err(format!(
+                    "the network namespace probe did not finish: {other:?}"
+                )),
+            }
+        }
+        Err(e) => Err(format!("could not fork the network namespace probe: {e}")),
     }
 }
 
@@ -282,31 +386,13 @@ pub fn probe() -> ViewSupport {
 /// the git store quarantine's layers are such an overlay. A real mount, in a forked child, on a
 /// tmpfs of its own; `Err` says why not.
 pub fn overlay_probe() -> Result<(), String> {
-    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
-    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    let (uid_map, gid_map) = id_maps();
     // SAFETY: the child makes only async-signal-safe system calls (unshare, open, write,
     // mount, mkdir, _exit) on data prepared before the fork.
     match unsafe { nix::unistd::fork() } {
         // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            let ok = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0
-                && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
-                && crate::linux::view::write_file(c"/proc/self/uid_map", &uid_map).is_ok()
-                && crate::linux::view::write_file(c"/proc/self/gid_map", &gid_map).is_ok()
-                && libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) == 0
-                && libc::mount(
-                    c"tmpfs".as_ptr(),
-                    c"/tmp".as_ptr(),
-                    c"tmpfs".as_ptr(),
-                    0,
-                    std::ptr::null(),
-                ) == 0
+            let ok = enter_probe_namespaces(0, &uid_map, &gid_map)
                 && [c"/tmp/l", c"/tmp/u", c"/tmp/w", c"/tmp/m"]
                     .iter()
                     .all(|d| libc::mkdir(d.as_ptr(), 0o700) == 0)
@@ -404,6 +490,17 @@ mod explain_tests {
                     assert_eq!(overlay_probe(), Ok(()), "on {release}");
                 }
             }
+            ViewSupport::Unavailable { reason } => eprintln!("skipped: {reason}"),
+        }
+    }
+
+    /// The real network namespace probe: where the view is available here, a network
+    /// namespace with a loopback listener is too (kernels since 3.8 give one to an
+    /// unprivileged user namespace).
+    #[test]
+    fn the_net_probe_agrees_with_the_view_probe() {
+        match probe() {
+            ViewSupport::Available => assert_eq!(net_probe(), Ok(())),
             ViewSupport::Unavailable { reason } => eprintln!("skipped: {reason}"),
         }
     }

@@ -98,6 +98,9 @@ pub struct PreparedView {
     pid_namespace: bool,
     /// The view has a `/proc` (the policy grants it) to mount there.
     proc: bool,
+    /// The command gets a network namespace of its own (`CLONE_NEWNET` beside the user and
+    /// mount namespaces): only `lo`, brought up by the native child (`crate::linux::netns`).
+    net_namespace: bool,
 }
 
 /// Where the pid namespace's proc is mounted in the view.
@@ -423,7 +426,19 @@ impl PreparedView {
             _layer_socket: layer_socket,
             pid_namespace,
             proc,
+            net_namespace: false,
         })
+    }
+
+    /// The same view, with (or without) a network namespace of its own for the command.
+    pub fn with_net_namespace(mut self, net_namespace: bool) -> Self {
+        self.net_namespace = net_namespace;
+        self
+    }
+
+    /// Whether the command runs in a network namespace of its own.
+    pub fn net_namespace(&self) -> bool {
+        self.net_namespace
     }
 
     /// Whether the command runs in a pid namespace of its own.
@@ -496,10 +511,17 @@ impl PreparedView {
         } else {
             0
         };
+        let net = if self.net_namespace {
+            libc::CLONE_NEWNET
+        } else {
+            0
+        };
         // SAFETY: unshare(2) takes flags only. The child is single-threaded (fresh from fork),
         // as CLONE_NEWUSER requires. CLONE_NEWPID moves only the children made from here on
-        // (the prelude starts them: sandbox_exec's pid namespace split).
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid) } != 0 {
+        // (the prelude starts them: sandbox_exec's pid namespace split). CLONE_NEWNET: the
+        // new network namespace is owned by the new user namespace, so its `lo` can be
+        // brought up with the capabilities that namespace grants.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid | net) } != 0 {
             return Err(SetupFailure::last(SetupStep::UserNamespace));
         }
         write_proc(c"/proc/self/setgroups", b"deny")?;

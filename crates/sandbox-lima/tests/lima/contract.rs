@@ -182,6 +182,17 @@ fn every_value_has_a_documented_form() {
         ("vz", "virtiofs")
     );
     assert!(quoted("vz") && quoted("virtiofs"));
+    // Linux picks QEMU and virtiofs too, never Lima's 9p default: an overlay cannot use a 9p
+    // upper layer (and mapped-xattr corrupts objects after git gc).
+    assert_eq!(
+        (y.vm_type.as_str(), y.mount_type.as_str()),
+        ("qemu", "virtiofs")
+    );
+    for other in ["9p", "reverse-sshfs"] {
+        let e = Overrides::parse(&format!("mountType: {other}\n")).unwrap_err();
+        assert!(e.contains("cannot carry the views' git store layer"), "{e}");
+    }
+    assert!(Overrides::parse("mountType: virtiofs\n").is_ok());
 }
 
 fn m(location: &Path, writable: bool) -> LimaMount {
@@ -396,6 +407,11 @@ fn provisioning_script_is_valid_shell_and_names_its_sentinel() {
     assert!(script.contains("MaxSessions"));
     assert!(script.contains("safe.directory"));
     assert!(script.contains("mount -t overlay"));
+    // Its upper layer is a virtiofs share: trusted.* xattrs do not pass, user.* do.
+    assert!(
+        script.contains("workdir=$4/work,userxattr\""),
+        "the overlay is mounted userxattr"
+    );
     // The helper inside it is valid sh too.
     let enter = script
         .split("<<'SANDBOX_ENTER'\n")

@@ -11,3 +11,4 @@ mod contract;
 mod real;
 mod standin;
 mod store;
+mod virtiofs;

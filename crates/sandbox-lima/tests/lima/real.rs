@@ -69,6 +69,7 @@ fn full_lifecycle_boots_where_a_vm_can() {
         nix_image: std::env::var_os("SANDBOX_PACKAGE_LIMA_IMAGE").map(PathBuf::from),
         overrides_dir: repo.base.join("overrides"),
         private_dir: repo.base.join("private"),
+        vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
     };
     settings.ensure_home().unwrap();
     let view = repo.view(&repo.task);

@@ -36,6 +36,7 @@ impl Standin {
             nix_image: None,
             overrides_dir: repo.base.join("overrides"),
             private_dir: repo.base.join("private"),
+            vhost_user_dirs: vec![limactl.vhost_user_dir()],
         };
         settings.ensure_home().unwrap();
         Standin {

@@ -270,6 +270,7 @@ mod tests {
             limits: Limits::default(),
             hook_port: Some(7465),
             allow_domains: vec![],
+            credentials: vec![],
             unprotected_git: false,
             agent: None,
         }

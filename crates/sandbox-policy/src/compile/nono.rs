@@ -323,6 +323,7 @@ mod tests {
             limits: Limits::default(),
             hook_port: Some(7465),
             allow_domains: vec![],
+            credentials: vec![],
             unprotected_git: false,
             agent: None,
         }

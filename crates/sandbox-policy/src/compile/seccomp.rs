@@ -21,6 +21,8 @@ pub mod consts {
     pub const TIOCSTI: u64 = 0x5412;
     pub const TIOCLINUX: u64 = 0x541C;
     pub const AF_VSOCK: u64 = 40;
+    /// `sendto`/`sendmsg` flag: connect and send in one call (TCP fast open).
+    pub const MSG_FASTOPEN: u64 = 0x2000_0000;
     pub const CLONE_NEWTIME: u64 = 0x0000_0080;
     pub const CLONE_NEWNS: u64 = 0x0002_0000;
     pub const CLONE_NEWCGROUP: u64 = 0x0200_0000;
@@ -284,6 +286,29 @@ pub fn unix_socket_rule() -> SyscallRule {
     }
 }
 
+/// The rules a blocked network adds where the run has no network namespace of its own:
+/// TCP fast open (`sendto`/`sendmsg`/`sendmmsg` with `MSG_FASTOPEN`) connects without
+/// `connect(2)`, so Landlock's TCP rules never see it. (`listen(2)` on an unbound socket binds
+/// an ephemeral port without `bind(2)` too, but whether a socket is bound is nothing seccomp
+/// can read: only the namespace closes that.)
+pub fn fast_open_rules() -> Vec<SyscallRule> {
+    [("sendto", 3), ("sendmsg", 2), ("sendmmsg", 3)]
+        .into_iter()
+        .map(|(syscall, arg)| SyscallRule {
+            syscall,
+            when: vec![ArgCheck::MaskedEq {
+                arg,
+                mask: consts::MSG_FASTOPEN,
+                value: consts::MSG_FASTOPEN,
+                dword: true,
+            }],
+            errno: consts::EACCES,
+            why: "network blocked, no network namespace: TCP fast open connects without \
+                  connect(2)",
+        })
+        .collect()
+}
+
 pub fn compile(policy: &Policy) -> SeccompPlan {
     use consts::*;
     let mut rules = vec![
@@ -429,6 +454,9 @@ fn arg_names(syscall: &str) -> &'static [&'static str] {
         "openat" => &["dirfd", "path", "flags", "mode"],
         "chown" | "lchown" | "fchown" => &["file", "owner", "group"],
         "fchownat" => &["dirfd", "path", "owner", "group"],
+        "sendto" => &["fd", "buf", "len", "flags"],
+        "sendmsg" => &["fd", "msg", "flags"],
+        "sendmmsg" => &["fd", "msgvec", "vlen", "flags"],
         _ => &[],
     }
 }
@@ -465,6 +493,7 @@ fn value_name(syscall: &str, arg: &str, value: u64) -> String {
             (CLONE_NEWPID, "CLONE_NEWPID"),
             (CLONE_NEWNET, "CLONE_NEWNET"),
         ],
+        ("sendto" | "sendmsg" | "sendmmsg", "flags") => &[(MSG_FASTOPEN, "MSG_FASTOPEN")],
         (_, "mode") => &[(S_ISUID, "S_ISUID"), (S_ISGID, "S_ISGID")],
         (_, "flags") => &[(O_CREAT, "O_CREAT"), (O_TMPFILE_BIT, "O_TMPFILE")],
         (_, "owner") => &[(NO_CHANGE, "-1")],

@@ -72,6 +72,7 @@ pub(super) async fn box_create(
             block_net: p.block_net,
             allow_ports: p.allow_ports.clone(),
             allow_domains: p.allow_domains.clone(),
+            credentials: p.credentials.clone(),
             timeout: p.timeout_ms.map(Duration::from_millis),
             unprotected_git: p.unprotected_git,
             push_remotes: Vec::new(),

@@ -90,10 +90,14 @@ pub(super) fn box_spec(
         return Err(bad(spec::SpecError::AllowOnBlocked));
     }
     spec::check_device_budget(&mounts, p.block_net).map_err(bad)?;
-    if !p.allow_ports.is_empty() || !p.allow_domains.is_empty() || !p.allow_read.is_empty() {
+    if !p.allow_ports.is_empty()
+        || !p.allow_domains.is_empty()
+        || !p.allow_read.is_empty()
+        || !p.credentials.is_empty()
+    {
         return Err(invalid(format!(
-            "box {}: boxlite takes mounts and allowNet, not allowRead, allowPorts or \
-             allowDomains",
+            "box {}: boxlite takes mounts and allowNet, not allowRead, allowPorts, \
+             allowDomains or credentials",
             p.name
         )));
     }

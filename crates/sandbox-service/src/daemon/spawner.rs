@@ -428,12 +428,23 @@ fn exit_event(
             .ok(),
         _ => None,
     };
-    exit_event_of(
+    let mut event = exit_event_of(
         exec_id,
         finished.outcome(outcome.as_ref().copied()),
         notes,
         git_store,
-    )
+    );
+    // The same fields, camelCase on both sides.
+    event.connections = finished
+        .connections
+        .iter()
+        .filter_map(|c| {
+            serde_json::to_value(c)
+                .and_then(serde_json::from_value)
+                .ok()
+        })
+        .collect();
+    event
 }
 
 /// The one builder of every `exit` event, a host command's and a VM box's alike: the code,
@@ -453,5 +464,6 @@ pub(super) fn exit_event_of(
         timed_out: status.timed_out,
         error_message: (!notes.is_empty()).then(|| notes.join("; ")),
         git_store,
+        connections: Vec::new(),
     }
 }
