@@ -13,6 +13,11 @@
 //! Every test binary runs with `CI=true`: inside this guest a skip for want of a boot is not
 //! allowed, and the run fails on any `skipped:` line that names the boot.
 //!
+//! The guest runs on single-threaded TCG with `-icount` (see [`ICOUNT`]): its clock counts its
+//! own instructions, so BoxLite's fixed 30 s guest-ready bound and every other deadline in the
+//! guest measure the guest's work, whatever else the host runs. Each test runs as its own
+//! command, with its time on the guest's clock and on the host's in the report.
+//!
 //! The binaries are built on the host (`--features boxlite`, `BOXLITE_DEPS_STUB=1`) and the
 //! workspace (with the runtime files of `cargo xtask boxlite-runtime` and the image of `cargo
 //! xtask box-image`) is shared in read-only at its own path, as is a target directory outside
@@ -31,6 +36,20 @@ use super::{BootOptions, Guest, GuestCommand, Image, Output, Share, User};
 /// The kernel the BoxLite suite boots: 6.12 (Debian 12 backports), whose `kvm_amd` runs
 /// libkrun's guests under QEMU's emulated SVM.
 const SUITE: &str = "bookworm-backports";
+
+/// The guest's clock counts its own instructions (`-icount shift=0`: 1 ns each), so every
+/// deadline inside it (BoxLite's fixed 30 s for a booting guest, the tests' and the daemon's
+/// bounds) measures the guest's work, not how much of the host's CPU the other processes left
+/// it: a loaded build machine runs fewer instructions per second, and the guest's seconds slow
+/// down with it. `sleep=on`: while the guest idles (waiting for the host's disk or 9p), its
+/// clock follows the host's. `-icount` needs single-threaded TCG (one host thread for both
+/// vCPUs).
+const ICOUNT: &str = "shift=0,sleep=on";
+
+/// How much longer than a command's guest-side timeout the host waits for it
+/// (`Guest::host_wait_factor`): under `-icount` a loaded host runs the guest's seconds up to
+/// ~15 times slower than its own.
+const HOST_WAIT_FACTOR: u32 = 20;
 
 /// Holds one VM with an irqchip and a vCPU open (KVM_CREATE_VM, KVM_CREATE_IRQCHIP,
 /// KVM_CREATE_VCPU), says so in /run/kvm-holder.ready, and sleeps until the guest goes.
@@ -156,7 +175,10 @@ struct Part {
     ok: bool,
     summary: String,
     detail: String,
+    /// On the guest's clock (`-icount`: its own instructions, at 1 ns each).
     seconds: f64,
+    /// On the host's clock.
+    wall: f64,
 }
 
 /// `cargo xtask guest-boxlite [--only PART]... [--shell SCRIPT]...`.
@@ -190,7 +212,10 @@ pub fn run(args: &[String]) -> Result<bool> {
     make_scratch(&scratch)?;
     let mut boot = BootOptions::new(root.join("target/guest/run-boxlite"));
     boot.memory_mib = 4096;
+    boot.accel = "tcg,thread=single".into();
     boot.qemu_args = vec![
+        "-icount".into(),
+        ICOUNT.into(),
         "-cpu".into(),
         "max".into(),
         "-drive".into(),
@@ -213,7 +238,10 @@ pub fn run(args: &[String]) -> Result<bool> {
         });
     }
     eprintln!("guest-boxlite: booting {} with -cpu max", kernel.release);
+    // Single-threaded TCG boots in a minute on a quiet machine, several on a loaded one.
+    boot.boot_timeout = Duration::from_secs(600);
     let mut guest = Guest::boot(&image, &kernel, &boot)?;
+    guest.host_wait_factor = HOST_WAIT_FACTOR;
     eprintln!(
         "guest-boxlite: {} up in {:.1} s",
         kernel.release,
@@ -225,8 +253,8 @@ pub fn run(args: &[String]) -> Result<bool> {
     // its own code for each flip. Under multi-threaded TCG that patching races with the
     // other vCPU and the guest panics (`Oops: int3` in finish_task_switch) within minutes of
     // booting boxes. Held, the keys stay on and nothing is patched while boxes come and go.
-    // (Single-threaded TCG avoids the race too, but is too slow for BoxLite's fixed 30 s
-    // guest-ready timeout.)
+    // Single-threaded TCG (which `-icount` needs) avoids the race too; the VM stays held so
+    // that a run with multi-threaded TCG (`boot.accel`) stays safe, and it costs nothing.
     let kvm = guest.sh(
         User::Root,
         &format!(
@@ -266,33 +294,26 @@ pub fn run(args: &[String]) -> Result<bool> {
     // A part that loses the guest (a panic, a hang) ends the run; the parts before it stand.
     let mut lost = None;
     for name in PARTS.iter().copied().filter(|p| wanted(p)) {
+        let part_started = Instant::now();
         let result = match name {
             "probe" => probe(&mut guest, &bins, &env),
             "doctor" => doctor(&mut guest, &bins, &env),
-            "engine" => tests(
-                &mut guest,
-                "engine",
-                &format!("'{}' --test-threads=1", bins.engine.display()),
-                &env,
-            ),
-            "cli" => tests(
-                &mut guest,
-                "cli",
-                &format!("'{}' --test-threads=1 boxlite::", bins.cli.display()),
-                &env,
-            ),
+            "engine" => tests(&mut guest, "engine", &bins.engine, "", &env),
+            "cli" => tests(&mut guest, "cli", &bins.cli, "boxlite::", &env),
             _ => bench(&mut guest, &bins, &env).map(|(part, json)| {
                 bench_json = json;
                 part
             }),
         };
         match result {
-            Ok(part) => {
+            Ok(mut part) => {
+                part.wall = part_started.elapsed().as_secs_f64();
                 eprintln!(
-                    "guest-boxlite: {} {} in {:.0} s: {}",
+                    "guest-boxlite: {} {} in {:.0} s ({:.0} s here): {}",
                     part.name,
                     if part.ok { "passed" } else { "FAILED" },
                     part.seconds,
+                    part.wall,
                     part.summary
                 );
                 parts.push(part)
@@ -304,6 +325,7 @@ pub fn run(args: &[String]) -> Result<bool> {
                     summary: "the guest was lost".into(),
                     detail: format!("{err:#}"),
                     seconds: 0.0,
+                    wall: part_started.elapsed().as_secs_f64(),
                 });
                 lost = Some(err);
                 break;
@@ -341,10 +363,11 @@ pub fn run(args: &[String]) -> Result<bool> {
         all_ok &= p.ok;
         let _ = writeln!(
             text,
-            "  {:<7} {:<4} {:>5.0} s  {}",
+            "  {:<7} {:<4} {:>5.0} s in the guest {:>5.0} s here  {}",
             p.name,
             if p.ok { "PASS" } else { "FAIL" },
             p.seconds,
+            p.wall,
             p.summary
         );
         if !p.ok {
@@ -377,6 +400,7 @@ pub fn run(args: &[String]) -> Result<bool> {
             "bench": bench_json,
             "parts": parts.iter().map(|p| json!({
                 "name": p.name, "ok": p.ok, "summary": p.summary, "seconds": p.seconds,
+                "wall_seconds": p.wall,
                 "detail": p.detail,
             })).collect::<Vec<_>>(),
         }))?,
@@ -427,6 +451,7 @@ fn probe(guest: &mut Guest, bins: &Binaries, env: &[(String, String)]) -> Result
             .to_owned(),
         detail: both(&out),
         seconds: out.seconds,
+        wall: 0.0,
     })
 }
 
@@ -451,41 +476,96 @@ fn doctor(guest: &mut Guest, bins: &Binaries, env: &[(String, String)]) -> Resul
         summary: line,
         detail: both(&out),
         seconds: out.seconds,
+        wall: 0.0,
     })
 }
 
-/// A test binary; it passes when it exits 0 and printed no skip for want of a boot.
+/// A test binary, one test per command (each test's time in the report, and a test that hangs
+/// is named). It passes when every test passes and none printed `skipped:` (nothing may be
+/// skipped in this guest: it boots boxes).
 fn tests(
     guest: &mut Guest,
     name: &'static str,
-    command: &str,
+    binary: &Path,
+    filter: &str,
     env: &[(String, String)],
 ) -> Result<Part> {
-    // Each boot under emulation takes a minute or more on a busy machine.
-    let out = run_root(
+    let bin = binary.display();
+    let list = run_root(
         guest,
-        &format!("{command} 2>&1"),
+        &format!("'{bin}' --list --format terse {filter}"),
         env,
-        Duration::from_secs(1800),
+        Duration::from_secs(300),
     )?;
-    let text = out.stdout_text();
-    let skips: Vec<&str> = text.lines().filter(|l| l.contains("skipped:")).collect();
-    let result = text
+    let names: Vec<String> = list
+        .stdout_text()
         .lines()
-        .rfind(|l| l.starts_with("test result:"))
-        .unwrap_or("no test result")
-        .to_owned();
-    let ok = out.success() && skips.is_empty();
-    let mut summary = result;
-    if !skips.is_empty() {
-        let _ = write!(summary, "; {} skipped (none may be here)", skips.len());
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect();
+    if names.is_empty() {
+        return Ok(Part {
+            name,
+            ok: false,
+            summary: format!("no tests listed ({})", list.status_text()),
+            detail: both(&list),
+            seconds: list.seconds,
+            wall: 0.0,
+        });
+    }
+    let (mut passed, mut failed, mut skipped) = (Vec::new(), Vec::new(), Vec::new());
+    let mut detail = String::new();
+    let mut seconds = list.seconds;
+    for test in &names {
+        let wall = Instant::now();
+        // The longest test took 28 s of the guest's clock (minutes of the host's on a
+        // loaded machine: the host waits longer, `Guest::host_wait_factor`).
+        let out = run_root(
+            guest,
+            &format!("'{bin}' --exact '{test}' --test-threads=1 2>&1"),
+            env,
+            Duration::from_secs(300),
+        )?;
+        seconds += out.seconds;
+        let text = out.stdout_text();
+        let skips = text.lines().filter(|l| l.contains("skipped:")).count();
+        let line = format!(
+            "{test}: {} ({:.1} s in the guest, {:.0} s here)",
+            out.status_text(),
+            out.seconds,
+            wall.elapsed().as_secs_f64()
+        );
+        eprintln!("guest-boxlite:   {line}");
+        let _ = writeln!(detail, "{line}");
+        if !out.success() {
+            failed.push(test.as_str());
+            let _ = writeln!(detail, "{text}");
+        } else if skips > 0 {
+            skipped.push(test.as_str());
+            let _ = writeln!(detail, "{text}");
+        } else {
+            passed.push(test.as_str());
+        }
+    }
+    let mut summary = format!("{} passed", passed.len());
+    if !failed.is_empty() {
+        let _ = write!(summary, ", {} failed ({})", failed.len(), failed.join(", "));
+    }
+    if !skipped.is_empty() {
+        let _ = write!(
+            summary,
+            ", {} skipped, none may be here ({})",
+            skipped.len(),
+            skipped.join(", ")
+        );
     }
     Ok(Part {
         name,
-        ok,
+        ok: failed.is_empty() && skipped.is_empty(),
         summary,
-        detail: text,
-        seconds: out.seconds,
+        detail,
+        seconds,
+        wall: 0.0,
     })
 }
 
@@ -519,6 +599,7 @@ fn bench(
             summary,
             detail: text,
             seconds: out.seconds,
+            wall: 0.0,
         },
         json,
     ))

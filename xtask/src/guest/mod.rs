@@ -389,6 +389,11 @@ pub struct Guest {
     console: PathBuf,
     next_id: u64,
     exited: bool,
+    /// How much longer than a command's own timeout (kept by the agent on the guest's clock)
+    /// the host waits for its answer before it calls the guest lost: 1 when the guest's clock
+    /// follows the host's; more under `-icount`, where the guest's seconds count its own
+    /// instructions and a loaded host runs fewer of them per second.
+    pub host_wait_factor: u32,
 }
 
 impl Guest {
@@ -522,6 +527,7 @@ impl Guest {
             console,
             next_id: 1,
             exited: false,
+            host_wait_factor: 1,
         };
         let ready: serde_json::Value = guest
             .next_line(deadline)
@@ -588,7 +594,8 @@ impl Guest {
             "timeout": command.timeout.as_secs_f64(),
         });
         writeln!(self.agent, "{request}").context("writing to the guest agent")?;
-        let deadline = Instant::now() + command.timeout + Duration::from_secs(30);
+        let deadline =
+            Instant::now() + command.timeout * self.host_wait_factor + Duration::from_secs(30);
         let reply = self
             .next_line(deadline)
             .with_context(|| format!("running {:?} in the guest", command.argv))?;
