@@ -212,7 +212,9 @@ fn main() {
     // The network namespace per run (`--block-net`: lo up, the hook port's listener handed
     // over) and with the domain proxy's relay (a listener more, the relay thread), each
     // measured against the same run without them.
-    let no_quarantine = variants.iter().position(|v| v.name == "sandbox run (native, no quarantine)");
+    let no_quarantine = variants
+        .iter()
+        .position(|v| v.name == "sandbox run (native, no quarantine)");
     for (name, flags) in [
         (
             "sandbox run (native, no quarantine, --block-net)",
