@@ -513,11 +513,6 @@ fn main() {
             .env("XDG_STATE_HOME", home.join(".state"))
             .env("XDG_RUNTIME_DIR", &runtime)
             .env("TMPDIR", &tmp)
-            // cargo sets CARGO_HOME to the user's (/root/.cargo) for the bench, outside the
-            // benchmark's HOME: a native run then layers a cache at a mount point its view
-            // does not make, and fails with 125 ("building the private view: No such file or
-            // directory"; a bug of the package caches, reported). The runs measure without it.
-            .env_remove("CARGO_HOME")
             .envs(nono.as_ref().map(|n| ("SANDBOX_NONO", n)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -724,3 +724,40 @@ fn without_user_namespaces_home_is_the_private_homes_own_path() {
         text(&out)
     );
 }
+
+/// A package cache outside the home (`CARGO_HOME=/opt/cargo`, as CI images and `cargo bench`
+/// set it) is layered where the view has no directory of its own: its mount point must be
+/// made on the view's tmpfs. Before, every such run exited 125 ("building the private view:
+/// No such file or directory").
+#[test]
+fn a_cache_outside_the_home_is_layered_at_its_own_path() {
+    let env = Env::new();
+    if !has_view(&env) {
+        return skip("no-view", "the native backend has no private view here");
+    }
+    let dir = worktrees(&env, &["task"]).remove(0);
+    let cargo_home = env.path().join("elsewhere/cargo");
+    std::fs::create_dir_all(cargo_home.join("registry/cache")).unwrap();
+    std::fs::write(cargo_home.join("registry/cache/kept.crate"), "users").unwrap();
+    let out = env
+        .cmd()
+        .current_dir(&dir)
+        .env("CARGO_HOME", &cargo_home)
+        .args([
+            "run",
+            "--env",
+            "CARGO_HOME",
+            "--",
+            "sh",
+            "-c",
+            "cat \"$CARGO_HOME/registry/cache/kept.crate\" && \
+             echo new > \"$CARGO_HOME/registry/cache/new.crate\" && echo written",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "userswritten\n");
+    // Copy-on-write: the user's cache is as it was.
+    assert!(!cargo_home.join("registry/cache/new.crate").exists());
+}

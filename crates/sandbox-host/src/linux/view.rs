@@ -227,6 +227,23 @@ impl PreparedView {
                 .find_map(|at| mounted.get(at))
                 .is_some_and(|bind| *bind)
         };
+        // A mount point for `target`, unless the mount it lands in is a bind of the host's
+        // tree (where it exists already).
+        let mount_point = |mounted: &std::collections::HashMap<PathBuf, bool>,
+                           target: &Path,
+                           dir: bool|
+         -> Result<Option<(Step, String)>, HostError> {
+            if on_host(mounted, target) {
+                return Ok(None);
+            }
+            let at = inside(target)?;
+            let step = if dir {
+                Step::Mkdir(at)
+            } else {
+                Step::Touch(at)
+            };
+            Ok(Some((step, format!("mount point {}", target.display()))))
+        };
         let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
             steps.push(step);
             labels.push(label);
@@ -288,12 +305,8 @@ impl PreparedView {
             match op {
                 MountOp::Tmpfs { target, mode } => {
                     made.insert(target.clone());
-                    if !on_host(&mounted, target) {
-                        push(
-                            &mut steps,
-                            Step::Mkdir(inside(target)?),
-                            format!("mount point {}", target.display()),
-                        );
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), false);
                     push(
@@ -309,12 +322,8 @@ impl PreparedView {
                 // view gets a mount point, and the namespace's own proc is mounted there.
                 MountOp::Bind { target, .. } if pid_namespace && target == Path::new(PROC) => {
                     made.insert(target.clone());
-                    if !on_host(&mounted, target) {
-                        push(
-                            &mut steps,
-                            Step::Mkdir(inside(target)?),
-                            format!("mount point {}", target.display()),
-                        );
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), false);
                     proc = true;
@@ -327,17 +336,8 @@ impl PreparedView {
                     why,
                 } => {
                     made.insert(target.clone());
-                    if !on_host(&mounted, target) {
-                        let point = if *dir {
-                            Step::Mkdir(inside(target)?)
-                        } else {
-                            Step::Touch(inside(target)?)
-                        };
-                        push(
-                            &mut steps,
-                            point,
-                            format!("mount point {}", target.display()),
-                        );
+                    if let Some((step, label)) = mount_point(&mounted, target, *dir)? {
+                        push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), true);
                     push(
@@ -362,6 +362,11 @@ impl PreparedView {
                     why,
                 } => {
                     made.insert(target.clone());
+                    // A cache outside the home (`CARGO_HOME=/opt/cargo`) lands on the view's
+                    // own tmpfs, where its directory must be made first.
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
+                    }
                     mounted.insert(target.clone(), true);
                     push(
                         &mut steps,
@@ -387,12 +392,8 @@ impl PreparedView {
                 }
                 MountOp::Devpts { target } => {
                     made.insert(target.clone());
-                    if !on_host(&mounted, target) {
-                        push(
-                            &mut steps,
-                            Step::Mkdir(inside(target)?),
-                            format!("mount point {}", target.display()),
-                        );
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), false);
                     push(
