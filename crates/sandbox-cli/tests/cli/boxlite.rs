@@ -532,6 +532,7 @@ true"#,
     stop();
     assert_eq!(out.status.code(), Some(125), "{stderr}");
     assert!(out.stdout.is_empty());
+    // The worktree, the common dir and the `.git` pointer.
     assert!(stderr.contains("3 mounts"), "{stderr}");
     assert!(stderr.contains("--block-net"), "{stderr}");
     assert!(!stderr.contains("cannot boot"), "{stderr}");

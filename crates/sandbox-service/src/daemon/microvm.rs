@@ -43,6 +43,14 @@ pub(super) fn box_spec(
 }
 
 #[cfg(feature = "boxlite")]
+/// Whether a linked worktree's box gets the commit mounts (docs/boxlite.md, "Commits from a
+/// box"). Off for now: BoxLite 0.10.8 gives each mount a device of its own, and the fourth
+/// mount (the box's git directory) exhausts libkrun's interrupts even without the network —
+/// `RegisterVsockDevice(IrqsExhausted)`, measured in a booted box in the TCG guest — so such
+/// a box never boots. On again once one share can carry several mounts.
+const COMMITS_FROM_BOXES: bool = false;
+
+#[cfg(feature = "boxlite")]
 /// The box's description checked and compiled into a [`BoxSpec`]: the workdir mounted at its
 /// own path read-write; the worktree's git data read-only at its own paths, stacked on the
 /// workdir where it lies inside it (`sandbox_boxlite::git`: nothing the host's git runs can
@@ -313,20 +321,30 @@ mod engine {
         // the one its mounts name.
         let state_dir = state.opts.backend.state_dir();
         let commit_root = state_dir.join("boxlite-git").join(&p.name);
-        if let Err(e) = std::fs::create_dir_all(state_dir.join("boxlite-git")) {
+        if let (true, Err(e)) = (
+            COMMITS_FROM_BOXES,
+            std::fs::create_dir_all(state_dir.join("boxlite-git")),
+        ) {
             return Err(RpcError::new(
                 ErrorCode::Internal,
                 format!("box {}: creating {}: {e}", p.name, state_dir.display()),
             ));
         }
-        let (spec, box_git) = box_spec_with(&p, &workdir, Some(&commit_root))?;
+        let (spec, box_git) = box_spec_with(
+            &p,
+            &workdir,
+            COMMITS_FROM_BOXES.then_some(commit_root.as_path()),
+        )?;
         // The mounts are grants: none may reach the user's configuration, the remembered
         // choices or the daemon's token, nor BoxLite's own home. The policy comes from the one
         // assembly, with no configured grants on top: a guest sees its mounts and nothing else.
+        // The box's git directory is the daemon's own, made for this box just above (as a
+        // private home is a run's): its mounts are not grants, and it lies in the state
+        // directory, which a grant may not reach. Every other mount is checked.
         let grants = |read_only: bool| -> Vec<std::path::PathBuf> {
             spec.mounts
                 .iter()
-                .filter(|m| m.read_only == read_only)
+                .filter(|m| m.read_only == read_only && !m.host.starts_with(&commit_root))
                 .map(|m| m.host.clone())
                 .collect()
         };
