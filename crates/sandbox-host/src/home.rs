@@ -271,13 +271,13 @@ pub fn attach(
     let key = key_of(&project_dir(policy, settings.per_task));
     let homes = crate::privdir::ensure("native", &homes_dir(&settings.state_dir))?;
     let dir = homes.join(&key);
+    // Runs of one project (two boxes created at once, say) prepare its home one at a time:
+    // each finds the home whole, never one another run is still making.
+    let _preparing = flock(&homes.join(format!(".{key}.lock")), libc::LOCK_EX)
+        .map_err(|e| fail(&dir, format!("locking the private home: {e}")))?;
     if !dir.is_dir() {
-        use std::os::unix::fs::DirBuilderExt;
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
+        create_home(&homes, &dir)
             .map_err(|e| fail(&dir, format!("creating the private home: {e}")))?;
-        write_shell_rc(&dir).map_err(|e| fail(&dir, format!("writing its shell rc: {e}")))?;
     }
     let dir = std::fs::canonicalize(&dir).map_err(|e| fail(&dir, e.to_string()))?;
 
@@ -439,19 +439,39 @@ fn set_aside_volatile_marker(layer: &Path) -> std::io::Result<()> {
 /// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
 /// holds them.
 pub fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
+    flock(&dir.join("lock"), libc::LOCK_EX | libc::LOCK_NB)
+}
+
+/// Opens (creating) the lock file `path` and takes `flock(2)` with `how`; held until the file
+/// is closed.
+fn flock(path: &Path, how: libc::c_int) -> Result<std::fs::File, std::io::Error> {
     use std::os::fd::AsRawFd as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(dir.join("lock"))?;
+        .mode(0o600)
+        .open(path)?;
     // SAFETY: flock(2) on the descriptor we just opened; released when it is closed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    let rc = unsafe { libc::flock(file.as_raw_fd(), how) };
     if rc == 0 {
         Ok(file)
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// Makes a new private home at `dir` whole or not at all: built beside it, then renamed into
+/// place, so a crash mid-way leaves no home without its shell rc.
+fn create_home(homes: &Path, dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    let staging = homes.join(format!(".new-{name}"));
+    remove_any(&staging)?;
+    std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+    write_shell_rc(&staging)?;
+    std::fs::rename(&staging, dir)
 }
 
 /// Everything the view mounts inside the real home's path needs a mount point in the private

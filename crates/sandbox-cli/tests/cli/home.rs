@@ -761,3 +761,32 @@ fn a_cache_outside_the_home_is_layered_at_its_own_path() {
     // Copy-on-write: the user's cache is as it was.
     assert!(!cargo_home.join("registry/cache/new.crate").exists());
 }
+
+/// Runs of one project started together (boxes created at once, say) each find its private
+/// home whole: the first makes it, the others wait and use it. Once, two raced, and the one
+/// that lost refused to run ("creating the private home: File exists").
+#[test]
+fn runs_started_together_share_one_whole_home() {
+    let env = Env::new();
+    let dir = worktrees(&env, &["task"]).remove(0);
+    let runs: Vec<_> = (0..16)
+        .map(|_| {
+            env.cmd()
+                .current_dir(&dir)
+                .args(["run", "--", "sh", "-c", "cat \"$HOME/.bashrc\""])
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for run in runs {
+        let out = run.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            sandbox_host::home::SHELL_RC
+        );
+    }
+}
