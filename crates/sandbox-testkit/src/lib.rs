@@ -52,6 +52,27 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A repository at `main` (made if missing) whose first commit, on branch `main`, holds
+/// what `main` already has (nothing: an empty commit), and a linked worktree at `task` on
+/// branch `task`; with [`git`].
+pub fn linked_worktree(main: &Path, task: &Path) {
+    std::fs::create_dir_all(main).unwrap();
+    git(main, &["init", "-q", "-b", "main"]);
+    git(main, &["add", "-A"]);
+    git(main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(
+        main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "task",
+            task.to_str().unwrap(),
+        ],
+    );
+}
+
 /// True while `pid` exists and is not a zombie (a zombie is dead for our purposes).
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
