@@ -165,6 +165,52 @@ fn policy_show_is_the_dry_run() {
     );
 }
 
+/// `policy show` says which `/proc` a run gets, as a run here does get it: with a pid
+/// namespace (the command is pid 2) the namespace's own, not a bind of the host's; without
+/// one (no user namespaces: no view) the host's, in the system paths.
+#[test]
+fn policy_show_names_the_proc_a_run_gets() {
+    let f = Fixture::new();
+    for wrapped in [false, true] {
+        let cmd = |args: &[&str]| {
+            let mut c = if wrapped {
+                f.env.cmd_under(&common::escape::NOUSERNS_WRAPPER)
+            } else {
+                f.env.cmd()
+            };
+            c.current_dir(&f.task).args(args).output().unwrap()
+        };
+        let run = cmd(&["run", "--", "sh", "-c", "echo $$"]);
+        assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+        let own = stdout(&run).trim() == "2";
+        let shown = cmd(&["policy", "show"]);
+        let h = stdout(&shown);
+        let system = h.lines().find(|l| l.starts_with("system ")).unwrap();
+        let host_proc_listed = system.split_whitespace().any(|w| w == "/proc");
+        let json: serde_json::Value =
+            serde_json::from_slice(&cmd(&["policy", "show", "--json"]).stdout).unwrap();
+        if own {
+            assert!(
+                h.contains("proc   /proc  (the pid namespace's own"),
+                "the view lists the namespace's proc: {h}"
+            );
+            assert!(
+                !h.contains("ro     /proc"),
+                "no bind of the host's proc: {h}"
+            );
+            assert!(!host_proc_listed, "{system}");
+            assert_eq!(json["compiled"]["own_proc"], "/proc", "{json}");
+        } else {
+            assert!(!h.contains("the pid namespace's own"), "{h}");
+            assert!(host_proc_listed, "{system}");
+            assert!(json["compiled"]["own_proc"].is_null(), "{json}");
+        }
+        common::report(format_args!(
+            "policy show /proc (wrapped without user namespaces: {wrapped}): own={own}"
+        ));
+    }
+}
+
 #[test]
 fn doctor_reports_what_is_enforced_and_the_tools() {
     let f = Fixture::new();
