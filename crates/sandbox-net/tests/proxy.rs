@@ -483,6 +483,8 @@ mod credentials {
     struct TestCa {
         pem_file: PathBuf,
         acceptor: TlsAcceptor,
+        /// Holds `pem_file`; removed with the CA.
+        _dir: tempfile::TempDir,
     }
 
     impl TestCa {
@@ -500,13 +502,11 @@ mod credentials {
             )
             .unwrap();
             let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-            let dir = std::env::temp_dir().join(format!(
-                "sandbox-net-ca-{}-{:?}",
-                std::process::id(),
-                std::thread::current().id()
-            ));
-            std::fs::create_dir_all(&dir).unwrap();
-            let pem_file = dir.join(format!("ca-{}.pem", names.join("-")));
+            let dir = tempfile::Builder::new()
+                .prefix("sandbox-net-ca-")
+                .tempdir()
+                .unwrap();
+            let pem_file = dir.path().join(format!("ca-{}.pem", names.join("-")));
             std::fs::write(&pem_file, ca.pem()).unwrap();
             let config = rustls::ServerConfig::builder_with_provider(Arc::new(
                 rustls::crypto::ring::default_provider(),
@@ -522,6 +522,7 @@ mod credentials {
             TestCa {
                 pem_file,
                 acceptor: TlsAcceptor::from(Arc::new(config)),
+                _dir: dir,
             }
         }
     }
