@@ -124,22 +124,14 @@ fn group_dir(mount: &CgroupMount, path: &str) -> Option<PathBuf> {
     })
 }
 
+/// A directory we may create groups in (write and search).
 fn writable(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access(2) of a NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+    use nix::unistd::AccessFlags;
+    nix::unistd::access(path, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
 }
 
 fn writable_file(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access(2) of a NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 fn controller_named(name: &str) -> Option<Controller> {
@@ -155,8 +147,7 @@ pub fn probe() -> Machine {
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .map(|t| parse_proc_cgroup(&t))
         .unwrap_or_default();
-    // SAFETY: geteuid(2) takes no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let systemd_user = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .is_some_and(|d| d.join("systemd/private").exists());
@@ -438,8 +429,9 @@ fn remove(dir: &Path) -> bool {
                     .lines()
                     .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
                 {
-                    // SAFETY: kill(2) with integers: a process of the run's own group.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    // A process of the run's own group; one already gone is no error.
+                    let pid = nix::unistd::Pid::from_raw(pid);
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
                 }
                 std::thread::yield_now();
             }
