@@ -127,6 +127,36 @@ impl Server {
 
 /// An HTTP/1.1 server on 127.0.0.1: reads one request (head and a Content-Length body) and
 /// answers with a body that shows the request line and headers it saw, then the body size.
+/// Reads one HTTP request from `stream`: its head and its Content-Length body. Returns the
+/// bytes read, the head's length and the body's.
+async fn read_request<S: tokio::io::AsyncRead + Unpin>(stream: &mut S) -> (Vec<u8>, usize, usize) {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let (head_len, body_len) = loop {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed before a full request");
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut req = httparse::Request::new(&mut headers);
+        if let httparse::Status::Complete(len) = req.parse(&buf).unwrap() {
+            let body_len = req
+                .headers
+                .iter()
+                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                .map_or(0, |h| {
+                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
+                });
+            break (len, body_len);
+        }
+    };
+    while buf.len() < head_len + body_len {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "closed inside the body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    (buf, head_len, body_len)
+}
+
 async fn http_server() -> (u16, Arc<Mutex<usize>>) {
     let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -137,30 +167,7 @@ async fn http_server() -> (u16, Arc<Mutex<usize>>) {
             let (mut stream, _) = listener.accept().await.unwrap();
             *count.lock().unwrap() += 1;
             tokio::spawn(async move {
-                let mut buf = Vec::new();
-                let mut chunk = [0u8; 65536];
-                let (head_len, body_len) = loop {
-                    let n = stream.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "closed before a full request");
-                    buf.extend_from_slice(&chunk[..n]);
-                    let mut headers = [httparse::EMPTY_HEADER; 32];
-                    let mut req = httparse::Request::new(&mut headers);
-                    if let httparse::Status::Complete(len) = req.parse(&buf).unwrap() {
-                        let body_len = req
-                            .headers
-                            .iter()
-                            .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                            .map_or(0, |h| {
-                                std::str::from_utf8(h.value).unwrap().parse().unwrap()
-                            });
-                        break (len, body_len);
-                    }
-                };
-                while buf.len() < head_len + body_len {
-                    let n = stream.read(&mut chunk).await.unwrap();
-                    assert!(n > 0, "closed inside the body");
-                    buf.extend_from_slice(&chunk[..n]);
-                }
+                let (buf, head_len, body_len) = read_request(&mut stream).await;
                 let head = String::from_utf8_lossy(&buf[..head_len]).into_owned();
                 // A large answer, so bytes flow both ways in volume.
                 let body = format!("{head}body: {body_len} bytes\n{}", "x".repeat(200_000));
@@ -545,30 +552,7 @@ mod credentials {
                     let Ok(mut stream) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let mut buf = Vec::new();
-                    let mut chunk = [0u8; 16384];
-                    let (head_len, body_len) = loop {
-                        let n = stream.read(&mut chunk).await.unwrap();
-                        assert!(n > 0, "closed before a full request");
-                        buf.extend_from_slice(&chunk[..n]);
-                        let mut headers = [httparse::EMPTY_HEADER; 32];
-                        let mut req = httparse::Request::new(&mut headers);
-                        if let httparse::Status::Complete(len) = req.parse(&buf).unwrap() {
-                            let body_len = req
-                                .headers
-                                .iter()
-                                .find(|h| h.name.eq_ignore_ascii_case("content-length"))
-                                .map_or(0, |h| {
-                                    std::str::from_utf8(h.value).unwrap().parse().unwrap()
-                                });
-                            break (len, body_len);
-                        }
-                    };
-                    while buf.len() < head_len + body_len {
-                        let n = stream.read(&mut chunk).await.unwrap();
-                        assert!(n > 0, "closed inside the body");
-                        buf.extend_from_slice(&chunk[..n]);
-                    }
+                    let (buf, _, _) = read_request(&mut stream).await;
                     let request = String::from_utf8_lossy(&buf).into_owned();
                     log.lock().unwrap().push(request.clone());
                     let answer = format!(
