@@ -3,7 +3,7 @@
 //! steps, so that the command and every process it starts are counted from their first
 //! instruction (a fork bomb's first fork included) and no process of the run is ever outside.
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use crate::spawn::{SetupFailure, SetupStep};
 
@@ -23,9 +23,8 @@ impl JoinCgroups {
     /// and v2 alike). Async-signal safe: write(2) only.
     pub(crate) fn join(&self) -> Result<(), SetupFailure> {
         for (index, fd) in self.procs.iter().enumerate() {
-            // SAFETY: write(2) of a one-byte constant to a descriptor this value owns.
-            let written = unsafe { libc::write(fd.as_raw_fd(), b"0".as_ptr().cast(), 1) };
-            if written != 1 {
+            // write(2) only (nix's wrapper allocates nothing).
+            if nix::unistd::write(fd, b"0") != Ok(1) {
                 let mut failure = SetupFailure::last(SetupStep::JoinCgroup);
                 failure.detail = index as u32;
                 return Err(failure);
