@@ -231,20 +231,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             return Some(refused(host.to_ascii_lowercase(), port, kind, &refusal));
         }
     };
-    let mut record = Connection {
-        host: match &target {
-            Target::Name { name, .. } => name.clone(),
-            Target::Address { ip, .. } => ip.to_string(),
-        },
-        port,
-        kind,
-        allowed: true,
-        rule: target.rule().to_owned(),
-        address: None,
-        bytes_up: 0,
-        bytes_down: 0,
-        error: None,
-    };
+    let mut record = allowed(&target, port, kind);
     let (upstream, address) = match connect(&candidates, port).await {
         Ok(connected) => connected,
         Err(e) => {
@@ -381,20 +368,7 @@ async fn socks(inner: &Inner, mut client: TcpStream, request: SocksRequest) -> C
             return refused(host.to_ascii_lowercase(), port, Kind::Socks, &refusal);
         }
     };
-    let mut record = Connection {
-        host: match &target {
-            Target::Name { name, .. } => name.clone(),
-            Target::Address { ip, .. } => ip.to_string(),
-        },
-        port,
-        kind: Kind::Socks,
-        allowed: true,
-        rule: target.rule().to_owned(),
-        address: None,
-        bytes_up: 0,
-        bytes_down: 0,
-        error: None,
-    };
+    let mut record = allowed(&target, port, Kind::Socks);
     let upstream = match connect(&candidates, port).await {
         Ok((upstream, address)) => {
             record.address = Some(address);
@@ -781,6 +755,24 @@ fn origin_form(
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     out
+}
+
+/// The record of an allowed connection to `target`, before it is made.
+fn allowed(target: &Target, port: u16, kind: Kind) -> Connection {
+    Connection {
+        host: match target {
+            Target::Name { name, .. } => name.clone(),
+            Target::Address { ip, .. } => ip.to_string(),
+        },
+        port,
+        kind,
+        allowed: true,
+        rule: target.rule().to_owned(),
+        address: None,
+        bytes_up: 0,
+        bytes_down: 0,
+        error: None,
+    }
 }
 
 fn refused(host: String, port: u16, kind: Kind, refusal: &Refusal) -> Connection {
