@@ -223,7 +223,8 @@ pub struct SandboxArgs {
     pub allow_write: Vec<PathBuf>,
 
     /// Deny the network: the native backend gives the run a network namespace of its own
-    /// with only loopback (no route out, no inbound connection from the host); the host's
+    /// with only loopback (no route out, no inbound connection from the host but the
+    /// --publish ports); the host's
     /// --allow-port ports and the hook port are relayed in. No UDP, raw or packet sockets,
     /// no io_uring. Without user namespaces: TCP only to --allow-port ports (Landlock).
     #[arg(long)]
@@ -242,6 +243,16 @@ pub struct SandboxArgs {
     /// `network.allow_domains` in the config.
     #[arg(long = "allow-domain", value_name = "HOST")]
     pub allow_domain: Vec<String>,
+
+    /// Publish a server of the run to the host (repeatable): `[HOST_ADDR:]HOST_PORT[:INNER_PORT]`,
+    /// e.g. `3000`, `8080:3000`, `127.0.0.1:8080:3000`, `[::1]:8080`. The supervisor listens
+    /// on HOST_ADDR:HOST_PORT (default address 127.0.0.1; 0.0.0.0 only when written out) and
+    /// relays each connection to 127.0.0.1:INNER_PORT inside the run's network namespace
+    /// (native backend, with --block-net or --allow-domain); the connections are in the
+    /// connection log as `inbound`. With the open network a server already listens on the
+    /// host's port (only `P` is accepted). Adds to `network.publish` in the config.
+    #[arg(long = "publish", value_name = "[ADDR:]PORT[:INNER]")]
+    pub publish: Vec<String>,
 
     /// Give the command an API credential without its secret (repeatable): `anthropic`,
     /// `openai`, `google`, `github`. The host reads the secret (its own $ANTHROPIC_API_KEY,

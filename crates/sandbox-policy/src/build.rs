@@ -57,6 +57,8 @@ pub struct PolicyRequest {
     pub allow_domains: Vec<String>,
     /// `--credential NAME` (names; checked and read by the caller).
     pub credentials: Vec<String>,
+    /// `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`, as written ([`crate::Publish::parse`]).
+    pub publish: Vec<String>,
     pub env: EnvPolicy,
     pub timeout: Option<Duration>,
     /// The resource limits (memory, pids, cpu; [`crate::compile::limits::resolve`]).
@@ -187,6 +189,31 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         }
     }
 
+    let mut publish: Vec<crate::model::Publish> = Vec::new();
+    for text in &req.publish {
+        let p = crate::model::Publish::parse(text).map_err(PolicyError::Conflict)?;
+        if let Some(other) = publish.iter().find(|o| o.host() == p.host() && **o != p) {
+            return Err(PolicyError::Conflict(format!(
+                "--publish {p} and --publish {other} both listen on {}",
+                p.host()
+            )));
+        }
+        if !publish.contains(&p) {
+            publish.push(p);
+        }
+    }
+    // With the open network the run has no namespace of its own: its servers listen on the
+    // host's own ports, so only the identity (127.0.0.1:P to P) is already true.
+    let open = !req.block_net && req.allow_domains.is_empty() && req.credentials.is_empty();
+    if let (true, Some(p)) = (open, publish.iter().find(|p| !p.is_identity())) {
+        return Err(PolicyError::Conflict(format!(
+            "--publish {p}: with the open network the run shares the host's network (its \
+             servers listen on the host's own ports, no relay exists); publishing to another \
+             address or port needs the run's own network namespace (--block-net or \
+             --allow-domain)"
+        )));
+    }
+
     let mut fs = FsPolicy {
         system_read: req
             .system_read
@@ -309,6 +336,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),
         credentials: req.credentials.clone(),
+        publish,
         unprotected_git: req.unprotected_git,
         agent: req.agent.clone(),
     };
