@@ -22,6 +22,7 @@ mod limits;
 mod native;
 mod net;
 mod notices;
+mod publish;
 mod run;
 mod seam;
 mod service;

@@ -467,6 +467,16 @@ fn report(
         abi,
     );
     match net {
+        NetState::Open if !policy.publish.is_empty() => e.notes.push(format!(
+            "--publish {}: the run shares the host's network, so its server listens on the \
+             host's own port (nothing is relayed)",
+            policy
+                .publish
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" --publish ")
+        )),
         NetState::Open => {}
         NetState::Namespace(plan) => e.enforced.push(plan.describe()),
         NetState::Missing(why) if crate::net::needs_proxy(policy) => e.gaps.push(format!(

@@ -255,6 +255,27 @@ pub(crate) async fn serve(publish: Publish, listener: std::net::TcpListener, tar
     }
 }
 
+/// A connection's record, logged when its relay ends — or, if the relay is cut at the
+/// command's end (the host's client kept it open), when the relay task is dropped.
+struct Logged {
+    log: Arc<Mutex<Vec<Connection>>>,
+    record: Option<Connection>,
+    /// The relay ended by itself.
+    done: bool,
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        if let Some(mut record) = self.record.take() {
+            if !self.done {
+                record.error =
+                    Some("still open when the command ended: cut (bytes not counted)".into());
+            }
+            lock(&self.log).push(record);
+        }
+    }
+}
+
 /// One connection from the host: to the newest command whose namespace accepts it.
 async fn connection(
     publish: Publish,
@@ -284,13 +305,20 @@ async fn connection(
         .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
         match inside {
             Ok(inside) => {
-                let log = target.log.clone();
+                let mut logged = Logged {
+                    log: target.log.clone(),
+                    record: Some(record),
+                    done: false,
+                };
                 target.relays.lock().await.spawn(async move {
                     let (up, down, error) = sandbox_net::relay_tcp(client, inside).await;
-                    record.bytes_up = up;
-                    record.bytes_down = down;
-                    record.error = error;
-                    lock(&log).push(record);
+                    if let Some(record) = logged.record.as_mut() {
+                        record.bytes_up = up;
+                        record.bytes_down = down;
+                        record.error = error;
+                    }
+                    logged.done = true;
+                    drop(logged);
                 });
                 return;
             }
