@@ -314,3 +314,72 @@ fn publish_is_refused_where_nothing_relays_it() {
         );
     }
 }
+
+/// `box.create` with `publish`: the daemon listens for the box; a connection reaches the
+/// server its exec started, and the exec's `exit` event logs it as inbound.
+#[test]
+fn a_box_publishes_its_exec_and_the_exit_event_logs_it() {
+    use crate::common::daemon::{req, Daemon};
+    let env = Env::new();
+    if let Some(why) = unavailable(&env) {
+        common::skip("net-namespace", why);
+        return;
+    }
+    let (host_port, inner) = (free_port(), free_port());
+    let daemon = Daemon::start(&env);
+    let mut client = daemon.client();
+    daemon
+        .create(
+            &mut client,
+            "web",
+            &env.work(),
+            serde_json::json!({
+                "backend": "native",
+                "blockNet": true,
+                "publish": [format!("{host_port}:{inner}")],
+            }),
+        )
+        .unwrap();
+    let reply = client
+        .call(&req(
+            "box.exec",
+            serde_json::json!({
+                "name": "web",
+                "command": PYTHON,
+                "args": ["-u", "-c", SERVER, inner.to_string()],
+            }),
+        ))
+        .unwrap();
+    let id = reply["execId"].as_u64().unwrap();
+    let mut stdout = Vec::new();
+    let exit = loop {
+        let event = client.next_event().unwrap();
+        if event.exec_id != Some(id) {
+            continue;
+        }
+        match event.kind.as_deref() {
+            Some("output") if event.stream.as_deref() == Some("stdout") => {
+                stdout.extend(event.output_bytes().unwrap());
+                if stdout.starts_with(b"ready ") && stdout.ends_with(b"\n") {
+                    assert_eq!(reach(host_port), Ok("echo hi\n".into()));
+                    client
+                        .call(&req(
+                            "exec.stdin",
+                            serde_json::json!({"execId": id, "close": true}),
+                        ))
+                        .unwrap();
+                }
+            }
+            Some("exit") => break event,
+            _ => {}
+        }
+    };
+    assert_eq!(exit.exit_code, Some(0), "{exit:?}");
+    let inbound: Vec<(&str, u16, bool)> = exit
+        .connections
+        .iter()
+        .map(|c| (c.rule.as_str(), c.port, c.error.is_none()))
+        .collect();
+    let rule = format!("--publish 127.0.0.1:{host_port}:{inner}");
+    assert_eq!(inbound, vec![(rule.as_str(), inner, true)], "{exit:?}");
+}
