@@ -244,7 +244,7 @@ pub struct NetworkConfig {
         deserialize_with = "or_default",
         skip_serializing_if = "Vec::is_empty"
     )]
-    #[schemars(with = "Option<Vec<String>>")]
+    #[schemars(with = "Option<Vec<formats::PublishFormat>>")]
     pub publish: Vec<String>,
 }
 
@@ -493,6 +493,7 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
         }
     }
     for text in &config.network.publish {
+        check("network.publish", text, &formats::PUBLISH)?;
         sandbox_policy::Publish::parse(text)
             .map_err(|e| invalid(format!("key `network.publish`: {e}")))?;
     }

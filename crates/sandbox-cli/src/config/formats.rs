@@ -74,6 +74,15 @@ format!(
     "anthropic|openai|google|github", "a credential: anthropic, openai, google or github"
 );
 
+// `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`: ports 1-65535, an IPv4 address without
+// leading zeros, or an IPv6 one in brackets (`sandbox_policy::Publish::parse` checks that one
+// further).
+format!(
+    PUBLISH,
+    "(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]):|\\[[0-9A-Fa-f:.]+\\]:)?([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    "a published port: [HOST_ADDR:]HOST_PORT[:INNER_PORT], such as 3000, 8080:3000 or 127.0.0.1:8080:3000"
+);
+
 format!(
     SIZE,
     "off|[0-9]{1,13}([.][0-9]{1,3})?([KMGTkmgt](i?B)?|B)?",
@@ -117,6 +126,18 @@ impl JsonSchema for CredentialFormat {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         string_schema(&CREDENTIAL, "sandbox-credential")
+    }
+}
+
+/// An entry of `network.publish`.
+pub struct PublishFormat;
+
+impl JsonSchema for PublishFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Publish".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&PUBLISH, "sandbox-publish")
     }
 }
 

@@ -155,6 +155,11 @@ fn connector_main(parent: libc::pid_t, pair: RawFd, user: RawFd, net: RawFd) -> 
     // SAFETY: system calls on integers, our descriptors and stack buffers only.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // Not dumpable: its memory, descriptors and root (the host's file system, which it
+        // never uses) are closed to ptrace and /proc by anyone without CAP_SYS_PTRACE in the
+        // host's user namespace — the command included, even in a run without a pid
+        // namespace, where it could name this process.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0);
         if libc::getppid() != parent {
             libc::_exit(1);
         }
