@@ -537,12 +537,9 @@ async fn serve(
         relays.shutdown().await;
     }
     drop(relays);
-    if let Some(connector) = target
-        .and_then(|t| Arc::into_inner(t))
-        .map(|t| t.into_connector())
-    {
-        connector.stop().await;
-    }
+    // The connector goes with the last handle on the target (a connection being made may
+    // still hold one): its pair closes, it exits, and a thread reaps it.
+    drop(target);
     log(&proxy, &inbound)
 }
 

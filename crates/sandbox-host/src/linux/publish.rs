@@ -50,7 +50,9 @@ pub(crate) type Targets = Arc<Mutex<Vec<Arc<Target>>>>;
 /// The supervisor's end of a connector.
 pub(crate) struct Connector {
     pair: tokio::sync::Mutex<tokio::net::UnixDatagram>,
-    pid: libc::pid_t,
+    /// The connector process, by a pidfd: reaping it can never reap another process that
+    /// reused its pid after a sweep of orphans (`Reaper`) reaped it first.
+    pidfd: Option<OwnedFd>,
 }
 
 impl Target {
@@ -64,10 +66,6 @@ impl Target {
             log,
             relays,
         }
-    }
-
-    pub(crate) fn into_connector(self) -> Connector {
-        self.connector
     }
 }
 
@@ -115,11 +113,15 @@ impl Connector {
             );
         }
         drop(theirs);
+        // SAFETY: pidfd_open(2) of our child, which nothing but a sweep of orphans reaps.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        // SAFETY: on success the kernel installed a new descriptor for us.
+        let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
         let std = std::os::unix::net::UnixDatagram::from(ours);
         std.set_nonblocking(true)?;
         Ok(Connector {
             pair: tokio::sync::Mutex::new(tokio::net::UnixDatagram::from_std(std)?),
-            pid,
+            pidfd,
         })
     }
 
@@ -138,15 +140,33 @@ impl Connector {
             .connect(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
             .await
     }
+}
 
-    /// Closes the pair (the connector exits when it reads its end) and reaps the process.
-    pub(crate) async fn stop(self) {
-        let pid = self.pid;
-        drop(self.pair);
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = nix::sys::wait::waitpid(nix::unistd::Pid::from_raw(pid), None);
-        })
-        .await;
+impl Drop for Connector {
+    /// The pair closes after this (the connector exits when it reads its end); a thread of
+    /// its own reaps the process, whichever task dropped the last handle.
+    fn drop(&mut self) {
+        // Without a pidfd (none could be opened) the sweep of orphans reaps it.
+        let Some(pidfd) = self.pidfd.take() else {
+            return;
+        };
+        let reaped = std::thread::Builder::new()
+            .name("sandbox-connector-reap".into())
+            .spawn(move || {
+                // SAFETY: waitid(2) on our pidfd with a siginfo on this stack.
+                unsafe {
+                    let mut info: libc::siginfo_t = std::mem::zeroed();
+                    libc::waitid(
+                        libc::P_PIDFD,
+                        pidfd.as_raw_fd() as libc::id_t,
+                        &mut info,
+                        libc::WEXITED,
+                    );
+                }
+            });
+        if let Err(e) = reaped {
+            tracing::warn!(error = %e, "the connector will not be reaped until the next sweep");
+        }
     }
 }
 
