@@ -406,6 +406,38 @@ mod tests {
     }
 
     #[test]
+    fn publish_is_parsed_deduplicated_and_needs_a_namespace_to_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.publish = vec![
+            "8080:3000".into(),
+            "127.0.0.1:8080:3000".into(),
+            "4000".into(),
+        ];
+        let p = build(r).unwrap();
+        let shown: Vec<String> = p.publish.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, vec!["127.0.0.1:8080:3000", "127.0.0.1:4000:4000"]);
+        // One host address and port, two inner ports.
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.publish = vec!["8080:3000".into(), "8080:3001".into()];
+        assert!(build(r).unwrap_err().to_string().contains("both listen"));
+        // The open network: only the identity.
+        let mut r = req(dir.path());
+        r.publish = vec!["3000".into()];
+        assert_eq!(build(r).unwrap().publish.len(), 1);
+        let mut r = req(dir.path());
+        r.publish = vec!["8080:3000".into()];
+        assert!(build(r).unwrap_err().to_string().contains("open network"));
+        // A domain list has a namespace.
+        let mut r = req(dir.path());
+        r.allow_domains = vec!["a.test".into()];
+        r.publish = vec!["8080:3000".into()];
+        assert_eq!(build(r).unwrap().publish.len(), 1);
+    }
+
+    #[test]
     fn a_plain_directory_is_its_own_workspace() {
         let dir = tempfile::tempdir().unwrap();
         let p = build(req(dir.path())).unwrap();
