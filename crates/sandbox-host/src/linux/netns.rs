@@ -2,7 +2,9 @@
 //! child's side (bring `lo` up, bind the listeners inside, hand them to the supervisor over
 //! `SCM_RIGHTS`) and the supervisor's (accept on them from outside the namespace: relay a
 //! port listener to the host's `127.0.0.1:P`, serve the proxy listener with
-//! [`sandbox_net::Proxy`]).
+//! [`sandbox_net::Proxy`]). When the run publishes ports the child also hands over one
+//! unconnected socket, by which the supervisor finds the namespace for the published ports'
+//! connector (`linux::publish`).
 //!
 //! The child's functions run between fork and exec: async-signal safe, no allocation (the
 //! descriptors go out with `sendmsg(2)` and a control buffer on the stack; nix's `sendmsg`
