@@ -202,6 +202,18 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
             publish.push(p);
         }
     }
+    // An --allow-port's port inside is the supervisor's listener relaying out to the host:
+    // a server cannot listen there, and a published connection would loop back out.
+    if let Some(p) = publish
+        .iter()
+        .find(|p| ports.contains(&p.inner_port) || req.hook_port == Some(p.inner_port))
+    {
+        return Err(PolicyError::Conflict(format!(
+            "--publish {p}: port {} inside is taken by the relay out to the host's port {} \
+             (--allow-port, or the hook port); publish another inner port",
+            p.inner_port, p.inner_port
+        )));
+    }
     // With the open network the run has no namespace of its own: its servers listen on the
     // host's own ports, so only the identity (127.0.0.1:P to P) is already true.
     let open = !req.block_net && req.allow_domains.is_empty() && req.credentials.is_empty();
@@ -418,6 +430,15 @@ mod tests {
         let p = build(r).unwrap();
         let shown: Vec<String> = p.publish.iter().map(ToString::to_string).collect();
         assert_eq!(shown, vec!["127.0.0.1:8080:3000", "127.0.0.1:4000:4000"]);
+        // The inner port of an --allow-port is the relay out.
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.allow_ports = vec![3000];
+        r.publish = vec!["8080:3000".into()];
+        assert!(build(r)
+            .unwrap_err()
+            .to_string()
+            .contains("taken by the relay"));
         // One host address and port, two inner ports.
         let mut r = req(dir.path());
         r.block_net = true;

@@ -251,7 +251,8 @@ fn net_state(
 ) -> Result<NetState, HostError> {
     let resolver =
         crate::net::resolver_from_env().map_err(|message| HostError::Network { message })?;
-    let taken = policy.net.open_ports(policy.hook_port).unwrap_or_default();
+    let mut taken = policy.net.open_ports(policy.hook_port).unwrap_or_default();
+    taken.extend(policy.publish.iter().map(|p| p.inner_port));
     let port = crate::net::pick_proxy_port(&taken);
     let Some(plan) = crate::net::NetPlan::of(policy, port, resolver) else {
         return Ok(NetState::Open);
