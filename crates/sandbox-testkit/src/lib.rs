@@ -8,6 +8,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod limactl;
+pub mod net;
 mod skip;
 
 pub use skip::{in_ci, skip, AllowedSkip, ALLOWED_IN_CI};

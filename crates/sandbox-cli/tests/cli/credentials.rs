@@ -26,7 +26,7 @@ fn sandbox(f: &Fixture, env: &[(&str, &str)], args: &[&str]) -> Output {
 
 /// What an attacker inside reads to find a key: the whole environment, every process's
 /// arguments it can see, and the files under the home.
-const LOOK: &str = "cat /proc/self/environ | tr '\\0' '\\n'; \
+pub(crate) const LOOK: &str = "cat /proc/self/environ | tr '\\0' '\\n'; \
                     for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; \
                     grep -rs sk-ant \"$HOME\" 2>/dev/null; true";
 
