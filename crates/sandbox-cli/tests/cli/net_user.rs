@@ -110,11 +110,13 @@ fn run_ok(cmd: &mut Command) {
 
 /// Whether `probe` (a shell command) succeeds inside a native run of `net` (a tool installed
 /// under a home the run cannot read is as absent as a missing one); the reason to skip if not.
-fn missing_inside(net: &Net, probe: &str) -> Option<String> {
+fn missing_inside(net: &Net, flags: &[&str], probe: &str) -> Option<String> {
     let out = net
         .env
         .cmd()
-        .args(["run", "--backend", "native", "--", "sh", "-c", probe])
+        .args(["run", "--backend", "native"])
+        .args(flags)
+        .args(["--", "sh", "-c", probe])
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -124,7 +126,7 @@ fn missing_inside(net: &Net, probe: &str) -> Option<String> {
 #[test]
 fn curl_and_git_clone_over_https_from_an_allowed_name() {
     let Some(net) = Net::new() else { return };
-    if let Some(why) = missing_inside(&net, "git --version && curl --version") {
+    if let Some(why) = missing_inside(&net, &[], "git --version && curl --version") {
         common::skip("net-user-git", why);
         return;
     }
@@ -224,7 +226,7 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
 fn pip_installs_from_a_loopback_index_through_the_proxy() {
     let Some(net) = Net::new() else { return };
     let python = "/usr/bin/python3";
-    if let Some(why) = missing_inside(&net, &format!("{python} -c 'import venv, ensurepip'")) {
+    if let Some(why) = missing_inside(&net, &[], &format!("{python} -c 'import venv, ensurepip'")) {
         common::skip("net-user-pip", why);
         return;
     }
@@ -291,7 +293,7 @@ fn tarball(dir: &Path, top: &str, files: &[(&str, &str)], archive: &Path) {
 #[test]
 fn npm_installs_from_a_loopback_registry_through_the_proxy() {
     let Some(net) = Net::new() else { return };
-    if let Some(why) = missing_inside(&net, "npm --version && node --version") {
+    if let Some(why) = missing_inside(&net, &[], "npm --version && node --version") {
         common::skip("net-user-npm", why);
         return;
     }
@@ -358,22 +360,25 @@ fn npm_installs_from_a_loopback_registry_through_the_proxy() {
     );
 }
 
-/// The cargo that runs these tests (`$CARGO`), and rustup's home if it is one of rustup's.
-fn cargo_bin() -> Option<(PathBuf, Option<PathBuf>)> {
-    let rustup = std::env::var_os("RUSTUP_HOME").map(PathBuf::from);
-    let cargo = std::env::var_os("CARGO").map(PathBuf::from)?;
-    Some((cargo, rustup))
+/// The cargo that runs these tests (`$CARGO`: the toolchain's own binary, not rustup's
+/// proxy) and its toolchain's directory, which the run is granted to read (a toolchain under
+/// a home other than the run's is not in its view).
+fn cargo_bin() -> Option<(PathBuf, PathBuf)> {
+    let cargo = PathBuf::from(std::env::var_os("CARGO")?);
+    let toolchain = cargo.parent()?.parent()?.to_path_buf();
+    Some((cargo, toolchain))
 }
 
 #[test]
 fn cargo_fetches_from_a_loopback_sparse_registry_through_the_proxy() {
     let Some(net) = Net::new() else { return };
-    let Some((cargo, rustup)) = cargo_bin() else {
+    let Some((cargo, toolchain)) = cargo_bin() else {
         common::skip("net-user-cargo", "$CARGO is not set: not run by cargo");
         return;
     };
-    let cargo = cargo.display().to_string();
-    if let Some(why) = missing_inside(&net, &format!("{cargo} --version")) {
+    let (cargo, toolchain) = (cargo.display().to_string(), toolchain.display().to_string());
+    let grant = ["--allow-read", toolchain.as_str()];
+    if let Some(why) = missing_inside(&net, &grant, &format!("{cargo} --version")) {
         common::skip("net-user-cargo", why);
         return;
     }
@@ -417,16 +422,14 @@ fn cargo_fetches_from_a_loopback_sparse_registry_through_the_proxy() {
          [dependencies]\nsmallcrate = { version = \"0.1\", registry = \"loopback\" }\n",
     );
     write(&app.join("src/lib.rs"), "pub use smallcrate::VALUE;\n");
-    let rustup_env = rustup
-        .map(|r| format!("RUSTUP_HOME={} ", r.display()))
-        .unwrap_or_default();
     let script = format!(
-        "cd app && {rustup_env}CARGO_HOME=$PWD/../cargo-home \
+        "cd app && CARGO_HOME=$PWD/../cargo-home RUSTC={toolchain}/bin/rustc \
          CARGO_REGISTRIES_LOOPBACK_INDEX=sparse+https://crates.test:{p}/index/ \
          CARGO_HTTP_CAINFO=$PWD/../ca.pem {cargo} fetch && \
          cat ../cargo-home/registry/src/*/smallcrate-0.1.0/src/lib.rs"
     );
-    let out = net.run(&["--allow-domain", "crates.test"], &[], &script);
+    let flags = ["--allow-domain", "crates.test", grant[0], grant[1]];
+    let out = net.run(&flags, &[], &script);
     assert!(out.status.success(), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("fetched from the loopback registry"),
