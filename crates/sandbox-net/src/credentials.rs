@@ -372,12 +372,11 @@ impl Credentials {
         for loaded in &mut out.entries {
             let var = upstream_var(&loaded.def.name);
             if let Some(value) = std::env::var(&var).ok().filter(|v| !v.trim().is_empty()) {
-                let (host, port) = parse_upstream(value.trim()).ok_or_else(|| {
-                    CredentialError::Upstream {
+                let (host, port) =
+                    parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
                         var: var.clone(),
                         value: value.clone(),
-                    }
-                })?;
+                    })?;
                 loaded.def.host = host;
                 loaded.def.port = port;
             }
@@ -635,16 +634,23 @@ mod tests {
 
     #[test]
     fn an_upstream_override_is_a_host_and_a_port() {
-        assert_eq!(upstream_var("anthropic"), "SANDBOX_CREDENTIAL_ANTHROPIC_HOST");
+        assert_eq!(
+            upstream_var("anthropic"),
+            "SANDBOX_CREDENTIAL_ANTHROPIC_HOST"
+        );
         assert_eq!(
             parse_upstream("Gateway.example.com:8443"),
             Some(("gateway.example.com".into(), 8443))
         );
-        assert_eq!(
-            parse_upstream("api.test"),
-            Some(("api.test".into(), 443))
-        );
-        for bad in ["https://api.test", "api.test/v1", "api.test:0", ":443", "a b", ""] {
+        assert_eq!(parse_upstream("api.test"), Some(("api.test".into(), 443)));
+        for bad in [
+            "https://api.test",
+            "api.test/v1",
+            "api.test:0",
+            ":443",
+            "a b",
+            "",
+        ] {
             assert_eq!(parse_upstream(bad), None, "{bad}");
         }
     }

@@ -79,6 +79,12 @@ impl Net {
         cmd.output().unwrap()
     }
 
+    /// A run's output and its report, for failure messages.
+    fn text(&self, out: &Output) -> String {
+        let report = std::fs::read_to_string(self.report()).unwrap_or_default();
+        format!("{}\nreport: {report}", text(out))
+    }
+
     /// The run's connection log, `(host, allowed, rule)` of each entry.
     fn log(&self) -> Vec<(String, bool, String)> {
         let report: serde_json::Value =
@@ -149,28 +155,30 @@ fn curl_and_git_clone_over_https_from_an_allowed_name() {
 
     let script = format!(
         "echo curl: $(curl -sS --cacert ca.pem https://git.test:{p}/hello.txt 2>&1); \
-         GIT_SSL_CAINFO=$PWD/ca.pem git clone -q https://git.test:{p}/repo.git clone 2>&1 \
+         git clone -q https://git.test:{p}/repo.git clone 2>&1 \
            && echo readme: $(cat clone/README); \
          echo other: $(curl -sS --cacert ca.pem https://other.test:{p}/hello.txt 2>&1)"
     );
-    let out = net.run(&["--allow-domain", "git.test"], &[], &script);
-    assert!(out.status.success(), "{}", text(&out));
+    let cainfo = format!("GIT_SSL_CAINFO={}", net.ca.pem_file.display());
+    let flags = ["--allow-domain", "git.test", "--env", cainfo.as_str()];
+    let out = net.run(&flags, &[], &script);
+    assert!(out.status.success(), "{}", net.text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("curl: hello over https"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     assert!(
         stdout.contains("readme: cloned through the proxy"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     // curl shows the refused tunnel's status; the name never reached the server.
     assert!(
         stdout.contains("other: ") && stdout.contains("403"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     let seen = server.seen();
     assert!(
@@ -178,7 +186,8 @@ fn curl_and_git_clone_over_https_from_an_allowed_name() {
         "git fetched through the server: {seen:?}"
     );
     assert!(
-        seen.iter().all(|s| s.header("host") != Some(&format!("other.test:{p}"))),
+        seen.iter()
+            .all(|s| s.header("host") != Some(&format!("other.test:{p}"))),
         "{seen:?}"
     );
     let log = net.log();
@@ -251,11 +260,11 @@ fn pip_installs_from_a_loopback_index_through_the_proxy() {
          venv/bin/python -c 'import smallpkg; print(smallpkg.VALUE)'"
     );
     let out = net.run(&["--allow-domain", "pypi.test"], &[], &script);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", net.text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("installed from the loopback index"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     let seen = server.seen();
     assert!(
@@ -342,22 +351,20 @@ fn npm_installs_from_a_loopback_registry_through_the_proxy() {
          node -e 'console.log(require(\"smallpkg\"))'"
     );
     let out = net.run(&["--allow-domain", "npm.test"], &[], &script);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", net.text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("installed from the loopback registry"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     let seen = server.seen();
     assert!(
-        seen.iter().any(|s| s.path == "/smallpkg/-/smallpkg-1.0.0.tgz"),
+        seen.iter()
+            .any(|s| s.path == "/smallpkg/-/smallpkg-1.0.0.tgz"),
         "{seen:?}"
     );
     let log = net.log();
-    assert!(
-        log.iter().any(|(h, a, _)| h == "npm.test" && *a),
-        "{log:?}"
-    );
+    assert!(log.iter().any(|(h, a, _)| h == "npm.test" && *a), "{log:?}");
 }
 
 /// The cargo that runs these tests (`$CARGO`: the toolchain's own binary, not rustup's
@@ -430,11 +437,11 @@ fn cargo_fetches_from_a_loopback_sparse_registry_through_the_proxy() {
     );
     let flags = ["--allow-domain", "crates.test", grant[0], grant[1]];
     let out = net.run(&flags, &[], &script);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", net.text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("fetched from the loopback registry"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
     let seen = server.seen();
     assert!(
@@ -477,9 +484,13 @@ fn a_credential_is_exchanged_for_the_real_key_only_toward_its_own_host() {
     );
     let flags = ["--credential", "anthropic", "--allow-domain", "other.test"];
     let out = net.run(&flags, &host_env, &script);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", net.text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("api: hello from the api"), "{}", text(&out));
+    assert!(
+        stdout.contains("api: hello from the api"),
+        "{}",
+        net.text(&out)
+    );
     // The loopback API saw the real key, and only that request reached it.
     let seen = api.seen();
     assert_eq!(seen.len(), 1, "{seen:?}");
@@ -490,9 +501,9 @@ fn a_credential_is_exchanged_for_the_real_key_only_toward_its_own_host() {
     assert!(
         stdout.contains("other: sandbox: refused") && stdout.contains("credential-placeholder"),
         "{}",
-        text(&out)
+        net.text(&out)
     );
-    assert_eq!(other.requests(), 0, "{}", text(&out));
+    assert_eq!(other.requests(), 0, "{}", net.text(&out));
     // Nothing inside held the secret: environment, arguments, files under the home.
     assert!(!stdout.contains(SECRET), "{stdout}");
     assert!(
