@@ -22,14 +22,25 @@ pub struct Answerer {
 }
 
 impl Answerer {
+    /// Each name has one address.
     pub fn start(zone: &[(&str, Ipv4Addr)]) -> Answerer {
+        let zone: Vec<(&str, Vec<Ipv4Addr>)> = zone.iter().map(|(n, ip)| (*n, vec![*ip])).collect();
+        Self::start_sequences(&zone)
+    }
+
+    /// Each name has a sequence of answers: the n-th A query for it gets the n-th (the last
+    /// one repeats) — a name that first answers public, then private (DNS rebinding).
+    pub fn start_sequences<Z: AsRef<[Ipv4Addr]>>(zone: &[(&str, Z)]) -> Answerer {
         let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
         let port = socket.local_addr().unwrap().port();
-        let zone: HashMap<String, Ipv4Addr> =
-            zone.iter().map(|(n, ip)| ((*n).to_owned(), *ip)).collect();
+        let zone: HashMap<String, Vec<Ipv4Addr>> = zone
+            .iter()
+            .map(|(n, ips)| ((*n).to_owned(), ips.as_ref().to_vec()))
+            .collect();
         let asked = Arc::new(Mutex::new(Vec::new()));
         let log = asked.clone();
         std::thread::spawn(move || {
+            let mut a_queries: HashMap<String, usize> = HashMap::new();
             let mut buf = [0u8; 1500];
             while let Ok((n, from)) = socket.recv_from(&mut buf) {
                 let Ok(query) = Packet::parse(&buf[..n]) else {
@@ -41,19 +52,22 @@ impl Answerer {
                     let name = q.qname.to_string();
                     log.lock().unwrap().push(name.clone());
                     reply.questions.push(q.clone());
-                    match zone.get(&name) {
-                        None => *reply.rcode_mut() = RCODE::NameError,
-                        Some(ip) if q.qtype == QTYPE::TYPE(TYPE::A) => {
-                            reply.answers.push(ResourceRecord::new(
-                                q.qname.clone(),
-                                CLASS::IN,
-                                60,
-                                RData::A(A {
-                                    address: u32::from(*ip),
-                                }),
-                            ))
-                        }
-                        Some(_) => {}
+                    let Some(answers) = zone.get(&name).filter(|a| !a.is_empty()) else {
+                        *reply.rcode_mut() = RCODE::NameError;
+                        continue;
+                    };
+                    if q.qtype == QTYPE::TYPE(TYPE::A) {
+                        let i = a_queries.entry(name).or_default();
+                        let ip = answers[(*i).min(answers.len() - 1)];
+                        *i += 1;
+                        reply.answers.push(ResourceRecord::new(
+                            q.qname.clone(),
+                            CLASS::IN,
+                            60,
+                            RData::A(A {
+                                address: u32::from(ip),
+                            }),
+                        ));
                     }
                 }
                 let bytes = reply.build_bytes_vec().unwrap();
@@ -61,6 +75,11 @@ impl Answerer {
             }
         });
         Answerer { port, asked }
+    }
+
+    /// Where it listens.
+    pub fn socket_addr(&self) -> std::net::SocketAddr {
+        (Ipv4Addr::LOCALHOST, self.port).into()
     }
 
     /// `127.0.0.1:PORT`, for `SANDBOX_DNS_SERVER`.
@@ -80,6 +99,14 @@ impl Answerer {
 pub struct TestCa {
     pub pem_file: PathBuf,
     config: Arc<rustls::ServerConfig>,
+}
+
+impl TestCa {
+    /// The server side: the certificate for the names, with its key (for a TLS acceptor of
+    /// the test's own, e.g. `tokio_rustls::TlsAcceptor::from`).
+    pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.config.clone()
+    }
 }
 
 impl TestCa {
