@@ -159,3 +159,39 @@ fn a_secret_file_outside_every_grant_is_read_on_the_host() {
     );
     assert!(!stdout.contains("from-the-file"), "{}", text(&out));
 }
+
+/// `SANDBOX_CREDENTIAL_<NAME>_HOST` that is not a host stops the run before anything starts,
+/// naming the variable (the override itself is used in `net_user.rs`).
+#[test]
+fn a_malformed_credential_host_override_stops_the_run() {
+    let f = Fixture::new();
+    let marker = f.env.work().join("ran");
+    let script = format!("echo ran > {}", marker.display());
+    let out = sandbox(
+        &f,
+        &[
+            ("ANTHROPIC_API_KEY", SECRET),
+            (
+                "SANDBOX_CREDENTIAL_ANTHROPIC_HOST",
+                "https://gateway.test/v1",
+            ),
+        ],
+        &[
+            "run",
+            "--credential",
+            "anthropic",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SANDBOX_CREDENTIAL_ANTHROPIC_HOST="),
+        "{}",
+        text(&out)
+    );
+    assert!(!marker.exists());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
+}
