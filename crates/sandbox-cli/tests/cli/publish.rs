@@ -208,7 +208,7 @@ fn a_published_server_is_reached_from_the_host_and_nothing_else_is() {
 #[test]
 fn a_published_server_is_reached_as_an_unprivileged_user() {
     let is_root = nix::unistd::geteuid().is_root();
-    if is_root && !Path::new("/usr/bin/setpriv").exists() {
+    if is_root && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
         common::skip("setpriv", "as nobody: /usr/bin/setpriv is missing");
         return;
     }
@@ -217,37 +217,13 @@ fn a_published_server_is_reached_as_an_unprivileged_user() {
         common::skip("net-namespace", why);
         return;
     }
-    let world = |p: &Path| {
-        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap()
-    };
-    world(env.path());
-    let base = env.path().join("nobody");
-    let (work, home, run) = (base.join("work"), base.join("home"), base.join("run"));
-    for dir in [&base, &work, &home, &run] {
-        std::fs::create_dir_all(dir).unwrap();
-        if is_root {
-            let (uid, gid) = (
-                nix::unistd::Uid::from_raw(65534),
-                nix::unistd::Gid::from_raw(65534),
-            );
-            nix::unistd::chown(dir.as_path(), Some(uid), Some(gid)).unwrap();
-        }
-    }
-    let bin = env.path().join("sandbox");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    world(&bin);
-    let bin = bin.to_str().unwrap().to_string();
+    let user = sandbox_testkit::nobody::UserDirs::new(env.path(), "nobody", common::BIN, true);
     let as_nobody = || {
-        let mut cmd = common::unprivileged(&[bin.as_str()]);
-        cmd.env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_STATE_HOME", home.join(".state"))
-            .env("XDG_RUNTIME_DIR", &run)
-            .env("LANG", "C.UTF-8")
-            .current_dir(&work);
+        let mut cmd = user.command(&[user.bin_str()]);
+        cmd.env("LANG", "C.UTF-8");
         cmd
     };
-    published_scenario(as_nobody, &home.join("report.json"));
+    published_scenario(as_nobody, &user.home.join("report.json"));
 }
 
 /// The control: the same server under `--backend host` is on the host's network, so the
