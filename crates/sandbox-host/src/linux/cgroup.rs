@@ -206,7 +206,9 @@ fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut
             .filter_map(controller_named)
             .collect()
     };
-    // The leaf an earlier run of this process moved it into: its group is the parent.
+    // The leaf an earlier run of this process moved it into: its group is the parent (still
+    // to be vacated: the last run may have moved this process back by the time this one
+    // holds it).
     if dir.file_name().and_then(|n| n.to_str()) == Some(leaf_name().as_str()) {
         if let Some(parent) = dir.parent().filter(|p| p.starts_with(&mount.mount_point)) {
             let enabled = ours("cgroup.subtree_control", parent);
@@ -214,7 +216,7 @@ fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut
                 machine.v2 = Some(V2Parent {
                     dir: parent.to_path_buf(),
                     enabled,
-                    vacate: false,
+                    vacate: true,
                 });
                 return;
             }
@@ -808,7 +810,7 @@ mod tests {
         write(&leaf, "cgroup.subtree_control", "");
         let moved = probe(&format!("/app.slice/run-1.scope/{}", leaf_name()));
         let v2 = moved.v2.expect("the leaf's parent is the group");
-        assert!(!v2.vacate);
+        assert!(v2.vacate, "held as vacated");
         assert_eq!(v2.dir, scope);
         assert_eq!(v2.enabled, vec![Controller::Memory, Controller::Pids]);
     }

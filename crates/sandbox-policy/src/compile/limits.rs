@@ -248,7 +248,8 @@ pub struct V2Parent {
     /// enabled for groups below it: a scope made by `systemd-run --user --scope -p
     /// Delegate=yes`. A group with a process in it cannot enable them, so a run first moves
     /// this process into a leaf group of its own below the group and then enables them (and
-    /// the last run of this process undoes both).
+    /// the last run of this process undoes both). Also set when this process is in that leaf
+    /// already (a run of it is alive).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub vacate: bool,
 }
