@@ -506,21 +506,8 @@ mod tests {
         use sandbox_testkit::git;
         let t = tempfile::tempdir().unwrap();
         let main = t.path().join("main");
-        std::fs::create_dir(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "main"]);
-        git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
         let task = t.path().join("task");
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                "task",
-                task.to_str().unwrap(),
-            ],
-        );
+        sandbox_testkit::linked_worktree(&main, &task);
         let common = main.join(".git").canonicalize().unwrap();
         let box_git = BoxGit::new(
             &common,

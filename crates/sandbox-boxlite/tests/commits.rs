@@ -28,22 +28,9 @@ fn repo() -> Repo {
     let dir = tempfile::tempdir().unwrap();
     let main = dir.path().join("main");
     std::fs::create_dir(&main).unwrap();
-    git(&main, &["init", "-q", "-b", "main"]);
     std::fs::write(main.join("README"), "hello\n").unwrap();
-    git(&main, &["add", "."]);
-    git(&main, &["commit", "-qm", "init"]);
     let task = dir.path().join("task");
-    git(
-        &main,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "task",
-            task.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::linked_worktree(&main, &task);
     Repo {
         main: main.canonicalize().unwrap(),
         task: task.canonicalize().unwrap(),

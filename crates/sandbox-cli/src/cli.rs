@@ -251,6 +251,8 @@ pub struct SandboxArgs {
     /// sandbox's proxy (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL,
     /// GITHUB_API_URL), which adds the real key on the way to the API host over TLS and
     /// refuses the placeholder anywhere else. A missing secret stops the run (exit 125).
+    /// SANDBOX_CREDENTIAL_<NAME>_HOST=HOST[:PORT] on the host sends it to another host (a
+    /// gateway), SANDBOX_CREDENTIAL_CA=FILE.pem trusts that CA too (docs/security.md).
     /// Adds to `credentials` in the config.
     #[arg(long = "credential", value_name = "NAME")]
     pub credential: Vec<String>,

@@ -25,7 +25,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use nix::fcntl::{Flock, FlockArg};
 use sandbox_policy::GitLayout;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::backend::WorktreeConfigEnabled;
@@ -50,14 +52,98 @@ struct Record {
 
 /// A record of a running command, locked by this process; removed when dropped.
 #[derive(Debug)]
-pub struct Entry {
-    path: PathBuf,
-    _file: std::fs::File,
-}
+pub struct Entry(Locked);
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_file(&self.0.path);
+    }
+}
+
+/// A record file in the journal's directory, locked (`flock`, exclusive) by this process for
+/// as long as the value lives; the kernel drops the lock when the process dies, however it
+/// dies. Dropping it leaves the file: its owner decides when the record is done with.
+#[derive(Debug)]
+pub(crate) struct Locked {
+    pub(crate) path: PathBuf,
+    file: Flock<std::fs::File>,
+}
+
+/// Writes `record` (JSON) to a new file `<prefix>-<pid>-<n>.json` in `dir` (made, 0700),
+/// locked before its first byte, so a record seen unlocked is its owner's no more. A failed
+/// write removes the file.
+pub(crate) fn write_locked(
+    dir: &Path,
+    prefix: &str,
+    record: &impl Serialize,
+) -> std::io::Result<Locked> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let bytes = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let path = dir.join(format!(
+        "{prefix}-{}-{}.json",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)?;
+    let mut locked = match Flock::lock(file, FlockArg::LockExclusive) {
+        Ok(file) => Locked { path, file },
+        Err((_, errno)) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(errno.into());
+        }
+    };
+    // No fsync: the record must survive its process, not the machine (a reboot leaves
+    // nothing of the run running).
+    if let Err(e) = locked.file.write_all(&bytes) {
+        let _ = std::fs::remove_file(&locked.path);
+        return Err(e);
+    }
+    Ok(locked)
+}
+
+/// Calls `visit` for each record `<prefix>-*.json` in `dir` whose lock can be taken — its
+/// owner is gone — in the order of their names, with the lock held: the record's path, and
+/// its content (`None`: cut short while being written, or not of this shape).
+pub(crate) fn each_unowned<T: DeserializeOwned>(
+    dir: &Path,
+    prefix: &str,
+    mut visit: impl FnMut(&Path, Option<T>),
+) {
+    let prefix = format!("{prefix}-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
+        })
+        .collect();
+    names.sort();
+    for path in names {
+        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
+            continue;
+        };
+        // Held: its owner still runs.
+        let Ok(_lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let record: Option<T> = std::fs::read(&path)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+        visit(&path, record);
     }
 }
 
@@ -117,17 +203,6 @@ impl Recovered {
     }
 }
 
-/// flock(2) on `file` (held until every descriptor of its open file is closed).
-fn flock(file: &std::fs::File, operation: libc::c_int) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock(2) on a descriptor we own, with integer flags.
-    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
 /// A stable name for a worktree's records (FNV-1a of its path).
 fn key(worktree: &Path) -> String {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -146,24 +221,6 @@ pub fn begin(
     gitdir: Option<&GitDirAtStart>,
     quarantined: bool,
 ) -> std::io::Result<Entry> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let path = dir.join(format!(
-        "{}-{}-{}.json",
-        key(worktree),
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    flock(&file, libc::LOCK_EX)?;
     let record = Record {
         version: 1,
         worktree: worktree.to_path_buf(),
@@ -176,56 +233,25 @@ pub fn begin(
         layout: layout.clone(),
         gitdir: gitdir.cloned(),
     };
-    let entry = Entry {
-        path,
-        _file: file.try_clone()?,
-    };
-    // No fsync: the record must survive its process, not the machine (a reboot leaves
-    // nothing of the run running).
-    file.write_all(&serde_json::to_vec(&record).map_err(std::io::Error::other)?)?;
-    Ok(entry)
+    write_locked(dir, &key(worktree), &record).map(Entry)
 }
 
 /// Does the after-run checks of every killed run of `worktree` recorded in `dir`.
 pub fn recover(dir: &Path, worktree: &Path) -> Vec<Recovered> {
-    let prefix = format!("{}-", key(worktree));
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut names: Vec<PathBuf> = entries
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".json"))
-        })
-        .collect();
-    names.sort();
     let mut out = Vec::new();
-    for path in names {
-        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
-            continue;
-        };
-        // Held: its owner still runs (a concurrent run in the same worktree).
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
-            continue;
-        }
-        let record: Option<Record> = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok());
+    each_unowned(dir, &key(worktree), |path, record: Option<Record>| {
         match record {
             Some(record) if record.worktree == worktree => {
                 out.push(check(&record));
-                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(path);
             }
             // A record cut short while being written: nothing had started yet.
             None => {
-                let _ = std::fs::remove_file(&path);
+                let _ = std::fs::remove_file(path);
             }
             Some(_) => {}
         }
-    }
+    });
     out
 }
 
@@ -291,7 +317,7 @@ mod tests {
         let live = begin(&journal, &worktree, &layout, None, true).unwrap();
         // The killed run's record: the same bytes under another name, locked by nobody.
         let dead = journal.join(format!("{}-1-0.json", key(&worktree)));
-        std::fs::copy(&live.path, &dead).unwrap();
+        std::fs::copy(&live.0.path, &dead).unwrap();
         std::fs::write(&pointer, "gitdir: /the/agents\n").unwrap();
         // Another worktree's record is not this one's business.
         assert!(recover(&journal, &tmp.path().join("other")).is_empty());
@@ -312,9 +338,9 @@ mod tests {
         );
         assert!(r.lines()[0].contains("was killed before its after-run checks"));
         assert!(!dead.exists());
-        assert!(live.path.exists(), "the live run's record stays");
+        assert!(live.0.path.exists(), "the live run's record stays");
 
-        let path = live.path.clone();
+        let path = live.0.path.clone();
         drop(live);
         assert!(!path.exists(), "a finished command's record is removed");
         assert!(recover(&journal, &worktree).is_empty());

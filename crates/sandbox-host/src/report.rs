@@ -34,6 +34,9 @@ pub struct NativeForms {
     pub view: Option<Result<sandbox_policy::compile::view::ViewPlan, crate::error::HostError>>,
     pub landlock: Result<sandbox_policy::compile::landlock::LandlockPlan, crate::error::HostError>,
     pub seccomp: sandbox_policy::compile::seccomp::SeccompPlan,
+    /// Where a run's pid namespace mounts its own proc in place of the view's bind of the
+    /// host's (`/proc`), when a run here gets a pid namespace.
+    pub own_proc: Option<std::path::PathBuf>,
 }
 
 /// [`NativeForms`] for `policy` under `options` (its `allow_degraded`, `allow_unix_sockets` and
@@ -52,6 +55,7 @@ pub fn native_forms(
             view: compiled.view,
             landlock: compiled.landlock,
             seccomp: compiled.seccomp,
+            own_proc: compiled.own_proc,
         }
     }
     #[cfg(not(target_os = "linux"))]
@@ -61,6 +65,7 @@ pub fn native_forms(
             view: None,
             landlock: sandbox_policy::compile::landlock::compile(policy).map_err(Into::into),
             seccomp: sandbox_policy::compile::seccomp::compile(policy),
+            own_proc: None,
         }
     }
 }

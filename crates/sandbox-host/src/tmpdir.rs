@@ -14,6 +14,10 @@
 //! Pools are per task (the workspace root): a directory is only ever reused by the task that
 //! had it, so even a process of an earlier run that escaped its end with a descriptor of the
 //! directory reaches nothing its own task could not.
+//!
+//! A pool names its task (a link, `.task`, to the workspace root); whenever a new pool is
+//! made, the pools of tasks that are gone (a removed worktree, every test's temporary task)
+//! are removed, so they do not pile up in `<root>`.
 
 use std::ffi::CString;
 use std::io;
@@ -30,17 +34,64 @@ pub struct PrivateTmpdir {
     path: PathBuf,
     /// The pool it is parked in when closed.
     pool: PathBuf,
+    /// The task whose pool it is (the workspace root).
+    task: PathBuf,
     open: bool,
+}
+
+/// The name of this user's pools in a root, but for the task's part.
+fn pool_prefix() -> String {
+    format!(".sandbox-tmp-pool-{}-", nix::unistd::geteuid().as_raw())
 }
 
 fn pool_dir(root: &Path, task: &Path) -> PathBuf {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(task.as_os_str().as_bytes());
     let task: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
-    root.join(format!(
-        ".sandbox-tmp-pool-{}-{task}",
-        nix::unistd::geteuid().as_raw()
-    ))
+    root.join(format!("{}{task}", pool_prefix()))
+}
+
+/// The link in a pool to its task; never a parked directory.
+const TASK_LINK: &str = ".task";
+
+/// The directories parked in `pool`.
+fn parked_in(pool: &Path) -> impl Iterator<Item = std::fs::DirEntry> {
+    std::fs::read_dir(pool)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name() != TASK_LINK)
+}
+
+/// Removes this user's pools in `root` but `keep` whose task is gone: the pool's link to it
+/// leads nowhere, or it has none (a pool of an older version). Only pools that are private
+/// directories of ours; a pool that cannot be read is left.
+fn remove_pools_of_gone_tasks(root: &Path, keep: &Path) {
+    let prefix = pool_prefix();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let pool = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(&prefix));
+        if !ours || pool == keep || !owned_private_dir(&pool) {
+            continue;
+        }
+        let gone = match std::fs::read_link(pool.join(TASK_LINK)) {
+            Ok(task) => {
+                std::fs::symlink_metadata(task).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            }
+            Err(e) => e.kind() == io::ErrorKind::NotFound,
+        };
+        if gone {
+            // Another run of that task cannot be: at worst a run parking into it loses its
+            // rename and removes its directory instead.
+            let _ = std::fs::remove_dir_all(&pool);
+        }
+    }
 }
 
 /// A directory owned by us, mode 0700 exactly, not a link.
@@ -111,6 +162,7 @@ impl PrivateTmpdir {
             return Ok(PrivateTmpdir {
                 path,
                 pool,
+                task: task.to_path_buf(),
                 open: true,
             });
         }
@@ -122,6 +174,7 @@ impl PrivateTmpdir {
         Ok(PrivateTmpdir {
             path: dir.keep(),
             pool,
+            task: task.to_path_buf(),
             open: true,
         })
     }
@@ -130,7 +183,7 @@ impl PrivateTmpdir {
         if !owned_private_dir(pool) {
             return None;
         }
-        for entry in std::fs::read_dir(pool).ok()?.flatten().take(POOL_SIZE * 2) {
+        for entry in parked_in(pool).take(POOL_SIZE * 2) {
             let target = root.join(random_name(prefix)?);
             // Another run may take the same one first: then it is gone (ENOENT); try the next.
             if rename_noreplace(&entry.path(), &target).is_err() {
@@ -193,11 +246,17 @@ impl PrivateTmpdir {
             }
         } else {
             let _ = std::fs::set_permissions(pool, std::fs::Permissions::from_mode(0o700));
+            let _ = std::os::unix::fs::symlink(&self.task, pool.join(TASK_LINK));
+            if let Some(root) = pool.parent() {
+                remove_pools_of_gone_tasks(root, pool);
+            }
         }
         if !owned_private_dir(pool) {
             return false;
         }
-        let parked = std::fs::read_dir(pool).map_or(usize::MAX, |d| d.count());
+        let parked = std::fs::read_dir(pool).map_or(usize::MAX, |d| {
+            d.flatten().filter(|e| e.file_name() != TASK_LINK).count()
+        });
         parked < POOL_SIZE
             && random_name("t-")
                 .is_some_and(|name| rename_noreplace(&self.path, &pool.join(name)).is_ok())
@@ -221,7 +280,7 @@ mod tests {
     const TASK: &str = "/work/proj-task1";
 
     fn parked(root: &Path) -> usize {
-        std::fs::read_dir(pool_dir(root, Path::new(TASK))).map_or(0, |d| d.count())
+        parked_in(&pool_dir(root, Path::new(TASK))).count()
     }
 
     fn create(root: &Path) -> PrivateTmpdir {
@@ -346,12 +405,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         create(root.path()).close().unwrap();
         let pool = pool_dir(root.path(), Path::new(TASK));
-        let spare = std::fs::read_dir(&pool)
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let spare = parked_in(&pool).next().unwrap().path();
         std::fs::write(spare.join("planted"), "x").unwrap();
         let dir = create(root.path());
         assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
@@ -395,5 +449,54 @@ mod tests {
         assert_ne!(a.path(), b.path());
         let ino = |d: &PrivateTmpdir| std::fs::metadata(d.path()).unwrap().ino();
         assert_ne!(ino(&a), ino(&b), "one directory handed to both runs");
+    }
+
+    /// A pool whose task is gone (its worktree removed, a test's temporary task) is removed
+    /// when the next new pool is made; the pool of a task that is still there, a pool of an
+    /// older version without its link, and a pool others can enter are dealt with as said.
+    #[test]
+    fn the_pools_of_tasks_that_are_gone_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let tasks = tempfile::tempdir().unwrap();
+        let task = |name: &str| {
+            let t = tasks.path().join(name);
+            std::fs::create_dir_all(&t).unwrap();
+            t
+        };
+        let run = |task: &Path| {
+            PrivateTmpdir::create("sandbox-run-", root.path(), task)
+                .unwrap()
+                .close()
+                .unwrap();
+            pool_dir(root.path(), task)
+        };
+        let (gone, kept) = (task("gone"), task("kept"));
+        let gone_pool = run(&gone);
+        let kept_pool = run(&kept);
+        assert_eq!(
+            std::fs::read_link(gone_pool.join(TASK_LINK)).unwrap(),
+            gone,
+            "a pool names its task"
+        );
+        assert_eq!(parked_in(&gone_pool).count(), 1);
+        // Of an older version: no link.
+        let old = pool_dir(root.path(), Path::new("/work/an-old-one"));
+        std::fs::create_dir(&old).unwrap();
+        std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // Not private: not ours to judge.
+        let open = pool_dir(root.path(), Path::new("/work/an-open-one"));
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::remove_dir_all(&gone).unwrap();
+        // An existing pool is reused without a sweep.
+        run(&kept);
+        assert!(gone_pool.exists());
+        // A new task's first run makes a pool: the gone task's goes.
+        let new_pool = run(&task("new"));
+        assert!(!gone_pool.exists(), "the gone task's pool is left");
+        assert!(!old.exists(), "a pool without its link is left");
+        assert!(kept_pool.exists() && new_pool.exists());
+        assert_eq!(parked_in(&kept_pool).count(), 1);
+        assert!(open.exists(), "a pool others can enter was removed");
     }
 }

@@ -831,34 +831,43 @@ where
     let (upstream_read, upstream_write) = tokio::io::split(upstream);
     let up_bytes = AtomicU64::new(0);
     let down_bytes = AtomicU64::new(0);
-    let up = pump(client_read, upstream_write, &up_bytes);
-    let down = pump(upstream_read, client_write, &down_bytes);
-    tokio::pin!(up, down);
-    let (mut up_done, mut down_done) = (false, false);
-    let mut error = None;
-    while !(up_done && down_done) {
-        tokio::select! {
-            result = &mut up, if !up_done => {
-                up_done = true;
-                if let Err(e) = result {
-                    error = Some(format!("program → server: {e}"));
-                    break;
-                }
-            }
-            result = &mut down, if !down_done => {
-                down_done = true;
-                if let Err(e) = result {
-                    error = Some(format!("server → program: {e}"));
-                    break;
-                }
-            }
-        }
-    }
+    let error = both_ways(
+        pump(client_read, upstream_write, &up_bytes),
+        pump(upstream_read, client_write, &down_bytes),
+    )
+    .await;
     (
         up_bytes.load(Ordering::Relaxed),
         down_bytes.load(Ordering::Relaxed),
         error,
     )
+}
+
+/// Drives a relay's two directions (up: program → server) until both are done, or either
+/// breaks; returns the first error, named by its direction.
+async fn both_ways(
+    up: impl std::future::Future<Output = std::io::Result<()>>,
+    down: impl std::future::Future<Output = std::io::Result<()>>,
+) -> Option<String> {
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    while !(up_done && down_done) {
+        tokio::select! {
+            result = &mut up, if !up_done => {
+                up_done = true;
+                if let Err(e) = result {
+                    return Some(format!("program → server: {e}"));
+                }
+            }
+            result = &mut down, if !down_done => {
+                down_done = true;
+                if let Err(e) = result {
+                    return Some(format!("server → program: {e}"));
+                }
+            }
+        }
+    }
+    None
 }
 
 /// The relay between two TCP sockets through `splice(2)`: socket → pipe → socket, the bytes
@@ -884,29 +893,11 @@ mod splice {
     ) -> (u64, u64, Option<String>) {
         let up_bytes = AtomicU64::new(0);
         let down_bytes = AtomicU64::new(0);
-        let up = pump(&client, &upstream, &up_bytes);
-        let down = pump(&upstream, &client, &down_bytes);
-        tokio::pin!(up, down);
-        let (mut up_done, mut down_done) = (false, false);
-        let mut error = None;
-        while !(up_done && down_done) {
-            tokio::select! {
-                result = &mut up, if !up_done => {
-                    up_done = true;
-                    if let Err(e) = result {
-                        error = Some(format!("program → server: {e}"));
-                        break;
-                    }
-                }
-                result = &mut down, if !down_done => {
-                    down_done = true;
-                    if let Err(e) = result {
-                        error = Some(format!("server → program: {e}"));
-                        break;
-                    }
-                }
-            }
-        }
+        let error = super::both_ways(
+            pump(&client, &upstream, &up_bytes),
+            pump(&upstream, &client, &down_bytes),
+        )
+        .await;
         (
             up_bytes.load(Ordering::Relaxed),
             down_bytes.load(Ordering::Relaxed),

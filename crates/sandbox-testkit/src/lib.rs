@@ -1,13 +1,17 @@
 //! What the workspace's tests share, written once: a hermetic [`git`], process checks
 //! ([`alive`], [`wait_dead`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
-//! ([`limactl::Standin`]). A dev-dependency only (`publish = false`).
+//! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
+//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server). A
+//! dev-dependency only (`publish = false`).
 
 // Test code: a panic is how a helper reports that the test's setup failed, as in the tests
 // themselves (the workspace lints against unwrap/expect apply to shipped code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod limactl;
+pub mod net;
+pub mod nobody;
 mod skip;
 
 pub use skip::{in_ci, skip, AllowedSkip, ALLOWED_IN_CI};
@@ -49,6 +53,27 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A repository at `main` (made if missing) whose first commit, on branch `main`, holds
+/// what `main` already has (nothing: an empty commit), and a linked worktree at `task` on
+/// branch `task`; with [`git`].
+pub fn linked_worktree(main: &Path, task: &Path) {
+    std::fs::create_dir_all(main).unwrap();
+    git(main, &["init", "-q", "-b", "main"]);
+    git(main, &["add", "-A"]);
+    git(main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    git(
+        main,
+        &[
+            "worktree",
+            "add",
+            "-q",
+            "-b",
+            "task",
+            task.to_str().unwrap(),
+        ],
+    );
 }
 
 /// True while `pid` exists and is not a zombie (a zombie is dead for our purposes).

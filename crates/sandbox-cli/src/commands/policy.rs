@@ -1,6 +1,7 @@
 //! `sandbox policy show`: the resolved policy and its compiled form — the dry run.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use sandbox_host::backend::{self, BackendKind};
 use sandbox_host::report::NativeForms;
@@ -25,6 +26,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         view,
         landlock,
         seccomp,
+        own_proc,
     } = sandbox_host::report::native_forms(
         &session.policy,
         &sandbox_host::BackendOptions {
@@ -62,6 +64,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 "landlock": landlock.as_ref().map_err(|e| e.to_string()).ok(),
                 "seccomp": seccomp,
                 "seatbelt": seatbelt,
+                "own_proc": own_proc,
             }),
             BackendKind::Nono => match sandbox_host::nono::plan(policy) {
                 Ok(plan) => json!({
@@ -98,6 +101,9 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 &env_names,
                 refused.as_deref(),
                 &sandbox_host::limits::describe_plan(policy, session.kind, &limits),
+                own_proc
+                    .as_deref()
+                    .filter(|_| session.kind == BackendKind::Native),
             )
         );
         if session.kind == BackendKind::Nono {
@@ -124,7 +130,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                     Some(Ok(view)) => {
                         println!("\nprivate view (only these paths exist; `/` is read-only):");
                         for op in &view.ops {
-                            println!("  {}", describe_mount(op));
+                            println!("  {}", describe_mount(op, own_proc.as_deref()));
                         }
                     }
                     Some(Err(e)) => println!("\nprivate view: cannot be compiled: {e}"),
@@ -171,10 +177,16 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     Ok(if refused.is_some() { 125 } else { 0 })
 }
 
-fn describe_mount(op: &compile::view::MountOp) -> String {
+/// One mount of the view, as `policy show` lists it; `own_proc`: where the pid namespace's
+/// own proc replaces the bind of the host's.
+fn describe_mount(op: &compile::view::MountOp, own_proc: Option<&Path>) -> String {
     use compile::view::MountOp;
     match op {
         MountOp::Tmpfs { target, .. } => format!("tmpfs  {}  (private)", target.display()),
+        MountOp::Bind { target, .. } if Some(target.as_path()) == own_proc => format!(
+            "proc   {}  (the pid namespace's own, read-only: only the run's processes)",
+            target.display()
+        ),
         MountOp::Bind {
             target,
             readonly,
@@ -246,6 +258,7 @@ fn human(
     env_names: &[String],
     refused: Option<&str>,
     limits: &[String],
+    own_proc: Option<&Path>,
 ) -> String {
     let p: &Policy = &session.policy;
     let mut s = String::new();
@@ -302,9 +315,17 @@ fn human(
     let sys: Vec<String> =
         p.fs.system_read
             .iter()
+            .filter(|d| Some(d.as_path()) != own_proc)
             .map(|d| d.display().to_string())
             .collect();
     let _ = writeln!(s, "system    {}  (read-only)", sys.join(" "));
+    if let Some(proc) = own_proc {
+        let _ = writeln!(
+            s,
+            "proc      {}  (the pid namespace's own: only the run's processes)",
+            proc.display()
+        );
+    }
     let dev: Vec<String> =
         p.fs.devices
             .iter()

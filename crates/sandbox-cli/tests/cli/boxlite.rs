@@ -248,38 +248,8 @@ fn bad_boxes_are_refused_with_the_reason_and_nothing_is_created() {
     // A writable mount that reaches the repository's git data: the box could write a hook
     // that runs on the host. Read-only, it is taken.
     let repo = env.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&repo)
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    };
-    git(&["init", "-q", "-b", "main"]);
-    git(&[
-        "-c",
-        "user.name=t",
-        "-c",
-        "user.email=t@t",
-        "commit",
-        "-q",
-        "--allow-empty",
-        "-m",
-        "1",
-    ]);
     let task = env.path().join("task");
-    git(&[
-        "worktree",
-        "add",
-        "-q",
-        "-b",
-        "task",
-        task.to_str().unwrap(),
-    ]);
+    sandbox_testkit::linked_worktree(&repo, &task);
     let p = json!({"name": "bad", "backend": "boxlite", "workdir": task, "rootfs": image(&env),
                    "mounts": [{"host": repo, "guest": "/repo"}]});
     let (code, message, _) = rpc(&c.call(&req("box.create", p)).unwrap_err());

@@ -381,36 +381,11 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
         return;
     }
     let env = Env::new();
-    let world = |p: &Path| {
-        std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap()
-    };
-    world(env.path());
-    let nobody = nix::unistd::Uid::from_raw(65534);
-    let nogroup = nix::unistd::Gid::from_raw(65534);
-    let work = env.path().join("nobody-work");
-    let home = env.path().join("nobody-home");
-    let run = env.path().join("nobody-run");
-    for dir in [&work, &home, &run] {
-        std::fs::create_dir_all(dir).unwrap();
-        if is_root {
-            nix::unistd::chown(dir.as_path(), Some(nobody), Some(nogroup)).unwrap();
-        }
-    }
-    let bin = env.path().join("sandbox");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    world(&bin);
-    let bin = bin.to_str().unwrap().to_string();
+    let user = common::UserDirs::new(env.path(), "nobody", common::BIN, true);
     let as_nobody = |args: &[&str]| -> Output {
-        let mut argv = vec![bin.as_str()];
+        let mut argv = vec![user.bin_str()];
         argv.extend_from_slice(args);
-        common::unprivileged(&argv)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_STATE_HOME", home.join(".state"))
-            .env("XDG_RUNTIME_DIR", &run)
-            .current_dir(&work)
-            .output()
-            .unwrap()
+        user.command(&argv).output().unwrap()
     };
     let doctor = as_nobody(&["doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();

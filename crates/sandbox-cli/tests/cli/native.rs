@@ -165,6 +165,52 @@ fn policy_show_is_the_dry_run() {
     );
 }
 
+/// `policy show` says which `/proc` a run gets, as a run here does get it: with a pid
+/// namespace (the command is pid 2) the namespace's own, not a bind of the host's; without
+/// one (no user namespaces: no view) the host's, in the system paths.
+#[test]
+fn policy_show_names_the_proc_a_run_gets() {
+    let f = Fixture::new();
+    for wrapped in [false, true] {
+        let cmd = |args: &[&str]| {
+            let mut c = if wrapped {
+                f.env.cmd_under(&common::escape::NOUSERNS_WRAPPER)
+            } else {
+                f.env.cmd()
+            };
+            c.current_dir(&f.task).args(args).output().unwrap()
+        };
+        let run = cmd(&["run", "--", "sh", "-c", "echo $$"]);
+        assert_eq!(run.status.code(), Some(0), "{}", text(&run));
+        let own = stdout(&run).trim() == "2";
+        let shown = cmd(&["policy", "show"]);
+        let h = stdout(&shown);
+        let system = h.lines().find(|l| l.starts_with("system ")).unwrap();
+        let host_proc_listed = system.split_whitespace().any(|w| w == "/proc");
+        let json: serde_json::Value =
+            serde_json::from_slice(&cmd(&["policy", "show", "--json"]).stdout).unwrap();
+        if own {
+            assert!(
+                h.contains("proc   /proc  (the pid namespace's own"),
+                "the view lists the namespace's proc: {h}"
+            );
+            assert!(
+                !h.contains("ro     /proc"),
+                "no bind of the host's proc: {h}"
+            );
+            assert!(!host_proc_listed, "{system}");
+            assert_eq!(json["compiled"]["own_proc"], "/proc", "{json}");
+        } else {
+            assert!(!h.contains("the pid namespace's own"), "{h}");
+            assert!(host_proc_listed, "{system}");
+            assert!(json["compiled"]["own_proc"].is_null(), "{json}");
+        }
+        common::report(format_args!(
+            "policy show /proc (wrapped without user namespaces: {wrapped}): own={own}"
+        ));
+    }
+}
+
 #[test]
 fn doctor_reports_what_is_enforced_and_the_tools() {
     let f = Fixture::new();
@@ -613,24 +659,10 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
         return;
     }
     let env = common::Env::new();
+    let user = common::UserDirs::new(env.path(), "nobody", common::BIN, true);
     let world = |p: &std::path::Path, mode: u32| {
         std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
     };
-    world(env.path(), 0o755);
-    let nobody = nix::unistd::Uid::from_raw(65534);
-    let nogroup = nix::unistd::Gid::from_raw(65534);
-    let work = env.path().join("nobody-work");
-    let home = env.path().join("nobody-home");
-    let run = env.path().join("nobody-run");
-    for dir in [&work, &home, &run] {
-        std::fs::create_dir_all(dir).unwrap();
-        if is_root {
-            nix::unistd::chown(dir.as_path(), Some(nobody), Some(nogroup)).unwrap();
-        }
-    }
-    let bin = env.path().join("sandbox");
-    std::fs::copy(common::BIN, &bin).unwrap();
-    world(&bin, 0o755);
     // A "tmux server" outside every grant, reachable by anyone outside the sandbox.
     let socket = env.path().join("tmux-like.sock");
     let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
@@ -640,20 +672,12 @@ fn the_view_hides_outside_sockets_from_an_unprivileged_user_too() {
          print('REACHED')\nexcept OSError as e:\n    print('absent', e.errno)\n",
         socket.display().to_string()
     );
-    let as_nobody = |args: &[&str]| -> std::process::Output {
-        common::unprivileged(args)
-            .env("HOME", &home)
-            .env("XDG_CONFIG_HOME", home.join(".config"))
-            .env("XDG_STATE_HOME", home.join(".state"))
-            .env("XDG_RUNTIME_DIR", &run)
-            .current_dir(&work)
-            .output()
-            .unwrap()
-    };
+    let as_nobody =
+        |args: &[&str]| -> std::process::Output { user.command(args).output().unwrap() };
     let control = as_nobody(&[python, "-c", &connect]);
     assert!(stdout(&control).contains("REACHED"), "{}", text(&control));
     let _ = listener.accept();
-    let bin = bin.to_str().unwrap();
+    let bin = user.bin_str();
     let doctor = as_nobody(&[bin, "doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
     if report["private_view"]["available"] != serde_json::json!(true) {
@@ -690,57 +714,26 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
     for as_nobody in users {
         let who = if as_nobody { "nobody" } else { "the test user" };
         let env = common::Env::new();
-        let world = |p: &std::path::Path, mode: u32| {
-            std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(mode)).unwrap()
-        };
-        world(env.path(), 0o755);
-        let (work, home, run) = (
-            env.path().join("u-work"),
-            env.path().join("u-home"),
-            env.path().join("u-run"),
-        );
+        let user = common::UserDirs::new(env.path(), "u", common::BIN, as_nobody);
         let pty = nix::pty::openpty(None, None).unwrap();
         let tty = std::fs::read_link(format!(
             "/proc/self/fd/{}",
             std::os::fd::AsRawFd::as_raw_fd(&pty.slave)
         ))
         .unwrap();
-        for dir in [&work, &home, &run] {
-            std::fs::create_dir_all(dir).unwrap();
-        }
         if as_nobody {
-            let (u, g) = (
-                Some(nix::unistd::Uid::from_raw(65534)),
-                Some(nix::unistd::Gid::from_raw(65534)),
-            );
-            for dir in [&work, &home, &run] {
-                nix::unistd::chown(dir.as_path(), u, g).unwrap();
-            }
             // nobody's own other terminal.
-            nix::unistd::chown(&tty, u, g).unwrap();
+            let id = sandbox_testkit::nobody::NOBODY;
+            nix::unistd::chown(
+                &tty,
+                Some(nix::unistd::Uid::from_raw(id)),
+                Some(nix::unistd::Gid::from_raw(id)),
+            )
+            .unwrap();
         }
-        let bin = env.path().join("sandbox");
-        std::fs::copy(common::BIN, &bin).unwrap();
-        world(&bin, 0o755);
-        let bin = bin.to_str().unwrap();
+        let bin = user.bin_str();
         let cmd = |args: &[&str]| -> std::process::Output {
-            let mut c = if as_nobody {
-                common::unprivileged(args)
-            } else {
-                let mut c = std::process::Command::new(args[0]);
-                c.args(&args[1..])
-                    .env_clear()
-                    .env("PATH", "/usr/local/bin:/usr/bin:/bin");
-                c
-            };
-            c.env("HOME", &home)
-                .env("XDG_CONFIG_HOME", home.join(".config"))
-                .env("XDG_STATE_HOME", home.join(".state"))
-                .env("XDG_RUNTIME_DIR", &run)
-                .current_dir(&work)
-                .stdin(Stdio::null())
-                .output()
-                .unwrap()
+            user.command(args).stdin(Stdio::null()).output().unwrap()
         };
         let doctor = cmd(&[bin, "doctor", "--json"]);
         let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
@@ -766,7 +759,7 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
             (m.ctime(), m.ctime_nsec())
         };
         let setuid = || {
-            std::fs::metadata(work.join("suid")).is_ok_and(|m| {
+            std::fs::metadata(user.work.join("suid")).is_ok_and(|m| {
                 std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o6000 != 0
             })
         };
@@ -807,7 +800,7 @@ fn other_terminals_devices_and_setuid_bits_are_out_of_reach_for_root_and_nobody(
             !as_nobody,
             "{who}: control's chmod of /dev/null"
         );
-        std::fs::remove_file(work.join("suid")).unwrap();
+        std::fs::remove_file(user.work.join("suid")).unwrap();
         // Whatever the control left unread.
         let _ = drain();
 

@@ -9,7 +9,6 @@
 //! is named in a record of the run journal's directory, locked by this process while it
 //! lives; the next run removes the groups of a record whose lock is free (its owner died).
 
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -125,22 +124,14 @@ fn group_dir(mount: &CgroupMount, path: &str) -> Option<PathBuf> {
     })
 }
 
+/// A directory we may create groups in (write and search).
 fn writable(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access(2) of a NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
+    use nix::unistd::AccessFlags;
+    nix::unistd::access(path, AccessFlags::W_OK | AccessFlags::X_OK).is_ok()
 }
 
 fn writable_file(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: access(2) of a NUL-terminated path.
-    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+    nix::unistd::access(path, nix::unistd::AccessFlags::W_OK).is_ok()
 }
 
 fn controller_named(name: &str) -> Option<Controller> {
@@ -156,8 +147,7 @@ pub fn probe() -> Machine {
     let own = std::fs::read_to_string("/proc/self/cgroup")
         .map(|t| parse_proc_cgroup(&t))
         .unwrap_or_default();
-    // SAFETY: geteuid(2) takes no arguments.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = nix::unistd::geteuid().is_root();
     let systemd_user = std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .is_some_and(|d| d.join("systemd/private").exists());
@@ -432,53 +422,15 @@ struct Record {
     groups: Vec<PathBuf>,
 }
 
-/// The record's file, locked while the run lives; removed when its groups are.
-#[derive(Debug)]
-struct RecordFile {
-    path: PathBuf,
-    _file: std::fs::File,
-}
+const RECORD_PREFIX: &str = "cgroups";
 
-fn flock(file: &std::fs::File, operation: libc::c_int) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock(2) on a descriptor we own, with integer flags.
-    if unsafe { libc::flock(file.as_raw_fd(), operation) } == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-const RECORD_PREFIX: &str = "cgroups-";
-
-fn write_record(dir: &Path, groups: &[PathBuf]) -> std::io::Result<RecordFile> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let path = dir.join(format!(
-        "{RECORD_PREFIX}{}-{}.json",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    ));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)?;
-    flock(&file, libc::LOCK_EX)?;
+fn write_record(dir: &Path, groups: Vec<PathBuf>) -> std::io::Result<crate::journal::Locked> {
     let record = Record {
         version: 1,
         pid: std::process::id(),
-        groups: groups.to_vec(),
+        groups,
     };
-    file.write_all(&serde_json::to_vec(&record).map_err(std::io::Error::other)?)?;
-    Ok(RecordFile {
-        _file: file.try_clone()?,
-        path,
-    })
+    crate::journal::write_locked(dir, RECORD_PREFIX, &record)
 }
 
 /// A run's name for its groups: unique on this machine while this process lives.
@@ -497,7 +449,8 @@ fn group_name() -> String {
 pub struct RunGroups {
     groups: Vec<(GroupPlan, PathBuf)>,
     join: Arc<JoinCgroups>,
-    record: Option<RecordFile>,
+    /// Locked while the run lives; removed when its groups are.
+    record: Option<crate::journal::Locked>,
     /// A hold on this process's vacated group ([`hold`]), released after the groups go.
     held: bool,
 }
@@ -532,7 +485,7 @@ impl RunGroups {
             named.push(v2.dir.join(leaf_name()));
         }
         let record = match journal {
-            Some(dir) => Some(write_record(dir, &named).map_err(|e| {
+            Some(dir) => Some(write_record(dir, named).map_err(|e| {
                 cgroup_error("writing the run journal's record of the groups in", dir, e)
             })?),
             None => None,
@@ -651,8 +604,9 @@ fn remove(dir: &Path) -> bool {
                     .lines()
                     .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
                 {
-                    // SAFETY: kill(2) with integers: a process of the run's own group.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    // A process of the run's own group; one already gone is no error.
+                    let pid = nix::unistd::Pid::from_raw(pid);
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
                 }
                 std::thread::yield_now();
             }
@@ -667,27 +621,8 @@ fn remove(dir: &Path) -> bool {
 /// Removes the groups of every killed run recorded in `journal` (a record whose lock is
 /// free); returns the groups removed.
 pub fn recover(journal: &Path) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(journal) else {
-        return Vec::new();
-    };
     let mut removed = Vec::new();
-    for path in entries.flatten().map(|e| e.path()) {
-        let is_record = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with(RECORD_PREFIX) && n.ends_with(".json"));
-        if !is_record {
-            continue;
-        }
-        let Ok(file) = std::fs::OpenOptions::new().read(true).open(&path) else {
-            continue;
-        };
-        if flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
-            continue;
-        }
-        let record: Option<Record> = std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+    crate::journal::each_unowned(journal, RECORD_PREFIX, |path, record: Option<Record>| {
         let mut all_gone = true;
         for group in record.map(|r| r.groups).unwrap_or_default() {
             // Only a run's own groups: `sandbox-<pid>-<n>` (a record is the user's own
@@ -706,9 +641,9 @@ pub fn recover(journal: &Path) -> Vec<PathBuf> {
             }
         }
         if all_gone {
-            let _ = std::fs::remove_file(&path);
+            let _ = std::fs::remove_file(path);
         }
-    }
+    });
     removed
 }
 

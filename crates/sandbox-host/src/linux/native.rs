@@ -382,28 +382,37 @@ pub struct Compiled {
     pub view: Option<Result<sandbox_policy::compile::view::ViewPlan, HostError>>,
     pub landlock: Result<compile::landlock::LandlockPlan, HostError>,
     pub seccomp: SeccompPlan,
+    /// Where the view's bind of the host's proc is replaced by the pid namespace's own,
+    /// when a run here gets one ([`crate::linux::view::PreparedView::proc_dir`]).
+    pub own_proc: Option<PathBuf>,
 }
 
 pub fn compiled(policy: &Policy, options: &NativeOptions) -> Compiled {
     let support = view_support(options);
     let net = net_state(policy, options, &support).unwrap_or(NetState::Open);
+    let view = (support == ViewSupport::Available).then(|| {
+        // The layers a run would make, named as they would be (a run directory of each
+        // command's own replaces `<run>`).
+        let run = options.private_dir.join("git-store/<run>");
+        // `layer/` is the run's bounded tmpfs (mounted in the child).
+        let layers = sandbox_policy::compile::view::GitStoreLayers {
+            upper: run.join("layer/upper"),
+            work: run.join("layer/work"),
+            snapshot: run.join("snapshot"),
+            pinned_refs: Vec::new(),
+            remotes: Vec::new(),
+        };
+        crate::linux::view::plan(policy, Some(&layers))
+    });
+    let binds_proc = matches!(&view, Some(Ok(plan))
+        if plan.ops.iter().any(crate::linux::view::binds_host_proc));
+    let own_proc = (binds_proc && pid_support(options, &support).is_ok())
+        .then(|| PathBuf::from(crate::linux::view::PROC));
     Compiled {
-        view: (support == ViewSupport::Available).then(|| {
-            // The layers a run would make, named as they would be (a run directory of each
-            // command's own replaces `<run>`).
-            let run = options.private_dir.join("git-store/<run>");
-            // `layer/` is the run's bounded tmpfs (mounted in the child).
-            let layers = sandbox_policy::compile::view::GitStoreLayers {
-                upper: run.join("layer/upper"),
-                work: run.join("layer/work"),
-                snapshot: run.join("snapshot"),
-                pinned_refs: Vec::new(),
-                remotes: Vec::new(),
-            };
-            crate::linux::view::plan(policy, Some(&layers))
-        }),
+        view,
         landlock: landlock_plan(policy, &support, &net).map_err(HostError::from),
         seccomp: seccomp_plan(policy, &support, options, &net),
+        own_proc,
     }
 }
 

@@ -140,36 +140,52 @@ pub fn net_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
 
 /// The forked probes' common start, in the calling (freshly forked, single-threaded) child:
 /// `unshare(CLONE_NEWUSER | CLONE_NEWNS | extra)`, the id maps (this process's ids mapped to
-/// themselves), `/` made private and a tmpfs on `/tmp`. False on the first failing step, with
-/// `errno` set.
+/// themselves), `/` made private and a tmpfs on `/tmp`. `Err` names the first failing step
+/// (`STEP_*`), with `errno` set.
 ///
 /// # Safety
 ///
 /// Only for a child of `fork` that exits with `_exit` when done: it changes the process's
 /// namespaces and mounts. Async-signal safe (system calls on the given buffers only).
-unsafe fn enter_probe_namespaces(extra: libc::c_int, uid_map: &[u8], gid_map: &[u8]) -> bool {
+unsafe fn enter_probe_namespaces(
+    extra: libc::c_int,
+    uid_map: &[u8],
+    gid_map: &[u8],
+) -> Result<(), u8> {
     // SAFETY: unshare(2) takes flags; mount(2) gets NUL-terminated constants; write_file
     // writes the given buffers. The caller is a forked child (see above).
     unsafe {
-        libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | extra) == 0
-            && crate::linux::view::write_file(c"/proc/self/setgroups", b"deny").is_ok()
-            && crate::linux::view::write_file(c"/proc/self/uid_map", uid_map).is_ok()
-            && crate::linux::view::write_file(c"/proc/self/gid_map", gid_map).is_ok()
-            && libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            ) == 0
-            && libc::mount(
+        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | extra) != 0 {
+            return Err(STEP_UNSHARE);
+        }
+        for (path, data) in [
+            (c"/proc/self/setgroups", &b"deny"[..]),
+            (c"/proc/self/uid_map", uid_map),
+            (c"/proc/self/gid_map", gid_map),
+        ] {
+            if crate::linux::view::write_file(path, data).is_err() {
+                return Err(STEP_ID_MAP);
+            }
+        }
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+            || libc::mount(
                 c"tmpfs".as_ptr(),
                 c"/tmp".as_ptr(),
                 c"tmpfs".as_ptr(),
                 0,
                 std::ptr::null(),
-            ) == 0
+            ) != 0
+        {
+            return Err(STEP_MOUNT);
+        }
     }
+    Ok(())
 }
 
 /// This process's ids, mapped to themselves: what every probe writes.
@@ -187,7 +203,7 @@ fn pid_probe() -> Result<(), String> {
     match unsafe { nix::unistd::fork() } {
         // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            let ok = enter_probe_namespaces(libc::CLONE_NEWPID, &uid_map, &gid_map)
+            let ok = enter_probe_namespaces(libc::CLONE_NEWPID, &uid_map, &gid_map).is_ok()
                 && libc::mkdir(c"/tmp/proc".as_ptr(), 0o700) == 0;
             if !ok {
                 libc::_exit(100 + (Errno::last() as i32 & 0x1f));
@@ -243,7 +259,7 @@ fn net_probe() -> Result<(), String> {
     match unsafe { nix::unistd::fork() } {
         // SAFETY: as above.
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            if !enter_probe_namespaces(libc::CLONE_NEWNET, &uid_map, &gid_map) {
+            if enter_probe_namespaces(libc::CLONE_NEWNET, &uid_map, &gid_map).is_err() {
                 libc::_exit(100 + (Errno::last() as i32 & 0x1f));
             }
             if crate::linux::netns::loopback_up().is_err() {
@@ -306,8 +322,7 @@ pub fn probe() -> ViewSupport {
             reason: "could not create the probe's pipe".into(),
         };
     };
-    let uid_map = format!("{0} {0} 1\n", nix::unistd::geteuid()).into_bytes();
-    let gid_map = format!("{0} {0} 1\n", nix::unistd::getegid()).into_bytes();
+    let (uid_map, gid_map) = id_maps();
     // SAFETY: the child only makes system calls on data prepared above (unshare, open,
     // write, mount, _exit), all async-signal safe, so forking a multi-threaded process is
     // sound.
@@ -325,36 +340,11 @@ pub fn probe() -> ViewSupport {
                     libc::_exit(1)
                 }
             };
-            // SAFETY: as above; every call takes flags or NUL-terminated constants.
+            // SAFETY: as above; every call takes flags, NUL-terminated constants or the
+            // buffers prepared above.
             unsafe {
-                if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
-                    report(STEP_UNSHARE);
-                }
-                for (path, data) in [
-                    (c"/proc/self/setgroups", &b"deny"[..]),
-                    (c"/proc/self/uid_map", &uid_map[..]),
-                    (c"/proc/self/gid_map", &gid_map[..]),
-                ] {
-                    if crate::linux::view::write_file(path, data).is_err() {
-                        report(STEP_ID_MAP);
-                    }
-                }
-                if libc::mount(
-                    std::ptr::null(),
-                    c"/".as_ptr(),
-                    std::ptr::null(),
-                    libc::MS_REC | libc::MS_PRIVATE,
-                    std::ptr::null(),
-                ) != 0
-                    || libc::mount(
-                        c"tmpfs".as_ptr(),
-                        c"/tmp".as_ptr(),
-                        c"tmpfs".as_ptr(),
-                        0,
-                        std::ptr::null(),
-                    ) != 0
-                {
-                    report(STEP_MOUNT);
+                if let Err(step) = enter_probe_namespaces(0, &uid_map, &gid_map) {
+                    report(step);
                 }
                 libc::_exit(0)
             }
@@ -392,7 +382,7 @@ pub fn overlay_probe() -> Result<(), String> {
     match unsafe { nix::unistd::fork() } {
         // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
         Ok(nix::unistd::ForkResult::Child) => unsafe {
-            let ok = enter_probe_namespaces(0, &uid_map, &gid_map)
+            let ok = enter_probe_namespaces(0, &uid_map, &gid_map).is_ok()
                 && [c"/tmp/l", c"/tmp/u", c"/tmp/w", c"/tmp/m"]
                     .iter()
                     .all(|d| libc::mkdir(d.as_ptr(), 0o700) == 0)

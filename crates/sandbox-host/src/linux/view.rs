@@ -104,7 +104,14 @@ pub struct PreparedView {
 }
 
 /// Where the pid namespace's proc is mounted in the view.
-const PROC: &str = "/proc";
+/// The view's proc: with a pid namespace, the namespace's own is mounted here in place of
+/// the policy's bind of the host's.
+pub(crate) const PROC: &str = "/proc";
+
+/// Whether `op` binds the host's proc, which a pid namespace's own replaces.
+pub(crate) fn binds_host_proc(op: &MountOp) -> bool {
+    matches!(op, MountOp::Bind { target, .. } if target == Path::new(PROC))
+}
 
 fn cstring(path: &Path) -> Result<CString, HostError> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::ViewPath {
@@ -320,7 +327,7 @@ impl PreparedView {
                 }
                 // The host's /proc would show every host process: with a pid namespace the
                 // view gets a mount point, and the namespace's own proc is mounted there.
-                MountOp::Bind { target, .. } if pid_namespace && target == Path::new(PROC) => {
+                MountOp::Bind { target, .. } if pid_namespace && binds_host_proc(op) => {
                     made.insert(target.clone());
                     if let Some((step, label)) = mount_point(&mounted, target, true)? {
                         push(&mut steps, step, label);

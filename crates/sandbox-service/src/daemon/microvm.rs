@@ -632,53 +632,16 @@ mod engine {
 mod tests {
     //! The git rules of a box's mounts, against real repositories and worktrees.
     use std::path::{Path, PathBuf};
-    use std::process::Command;
+
+    use sandbox_testkit::git;
 
     use super::*;
-
-    fn git(dir: &Path, args: &[&str]) {
-        let out = Command::new("git")
-            .arg("-C")
-            .arg(dir)
-            .args(args)
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "git {args:?}: {out:?}");
-    }
 
     /// A repository with one commit, and a linked worktree `task` beside it.
     fn repo(root: &Path) -> (PathBuf, PathBuf) {
         let main = root.join("repo");
-        std::fs::create_dir(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "main"]);
-        git(
-            &main,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "-q",
-                "--allow-empty",
-                "-m",
-                "first",
-            ],
-        );
         let task = root.join("task");
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                "task",
-                task.to_str().unwrap(),
-            ],
-        );
+        sandbox_testkit::linked_worktree(&main, &task);
         let layout = root.join("layout");
         std::fs::create_dir(&layout).unwrap();
         std::fs::write(layout.join("oci-layout"), "{}").unwrap();

@@ -954,27 +954,30 @@ fn process_attacks() -> Vec<Attack> {
     ]
 }
 
+/// A connection to an abstract unix socket the test listens on outside, from inside a run
+/// with `flags`.
+fn abstract_socket_attack(f: &Fixture, b: &str, flags: &[String]) -> Verdict {
+    let name = format!("sandbox-escape-{}-{}", std::process::id(), rand_suffix());
+    let addr =
+        <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name.as_bytes())
+            .unwrap();
+    let listener = UnixListener::bind_addr(&addr).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let script = format!(
+        "echo {MARK}; /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); s.send(b'pwned')\""
+    );
+    let out = f.run(b, flags, &script);
+    let reached = listener.accept().is_ok();
+    judge(&out, reached, "abstract socket reached")
+}
+
 /// The network under --block-net, and abstract unix sockets.
 fn network_attacks() -> Vec<Attack> {
     vec![
         Attack {
             name: "connect to an abstract unix socket outside",
             needs: Some("/usr/bin/python3"),
-            run: |f, b| {
-                let name = format!("sandbox-escape-{}-{}", std::process::id(), rand_suffix());
-                let addr = <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(
-                    name.as_bytes(),
-                )
-                .unwrap();
-                let listener = UnixListener::bind_addr(&addr).unwrap();
-                listener.set_nonblocking(true).unwrap();
-                let script = format!(
-                    "echo {MARK}; /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); s.send(b'pwned')\""
-                );
-                let out = f.run(b, &[], &script);
-                let reached = listener.accept().is_ok();
-                judge(&out, reached, "abstract socket reached")
-            },
+            run: |f, b| abstract_socket_attack(f, b, &[]),
         },
         Attack {
             name: "TCP connect to a port not allowed under --block-net",
@@ -1256,21 +1259,9 @@ fn net_attacks() -> Vec<Attack> {
             name: "connect to an abstract unix socket outside under --block-net",
             needs: Some("/usr/bin/python3"),
             run: |f, b| {
-                let name = format!("sandbox-escape-{}-{}", std::process::id(), rand_suffix());
-                let addr = <SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(
-                    name.as_bytes(),
-                )
-                .unwrap();
-                let listener = UnixListener::bind_addr(&addr).unwrap();
-                listener.set_nonblocking(true).unwrap();
                 let allowed = free_listener();
                 let flags = block_net_flags(allowed.local_addr().unwrap().port());
-                let script = format!(
-                    "echo {MARK}; /usr/bin/python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.connect('\\0{name}'); s.send(b'pwned')\""
-                );
-                let out = f.run(b, &flags, &script);
-                let reached = listener.accept().is_ok();
-                judge(&out, reached, "abstract socket reached")
+                abstract_socket_attack(f, b, &flags)
             },
         },
     ]

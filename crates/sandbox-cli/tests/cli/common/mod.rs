@@ -14,24 +14,9 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
 // Each test binary uses some of them.
 #[allow(unused_imports)]
+pub use sandbox_testkit::nobody::{unprivileged, UserDirs};
+#[allow(unused_imports)]
 pub use sandbox_testkit::{alive, report, skip, wait_dead};
-
-/// `args` as an unprivileged user: as `nobody` via setpriv when the tests run as root (check
-/// `/usr/bin/setpriv` first), else as ourselves; with an empty environment but `PATH`.
-pub fn unprivileged(args: &[&str]) -> Command {
-    let mut cmd = if nix::unistd::geteuid().is_root() {
-        let mut c = Command::new("/usr/bin/setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-        c.args(args);
-        c
-    } else {
-        let mut c = Command::new(args[0]);
-        c.args(&args[1..]);
-        c
-    };
-    cmd.env_clear().env("PATH", "/usr/local/bin:/usr/bin:/bin");
-    cmd
-}
 
 /// What a test prints when the nono CLI is missing.
 pub const NONO_MISSING: &str = "nono not installed (cargo install nono-cli --no-default-features)";
