@@ -266,7 +266,33 @@ fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut
 /// The leaf group a run moves this process into when its own group must enable
 /// controllers ([`V2Parent::vacate`]).
 fn leaf_name() -> String {
-    format!("sandbox-supervisor-{}", std::process::id())
+    format!("sandbox-supervisor-{}", process_tag())
+}
+
+/// This process on this machine until it reboots: its pid and its start time (clock ticks
+/// since boot, `/proc/self/stat`). The pid alone is not enough: a group a killed run left
+/// behind (its record in another project's journal) carries the pid a later process gets,
+/// and that process's run then failed with "creating the group: File exists".
+fn process_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let pid = std::process::id();
+        match std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(start_time)
+        {
+            Some(start) => format!("{pid}-{start}"),
+            None => pid.to_string(),
+        }
+    })
+}
+
+/// Field 22 (`starttime`) of a `/proc/PID/stat` line; the command name (field 2) may hold
+/// spaces and parentheses, so fields are counted after its last `)`.
+fn start_time(stat: &str) -> Option<u64> {
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// This process moved into a leaf of `group` and enabled `enabled` there, for `users` runs.
@@ -433,12 +459,12 @@ fn write_record(dir: &Path, groups: Vec<PathBuf>) -> std::io::Result<crate::jour
     crate::journal::write_locked(dir, RECORD_PREFIX, &record)
 }
 
-/// A run's name for its groups: unique on this machine while this process lives.
+/// A run's name for its groups: unique on this machine until it reboots ([`process_tag`]).
 fn group_name() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
         "sandbox-{}-{}",
-        std::process::id(),
+        process_tag(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -625,7 +651,7 @@ pub fn recover(journal: &Path) -> Vec<PathBuf> {
     crate::journal::each_unowned(journal, RECORD_PREFIX, |path, record: Option<Record>| {
         let mut all_gone = true;
         for group in record.map(|r| r.groups).unwrap_or_default() {
-            // Only a run's own groups: `sandbox-<pid>-<n>` (a record is the user's own
+            // Only a run's own groups: `sandbox-<pid>-<start>-<n>` (a record is the user's own
             // file, but a wrong path must still not remove anything else).
             let ours = group
                 .file_name()
@@ -658,6 +684,58 @@ mod tests {
 39 31 0:36 /inner /sys/fs/cgroup/pids ro,relatime - cgroup cgroup rw,pids
 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
 ";
+
+    #[test]
+    fn the_start_time_is_counted_after_the_last_parenthesis() {
+        let stat = "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
+                    1000 10";
+        assert_eq!(start_time(stat), Some(987654));
+        assert_eq!(start_time("1 (x) S 1"), None);
+        let tag = process_tag();
+        assert!(
+            tag.starts_with(&format!("{}-", std::process::id())),
+            "{tag}"
+        );
+    }
+
+    /// A group a killed run left with this process's pid (its record in another project's
+    /// journal, so nothing removed it) is not in this run's way: with names of the pid
+    /// alone, the run failed with "creating the group: File exists".
+    #[test]
+    fn a_group_left_with_this_pid_does_not_stop_a_run() {
+        let machine = probe();
+        let Some(parent) = machine
+            .v1
+            .iter()
+            .find(|p| p.controller == Controller::Pids)
+            .map(|p| p.dir.clone())
+        else {
+            return sandbox_testkit::skip(
+                "limits-unprivileged-cgroup",
+                "no writable cgroup v1 pids group here (as root it is)",
+            );
+        };
+        let left: Vec<PathBuf> = (0..4)
+            .map(|n| parent.join(format!("sandbox-{}-{n}", std::process::id())))
+            .collect();
+        for dir in &left {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let limits = sandbox_policy::Limits {
+            pids: Some(sandbox_policy::Limit {
+                value: 64,
+                source: sandbox_policy::LimitSource::Flag,
+            }),
+            ..sandbox_policy::Limits::default()
+        };
+        let plan = limits::plan(&limits, &machine);
+        let made = RunGroups::create(&plan, &machine, None);
+        for dir in &left {
+            std::fs::remove_dir(dir).unwrap();
+        }
+        let made = made.unwrap();
+        assert_eq!(made.dirs().count(), 1);
+    }
 
     #[test]
     fn the_probe_reads_mounts_and_own_groups() {
