@@ -41,6 +41,7 @@ tasks:
                  build the box image: an OCI image layout directory of a small Debian
                  userland (mmdebstrap); default DIR target/box-image; prints DIR
   guest-test [--kernel SUITE]... [--quick | --full] [--no-lima | --lima]
+             [--no-limits | --limits]
                  boot Debian kernels (suites bullseye, bookworm, bookworm-backports) under
                  QEMU (TCG) and run the native backend's checks in each, as root and as a
                  user (xtask/src/guest/); the escape suite as the user in bookworm's 6.1
@@ -48,7 +49,11 @@ tasks:
                  the Lima part: a view's virtiofs mounts served by virtiofsd as Lima serves
                  them, the generated provisioning replayed inside, git's workflow there and
                  the host's import (--lima: only that; --no-lima: without it; needs the Rust
-                 virtiofsd: SANDBOX_VIRTIOFSD, PATH, or Lima's vhost-user descriptions)
+                 virtiofsd: SANDBOX_VIRTIOFSD, PATH, or Lima's vhost-user descriptions).
+                 Last in the 6.12 boot the limits part: cgroup v2 mounted and delegated to
+                 the user as systemd does, --pids/--memory/--cpus and the groups' removal
+                 as root and as the user in a scope of its own (--limits: only that, one
+                 boot; --no-limits: without it)
   guest-boxlite [--only PART]... [--shell SCRIPT]...
                  boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
                  and run the BoxLite tests that need a booted box inside it (parts: probe,

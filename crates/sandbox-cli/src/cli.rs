@@ -223,7 +223,8 @@ pub struct SandboxArgs {
     pub allow_write: Vec<PathBuf>,
 
     /// Deny the network: the native backend gives the run a network namespace of its own
-    /// with only loopback (no route out, no inbound connection from the host); the host's
+    /// with only loopback (no route out, no inbound connection from the host but the
+    /// --publish ports); the host's
     /// --allow-port ports and the hook port are relayed in. No UDP, raw or packet sockets,
     /// no io_uring. Without user namespaces: TCP only to --allow-port ports (Landlock).
     #[arg(long)]
@@ -243,6 +244,16 @@ pub struct SandboxArgs {
     #[arg(long = "allow-domain", value_name = "HOST")]
     pub allow_domain: Vec<String>,
 
+    /// Publish a server of the run to the host (repeatable): `[HOST_ADDR:]HOST_PORT[:INNER_PORT]`,
+    /// e.g. `3000`, `8080:3000`, `127.0.0.1:8080:3000`, `[::1]:8080`. The supervisor listens
+    /// on HOST_ADDR:HOST_PORT (default address 127.0.0.1; 0.0.0.0 only when written out) and
+    /// relays each connection to 127.0.0.1:INNER_PORT inside the run's network namespace
+    /// (native backend, with --block-net or --allow-domain); the connections are in the
+    /// connection log as `inbound`. With the open network a server already listens on the
+    /// host's port (only `P` is accepted). Adds to `network.publish` in the config.
+    #[arg(long = "publish", value_name = "[ADDR:]PORT[:INNER]")]
+    pub publish: Vec<String>,
+
     /// Give the command an API credential without its secret (repeatable): `anthropic`,
     /// `openai`, `google`, `github`. The host reads the secret (its own $ANTHROPIC_API_KEY,
     /// $OPENAI_API_KEY, $GEMINI_API_KEY or $GOOGLE_API_KEY, $GITHUB_TOKEN or $GH_TOKEN; else
@@ -251,6 +262,8 @@ pub struct SandboxArgs {
     /// sandbox's proxy (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL,
     /// GITHUB_API_URL), which adds the real key on the way to the API host over TLS and
     /// refuses the placeholder anywhere else. A missing secret stops the run (exit 125).
+    /// SANDBOX_CREDENTIAL_<NAME>_HOST=HOST[:PORT] on the host sends it to another host (a
+    /// gateway), SANDBOX_CREDENTIAL_CA=FILE.pem trusts that CA too (docs/security.md).
     /// Adds to `credentials` in the config.
     #[arg(long = "credential", value_name = "NAME")]
     pub credential: Vec<String>,

@@ -237,6 +237,15 @@ pub struct NetworkConfig {
     )]
     #[schemars(with = "Option<Vec<String>>")]
     pub allow_domains: Vec<String>,
+    /// Servers of the run published to the host (native backend, with its own network
+    /// namespace): `[HOST_ADDR:]HOST_PORT[:INNER_PORT]`, as `--publish` takes them.
+    #[serde(
+        default,
+        deserialize_with = "or_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(with = "Option<Vec<formats::PublishFormat>>")]
+    pub publish: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -483,6 +492,11 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
             )));
         }
     }
+    for text in &config.network.publish {
+        check("network.publish", text, &formats::PUBLISH)?;
+        sandbox_policy::Publish::parse(text)
+            .map_err(|e| invalid(format!("key `network.publish`: {e}")))?;
+    }
     if config.network.allow_ports.contains(&0) {
         return Err(invalid(
             "key `network.allow_ports`: port 0 is not a port".into(),
@@ -544,6 +558,7 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     base.read_folders.extend(over.read_folders);
     base.network.block |= over.network.block;
     base.network.allow_ports.extend(over.network.allow_ports);
+    base.network.publish.extend(over.network.publish);
     base.network
         .allow_domains
         .extend(over.network.allow_domains);

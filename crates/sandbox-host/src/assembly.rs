@@ -24,6 +24,8 @@ pub struct Defaults {
     pub allow_domains: Vec<String>,
     /// `credentials:` in the configuration (names).
     pub credentials: Vec<String>,
+    /// `network.publish` in the configuration (`[HOST_ADDR:]HOST_PORT[:INNER_PORT]`).
+    pub publish: Vec<String>,
     pub timeout: Option<Duration>,
     /// The configuration's resource limits (memory, pids, cpu): `Some(None)` is `off`.
     pub resources: [Option<Option<u64>>; 3],
@@ -49,6 +51,8 @@ pub struct Request {
     pub allow_domains: Vec<String>,
     /// `--credential NAME` (names), added to the configuration's.
     pub credentials: Vec<String>,
+    /// `--publish` (as written), added to the configuration's.
+    pub publish: Vec<String>,
     /// Overrides the default timeout.
     pub timeout: Option<Duration>,
     /// Resource limits over the configuration's (memory bytes, pids, thousandths of a CPU):
@@ -226,6 +230,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         hook_port: defaults.hook_port,
         allow_domains,
         credentials,
+        publish: [defaults.publish.clone(), request.publish.clone()].concat(),
         env,
         timeout: request.timeout.or(defaults.timeout),
         resources: sandbox_policy::compile::limits::resolve(request.resources, defaults.resources),

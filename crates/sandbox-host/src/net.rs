@@ -24,6 +24,9 @@ pub struct NetPlan {
     /// `127.0.0.1:PORT` of the proxy's listener inside ([`NetPlan::env`]). Only set when the
     /// run has a proxy. More may be added here (a credential's base URL and placeholder).
     pub proxy_env: Vec<(String, String)>,
+    /// The run's ports published to the host (`--publish`): the supervisor listens on the
+    /// host address and connects each connection to `127.0.0.1:INNER_PORT` inside.
+    pub publish: Vec<sandbox_policy::Publish>,
 }
 
 /// The proxy of a run.
@@ -106,6 +109,7 @@ impl NetPlan {
             ports,
             proxy,
             proxy_env,
+            publish: policy.publish.clone(),
         })
     }
 
@@ -157,10 +161,22 @@ impl NetPlan {
             ),
             None => String::new(),
         };
+        let inbound = if self.publish.is_empty() {
+            "no inbound connection from the host reaches the run".to_string()
+        } else {
+            format!(
+                "from the host only the published ports reach the run: {}",
+                self.publish
+                    .iter()
+                    .map(|p| format!("{} to port {} inside", p.host(), p.inner_port))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
         format!(
             "network namespace: only loopback inside, no route out; {ports} relayed in{proxy}; \
-             no inbound connection from the host reaches the run; UDP, raw sockets and \
-             abstract unix sockets of the host do not exist inside"
+             {inbound}; UDP, raw sockets and abstract unix sockets of the host do not exist \
+             inside"
         )
     }
 }

@@ -201,6 +201,35 @@ pub fn known() -> String {
         .join(", ")
 }
 
+/// The variable of the host that also trusts a PEM file's CA certificates for the
+/// credentials' hosts ([`Credentials::for_run`]).
+pub const CA_VAR: &str = "SANDBOX_CREDENTIAL_CA";
+
+/// The pattern of the variables that send a credential to another host
+/// (`SANDBOX_CREDENTIAL_ANTHROPIC_HOST=gateway.example.com:8443`).
+pub const UPSTREAM_VAR: &str = "SANDBOX_CREDENTIAL_<NAME>_HOST";
+
+/// [`UPSTREAM_VAR`] for credential `name`.
+pub fn upstream_var(name: &str) -> String {
+    format!(
+        "SANDBOX_CREDENTIAL_{}_HOST",
+        name.to_ascii_uppercase().replace('-', "_")
+    )
+}
+
+/// `HOST[:PORT]` (port 443 if none): a DNS name, no scheme, no path.
+fn parse_upstream(value: &str) -> Option<(String, u16)> {
+    let (host, port) = match value.rsplit_once(':') {
+        Some((h, p)) => (h, p.parse::<u16>().ok().filter(|p| *p != 0)?),
+        None => (value, 443),
+    };
+    let name_like = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+    name_like.then(|| (host.to_ascii_lowercase(), port))
+}
+
 /// A secret in memory: never printed (its `Debug` is redacted), wiped when dropped.
 #[derive(Clone)]
 pub struct Secret(String);
@@ -252,6 +281,12 @@ pub enum CredentialError {
         source_desc: String,
         why: &'static str,
     },
+
+    #[error(
+        "{var}={value}: not HOST or HOST:PORT (a DNS name, optionally a port; no scheme, no \
+         path)"
+    )]
+    Upstream { var: String, value: String },
 
     #[error("the credential proxy's TLS roots: {path}: {why}", path = .path.display())]
     Roots { path: PathBuf, why: String },
@@ -325,8 +360,31 @@ impl Credentials {
 
     /// The credentials a run's policy names (`Policy::credentials`), from the host's
     /// environment, [`default_dir`] or the kernel keyring.
+    ///
+    /// Two variables of the host redirect them (an API gateway of one's company, a test's
+    /// loopback server): `SANDBOX_CREDENTIAL_<NAME>_HOST=HOST[:PORT]` sends credential NAME
+    /// to that host instead of its definition's ([`UPSTREAM_VAR`]), and
+    /// `SANDBOX_CREDENTIAL_CA=FILE.pem` also trusts that file's CA certificates for every
+    /// credential's host ([`CA_VAR`]). Both are read on the host only; nothing inside the
+    /// sandbox can set them.
     pub fn for_run<S: AsRef<str>>(names: &[S]) -> Result<Credentials, CredentialError> {
-        Self::load(names, &default_dir())
+        let mut out = Self::load(names, &default_dir())?;
+        for loaded in &mut out.entries {
+            let var = upstream_var(&loaded.def.name);
+            if let Some(value) = std::env::var(&var).ok().filter(|v| !v.trim().is_empty()) {
+                let (host, port) =
+                    parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
+                        var: var.clone(),
+                        value: value.clone(),
+                    })?;
+                loaded.def.host = host;
+                loaded.def.port = port;
+            }
+        }
+        match std::env::var_os(CA_VAR).filter(|v| !v.is_empty()) {
+            Some(pem) => out.with_extra_roots(Path::new(&pem)),
+            None => Ok(out),
+        }
     }
 
     /// [`Credentials::load`] with the environment given (tests, the daemon's client env).
@@ -571,6 +629,29 @@ mod tests {
                 .iter()
                 .find(|(k, _)| k == name)
                 .map(|(_, v)| v.clone())
+        }
+    }
+
+    #[test]
+    fn an_upstream_override_is_a_host_and_a_port() {
+        assert_eq!(
+            upstream_var("anthropic"),
+            "SANDBOX_CREDENTIAL_ANTHROPIC_HOST"
+        );
+        assert_eq!(
+            parse_upstream("Gateway.example.com:8443"),
+            Some(("gateway.example.com".into(), 8443))
+        );
+        assert_eq!(parse_upstream("api.test"), Some(("api.test".into(), 443)));
+        for bad in [
+            "https://api.test",
+            "api.test/v1",
+            "api.test:0",
+            ":443",
+            "a b",
+            "",
+        ] {
+            assert_eq!(parse_upstream(bad), None, "{bad}");
         }
     }
 

@@ -35,5 +35,5 @@ pub use allow::{AllowList, Refusal, Target};
 pub use credentials::{CredentialError, Credentials, Definition, Secret, Source};
 pub use error::NetError;
 pub use log::{Connection, Kind};
-pub use proxy::Proxy;
+pub use proxy::{relay_tcp, Proxy};
 pub use resolve::Resolver;

@@ -18,6 +18,10 @@ pub enum Kind {
     /// A request to a credential's base URL (`/cred/NAME/...`), forwarded over TLS to the
     /// credential's host with the real secret added.
     Credential,
+    /// A connection from the host to a port the user published (`--publish`): `host` and
+    /// `address` are the host-side client's, `port` the port inside it reached; bytes "up"
+    /// went from that client to the server inside.
+    Inbound,
 }
 
 /// One connection.

@@ -204,7 +204,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             .ok_or_else(|| Refusal::BadRequest {
                 why: format!("CONNECT needs host:port, not {:?}", head.target),
             }),
-        Kind::Http | Kind::Credential | Kind::Socks => absolute_http(&head.target),
+        Kind::Http | Kind::Credential | Kind::Socks | Kind::Inbound => absolute_http(&head.target),
     };
     let (host, port, path) = match parsed {
         Ok(parsed) => parsed,
@@ -260,7 +260,7 @@ async fn handle(inner: &Inner, mut client: TcpStream) -> Option<Connection> {
             }
             head.rest
         }
-        Kind::Http | Kind::Credential | Kind::Socks => {
+        Kind::Http | Kind::Credential | Kind::Socks | Kind::Inbound => {
             let mut bytes = origin_form(&head, &host, port, 80, &path, None);
             bytes.extend_from_slice(&head.rest);
             bytes
@@ -811,6 +811,17 @@ fn response(status: &str, rule: Option<&str>, body: &str) -> Vec<u8> {
     out.push_str("\r\n");
     out.push_str(&body);
     out.into_bytes()
+}
+
+/// Relays two TCP connections both ways until both sides are done, or either breaks: the
+/// relay the proxy's tunnels use (`splice(2)` on Linux), for the native backend's relayed
+/// and published ports too. Returns the bytes each way (up: `client` → `upstream`) and the
+/// first error.
+pub async fn relay_tcp(client: TcpStream, upstream: TcpStream) -> (u64, u64, Option<String>) {
+    #[cfg(target_os = "linux")]
+    return splice::relay(client, upstream).await;
+    #[cfg(not(target_os = "linux"))]
+    return relay(client, upstream).await;
 }
 
 /// Relays both ways until both sides are done, or either breaks. Returns the bytes each way

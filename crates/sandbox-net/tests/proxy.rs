@@ -8,75 +8,33 @@
 // unwrap/expect apply to shipped code.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use sandbox_net::{AllowList, Connection, Kind, Proxy, Resolver};
-use simple_dns::rdata::{RData, A};
-use simple_dns::{Packet, PacketFlag, ResourceRecord, CLASS, QTYPE, RCODE, TYPE};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 
 const LOOPBACK: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
-/// A DNS server on 127.0.0.1 (UDP). Each name has a sequence of IPv4 answers: the n-th A
-/// query for it gets the n-th (the last one repeats); AAAA queries get none; unknown names
-/// NXDOMAIN. It records every name it was asked.
+/// The DNS answerer on 127.0.0.1 (`sandbox_testkit::net::Answerer`): each name has a
+/// sequence of IPv4 answers, the n-th A query gets the n-th (the last one repeats).
 struct Answerer {
     addr: SocketAddr,
-    asked: Arc<Mutex<Vec<String>>>,
+    inner: sandbox_testkit::net::Answerer,
 }
 
 impl Answerer {
     async fn start(zone: &[(&str, &[Ipv4Addr])]) -> Answerer {
-        let socket = UdpSocket::bind((LOOPBACK, 0)).await.unwrap();
-        let addr = socket.local_addr().unwrap();
-        let zone: HashMap<String, Vec<Ipv4Addr>> = zone
-            .iter()
-            .map(|(name, answers)| ((*name).to_owned(), answers.to_vec()))
-            .collect();
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let log = Arc::clone(&asked);
-        tokio::spawn(async move {
-            let mut a_queries: HashMap<String, usize> = HashMap::new();
-            let mut buf = [0u8; 1500];
-            loop {
-                let (n, from) = socket.recv_from(&mut buf).await.unwrap();
-                let query = Packet::parse(&buf[..n]).unwrap();
-                let mut reply = Packet::new_reply(query.id());
-                reply.set_flags(PacketFlag::RECURSION_AVAILABLE);
-                for q in &query.questions {
-                    let name = q.qname.to_string();
-                    log.lock().unwrap().push(name.clone());
-                    reply.questions.push(q.clone());
-                    let Some(answers) = zone.get(&name) else {
-                        *reply.rcode_mut() = RCODE::NameError;
-                        continue;
-                    };
-                    if q.qtype == QTYPE::TYPE(TYPE::A) {
-                        let i = a_queries.entry(name).or_default();
-                        let ip = answers[(*i).min(answers.len() - 1)];
-                        *i += 1;
-                        reply.answers.push(ResourceRecord::new(
-                            q.qname.clone(),
-                            CLASS::IN,
-                            60,
-                            RData::A(A {
-                                address: u32::from(ip),
-                            }),
-                        ));
-                    }
-                }
-                let bytes = reply.build_bytes_vec().unwrap();
-                socket.send_to(&bytes, from).await.unwrap();
-            }
-        });
-        Answerer { addr, asked }
+        let inner = sandbox_testkit::net::Answerer::start_sequences(zone);
+        Answerer {
+            addr: inner.socket_addr(),
+            inner,
+        }
     }
 
     fn asked(&self) -> Vec<String> {
-        self.asked.lock().unwrap().clone()
+        self.inner.asked()
     }
 
     /// Asks for `name`'s A record as a client inside would before connecting.
@@ -478,15 +436,14 @@ mod credentials {
 
     use std::path::PathBuf;
 
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     use sandbox_net::{Credentials, Definition, Secret};
     use tokio_rustls::TlsAcceptor;
 
     const SECRET: &str = "sk-real-secret-4f9c2e";
     const OTHER_SECRET: &str = "sk-other-secret-77aa01";
 
-    /// A test CA, and a certificate it signed for `names`. The CA's PEM is in a file of
-    /// its own (what `Credentials::with_extra_roots` takes).
+    /// The test CA (`sandbox_testkit::net::TestCa`: its PEM in a file of its own, what
+    /// `Credentials::with_extra_roots` takes), and an acceptor with its certificate.
     struct TestCa {
         pem_file: PathBuf,
         acceptor: TlsAcceptor,
@@ -496,39 +453,14 @@ mod credentials {
 
     impl TestCa {
         fn new(names: &[&str]) -> TestCa {
-            let ca_key = rcgen::KeyPair::generate().unwrap();
-            let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-            ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-            ca_params
-                .distinguished_name
-                .push(rcgen::DnType::CommonName, "sandbox test CA");
-            let ca = ca_params.self_signed(&ca_key).unwrap();
-            let key = rcgen::KeyPair::generate().unwrap();
-            let params = rcgen::CertificateParams::new(
-                names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
-            )
-            .unwrap();
-            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
             let dir = tempfile::Builder::new()
                 .prefix("sandbox-net-ca-")
                 .tempdir()
                 .unwrap();
-            let pem_file = dir.path().join(format!("ca-{}.pem", names.join("-")));
-            std::fs::write(&pem_file, ca.pem()).unwrap();
-            let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-                rustls::crypto::ring::default_provider(),
-            ))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![CertificateDer::from(cert.der().to_vec())],
-                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-            )
-            .unwrap();
+            let ca = sandbox_testkit::net::TestCa::new(dir.path(), names);
             TestCa {
-                pem_file,
-                acceptor: TlsAcceptor::from(Arc::new(config)),
+                pem_file: ca.pem_file.clone(),
+                acceptor: TlsAcceptor::from(ca.server_config()),
                 _dir: dir,
             }
         }

@@ -57,6 +57,8 @@ pub struct PolicyRequest {
     pub allow_domains: Vec<String>,
     /// `--credential NAME` (names; checked and read by the caller).
     pub credentials: Vec<String>,
+    /// `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`, as written ([`crate::Publish::parse`]).
+    pub publish: Vec<String>,
     pub env: EnvPolicy,
     pub timeout: Option<Duration>,
     /// The resource limits (memory, pids, cpu; [`crate::compile::limits::resolve`]).
@@ -187,6 +189,43 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         }
     }
 
+    let mut publish: Vec<crate::model::Publish> = Vec::new();
+    for text in &req.publish {
+        let p = crate::model::Publish::parse(text).map_err(PolicyError::Conflict)?;
+        if let Some(other) = publish.iter().find(|o| o.host() == p.host() && **o != p) {
+            return Err(PolicyError::Conflict(format!(
+                "--publish {p} and --publish {other} both listen on {}",
+                p.host()
+            )));
+        }
+        if !publish.contains(&p) {
+            publish.push(p);
+        }
+    }
+    // An --allow-port's port inside is the supervisor's listener relaying out to the host:
+    // a server cannot listen there, and a published connection would loop back out.
+    if let Some(p) = publish
+        .iter()
+        .find(|p| ports.contains(&p.inner_port) || req.hook_port == Some(p.inner_port))
+    {
+        return Err(PolicyError::Conflict(format!(
+            "--publish {p}: port {} inside is taken by the relay out to the host's port {} \
+             (--allow-port, or the hook port); publish another inner port",
+            p.inner_port, p.inner_port
+        )));
+    }
+    // With the open network the run has no namespace of its own: its servers listen on the
+    // host's own ports, so only the identity (127.0.0.1:P to P) is already true.
+    let open = !req.block_net && req.allow_domains.is_empty() && req.credentials.is_empty();
+    if let (true, Some(p)) = (open, publish.iter().find(|p| !p.is_identity())) {
+        return Err(PolicyError::Conflict(format!(
+            "--publish {p}: with the open network the run shares the host's network (its \
+             servers listen on the host's own ports, no relay exists); publishing to another \
+             address or port needs the run's own network namespace (--block-net or \
+             --allow-domain)"
+        )));
+    }
+
     let mut fs = FsPolicy {
         system_read: req
             .system_read
@@ -309,6 +348,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         hook_port: req.hook_port,
         allow_domains: req.allow_domains.clone(),
         credentials: req.credentials.clone(),
+        publish,
         unprotected_git: req.unprotected_git,
         agent: req.agent.clone(),
     };
@@ -375,6 +415,47 @@ mod tests {
             devices: Some(vec![]),
             ..PolicyRequest::default()
         }
+    }
+
+    #[test]
+    fn publish_is_parsed_deduplicated_and_needs_a_namespace_to_map() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.publish = vec![
+            "8080:3000".into(),
+            "127.0.0.1:8080:3000".into(),
+            "4000".into(),
+        ];
+        let p = build(r).unwrap();
+        let shown: Vec<String> = p.publish.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, vec!["127.0.0.1:8080:3000", "127.0.0.1:4000:4000"]);
+        // The inner port of an --allow-port is the relay out.
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.allow_ports = vec![3000];
+        r.publish = vec!["8080:3000".into()];
+        assert!(build(r)
+            .unwrap_err()
+            .to_string()
+            .contains("taken by the relay"));
+        // One host address and port, two inner ports.
+        let mut r = req(dir.path());
+        r.block_net = true;
+        r.publish = vec!["8080:3000".into(), "8080:3001".into()];
+        assert!(build(r).unwrap_err().to_string().contains("both listen"));
+        // The open network: only the identity.
+        let mut r = req(dir.path());
+        r.publish = vec!["3000".into()];
+        assert_eq!(build(r).unwrap().publish.len(), 1);
+        let mut r = req(dir.path());
+        r.publish = vec!["8080:3000".into()];
+        assert!(build(r).unwrap_err().to_string().contains("open network"));
+        // A domain list has a namespace.
+        let mut r = req(dir.path());
+        r.allow_domains = vec!["a.test".into()];
+        r.publish = vec!["8080:3000".into()];
+        assert_eq!(build(r).unwrap().publish.len(), 1);
     }
 
     #[test]

@@ -20,7 +20,7 @@ pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
 pub use model::{
     AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
-    Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Toolchain,
-    Workspace,
+    Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Publish,
+    Toolchain, Workspace,
 };
 pub use secrets::{is_secret, secrets_under, SecretKind};

@@ -25,6 +25,11 @@ pub struct Policy {
     /// starts (`sandbox_net::Credentials::for_run`); the environment holds placeholders.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub credentials: Vec<String>,
+    /// Ports of the run's servers published to the host (`--publish`, `network.publish`):
+    /// the supervisor listens on the host address and relays each connection to the port
+    /// inside the run's network namespace (docs/security.md, "Publishing a port").
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<Publish>,
     /// The user accepted that git hooks/config inside the writable tree cannot be protected
     /// (`--unprotected-git`).
     pub unprotected_git: bool,
@@ -364,6 +369,106 @@ impl NetPolicy {
     }
 }
 
+/// One published port: `[HOST_ADDR:]HOST_PORT[:INNER_PORT]` (`3000`, `8080:3000`,
+/// `127.0.0.1:8080:3000`, `[::1]:8080:3000`). The host address defaults to `127.0.0.1` and
+/// the inner port to the host port; a wildcard address (`0.0.0.0`, `::`) is taken only when
+/// written out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Publish {
+    /// Where the supervisor listens on the host.
+    pub host_addr: std::net::IpAddr,
+    pub host_port: u16,
+    /// The port on the run's own loopback (`127.0.0.1:INNER_PORT` inside) it connects to.
+    pub inner_port: u16,
+}
+
+impl Publish {
+    /// Parses the `--publish` form; the error says what is wrong with `text`.
+    pub fn parse(text: &str) -> Result<Publish, String> {
+        let bad = |why: &str| {
+            format!("--publish {text:?}: {why} (the form is [HOST_ADDR:]HOST_PORT[:INNER_PORT], e.g. 3000, 8080:3000, 127.0.0.1:8080:3000)")
+        };
+        let port = |s: &str| -> Result<u16, String> {
+            match s.parse::<u16>() {
+                Ok(0) | Err(_) => Err(bad(&format!("{s:?} is not a TCP port (1-65535)"))),
+                Ok(p) => Ok(p),
+            }
+        };
+        let text = text.trim();
+        // `[v6]:PORT[:INNER]`
+        let (addr, rest): (Option<std::net::IpAddr>, &str) =
+            if let Some(after) = text.strip_prefix('[') {
+                let (inside, rest) = after
+                    .split_once(']')
+                    .ok_or_else(|| bad("an unclosed `[`"))?;
+                let addr = inside
+                    .parse::<std::net::Ipv6Addr>()
+                    .map_err(|_| bad(&format!("{inside:?} is not an IPv6 address")))?;
+                let rest = rest
+                    .strip_prefix(':')
+                    .ok_or_else(|| bad("no port after the address"))?;
+                (Some(addr.into()), rest)
+            } else {
+                let parts: Vec<&str> = text.split(':').collect();
+                match parts.as_slice() {
+                    [_] => (None, text),
+                    // Two parts: ADDR:PORT when the first is an address, else PORT:INNER.
+                    [first, rest] if first.parse::<std::net::Ipv4Addr>().is_ok() => (
+                        first.parse::<std::net::Ipv4Addr>().ok().map(Into::into),
+                        *rest,
+                    ),
+                    [_, _] => (None, text),
+                    [first, ..] if parts.len() == 3 => {
+                        let addr = first.parse::<std::net::Ipv4Addr>().map_err(|_| {
+                            bad(&format!(
+                                "{first:?} is not an IPv4 address (an IPv6 one goes in [ ])"
+                            ))
+                        })?;
+                        (
+                            Some(addr.into()),
+                            text.split_once(':').map_or("", |(_, r)| r),
+                        )
+                    }
+                    _ => return Err(bad("too many `:`")),
+                }
+            };
+        let (host_port, inner_port) = match rest.split_once(':') {
+            Some((h, i)) => (port(h)?, port(i)?),
+            None => {
+                let p = port(rest)?;
+                (p, p)
+            }
+        };
+        Ok(Publish {
+            host_addr: addr.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)),
+            host_port,
+            inner_port,
+        })
+    }
+
+    /// The host's side as a socket address.
+    pub fn host(&self) -> std::net::SocketAddr {
+        std::net::SocketAddr::new(self.host_addr, self.host_port)
+    }
+
+    /// Whether it asks for nothing a run on the host's own network does not already have:
+    /// the host's loopback, the same port.
+    pub fn is_identity(&self) -> bool {
+        self.host_addr == std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+            && self.host_port == self.inner_port
+    }
+}
+
+impl std::fmt::Display for Publish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.host_addr {
+            std::net::IpAddr::V6(a) => write!(f, "[{a}]:{}:{}", self.host_port, self.inner_port),
+            a => write!(f, "{a}:{}:{}", self.host_port, self.inner_port),
+        }
+    }
+}
+
 /// Resource limits: the timeout, and the kernel's limits of a run's processes together
 /// (enforced by `sandbox-host` through cgroups, compiled by [`crate::compile::limits`]; VM
 /// backends size the VM from the same fields).
@@ -449,5 +554,29 @@ impl Policy {
     /// True if `path` (canonical) is inside something the sandbox may write.
     pub fn is_writable(&self, path: &Path) -> bool {
         self.writable_paths().any(|w| path.starts_with(w))
+    }
+}
+
+#[cfg(test)]
+mod publish_tests {
+    use super::Publish;
+
+    #[test]
+    fn the_forms_of_publish() {
+        let p = |s: &str| Publish::parse(s).map(|p| p.to_string());
+        assert_eq!(p("3000").unwrap(), "127.0.0.1:3000:3000");
+        assert_eq!(p("8080:3000").unwrap(), "127.0.0.1:8080:3000");
+        assert_eq!(p("127.0.0.2:8080").unwrap(), "127.0.0.2:8080:8080");
+        assert_eq!(p("0.0.0.0:8080:3000").unwrap(), "0.0.0.0:8080:3000");
+        assert_eq!(p("[::1]:8080:3000").unwrap(), "[::1]:8080:3000");
+        assert_eq!(p("[::1]:8080").unwrap(), "[::1]:8080:8080");
+        assert!(Publish::parse("3000").unwrap().is_identity());
+        assert!(!Publish::parse("8080:3000").unwrap().is_identity());
+        for bad in [
+            "", "0", "70000", "x", "a:1:2", "1:2:3:4", "[::1", "[x]:1", "1:",
+        ] {
+            let e = Publish::parse(bad).unwrap_err();
+            assert!(e.contains("--publish"), "{bad}: {e}");
+        }
     }
 }

@@ -64,6 +64,7 @@ pub fn linked_policy(block: bool) -> Policy {
         hook_port: Some(7465),
         allow_domains: vec![],
         credentials: vec![],
+        publish: vec![],
         unprotected_git: false,
         agent: None,
     }

@@ -229,6 +229,11 @@ pub struct BoxCreateParams {
     pub allow_ports: Vec<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow_domains: Vec<String>,
+    /// `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`: the box's servers published to the
+    /// daemon's host (native backend; a connection goes to the newest exec whose namespace
+    /// accepts it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub publish: Vec<String>,
     /// `--credential NAME`: API credentials the box's proxy adds (secrets read by the
     /// daemon on its host; the box holds placeholders).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -1,13 +1,16 @@
 //! What the workspace's tests share, written once: a hermetic [`git`], process checks
 //! ([`alive`], [`wait_dead`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
-//! ([`limactl::Standin`]), and running as an unprivileged user ([`nobody`]). A dev-dependency only (`publish = false`).
+//! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
+//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server). A
+//! dev-dependency only (`publish = false`).
 
 // Test code: a panic is how a helper reports that the test's setup failed, as in the tests
 // themselves (the workspace lints against unwrap/expect apply to shipped code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod limactl;
+pub mod net;
 pub mod nobody;
 mod skip;
 

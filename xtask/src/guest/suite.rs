@@ -71,6 +71,10 @@ struct Options {
     /// runs it alone.
     lima: bool,
     lima_only: bool,
+    /// The limits part ([`limits_part`]): on by default in the 6.12 guest's boot,
+    /// `--no-limits` leaves it out, `--limits` runs it alone (one boot of 6.12).
+    limits: bool,
+    limits_only: bool,
 }
 
 fn parse(args: &[String]) -> Result<Options> {
@@ -80,6 +84,8 @@ fn parse(args: &[String]) -> Result<Options> {
         full: false,
         lima: true,
         lima_only: false,
+        limits: true,
+        limits_only: false,
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -93,9 +99,11 @@ fn parse(args: &[String]) -> Result<Options> {
             "--full" => options.full = true,
             "--no-lima" => options.lima = false,
             "--lima" => options.lima_only = true,
+            "--no-limits" => options.limits = false,
+            "--limits" => options.limits_only = true,
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask guest-test [--kernel SUITE]... \
-                 [--quick | --full] [--no-lima | --lima]"
+                 [--quick | --full] [--no-lima | --lima] [--no-limits | --limits]"
             ),
         }
     }
@@ -156,14 +164,19 @@ pub fn run(args: &[String]) -> Result<bool> {
     let image_time = started.elapsed();
     let mut all_ok = true;
     let mut report = Vec::new();
-    if options.lima || options.lima_only {
+    if (options.lima || options.lima_only) && !options.limits_only {
         all_ok &= lima_part(&root, &image, &mut report)?;
     }
     if options.lima_only {
         return Ok(all_ok);
     }
     let bins = build_binaries(&root)?;
-    let kernels: Vec<Kernel> = if options.kernels.is_empty() {
+    let kernels: Vec<Kernel> = if options.limits_only {
+        vec![image
+            .kernel(LIMITS_KERNEL_SUITE)
+            .cloned()
+            .with_context(|| format!("the image has no kernel of {LIMITS_KERNEL_SUITE}"))?]
+    } else if options.kernels.is_empty() {
         image.kernels.clone()
     } else {
         options
@@ -311,6 +324,12 @@ fn test_kernel(
     );
     let expect = expectation(kernel);
     let mut checks = Vec::new();
+    let limits = kernel.suite == LIMITS_KERNEL_SUITE && (options.limits || options.limits_only);
+    if options.limits_only {
+        checks.extend(limits_part(&mut guest, bins)?);
+        guest.poweroff()?;
+        return Ok((boot_time, checks, None));
+    }
     for user in [User::Root, User::User] {
         checks.push(doctor(&mut guest, bins, user)?);
         checks.push(readme(&mut guest, bins, user, &expect)?);
@@ -324,6 +343,10 @@ fn test_kernel(
         }
     }
     let bench = bench(&mut guest, bins).ok();
+    // Last: it mounts cgroup2 and enables controllers, which the checks above run without.
+    if limits {
+        checks.extend(limits_part(&mut guest, bins)?);
+    }
     guest.poweroff()?;
     Ok((boot_time, checks, bench))
 }
@@ -590,4 +613,121 @@ print(json.dumps({{"true_ms": t * 1e3, "run_ms": r * 1e3, "ratio": r / t, "run_e
     })?;
     ensure!(out.success(), "bench failed: {}", detail(&out));
     Ok(serde_json::from_slice(&out.stdout)?)
+}
+
+/// The kernel whose boot carries the limits part: Debian 12 backports' 6.12, the newest
+/// (`memory.peak`, `pids.peak`), as a systemd-based desktop of today has it.
+const LIMITS_KERNEL_SUITE: &str = "bookworm-backports";
+
+const LIMITS_SCRIPT: &str = include_str!("limits.py");
+
+/// The group the limits part delegates to `user`, as systemd's system manager delegates
+/// `user@1000.service` to the user's manager.
+const DELEGATED: &str = "/sys/fs/cgroup/user.slice/user@1000.service";
+
+/// The resource limits on a real cgroup v2 hierarchy (`limits.py`), as root in the root group
+/// and as `user` in a group delegated to it the way systemd does it: cgroup2 mounted (the
+/// guest's init mounts none), memory, pids and cpu enabled for the groups below the root and
+/// `user.slice`, `user@1000.service` chowned to the user (the directory and its
+/// `cgroup.procs`, `cgroup.subtree_control`, `cgroup.threads`), the controllers enabled below
+/// it and a leaf `session.scope` made by the user, as its manager would, and the user's
+/// process moved into that leaf. Each `sandbox` the user starts gets a scope of its own, as
+/// `systemd-run --user --scope -p Delegate=yes` gives it.
+fn limits_part(guest: &mut Guest, bins: &Binaries) -> Result<Vec<CheckResult>> {
+    let setup = format!(
+        r#"set -eu
+cg=/sys/fs/cgroup; d='{DELEGATED}'
+grep -q "^[^ ]* $cg cgroup2 " /proc/mounts || busybox mount -t cgroup2 cgroup2 $cg
+echo '+memory +pids +cpu' > $cg/cgroup.subtree_control
+mkdir -p $cg/user.slice "$d"
+echo '+memory +pids +cpu' > $cg/user.slice/cgroup.subtree_control
+chown 1000:1000 "$d" "$d/cgroup.procs" "$d/cgroup.subtree_control" "$d/cgroup.threads"
+setpriv --reuid=1000 --regid=1000 --clear-groups sh -c \
+  "echo '+memory +pids +cpu' > '$d/cgroup.subtree_control' && mkdir -p '$d/session.scope'"
+echo "delegated: $(cat "$d/cgroup.controllers") ($(stat -c %U "$d/session.scope/cgroup.procs"))""#
+    );
+    let out = guest.sh(User::Root, &setup)?;
+    if !out.success() {
+        return Ok(vec![CheckResult {
+            name: "limits",
+            user: User::Root,
+            verdict: Verdict::Fail,
+            summary: "setting up the cgroup v2 hierarchy failed".into(),
+            detail: detail(&out),
+        }]);
+    }
+    let bin = bins.sandbox.display().to_string();
+    let mut checks = Vec::new();
+    let as_root = GuestCommand {
+        argv: vec![
+            "python3".into(),
+            "-c".into(),
+            LIMITS_SCRIPT.into(),
+            bin.clone(),
+            "root".into(),
+        ],
+        user: User::Root,
+        env: Vec::new(),
+        cwd: None,
+        timeout: Duration::from_secs(1800),
+    };
+    // Started by the agent as root, moved into the user's leaf, then the user's own.
+    let wrapper = r#"d=$1; shift; echo $$ > "$d/session.scope/cgroup.procs" &&
+exec setpriv --reuid=1000 --regid=1000 --clear-groups env HOME=/home/user USER=user \
+  LOGNAME=user XDG_RUNTIME_DIR=/run/user/1000 "$@""#;
+    let as_user = GuestCommand {
+        argv: vec![
+            "bash".into(),
+            "-c".into(),
+            wrapper.into(),
+            "bash".into(),
+            DELEGATED.into(),
+            "python3".into(),
+            "-c".into(),
+            LIMITS_SCRIPT.into(),
+            bin,
+            "user".into(),
+            DELEGATED.into(),
+        ],
+        ..as_root.clone()
+    };
+    for (user, command) in [(User::Root, as_root), (User::User, as_user)] {
+        let out = guest.run(&command)?;
+        let mut any = false;
+        for line in out.stdout_text().lines() {
+            let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+                continue;
+            };
+            any = true;
+            let name = match v["check"].as_str().unwrap_or("") {
+                "pids" => "limits-pids",
+                "memory" => "limits-mem",
+                "cpu" => "limits-cpu",
+                "killed" => "limits-kill",
+                "no-scope" => "limits-noscope",
+                _ => "limits",
+            };
+            checks.push(CheckResult {
+                name,
+                user,
+                verdict: if v["ok"] == true {
+                    Verdict::Pass
+                } else {
+                    Verdict::Fail
+                },
+                summary: v["summary"].as_str().unwrap_or("").to_owned(),
+                detail: v["detail"].as_str().unwrap_or("").to_owned(),
+            });
+        }
+        if !any || !out.success() {
+            checks.push(CheckResult {
+                name: "limits",
+                user,
+                verdict: Verdict::Fail,
+                summary: format!("limits.py: {}", out.status_text()),
+                detail: detail(&out),
+            });
+        }
+    }
+    Ok(checks)
 }

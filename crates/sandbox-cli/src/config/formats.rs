@@ -74,6 +74,16 @@ format!(
     "anthropic|openai|google|github", "a credential: anthropic, openai, google or github"
 );
 
+// `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`: ports 1-65535, an IPv4 address without
+// leading zeros, or an IPv6 one in brackets (`sandbox_policy::Publish::parse` checks that one
+// further). `[\[]` is the one spelling of a literal `[` both engines take (Rust's regex refuses
+// `[[]`, Nix's `\[`); Nix's reads it as `[` or `\`, which the CLI's parse then refuses.
+format!(
+    PUBLISH,
+    "(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]):|[\\[][0-9A-Fa-f:.]+[]]:)?([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])(:([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5]))?",
+    "a published port: [HOST_ADDR:]HOST_PORT[:INNER_PORT], such as 3000, 8080:3000 or 127.0.0.1:8080:3000"
+);
+
 format!(
     SIZE,
     "off|[0-9]{1,13}([.][0-9]{1,3})?([KMGTkmgt](i?B)?|B)?",
@@ -117,6 +127,18 @@ impl JsonSchema for CredentialFormat {
     }
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         string_schema(&CREDENTIAL, "sandbox-credential")
+    }
+}
+
+/// An entry of `network.publish`.
+pub struct PublishFormat;
+
+impl JsonSchema for PublishFormat {
+    fn schema_name() -> Cow<'static, str> {
+        "Publish".into()
+    }
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        string_schema(&PUBLISH, "sandbox-publish")
     }
 }
 
@@ -258,6 +280,26 @@ mod tests {
         assert!(ENV_NAME.matches("weird name"));
         for bad in ["", "A=B", "A\0"] {
             assert!(!ENV_NAME.matches(bad), "{bad:?}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod publish_pattern_tests {
+    #[test]
+    fn the_publish_pattern_takes_what_publish_parses() {
+        for ok in [
+            "3000",
+            "8080:3000",
+            "127.0.0.1:8080:3000",
+            "[::1]:8080",
+            "0.0.0.0:1:65535",
+        ] {
+            assert!(super::PUBLISH.matches(ok), "{ok}");
+            assert!(sandbox_policy::Publish::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in ["0", "65536", "localhost:3000", "01.2.3.4:80", "1:2:3", ""] {
+            assert!(!super::PUBLISH.matches(bad), "{bad}");
         }
     }
 }

@@ -26,7 +26,7 @@ fn sandbox(f: &Fixture, env: &[(&str, &str)], args: &[&str]) -> Output {
 
 /// What an attacker inside reads to find a key: the whole environment, every process's
 /// arguments it can see, and the files under the home.
-const LOOK: &str = "cat /proc/self/environ | tr '\\0' '\\n'; \
+pub(crate) const LOOK: &str = "cat /proc/self/environ | tr '\\0' '\\n'; \
                     for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done; \
                     grep -rs sk-ant \"$HOME\" 2>/dev/null; true";
 
@@ -158,4 +158,40 @@ fn a_secret_file_outside_every_grant_is_read_on_the_host() {
         "{stdout}"
     );
     assert!(!stdout.contains("from-the-file"), "{}", text(&out));
+}
+
+/// `SANDBOX_CREDENTIAL_<NAME>_HOST` that is not a host stops the run before anything starts,
+/// naming the variable (the override itself is used in `net_user.rs`).
+#[test]
+fn a_malformed_credential_host_override_stops_the_run() {
+    let f = Fixture::new();
+    let marker = f.env.work().join("ran");
+    let script = format!("echo ran > {}", marker.display());
+    let out = sandbox(
+        &f,
+        &[
+            ("ANTHROPIC_API_KEY", SECRET),
+            (
+                "SANDBOX_CREDENTIAL_ANTHROPIC_HOST",
+                "https://gateway.test/v1",
+            ),
+        ],
+        &[
+            "run",
+            "--credential",
+            "anthropic",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("SANDBOX_CREDENTIAL_ANTHROPIC_HOST="),
+        "{}",
+        text(&out)
+    );
+    assert!(!marker.exists());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
 }

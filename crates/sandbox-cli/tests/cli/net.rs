@@ -4,81 +4,25 @@
 //! 127.0.0.1 the proxy is pointed at (`SANDBOX_DNS_SERVER`). The host backend is the control
 //! that shows each refused path reaches its server when nothing stands in the way.
 
-use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, TcpListener, UdpSocket};
+use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use simple_dns::rdata::{RData, A};
-use simple_dns::{Packet, PacketFlag, ResourceRecord, CLASS, QTYPE, RCODE, TYPE};
+use sandbox_testkit::net::Answerer;
 
 use crate::common::{self, text, Env};
 
-/// A DNS server on 127.0.0.1 (UDP, a thread): A records from `zone`, NXDOMAIN for the rest,
-/// no AAAA; it records every name it was asked.
-struct Answerer {
-    port: u16,
-    asked: Arc<Mutex<Vec<String>>>,
-}
-
-impl Answerer {
-    fn start(zone: &[(&str, Ipv4Addr)]) -> Answerer {
-        let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let port = socket.local_addr().unwrap().port();
-        let zone: HashMap<String, Ipv4Addr> =
-            zone.iter().map(|(n, ip)| ((*n).to_owned(), *ip)).collect();
-        let asked = Arc::new(Mutex::new(Vec::new()));
-        let log = asked.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 1500];
-            while let Ok((n, from)) = socket.recv_from(&mut buf) {
-                let Ok(query) = Packet::parse(&buf[..n]) else {
-                    continue;
-                };
-                let mut reply = Packet::new_reply(query.id());
-                reply.set_flags(PacketFlag::RECURSION_AVAILABLE);
-                for q in &query.questions {
-                    let name = q.qname.to_string();
-                    log.lock().unwrap().push(name.clone());
-                    reply.questions.push(q.clone());
-                    match zone.get(&name) {
-                        None => *reply.rcode_mut() = RCODE::NameError,
-                        Some(ip) if q.qtype == QTYPE::TYPE(TYPE::A) => {
-                            reply.answers.push(ResourceRecord::new(
-                                q.qname.clone(),
-                                CLASS::IN,
-                                60,
-                                RData::A(A {
-                                    address: u32::from(*ip),
-                                }),
-                            ))
-                        }
-                        Some(_) => {}
-                    }
-                }
-                let bytes = reply.build_bytes_vec().unwrap();
-                let _ = socket.send_to(&bytes, from);
-            }
-        });
-        Answerer { port, asked }
-    }
-
-    fn asked(&self) -> Vec<String> {
-        self.asked.lock().unwrap().clone()
-    }
-}
-
 /// An HTTP server on `ip` (a thread) that answers every request with `body`, and counts them.
-struct Http {
-    port: u16,
+pub(crate) struct Http {
+    pub(crate) port: u16,
     requests: Arc<AtomicUsize>,
 }
 
 impl Http {
-    fn start(ip: Ipv4Addr, body: &'static str) -> Http {
+    pub(crate) fn start(ip: Ipv4Addr, body: &'static str) -> Http {
         let listener = TcpListener::bind((ip, 0)).unwrap();
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(AtomicUsize::new(0));
@@ -101,20 +45,20 @@ impl Http {
         Http { port, requests }
     }
 
-    fn requests(&self) -> usize {
+    pub(crate) fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
     }
 }
 
 /// Where the tests' names point: a loopback address that is not 127.0.0.1 (so `NO_PROXY`
 /// does not send curl around the proxy), listed as an address the proxy may connect to.
-const SERVED: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+pub(crate) const SERVED: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
 /// An address no name points at, for the IP literal.
 const LITERAL: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 
 /// Why the network tests cannot run here, if so: no curl, or no network namespace for the
 /// native backend (no user namespaces).
-fn unavailable(env: &Env) -> Option<String> {
+pub(crate) fn unavailable(env: &Env) -> Option<String> {
     if !Path::new("/usr/bin/curl").exists() {
         return Some("curl is missing".into());
     }

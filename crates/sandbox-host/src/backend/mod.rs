@@ -327,6 +327,41 @@ pub fn check_policy(
             ),
         });
     }
+    // Published ports: the native backend relays them into its namespace (checked when it
+    // prepares); on the host's own network a server already listens on the host's port.
+    if let Some(p) = policy.publish.first() {
+        let why = match kind {
+            BackendKind::Native => None,
+            BackendKind::Host if policy.publish.iter().all(|p| p.is_identity()) => None,
+            BackendKind::Host => Some(
+                "the host backend runs on the host's own network: a server listens on the \
+                 host's port itself, and no relay maps it to another address or port"
+                    .to_string(),
+            ),
+            BackendKind::Nono => Some(
+                "nono runs the command on the host's network (a server listens on the host's \
+                 own port, unless --block-net denies it); it has no relay to publish through"
+                    .to_string(),
+            ),
+            BackendKind::Lima => Some(
+                "Lima forwards the VM's listening ports to the host's 127.0.0.1 itself (its \
+                 portForwards); sandbox does not map them"
+                    .to_string(),
+            ),
+            BackendKind::Boxlite => {
+                Some("the BoxLite backend does not wire the box's port forwarding yet".to_string())
+            }
+            BackendKind::Custom => {
+                Some("a custom launcher has no relay to publish through".to_string())
+            }
+        };
+        if let Some(why) = why {
+            return Err(HostError::Unavailable {
+                backend: kind.as_str(),
+                message: format!("--publish {p}: {why}; use --backend native"),
+            });
+        }
+    }
     // The native backend's own proxy needs its network namespace: checked when it prepares.
     if !matches!(kind, BackendKind::Nono | BackendKind::Native) && !policy.allow_domains.is_empty()
     {

@@ -189,33 +189,216 @@ fn probe_v2(mounts: &[CgroupMount], own: &[(Vec<String>, String)], machine: &mut
         );
         return;
     }
-    let enabled: Vec<Controller> = std::fs::read_to_string(dir.join("cgroup.subtree_control"))
-        .unwrap_or_default()
-        .split_whitespace()
-        .filter_map(controller_named)
-        .collect();
-    if enabled.is_empty() {
-        let available = std::fs::read_to_string(dir.join("cgroup.controllers")).unwrap_or_default();
-        machine.v2_why_not = if available
+    let ours = |file: &str, dir: &Path| -> Vec<Controller> {
+        std::fs::read_to_string(dir.join(file))
+            .unwrap_or_default()
             .split_whitespace()
-            .any(|c| controller_named(c).is_some())
-        {
-            format!(
-                "this process's group {} has the controllers ({}) but does not enable them for \
-                 groups below it (cgroup.subtree_control; a group with processes in it cannot)",
-                dir.display(),
-                available.trim()
-            )
-        } else {
-            format!(
-                "no memory, pids or cpu controller is available in this process's group {} \
-                 (they are in the v1 hierarchies, or not delegated)",
-                dir.display()
-            )
-        };
+            .filter_map(controller_named)
+            .collect()
+    };
+    // The leaf an earlier run of this process moved it into: its group is the parent (still
+    // to be vacated: the last run may have moved this process back by the time this one
+    // holds it).
+    if dir.file_name().and_then(|n| n.to_str()) == Some(leaf_name().as_str()) {
+        if let Some(parent) = dir.parent().filter(|p| p.starts_with(&mount.mount_point)) {
+            let enabled = ours("cgroup.subtree_control", parent);
+            if !enabled.is_empty() && writable(parent) {
+                machine.v2 = Some(V2Parent {
+                    dir: parent.to_path_buf(),
+                    enabled,
+                    vacate: true,
+                });
+                return;
+            }
+        }
+    }
+    let enabled = ours("cgroup.subtree_control", &dir);
+    if !enabled.is_empty() {
+        machine.v2 = Some(V2Parent {
+            dir,
+            enabled,
+            vacate: false,
+        });
         return;
     }
-    machine.v2 = Some(V2Parent { dir, enabled });
+    let available = ours("cgroup.controllers", &dir);
+    if available.is_empty() {
+        machine.v2_why_not = format!(
+            "no memory, pids or cpu controller is available in this process's group {} \
+             (they are in the v1 hierarchies, or not delegated)",
+            dir.display()
+        );
+        return;
+    }
+    // A group with a process in it cannot enable controllers for groups below it; this
+    // process can leave its group for a leaf below it only when it is alone there (a
+    // scope of its own), or it would take the group away from the others.
+    let others: Vec<String> = std::fs::read_to_string(dir.join("cgroup.procs"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter(|p| *p != std::process::id().to_string())
+        .map(str::to_string)
+        .collect();
+    let names: Vec<&str> = available.iter().map(|c| c.name()).collect();
+    if !others.is_empty() || !writable_file(&dir.join("cgroup.subtree_control")) {
+        machine.v2_why_not = format!(
+            "this process's group {} has the controllers ({}) but does not enable them for \
+             groups below it, and {} (a group with processes in it cannot enable them; run \
+             sandbox in a scope of its own: `systemd-run --user --scope -p Delegate=yes \
+             sandbox …`)",
+            dir.display(),
+            names.join(" "),
+            if others.is_empty() {
+                "its cgroup.subtree_control is not writable".to_string()
+            } else {
+                format!("other processes are in it ({})", others.len())
+            }
+        );
+        return;
+    }
+    machine.v2 = Some(V2Parent {
+        dir,
+        enabled: available,
+        vacate: true,
+    });
+}
+
+/// The leaf group a run moves this process into when its own group must enable
+/// controllers ([`V2Parent::vacate`]).
+fn leaf_name() -> String {
+    format!("sandbox-supervisor-{}", process_tag())
+}
+
+/// This process on this machine until it reboots: its pid and its start time (clock ticks
+/// since boot, `/proc/self/stat`). The pid alone is not enough: a group a killed run left
+/// behind (its record in another project's journal) carries the pid a later process gets,
+/// and that process's run then failed with "creating the group: File exists".
+fn process_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let pid = std::process::id();
+        match std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .as_deref()
+            .and_then(start_time)
+        {
+            Some(start) => format!("{pid}-{start}"),
+            None => pid.to_string(),
+        }
+    })
+}
+
+/// Field 22 (`starttime`) of a `/proc/PID/stat` line; the command name (field 2) may hold
+/// spaces and parentheses, so fields are counted after its last `)`.
+fn start_time(stat: &str) -> Option<u64> {
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This process moved into a leaf of `group` and enabled `enabled` there, for `users` runs.
+#[derive(Debug)]
+struct Vacated {
+    group: PathBuf,
+    leaf: PathBuf,
+    enabled: Vec<Controller>,
+    users: usize,
+}
+
+static VACATED: std::sync::Mutex<Option<Vacated>> = std::sync::Mutex::new(None);
+
+fn vacated() -> std::sync::MutexGuard<'static, Option<Vacated>> {
+    VACATED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn controls(enable: bool, controllers: &[Controller]) -> String {
+    let sign = if enable { '+' } else { '-' };
+    controllers
+        .iter()
+        .map(|c| format!("{sign}{}", c.name()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A run's hold on `parent`: when this process vacated it (now or for a run still alive),
+/// counted, so that the last run's end undoes it. True when held.
+fn hold(parent: &V2Parent) -> Result<bool, HostError> {
+    let mut state = vacated();
+    if let Some(v) = state.as_mut().filter(|v| v.group == parent.dir) {
+        v.users += 1;
+        return Ok(true);
+    }
+    if !parent.vacate {
+        return Ok(false);
+    }
+    let group = &parent.dir;
+    let leaf = group.join(leaf_name());
+    match std::fs::create_dir(&leaf) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(cgroup_error(
+                "creating this process's leaf group (its own group must enable the controllers)",
+                &leaf,
+                e,
+            ))
+        }
+    }
+    // "0" is the writer: the whole process, every thread, moves.
+    if let Err(e) = std::fs::write(leaf.join("cgroup.procs"), "0") {
+        let _ = std::fs::remove_dir(&leaf);
+        return Err(cgroup_error(
+            "moving this process into its leaf group",
+            &leaf,
+            e,
+        ));
+    }
+    let path = group.join("cgroup.subtree_control");
+    if let Err(e) = std::fs::write(&path, controls(true, &parent.enabled)) {
+        // Another process is in the group after all (EBUSY): back where it was.
+        let _ = std::fs::write(group.join("cgroup.procs"), "0");
+        let _ = std::fs::remove_dir(&leaf);
+        return Err(cgroup_error(
+            "enabling the controllers for groups below this process's own group",
+            &path,
+            e,
+        ));
+    }
+    *state = Some(Vacated {
+        group: group.clone(),
+        leaf,
+        enabled: parent.enabled.clone(),
+        users: 1,
+    });
+    Ok(true)
+}
+
+/// The end of a run's hold: the last one disables what was enabled, moves this process back
+/// into its group and removes the leaf (only when the leaf holds this process alone).
+fn release() {
+    let mut state = vacated();
+    let Some(v) = state.as_mut() else { return };
+    v.users = v.users.saturating_sub(1);
+    if v.users > 0 {
+        return;
+    }
+    let me = std::process::id().to_string();
+    let alone = std::fs::read_to_string(v.leaf.join("cgroup.procs"))
+        .is_ok_and(|t| t.split_whitespace().all(|p| p == me));
+    if !alone {
+        return;
+    }
+    let undone = std::fs::write(
+        v.group.join("cgroup.subtree_control"),
+        controls(false, &v.enabled),
+    )
+    .and_then(|()| std::fs::write(v.group.join("cgroup.procs"), "0"))
+    .and_then(|()| std::fs::remove_dir(&v.leaf));
+    match undone {
+        Ok(()) => *state = None,
+        Err(e) => {
+            tracing::warn!(group = %v.group.display(), error = %e, "could not undo this process's move into a leaf group")
+        }
+    }
 }
 
 fn probe_v1(
@@ -276,12 +459,12 @@ fn write_record(dir: &Path, groups: Vec<PathBuf>) -> std::io::Result<crate::jour
     crate::journal::write_locked(dir, RECORD_PREFIX, &record)
 }
 
-/// A run's name for its groups: unique on this machine while this process lives.
+/// A run's name for its groups: unique on this machine until it reboots ([`process_tag`]).
 fn group_name() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     format!(
         "sandbox-{}-{}",
-        std::process::id(),
+        process_tag(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -294,6 +477,8 @@ pub struct RunGroups {
     join: Arc<JoinCgroups>,
     /// Locked while the run lives; removed when its groups are.
     record: Option<crate::journal::Locked>,
+    /// A hold on this process's vacated group ([`hold`]), released after the groups go.
+    held: bool,
 }
 
 fn cgroup_error(what: &'static str, path: &Path, e: std::io::Error) -> HostError {
@@ -316,8 +501,17 @@ impl RunGroups {
         let name = group_name();
         let planned = plan.groups(machine);
         let dirs: Vec<PathBuf> = planned.iter().map(|g| g.parent.join(&name)).collect();
+        let v2 = machine
+            .v2
+            .as_ref()
+            .filter(|_| planned.iter().any(|g| g.mechanism == Mechanism::CgroupV2));
+        // A leaf this process may move into is named too, after the groups (removed last).
+        let mut named = dirs.clone();
+        if let Some(v2) = v2.filter(|v| v.vacate) {
+            named.push(v2.dir.join(leaf_name()));
+        }
         let record = match journal {
-            Some(dir) => Some(write_record(dir, dirs.clone()).map_err(|e| {
+            Some(dir) => Some(write_record(dir, named).map_err(|e| {
                 cgroup_error("writing the run journal's record of the groups in", dir, e)
             })?),
             None => None,
@@ -326,7 +520,11 @@ impl RunGroups {
             groups: Vec::new(),
             join: Arc::new(JoinCgroups::new(Vec::new())),
             record,
+            held: false,
         };
+        if let Some(v2) = v2 {
+            made.held = hold(v2)?;
+        }
         let mut procs: Vec<OwnedFd> = Vec::new();
         for (group, dir) in planned.into_iter().zip(dirs) {
             std::fs::create_dir(&dir).map_err(|e| cgroup_error("creating the group", &dir, e))?;
@@ -403,6 +601,9 @@ impl Drop for RunGroups {
         for (_, dir) in self.groups.iter().rev() {
             all_gone &= remove(dir);
         }
+        if self.held {
+            release();
+        }
         // Kept when a group could not be removed: the next run tries again.
         if all_gone {
             if let Some(record) = self.record.take() {
@@ -450,7 +651,7 @@ pub fn recover(journal: &Path) -> Vec<PathBuf> {
     crate::journal::each_unowned(journal, RECORD_PREFIX, |path, record: Option<Record>| {
         let mut all_gone = true;
         for group in record.map(|r| r.groups).unwrap_or_default() {
-            // Only a run's own groups: `sandbox-<pid>-<n>` (a record is the user's own
+            // Only a run's own groups: `sandbox-<pid>-<start>-<n>` (a record is the user's own
             // file, but a wrong path must still not remove anything else).
             let ours = group
                 .file_name()
@@ -485,6 +686,58 @@ mod tests {
 ";
 
     #[test]
+    fn the_start_time_is_counted_after_the_last_parenthesis() {
+        let stat = "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
+                    1000 10";
+        assert_eq!(start_time(stat), Some(987654));
+        assert_eq!(start_time("1 (x) S 1"), None);
+        let tag = process_tag();
+        assert!(
+            tag.starts_with(&format!("{}-", std::process::id())),
+            "{tag}"
+        );
+    }
+
+    /// A group a killed run left with this process's pid (its record in another project's
+    /// journal, so nothing removed it) is not in this run's way: with names of the pid
+    /// alone, the run failed with "creating the group: File exists".
+    #[test]
+    fn a_group_left_with_this_pid_does_not_stop_a_run() {
+        let machine = probe();
+        let Some(parent) = machine
+            .v1
+            .iter()
+            .find(|p| p.controller == Controller::Pids)
+            .map(|p| p.dir.clone())
+        else {
+            return sandbox_testkit::skip(
+                "limits-unprivileged-cgroup",
+                "no writable cgroup v1 pids group here (as root it is)",
+            );
+        };
+        let left: Vec<PathBuf> = (0..4)
+            .map(|n| parent.join(format!("sandbox-{}-{n}", std::process::id())))
+            .collect();
+        for dir in &left {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let limits = sandbox_policy::Limits {
+            pids: Some(sandbox_policy::Limit {
+                value: 64,
+                source: sandbox_policy::LimitSource::Flag,
+            }),
+            ..sandbox_policy::Limits::default()
+        };
+        let plan = limits::plan(&limits, &machine);
+        let made = RunGroups::create(&plan, &machine, None);
+        for dir in &left {
+            std::fs::remove_dir(dir).unwrap();
+        }
+        let made = made.unwrap();
+        assert_eq!(made.dirs().count(), 1);
+    }
+
+    #[test]
     fn the_probe_reads_mounts_and_own_groups() {
         let mounts = parse_mountinfo(MOUNTINFO);
         assert_eq!(mounts.len(), 4, "{mounts:?}");
@@ -510,5 +763,68 @@ mod tests {
         let err = probe_v1(&mounts, &own, Controller::Pids).unwrap_err();
         assert!(err.contains("not writable"), "{err}");
         assert_eq!(unescape("/a\\040b"), "/a b");
+    }
+
+    /// The v2 decisions on a group's files (the kernel's own behaviour is guest-test's limits
+    /// part, on a real delegated hierarchy): controllers enabled below the group, a scope
+    /// this process is alone in (vacated first), one shared with others (refused, naming the
+    /// scope), and the leaf a run moved this process into (its parent is the group).
+    #[test]
+    fn the_v2_probe_vacates_only_a_group_this_process_is_alone_in() {
+        let root = tempfile::tempdir().unwrap();
+        let mount = CgroupMount {
+            mount_point: root.path().to_path_buf(),
+            root: "/".into(),
+            v2: true,
+            controllers: Vec::new(),
+            read_only: false,
+        };
+        let scope = root.path().join("app.slice/run-1.scope");
+        std::fs::create_dir_all(&scope).unwrap();
+        let me = std::process::id().to_string();
+        let write =
+            |dir: &Path, file: &str, text: &str| std::fs::write(dir.join(file), text).unwrap();
+        write(&scope, "cgroup.controllers", "cpuset cpu io memory pids\n");
+        write(&scope, "cgroup.subtree_control", "");
+        write(&scope, "cgroup.procs", &format!("{me}\n"));
+        let probe = |path: &str| {
+            let mut machine = Machine::default();
+            probe_v2(
+                std::slice::from_ref(&mount),
+                &[(Vec::new(), path.to_string())],
+                &mut machine,
+            );
+            machine
+        };
+        let alone = probe("/app.slice/run-1.scope");
+        let v2 = alone.v2.expect("a scope of its own is used");
+        assert!(v2.vacate);
+        assert_eq!(v2.dir, scope);
+        assert_eq!(
+            v2.enabled,
+            vec![Controller::Cpu, Controller::Memory, Controller::Pids]
+        );
+
+        write(&scope, "cgroup.procs", &format!("{me}\n1\n"));
+        let shared = probe("/app.slice/run-1.scope");
+        assert!(shared.v2.is_none());
+        assert!(
+            shared.v2_why_not.contains("other processes are in it")
+                && shared.v2_why_not.contains("systemd-run --user --scope"),
+            "{}",
+            shared.v2_why_not
+        );
+
+        write(&scope, "cgroup.subtree_control", "memory pids\n");
+        let leaf = scope.join(leaf_name());
+        std::fs::create_dir(&leaf).unwrap();
+        write(&leaf, "cgroup.procs", &format!("{me}\n"));
+        write(&leaf, "cgroup.controllers", "memory pids\n");
+        write(&leaf, "cgroup.subtree_control", "");
+        let moved = probe(&format!("/app.slice/run-1.scope/{}", leaf_name()));
+        let v2 = moved.v2.expect("the leaf's parent is the group");
+        assert!(v2.vacate, "held as vacated");
+        assert_eq!(v2.dir, scope);
+        assert_eq!(v2.enabled, vec![Controller::Memory, Controller::Pids]);
     }
 }

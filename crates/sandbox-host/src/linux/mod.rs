@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod landlock;
 pub mod native;
 pub mod netns;
+pub(crate) mod publish;
 pub mod seccomp;
 pub mod userns;
 pub mod view;

@@ -251,7 +251,8 @@ fn net_state(
 ) -> Result<NetState, HostError> {
     let resolver =
         crate::net::resolver_from_env().map_err(|message| HostError::Network { message })?;
-    let taken = policy.net.open_ports(policy.hook_port).unwrap_or_default();
+    let mut taken = policy.net.open_ports(policy.hook_port).unwrap_or_default();
+    taken.extend(policy.publish.iter().map(|p| p.inner_port));
     let port = crate::net::pick_proxy_port(&taken);
     let Some(plan) = crate::net::NetPlan::of(policy, port, resolver) else {
         return Ok(NetState::Open);
@@ -271,7 +272,8 @@ fn net_state(
 
 /// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
 /// without it, Landlock alone must be able to protect the git data. In a network namespace
-/// the proxy's port inside is one more port to connect to.
+/// the proxy's port inside is one more port to connect to, and a published port one more to
+/// bind and connect to.
 fn landlock_plan(
     policy: &Policy,
     support: &ViewSupport,
@@ -284,6 +286,18 @@ fn landlock_plan(
     if let (Some(tcp), Some(port)) = (plan.tcp.as_mut(), net.proxy_port()) {
         tcp.connect.push(port);
         tcp.connect.sort_unstable();
+    }
+    // A published port's server binds it inside (only loopback is there), and the command
+    // may connect to its own server.
+    if let (Some(tcp), Some(ns)) = (plan.tcp.as_mut(), net.plan()) {
+        for p in &ns.publish {
+            tcp.bind.push(p.inner_port);
+            tcp.connect.push(p.inner_port);
+        }
+        for ports in [&mut tcp.bind, &mut tcp.connect] {
+            ports.sort_unstable();
+            ports.dedup();
+        }
     }
     Ok(plan)
 }
@@ -463,6 +477,16 @@ fn report(
         abi,
     );
     match net {
+        NetState::Open if !policy.publish.is_empty() => e.notes.push(format!(
+            "--publish {}: the run shares the host's network, so its server listens on the \
+             host's own port (nothing is relayed)",
+            policy
+                .publish
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(" --publish ")
+        )),
         NetState::Open => {}
         NetState::Namespace(plan) => e.enforced.push(plan.describe()),
         NetState::Missing(why) if crate::net::needs_proxy(policy) => e.gaps.push(format!(
@@ -620,6 +644,18 @@ impl NativeSandbox {
         let pid = pid_support(options, &support);
         let pid_namespace = pid.is_ok();
         let net = net_state(policy, options, &support)?;
+        // A published port needs the relay into the run's namespace.
+        if let (NetState::Missing(why), Some(p)) = (&net, policy.publish.first()) {
+            return Err(HostError::Network {
+                message: format!(
+                    "--publish {p} needs the run's own network namespace (the supervisor \
+                     relays into it), which this machine cannot give ({why}). Nothing was run. \
+                     Use a machine with unprivileged user namespaces (`sandbox doctor`), or \
+                     run the server with the open network (no --block-net): it then listens \
+                     on the host's own port"
+                ),
+            });
+        }
         // A domain list with no namespace to hold it would be an open network: refused,
         // degraded runs or not.
         if let (NetState::Missing(why), true) = (&net, crate::net::needs_proxy(policy)) {
@@ -799,12 +835,21 @@ impl NativeSandbox {
             }
         }
         let pid_namespace = pid_namespace && view.is_some();
+        let wants_namespace = matches!(net, NetState::Namespace(_));
         let net = match net {
             NetState::Namespace(plan) if view.is_some() => {
                 Some(crate::linux::netns::NetRelay::start(plan)?)
             }
             _ => None,
         };
+        if let (None, Some(p), true) = (&net, policy.publish.first(), wants_namespace) {
+            return Err(HostError::Network {
+                message: format!(
+                    "--publish {p}: the run's network namespace needs the private view, which \
+                     this run does not get; nothing was run (`sandbox doctor` says why)"
+                ),
+            });
+        }
         Ok(NativeSandbox {
             net,
             view_rules,

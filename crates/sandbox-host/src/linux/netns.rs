@@ -2,7 +2,9 @@
 //! child's side (bring `lo` up, bind the listeners inside, hand them to the supervisor over
 //! `SCM_RIGHTS`) and the supervisor's (accept on them from outside the namespace: relay a
 //! port listener to the host's `127.0.0.1:P`, serve the proxy listener with
-//! [`sandbox_net::Proxy`]).
+//! [`sandbox_net::Proxy`]). When the run publishes ports the child also hands over one
+//! unconnected socket, by which the supervisor finds the namespace for the published ports'
+//! connector (`linux::publish`).
 //!
 //! The child's functions run between fork and exec: async-signal safe, no allocation (the
 //! descriptors go out with `sendmsg(2)` and a control buffer on the stack; nix's `sendmsg`
@@ -126,7 +128,7 @@ pub(crate) fn connect_loopback(port: u16) -> Result<RawFd, Errno> {
 struct ControlBuffer([u8; 512]);
 
 /// Sends `fds` in one message over the unix socket `sock`. Async-signal safe.
-fn send_fds(sock: RawFd, fds: &[RawFd]) -> Result<(), Errno> {
+pub(crate) fn send_fds(sock: RawFd, fds: &[RawFd]) -> Result<(), Errno> {
     let mut control = ControlBuffer([0; 512]);
     let payload = std::mem::size_of_val(fds);
     // SAFETY: CMSG_SPACE/CMSG_LEN compute sizes only.
@@ -175,6 +177,9 @@ pub struct ChildNet {
     socket: OwnedFd,
     ports: [u16; MAX_LISTENERS],
     count: usize,
+    /// Hand over one unconnected socket after the listeners: the supervisor finds the
+    /// namespace by it, for the published ports' connector (`linux::publish`).
+    anchor: bool,
 }
 
 impl ChildNet {
@@ -198,8 +203,20 @@ impl ChildNet {
                 }
             }
         }
+        let mut count = self.count;
+        if result.is_ok() && self.anchor {
+            // SAFETY: socket(2) with constant arguments.
+            let fd =
+                unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            if fd < 0 {
+                result = Err(SetupFailure::last(SetupStep::NetListeners));
+            } else {
+                fds[count] = fd;
+                count += 1;
+            }
+        }
         if result.is_ok() {
-            result = send_fds(self.socket.as_raw_fd(), &fds[..self.count])
+            result = send_fds(self.socket.as_raw_fd(), &fds[..count])
                 .map_err(SetupFailure::at(SetupStep::NetListeners));
         }
         for fd in fds.iter().filter(|fd| **fd >= 0) {
@@ -223,6 +240,8 @@ pub struct NetRelay {
     allow: Option<sandbox_net::AllowList>,
     /// The credentials its proxy serves at `/cred/NAME`, read once when the relay starts.
     credentials: Option<sandbox_net::Credentials>,
+    /// The live commands the published ports connect into.
+    targets: crate::linux::publish::Targets,
 }
 
 impl std::fmt::Debug for NetRelay {
@@ -236,7 +255,7 @@ impl std::fmt::Debug for NetRelay {
 impl NetRelay {
     /// The relay of a run whose network plan is `plan`.
     pub fn start(plan: NetPlan) -> Result<NetRelay, HostError> {
-        if plan.listeners().len() > MAX_LISTENERS {
+        if plan.listeners().len() + 1 > MAX_LISTENERS {
             return Err(HostError::Network {
                 message: format!(
                     "{} ports to forward into the network namespace; at most {MAX_LISTENERS}",
@@ -267,6 +286,20 @@ impl NetRelay {
             .build()
             .map_err(fail)?;
         let handle = runtime.handle().clone();
+        // The host side of the published ports, before anything runs: a port another
+        // program holds fails the run here.
+        let published = crate::linux::publish::bind(&plan.publish)?;
+        let targets = crate::linux::publish::Targets::default();
+        {
+            let _guard = handle.enter();
+            for (publish, listener) in published {
+                handle.spawn(crate::linux::publish::serve(
+                    publish,
+                    listener,
+                    targets.clone(),
+                ));
+            }
+        }
         let (shutdown, until) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("sandbox-net".into())
@@ -282,6 +315,7 @@ impl NetRelay {
             _shutdown: shutdown,
             allow,
             credentials,
+            targets,
         })
     }
 
@@ -319,12 +353,14 @@ impl NetRelay {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (done_tx, done) = std::sync::mpsc::channel();
         let forwarded: Vec<u16> = self.plan.ports.clone();
+        let anchor = !self.plan.publish.is_empty();
+        let targets = anchor.then(|| self.targets.clone());
         let socket = {
             let _guard = self.handle.enter();
             tokio::net::UnixDatagram::from_std(parent).map_err(fail)?
         };
         self.handle.spawn(async move {
-            let log = serve(socket, proxy, forwarded, count, stopped).await;
+            let log = serve(socket, proxy, forwarded, count, targets, stopped).await;
             let _ = done_tx.send(log);
         });
         Ok((
@@ -332,6 +368,7 @@ impl NetRelay {
                 socket: OwnedFd::from(child),
                 ports,
                 count,
+                anchor,
             },
             CommandNet {
                 stop: Mutex::new(Some(stop)),
@@ -373,29 +410,70 @@ fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
         .take()
 }
 
-/// Receives the command's listeners and serves them until `stopped`; the proxy's log.
+/// Receives the command's listeners and serves them until `stopped`; the connection log
+/// (the proxy's, then the published ports' inbound connections). With `targets` (the run
+/// publishes ports) the child also sent an anchor socket: the command's namespace is a
+/// target of the published ports from then until `stopped`.
 async fn serve(
     socket: tokio::net::UnixDatagram,
     proxy: Option<Proxy>,
     forwarded: Vec<u16>,
     count: usize,
+    targets: Option<crate::linux::publish::Targets>,
     mut stopped: tokio::sync::oneshot::Receiver<()>,
 ) -> Vec<Connection> {
-    let log = |proxy: &Option<Proxy>| proxy.as_ref().map(Proxy::log).unwrap_or_default();
+    let inbound = Arc::new(Mutex::new(Vec::new()));
+    let log = |proxy: &Option<Proxy>, inbound: &Mutex<Vec<Connection>>| {
+        let mut log = proxy.as_ref().map(Proxy::log).unwrap_or_default();
+        log.extend(
+            inbound
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .drain(..),
+        );
+        log
+    };
+    let expected = count + usize::from(targets.is_some());
     let fds = tokio::select! {
-        _ = &mut stopped => return log(&proxy),
-        fds = receive(&socket, count) => fds,
+        _ = &mut stopped => return log(&proxy, &inbound),
+        fds = receive(&socket, expected) => fds,
     };
     let fds = match fds {
         Ok(fds) => fds,
         Err(e) => {
             tracing::warn!(error = %e, "the command's listeners were not handed over");
-            return log(&proxy);
+            return log(&proxy, &inbound);
         }
     };
+    let mut fds = fds;
+    let anchor = targets.as_ref().and_then(|_| fds.pop());
     let mut fds = fds.into_iter();
     let mut accepting = tokio::task::JoinSet::new();
     let relays = Arc::new(tokio::sync::Mutex::new(tokio::task::JoinSet::new()));
+    // The published ports' way into this namespace.
+    let mut target = None;
+    if let (Some(targets), Some(anchor)) = (&targets, &anchor) {
+        match crate::linux::publish::Connector::start(anchor) {
+            Ok(connector) => {
+                let t = Arc::new(crate::linux::publish::Target::new(
+                    connector,
+                    inbound.clone(),
+                    relays.clone(),
+                ));
+                targets
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(t.clone());
+                target = Some(t);
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "the published ports' connector did not start: no connection from the host \
+                 reaches this command"
+            ),
+        }
+    }
+    drop(anchor);
     if let Some(proxy) = &proxy {
         if let Some(fd) = fds.next() {
             let proxy = proxy.clone();
@@ -425,7 +503,7 @@ async fn serve(
         if let Some(listener) = listener(fd) {
             accepting.spawn(async move {
                 loop {
-                    let mut inside = match listener.accept().await {
+                    let inside = match listener.accept().await {
                         Ok((stream, _)) => stream,
                         Err(e) if transient(&e) => continue,
                         Err(e) => {
@@ -436,8 +514,8 @@ async fn serve(
                     relays.lock().await.spawn(async move {
                         let host = (std::net::Ipv4Addr::LOCALHOST, port);
                         // Refused on the host: the command's connection is closed at once.
-                        if let Ok(mut outside) = tokio::net::TcpStream::connect(host).await {
-                            let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
+                        if let Ok(outside) = tokio::net::TcpStream::connect(host).await {
+                            let _ = sandbox_net::relay_tcp(inside, outside).await;
                         }
                     });
                 }
@@ -447,6 +525,12 @@ async fn serve(
     let _ = stopped.await;
     // No new connections; the listeners close with their tasks.
     accepting.shutdown().await;
+    if let (Some(targets), Some(t)) = (&targets, &target) {
+        targets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|other| !Arc::ptr_eq(other, t));
+    }
     let mut relays = relays.lock().await;
     let drained =
         tokio::time::timeout(DRAIN, async { while relays.join_next().await.is_some() {} }).await;
@@ -454,12 +538,16 @@ async fn serve(
         tracing::debug!("relays still open at the command's end were cut");
         relays.shutdown().await;
     }
-    log(&proxy)
+    drop(relays);
+    // The connector goes with the last handle on the target (a connection being made may
+    // still hold one): its pair closes, it exits, and a thread reaps it.
+    drop(target);
+    log(&proxy, &inbound)
 }
 
 /// An accept error that concerns one connection (the client gave up before accept), not the
 /// listener: the loop goes on.
-fn transient(e: &std::io::Error) -> bool {
+pub(crate) fn transient(e: &std::io::Error) -> bool {
     matches!(
         e.kind(),
         std::io::ErrorKind::ConnectionAborted
@@ -475,7 +563,10 @@ fn listener(fd: OwnedFd) -> Option<tokio::net::TcpListener> {
 }
 
 /// The one message of the child: `count` listeners.
-async fn receive(socket: &tokio::net::UnixDatagram, count: usize) -> std::io::Result<Vec<OwnedFd>> {
+pub(crate) async fn receive(
+    socket: &tokio::net::UnixDatagram,
+    count: usize,
+) -> std::io::Result<Vec<OwnedFd>> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     loop {
         socket.readable().await?;

@@ -242,8 +242,16 @@ pub struct Machine {
 pub struct V2Parent {
     pub dir: PathBuf,
     /// Controllers enabled for its children (`cgroup.subtree_control`): the ones a group
-    /// created below it gets.
+    /// created below it gets. With [`V2Parent::vacate`], the ones it will enable.
     pub enabled: Vec<Controller>,
+    /// This process is alone in the group, whose controllers are delegated to it but not
+    /// enabled for groups below it: a scope made by `systemd-run --user --scope -p
+    /// Delegate=yes`. A group with a process in it cannot enable them, so a run first moves
+    /// this process into a leaf group of its own below the group and then enables them (and
+    /// the last run of this process undoes both). Also set when this process is in that leaf
+    /// already (a run of it is alive).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vacate: bool,
 }
 
 /// This process's group in the v1 hierarchy of `controller`, writable by it.
@@ -676,6 +684,7 @@ mod tests {
         machine.v2 = Some(V2Parent {
             dir: "/sys/fs/cgroup/user.slice/me".into(),
             enabled: vec![Controller::Memory, Controller::Pids],
+            vacate: false,
         });
         let plan = plan(&limits(Some(1 << 30), Some(64), Some(1500)), &machine);
         let groups = plan.groups(&machine);
@@ -701,6 +710,7 @@ mod tests {
             v2: Some(V2Parent {
                 dir: "/sys/fs/cgroup/me".into(),
                 enabled: Controller::ALL.to_vec(),
+                vacate: true,
             }),
             ..Machine::default()
         };

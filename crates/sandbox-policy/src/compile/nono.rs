@@ -324,6 +324,7 @@ mod tests {
             hook_port: Some(7465),
             allow_domains: vec![],
             credentials: vec![],
+            publish: vec![],
             unprotected_git: false,
             agent: None,
         }

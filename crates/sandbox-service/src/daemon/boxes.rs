@@ -73,6 +73,7 @@ pub(super) async fn box_create(
             allow_ports: p.allow_ports.clone(),
             allow_domains: p.allow_domains.clone(),
             credentials: p.credentials.clone(),
+            publish: p.publish.clone(),
             timeout: p.timeout_ms.map(Duration::from_millis),
             resources: [
                 p.memory_mib.map(|m| (m > 0).then_some(m << 20)),

@@ -148,10 +148,11 @@ pub(super) fn box_spec_with(
         || !p.allow_domains.is_empty()
         || !p.allow_read.is_empty()
         || !p.credentials.is_empty()
+        || !p.publish.is_empty()
     {
         return Err(invalid(format!(
             "box {}: boxlite takes mounts and allowNet, not allowRead, allowPorts, \
-             allowDomains or credentials",
+             allowDomains, credentials or publish (its port forwarding is not wired yet)",
             p.name
         )));
     }

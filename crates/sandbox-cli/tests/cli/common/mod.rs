@@ -45,6 +45,20 @@ pub struct Env {
     pub dir: tempfile::TempDir,
 }
 
+/// A run killed with SIGKILL leaves its cgroups on the host (named in its run journal's
+/// record), and the next run in the same environment removes them; a test that ends without
+/// a next run does that removal itself here, as that run would (`limits::recover`: only
+/// records whose owner is gone, only the groups they name).
+impl Drop for Env {
+    fn drop(&mut self) {
+        let mut journals = Vec::new();
+        Self::cgroup_journals(self.dir.path(), &mut journals);
+        for journal in journals {
+            sandbox_host::limits::recover(&journal);
+        }
+    }
+}
+
 impl Env {
     pub fn new() -> Self {
         let dir = tempfile::Builder::new()
@@ -61,6 +75,27 @@ impl Env {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
         Env { dir }
+    }
+
+    /// The run journal directories under this environment that hold records of cgroups.
+    fn cgroup_journals(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir {
+                Self::cgroup_journals(&path, out);
+            } else if path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("cgroups-") && n.ends_with(".json"))
+                && !out.iter().any(|d| d.as_path() == dir)
+            {
+                out.push(dir.to_path_buf());
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -218,6 +253,11 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
     // Callers ask once the process has exec'ed (its own shell saw it in its namespace's
     // /proc); a scan of the host's /proc right after has still missed it under load (seen
     // with a CPU hog: cause not found yet), so the scan is repeated until it is seen (bounded).
+    // No kernel event says "a process with this command line exists": /proc sends no inotify
+    // events; a run's cgroup has its host pids (`cgroup.procs`) but exists only where limits
+    // are enforced (not for `--backend host`, the control, nor as an unprivileged user here),
+    // and its `cgroup.events` `populated` flips once, at its first process, and its
+    // `pids.events` only when a fork is refused at the limit. So the bounded rescan stays.
     let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
     loop {
         let found = scan_for(argv);
