@@ -173,7 +173,10 @@ fn boxes_are_created_reused_started_stopped_and_removed_through_the_daemon() {
             let (code, message, data) = rpc(&e);
             assert_eq!(code, ErrorCode::BackendUnavailable, "{message}");
             let stderr = data["logs"]["shimStderr"].as_str().unwrap();
-            assert!(Path::new(stderr).is_file(), "{stderr} is named but missing: {message}");
+            assert!(
+                Path::new(stderr).is_file(),
+                "{stderr} is named but missing: {message}"
+            );
             assert!(message.contains(stderr), "{message}");
             // The boot step was announced, failed, with the same words.
             let events = states(&mut c, |e| e["step"] == "booting the VM");
