@@ -876,7 +876,8 @@ impl StoreQuarantine {
         let mut changed = if self.copy {
             refs::changed_in_copy(upper, &self.common, &self.start)
         } else {
-            refs::changed(upper, &self.packed_at_start, below)
+            let snapshot = (!self.persistent).then_some(self.layers.snapshot.as_path());
+            refs::changed(upper, &self.packed_at_start, below, snapshot)
         };
         // A ref this run created, which the host already applied, and which the run deleted
         // again (`git stash` then `git stash pop`, a branch made and removed) leaves nothing

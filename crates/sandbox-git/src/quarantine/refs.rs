@@ -119,12 +119,18 @@ pub enum Wanted {
 /// `trusted.overlay.opaque`), deletes every loose ref below it; and a `packed-refs` the
 /// sandbox wrote (`git pack-refs`, `git gc`) is what a deleted loose ref falls back to, and
 /// names refs that now exist only there. Whatever this finds is judged by the same rules.
+///
+/// `snapshot`: the frozen layer between a run's own layer and the common dir (loose copies of
+/// the refs of the start), when there is one. `packed-refs` is not pinned there: git before
+/// 2.43 rewrites it to delete any ref (`git tag -d`, `git branch -D`), so the run may write its
+/// own in its layer, which is read like a persistent layer's — never by git on the host.
 pub(crate) fn changed(
     upper: &Path,
     packed_at_start: &HashMap<String, Oid>,
     below: Option<&Path>,
+    snapshot: Option<&Path>,
 ) -> Vec<(String, Wanted)> {
-    let layer_packed = below.and_then(|_| layer_packed_refs(upper));
+    let layer_packed = layer_packed_refs(upper);
     let packed = layer_packed.as_ref().unwrap_or(packed_at_start);
     let mut found = Vec::new();
     let walk_below = below.map(|b| b.join("refs"));
@@ -136,10 +142,11 @@ pub(crate) fn changed(
         walk_below.as_deref(),
         &mut found,
     );
-    if let (Some(below), Some(layer_packed)) = (below, &layer_packed) {
+    if let (Some(below), Some(layer_packed)) = (below.or(snapshot), &layer_packed) {
         // Refs that live only in a `packed-refs`: the sandbox's now, the host's at the start
-        // (one the sandbox's leaves out is deleted). A loose ref of the host that the layer
-        // does not hide is what the sandbox sees, whatever either file says.
+        // (one the sandbox's leaves out is deleted). A loose ref below (the host's, or its
+        // frozen copy) that the layer does not hide is what the sandbox sees, whatever either
+        // file says.
         let seen: HashSet<String> = found.iter().map(|(n, _)| n.clone()).collect();
         let mut names: Vec<&String> = layer_packed.keys().chain(packed_at_start.keys()).collect();
         names.sort();
@@ -992,8 +999,9 @@ mod tests {
         symlink("/etc/passwd", heads.join("link")).unwrap();
         nix::unistd::mkfifo(&heads.join("fifo"), nix::sys::stat::Mode::S_IRWXU).unwrap();
         let packed: HashMap<String, Oid> = [("refs/heads/old".to_string(), oid(1))].into();
-        let found: HashMap<String, Wanted> =
-            changed(dir.path(), &packed, None).into_iter().collect();
+        let found: HashMap<String, Wanted> = changed(dir.path(), &packed, None, None)
+            .into_iter()
+            .collect();
         assert_eq!(found["refs/heads/task"], Wanted::Value(Some(oid(3))));
         assert!(!found.contains_key("refs/heads/task.lock"));
         for bad in ["refs/heads/junk", "refs/heads/link", "refs/heads/fifo"] {

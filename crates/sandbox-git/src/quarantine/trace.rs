@@ -1,9 +1,8 @@
 //! Why a git command inside failed, in git's own words: its trace2 event stream.
 //!
-//! Inside the quarantine the repository's refs other than the task's are pinned read-only
-//! and `packed-refs` is frozen, so `git gc`, `git pack-refs` and `git branch -D` of a branch
-//! the task does not own fail with git's `Device or resource busy` — which says nothing of
-//! the sandbox. A failed write to a pin leaves nothing in the layer to report from, and an
+//! Inside the quarantine the repository's refs other than the task's are pinned read-only, so
+//! `git branch -D` or `git update-ref` of a ref the task does not own fails with git's
+//! `Device or resource busy` — which says nothing of the sandbox. A failed write to a pin leaves nothing in the layer to report from, and an
 //! exit status says nothing of its cause. git itself does: every git process sends its
 //! trace2 events (`start` with its argv, `error` with the message it prints) to the target
 //! named in `GIT_TRACE2_EVENT`, here `af_unix:stream:<socket>` — a socket the host binds in
@@ -382,8 +381,8 @@ fn names_path(msg: &str, path: &Path) -> bool {
     })
 }
 
-/// One line per failed command whose message names a file the host pinned: `packed-refs`
-/// (frozen) or a ref that is not the task's; or a push whose `receive-pack` failed on a
+/// One line per failed command whose message names a ref the host pinned (one that is not
+/// the task's); or a push whose `receive-pack` failed on a
 /// path that `local_repository` (which asks the host) says is the git dir of a repository
 /// on this machine, not one of the run's push remotes. Pure but for `local_repository`.
 pub fn explain(
@@ -391,35 +390,27 @@ pub fn explain(
     pins: &Pins<'_>,
     local_repository: &dyn Fn(&Path) -> Option<PathBuf>,
 ) -> Vec<String> {
-    let packed = pins.common.join("packed-refs");
     let mut lines = BTreeSet::new();
     let mut ordered = Vec::new();
     for failure in failures {
         let cmd = command_line(&failure.argv);
-        let line = if failure.errors.iter().any(|m| names_path(m, &packed)) {
-            Some(format!(
-                "git: `{cmd}` failed inside because the repository's packed-refs is read-only \
-                 in the sandbox (a run never rewrites the host's packed refs; its objects are \
-                 taken in as they are); run `git pack-refs --all` (or `{cmd}`) on the host"
-            ))
-        } else {
-            pins.pinned_refs
-                .iter()
-                .find(|name| {
-                    failure
-                        .errors
-                        .iter()
-                        .any(|m| names_path(m, &pins.common.join(name)))
-                })
-                .map(|name| {
-                    format!(
-                        "git: `{cmd}` failed inside because {name} is not this task's: the \
-                         sandbox keeps the repository's other refs read-only (only the task \
-                         branch and refs this worktree's runs created may change); run `{cmd}` \
-                         on the host if you want it"
-                    )
-                })
-        };
+        let line = pins
+            .pinned_refs
+            .iter()
+            .find(|name| {
+                failure
+                    .errors
+                    .iter()
+                    .any(|m| names_path(m, &pins.common.join(name)))
+            })
+            .map(|name| {
+                format!(
+                    "git: `{cmd}` failed inside because {name} is not this task's: the \
+                     sandbox keeps the repository's other refs read-only (only the task \
+                     branch and refs this worktree's runs created may change); run `{cmd}` \
+                     on the host if you want it"
+                )
+            });
         let line = line.or_else(|| {
             failure.pushed_to.iter().find_map(|path| {
                 let named = failure.errors.iter().any(|m| m.contains(path.as_str()));
@@ -472,19 +463,17 @@ mod tests {
             pinned_refs: &refs,
             push_remotes: &[],
         };
-        let gc = failure(
-            &["git", "gc"],
-            &[
-                "unable to write new packed-refs: error replacing /r/.git/packed-refs: Device or resource busy",
-                "failed to run pack-refs",
-            ],
-        );
         let delete = failure(
             &["/usr/lib/git-core/git", "branch", "-D", "users"],
             &["could not delete reference refs/heads/users: unable to unlink '/r/.git/refs/heads/users': Device or resource busy"],
         );
-        // Not a pin: a longer name, another repository, a failure of its own.
+        // Not a pin: a longer name, another repository, `packed-refs` (the run may write its
+        // own), a failure of its own.
         let others = [
+            failure(
+                &["git", "gc"],
+                &["error replacing /r/.git/packed-refs: Device or resource busy"],
+            ),
             failure(
                 &["git", "branch", "-D", "users2"],
                 &["unable to unlink '/r/.git/refs/heads/users2': x"],
@@ -496,18 +485,13 @@ mod tests {
             failure(&["git", "commit"], &["nothing to commit"]),
         ];
         let none = |_: &Path| None;
-        let lines = explain(&[gc, delete], &pins, &none);
-        assert_eq!(lines.len(), 2, "{lines:?}");
+        let lines = explain(&[delete], &pins, &none);
+        assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
-            lines[0].contains("`git gc`") && lines[0].contains("packed-refs"),
+            lines[0].contains("`git branch -D users`")
+                && lines[0].contains("refs/heads/users is not this task's"),
             "{}",
             lines[0]
-        );
-        assert!(
-            lines[1].contains("`git branch -D users`")
-                && lines[1].contains("refs/heads/users is not this task's"),
-            "{}",
-            lines[1]
         );
         assert_eq!(explain(&others, &pins, &none), Vec::<String>::new());
     }

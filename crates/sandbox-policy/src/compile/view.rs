@@ -19,7 +19,8 @@
 //! updates land there and never in the repository. The host reads that layer and applies
 //! what is allowed (the task's own refs, objects whose hash it checked). Existing refs other
 //! than the task branch are pinned read-only inside the overlay, so the agent gets an error
-//! instead of a private fiction; hooks, config, info and `packed-refs` are pinned too.
+//! instead of a private fiction. `packed-refs` is the snapshot's frozen copy: a run may rewrite it
+//! in its layer (git does, to delete a ref), and the host judges the refs it names.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -344,12 +345,10 @@ fn store_ops(
             why: "the main worktree's HEAD (read-only)",
         });
     }
-    // Always there: the snapshot layer holds a frozen copy.
-    ops.push(MountOp::Pin {
-        target: common.join("packed-refs"),
-        dir: false,
-        why: "packed-refs (read-only)",
-    });
+    // `packed-refs` is not pinned: the snapshot layer holds a frozen copy, and git before
+    // 2.43 rewrites it to delete any ref (`git tag -d`), which a pin would refuse. What the
+    // run writes there stays in its layer: the host reads it only to judge the refs it names,
+    // as it judges loose refs, and never replaces its own.
     for name in &store.pinned_refs {
         ops.push(MountOp::Pin {
             target: common.join(name),
@@ -361,7 +360,7 @@ fn store_ops(
 }
 
 /// A push remote's quarantine: the overlay on its git dir (mounted over the read-only bind
-/// of its grant), `packed-refs` and the refs that existed pinned, and what git would run
+/// of its grant), the refs that existed pinned (`packed-refs` is judged like the store's), and what git would run
 /// from — `hooks/`, `config` — pinned too: a push inside runs the remote's hooks inside,
 /// and none the agent writes there ever reaches the host (the layer is never read for them).
 fn remote_store_ops(
@@ -370,20 +369,13 @@ fn remote_store_ops(
 ) -> Vec<MountOp> {
     let gitdir = &remote.gitdir;
     let store = &remote.layers;
-    let mut ops = vec![
-        MountOp::Overlay {
-            target: gitdir.clone(),
-            lower: vec![store.snapshot.clone(), gitdir.clone()],
-            upper: store.upper.clone(),
-            work: store.work.clone(),
-            why: "git push remote quarantine",
-        },
-        MountOp::Pin {
-            target: gitdir.join("packed-refs"),
-            dir: false,
-            why: "the push remote's packed-refs (read-only)",
-        },
-    ];
+    let mut ops = vec![MountOp::Overlay {
+        target: gitdir.clone(),
+        lower: vec![store.snapshot.clone(), gitdir.clone()],
+        upper: store.upper.clone(),
+        work: store.work.clone(),
+        why: "git push remote quarantine",
+    }];
     for (name, dir) in [("hooks", true), ("config", false), ("info", true)] {
         let kind = classify(&gitdir.join(name));
         if kind == if dir { EntryKind::Dir } else { EntryKind::File } {
@@ -719,11 +711,7 @@ mod tests {
             .position(|op| matches!(op, MountOp::Bind { target, .. } if target == Path::new("/repo/.git")))
             .unwrap();
         assert!(common_bind < overlay);
-        for pinned in [
-            "/repo/.git/refs/heads/main",
-            "/repo/.git/refs/tags/v1",
-            "/repo/.git/packed-refs",
-        ] {
+        for pinned in ["/repo/.git/refs/heads/main", "/repo/.git/refs/tags/v1"] {
             assert!(at(pinned) > overlay, "{pinned}");
         }
         // Without the layers (or with --unprotected-git) nothing of this.
