@@ -12,6 +12,7 @@
 //! layers, never the user's own caches or toolchains (read-only, at their real paths).
 
 use std::io::Write as _;
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use sandbox_policy::secrets::{self, ListedEntry};
@@ -42,23 +43,77 @@ pub struct HomeSettings {
 /// The bound of a project's cache layers when the configuration names none: 10 GiB.
 pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
 
-/// What holds a run's claim on its layers: the lock of the project's cache layers (another
-/// run of the same project at the same time gets throwaway layers of its own, removed when
-/// this is dropped).
+/// A run's hold on its project's private home, from [`attach`] to the run's end.
+///
+/// Every run of the project holds the home's users lock shared while it lives; `sandbox home
+/// reset` takes it exclusively, and so does the run that ends last, to remove the mount points
+/// its view needed in the home (an empty `~/.cargo/bin` or `~/.rustup` would otherwise stay,
+/// and tools take such a directory for an installed toolchain). The cache layers are claimed
+/// per command instead ([`crate::linux::caches`]).
 #[derive(Debug, Default)]
 pub struct HomeGuard {
-    _lock: Option<std::fs::File>,
-    throwaway: Option<PathBuf>,
+    users: Option<std::fs::File>,
+    /// The lock runs take while they prepare the home.
+    preparing: PathBuf,
+    dir: PathBuf,
+    /// The mount points [`prepare_mount_points`] ensured, relative to `dir`, parents first.
+    mount_points: Vec<PathBuf>,
 }
 
 impl Drop for HomeGuard {
     fn drop(&mut self) {
-        if let Some(dir) = self.throwaway.take() {
-            if let Err(e) = std::fs::remove_dir_all(&dir) {
-                tracing::debug!(path = %dir.display(), error = %e, "could not remove a throwaway cache layer");
-            }
+        let Some(users) = self.users.take() else {
+            return;
+        };
+        // No run prepares the home meanwhile (it would need the mount points again).
+        let Ok(_preparing) = flock(&self.preparing, libc::LOCK_EX) else {
+            return;
+        };
+        // The last run of the project removes them; another one still needs them.
+        // SAFETY: flock(2) on the descriptor `users` owns; the lock goes with it.
+        if unsafe { libc::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return;
+        }
+        remove_mount_points(&self.dir, &self.mount_points);
+    }
+}
+
+/// Removes the mount points `rel` (parents first) under `dir` that are still empty, children
+/// first, through descriptors: a run could have put a link in their place.
+fn remove_mount_points(dir: &Path, rel: &[PathBuf]) {
+    use crate::beneath::{Dir, Kind};
+    let Ok(home) = Dir::open(dir) else {
+        return;
+    };
+    for path in rel.iter().rev() {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let Ok(at) = home.walk(parent) else {
+            continue;
+        };
+        // Only what is as the preparation left it: an empty directory or an empty file.
+        let removed = match at.kind(name) {
+            Ok(Some(Kind::Dir)) => at.rmdir(name),
+            Ok(Some(Kind::File { empty: true })) => at.unlink(name),
+            _ => continue,
+        };
+        if let Err(e) = removed {
+            tracing::trace!(path = %path.display(), error = %e, "mount point kept");
         }
     }
+}
+
+/// Takes the users lock of the private home `dir` exclusively, without waiting: an error
+/// while a run of its project lives (`sandbox home reset`).
+pub fn idle(dir: &Path) -> Result<std::fs::File, std::io::Error> {
+    flock(&users_lock(dir), libc::LOCK_EX | libc::LOCK_NB)
+}
+
+/// `homes/.<key>.users` beside the home `homes/<key>`.
+fn users_lock(dir: &Path) -> PathBuf {
+    let name = dir.file_name().unwrap_or_default().to_string_lossy();
+    dir.with_file_name(format!(".{name}.users"))
 }
 
 /// `<name>-<hash of the path>`: a stable, readable key for a project or task directory.
@@ -273,7 +328,8 @@ pub fn attach(
     let dir = homes.join(&key);
     // Runs of one project (two boxes created at once, say) prepare its home one at a time:
     // each finds the home whole, never one another run is still making.
-    let _preparing = flock(&homes.join(format!(".{key}.lock")), libc::LOCK_EX)
+    let preparing = homes.join(format!(".{key}.lock"));
+    let _preparing = flock(&preparing, libc::LOCK_EX)
         .map_err(|e| fail(&dir, format!("locking the private home: {e}")))?;
     if !dir.is_dir() {
         create_home(&homes, &dir)
@@ -339,38 +395,17 @@ pub fn attach(
         }
     }
 
-    // Caches: an overlay each, over the user's cache, with the project's private layer.
-    let mut guard = HomeGuard::default();
+    // Caches: an overlay each, over the user's cache, with the project's private layer
+    // (claimed by each command: `crate::linux::caches`).
     let mut caches = Vec::new();
     if settings.caches {
         let found = with_snapshot(&home, &policy.fs.system_read, toolchains::detect_caches);
         if !found.is_empty() {
             let root = crate::privdir::ensure("native", &caches_dir(&settings.state_dir))?;
-            let mut layers = crate::privdir::ensure("native", &root.join(&key))?;
-            match lock(&layers) {
-                Ok(file) => guard._lock = Some(file),
-                Err(_) => {
-                    // Another run of this project holds the layers: this one gets its own,
-                    // thrown away at the end (an overlay's upper layer takes one mount).
-                    let throwaway = crate::privdir::ensure(
-                        "native",
-                        &layers.join(format!("busy-{}", std::process::id())),
-                    )?;
-                    guard.throwaway = Some(throwaway.clone());
-                    layers = throwaway;
-                }
-            }
-            let empty = layers.join("empty");
-            std::fs::create_dir_all(&empty).map_err(|e| fail(&empty, e.to_string()))?;
+            let layers = crate::privdir::ensure("native", &root.join(&key))?;
             for cache in found {
                 let at = layers.join(cache.name);
                 let (upper, work) = (at.join("upper"), at.join("work"));
-                // overlayfs marks a volatile mount in `work/work/incompat` and refuses the
-                // next mount while the marker is there; the lock makes this run the layer's
-                // only user. Moved aside, not removed: a rename costs nothing, removing a
-                // directory can cost a TRIM of several milliseconds; the moved markers are
-                // removed together once they are many.
-                set_aside_volatile_marker(&at).map_err(|e| fail(&at, e.to_string()))?;
                 for d in [&upper, &work] {
                     std::fs::create_dir_all(d).map_err(|e| fail(d, e.to_string()))?;
                 }
@@ -407,37 +442,22 @@ pub fn attach(
         policy.env.set_var(name, value.to_string_lossy());
     }
     policy.fs.home = Some(home_policy);
-    prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
-    Ok((guard, None))
+    let mount_points = prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
+    let users = flock(&users_lock(&dir), libc::LOCK_SH)
+        .map_err(|e| fail(&dir, format!("locking the private home: {e}")))?;
+    Ok((
+        HomeGuard {
+            users: Some(users),
+            preparing,
+            dir,
+            mount_points,
+        },
+        None,
+    ))
 }
 
-/// How many moved-aside volatile markers a cache layer keeps before they are removed at once.
-const ASIDE_BATCH: usize = 64;
-
-/// Moves the last volatile mount's marker out of the way of the next mount (see `attach`).
-fn set_aside_volatile_marker(layer: &Path) -> std::io::Result<()> {
-    let marker = layer.join("work/work/incompat");
-    if marker.symlink_metadata().is_err() {
-        return Ok(());
-    }
-    let aside = layer.join("aside");
-    std::fs::create_dir_all(&aside)?;
-    let count = std::fs::read_dir(&aside)?.count();
-    if count >= ASIDE_BATCH {
-        std::fs::remove_dir_all(&aside)?;
-        std::fs::create_dir(&aside)?;
-    }
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    std::fs::rename(
-        &marker,
-        aside.join(format!("{}-{nanos}", std::process::id())),
-    )
-}
-
-/// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a run
-/// holds them.
+/// Takes the lock of a project's cache layers (`dir`), without waiting: an error while a
+/// command holds them.
 pub fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
     flock(&dir.join("lock"), libc::LOCK_EX | libc::LOCK_NB)
 }
@@ -478,9 +498,11 @@ fn create_home(homes: &Path, dir: &Path) -> std::io::Result<()> {
 /// home (which is bound from the host, not built on a tmpfs): each made here, as a real
 /// directory or file — a link the run left in its way is removed, so a mount cannot be
 /// redirected elsewhere in the view. A toolchain's link (`~/.nix-profile`) is recreated.
-fn prepare_mount_points(policy: &Policy) -> Result<(), (PathBuf, String)> {
+/// Returns the mount points, relative to the home, parents first (links not among them).
+fn prepare_mount_points(policy: &Policy) -> Result<Vec<PathBuf>, (PathBuf, String)> {
+    let mut made: Vec<PathBuf> = Vec::new();
     let Some(home) = &policy.fs.home else {
-        return Ok(());
+        return Ok(made);
     };
     let mut targets: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     for grant in policy.fs.read.iter().chain(policy.fs.write.iter()) {
@@ -521,6 +543,10 @@ fn prepare_mount_points(policy: &Policy) -> Result<(), (PathBuf, String)> {
                 }
             }
             let want_dir = !last || is_dir;
+            let relative = at.strip_prefix(&home.dir).unwrap_or(&at).to_path_buf();
+            if !made.contains(&relative) {
+                made.push(relative);
+            }
             let ok = match &meta {
                 Ok(m) => !m.file_type().is_symlink() && m.is_dir() == want_dir,
                 Err(_) => false,
@@ -538,7 +564,7 @@ fn prepare_mount_points(policy: &Policy) -> Result<(), (PathBuf, String)> {
             }
         }
     }
-    Ok(())
+    Ok(made)
 }
 
 fn remove_any(path: &Path) -> std::io::Result<()> {

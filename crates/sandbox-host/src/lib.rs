@@ -21,6 +21,7 @@
 pub mod agent;
 pub mod assembly;
 pub mod backend;
+pub mod beneath;
 pub mod custom;
 pub mod error;
 pub mod gitguard;

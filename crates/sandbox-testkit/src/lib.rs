@@ -1,5 +1,5 @@
 //! What the workspace's tests share, written once: a hermetic [`git`], process checks
-//! ([`alive`], [`wait_dead`]), [`skip`] with the one list of skips a CI machine is allowed
+//! ([`alive`], [`wait_dead`]), a home as a real user's ([`home::lived_in`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
 //! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server). A
@@ -9,6 +9,7 @@
 // themselves (the workspace lints against unwrap/expect apply to shipped code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod home;
 pub mod limactl;
 pub mod net;
 pub mod nobody;

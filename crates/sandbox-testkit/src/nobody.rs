@@ -49,13 +49,12 @@ impl UserDirs {
         let [work, home, run] = ["work", "home", "run"].map(|d| dir.join(format!("{prefix}-{d}")));
         for d in [&work, &home, &run] {
             std::fs::create_dir_all(d).unwrap();
-            if nobody && nix::unistd::geteuid().is_root() {
-                nix::unistd::chown(
-                    d.as_path(),
-                    Some(nix::unistd::Uid::from_raw(NOBODY)),
-                    Some(nix::unistd::Gid::from_raw(NOBODY)),
-                )
-                .unwrap();
+        }
+        // A home as a real user's: caches with entries, rc files, agent state.
+        crate::home::lived_in(&home);
+        if nobody && nix::unistd::geteuid().is_root() {
+            for d in [&work, &home, &run] {
+                give_to_nobody(d);
             }
         }
         let copy = dir.join("sandbox");
@@ -94,5 +93,26 @@ impl UserDirs {
             .env("XDG_RUNTIME_DIR", &self.run)
             .current_dir(&self.work);
         c
+    }
+}
+
+/// Gives `path` and everything below it to `nobody` (links themselves, never their targets).
+fn give_to_nobody(path: &Path) {
+    let id = (
+        Some(nix::unistd::Uid::from_raw(NOBODY)),
+        Some(nix::unistd::Gid::from_raw(NOBODY)),
+    );
+    nix::unistd::fchownat(
+        None,
+        path,
+        id.0,
+        id.1,
+        nix::unistd::FchownatFlags::NoFollowSymlink,
+    )
+    .unwrap();
+    if path.symlink_metadata().unwrap().is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give_to_nobody(&entry.unwrap().path());
+        }
     }
 }

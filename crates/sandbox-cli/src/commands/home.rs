@@ -133,15 +133,22 @@ fn reset(home_dir: &Path, layers: &Path, caches_only: bool, yes: bool) -> anyhow
             home_dir.display()
         )
     };
-    // A run of this project holds the layers' lock for its whole life.
+    // Every run of this project holds the home's users lock shared for its whole life (a
+    // daemon's box too, between its commands), and a command the layers' lock.
+    let busy = |what: &Path| Failure {
+        code: 1,
+        message: format!(
+            "a sandbox run of this project is using {}; reset once it ends",
+            what.display()
+        ),
+    };
+    let _idle = if home_dir.is_dir() {
+        Some(home::idle(home_dir).map_err(|_| busy(home_dir))?)
+    } else {
+        None
+    };
     let _lock = if layers.is_dir() {
-        Some(home::lock(layers).map_err(|_| Failure {
-            code: 1,
-            message: format!(
-                "a sandbox run of this project is using {}; reset once it ends",
-                layers.display()
-            ),
-        })?)
+        Some(home::lock(layers).map_err(|_| busy(layers))?)
     } else {
         None
     };

@@ -428,3 +428,130 @@ fn a_command_of_sandbox_exec_inherits_no_stray_descriptor() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     common::assert_no_strays("sandbox exec", &String::from_utf8_lossy(&out.stdout));
 }
+
+/// The three steps (probe failing, provision, probe, command) under every in-place backend,
+/// in one `sandbox exec` process, with a home that has package caches (the test kit's): the
+/// second and later steps of a session mount the caches' layers again (they failed with 125
+/// "building the private view: Invalid argument" while the first step's volatile overlay
+/// marker was still there). Stdout is the command's bytes exactly.
+#[test]
+fn every_step_runs_under_every_in_place_backend() {
+    let f = Fixture::new();
+    let bwrap = Path::new("/usr/bin/bwrap");
+    let mut backends = vec!["native", "host"];
+    match common::nono_path() {
+        Some(_) => backends.push("nono"),
+        None => common::skip(
+            "nono",
+            format_args!("exec's steps: {}", common::NONO_MISSING),
+        ),
+    }
+    if bwrap.exists() {
+        let task = f.task.display();
+        let out = f
+            .env
+            .cmd()
+            .args(["config", "set", "backends.custom.command"])
+            .arg(format!(
+                "{} --ro-bind / / --bind {task} {task} --dev /dev --proc /proc --die-with-parent",
+                bwrap.display()
+            ))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        backends.push("custom");
+    } else {
+        common::skip(
+            "bwrap",
+            "the custom backend's launcher: apt-get install bubblewrap",
+        );
+    }
+    let log = f.task.join("order.log");
+    let input = binary(64 << 10);
+    for backend in backends {
+        for ready in [false, true] {
+            let _ = std::fs::remove_file(&log);
+            if !ready {
+                let _ = std::fs::remove_file(f.task.join("ready"));
+            }
+            // Under native every step also writes to the npm cache's layer: each mounts it.
+            let native = backend == "native";
+            let step = |name: &str, then: &str| {
+                let cache = if native {
+                    format!("echo {name} >> ~/.npm/steps;")
+                } else {
+                    String::new()
+                };
+                format!("echo {name} >> order.log; {cache} {then}")
+            };
+            let args = [
+                "--backend",
+                backend,
+                "--probe",
+                &step("probe", "test -f ready"),
+                "--provision",
+                &step("provision", "touch ready"),
+                "--",
+                "sh",
+                "-c",
+                &step("command", "cat"),
+            ];
+            let out = feed(exec(&f, &args), input.clone());
+            let ctx = format!("{backend}, ready {ready}: {}", stderr(&out));
+            assert_eq!(out.status.code(), Some(0), "{ctx}");
+            let want = if ready {
+                "probe\ncommand\n"
+            } else {
+                "probe\nprovision\nprobe\ncommand\n"
+            };
+            assert_eq!(read(&log), want, "{ctx}");
+            assert!(
+                out.stdout == input,
+                "{ctx}: stdout is not exactly the input"
+            );
+        }
+    }
+    // The steps' cache writes went to the project's layer, never to the user's cache.
+    assert!(!f.env.home().join(".npm/steps").exists());
+}
+
+/// The same steps as an unprivileged user (`nobody` when the tests run as root) whose home
+/// has package caches: overlayfs leaves its work directory without permissions, which only
+/// root could clear, so every later mount of the layer failed until `home reset --caches`.
+#[test]
+fn every_step_runs_for_an_unprivileged_user_with_package_caches() {
+    if nix::unistd::geteuid().is_root() && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
+        common::skip("setpriv", "setpriv is missing");
+        return;
+    }
+    let env = common::Env::new();
+    let user = common::UserDirs::new(env.path(), "user", common::BIN, true);
+    for round in 1..=3 {
+        let out = user
+            .command(&[
+                user.bin_str(),
+                "exec",
+                "--probe",
+                "test -f ~/.npm/provisioned",
+                "--provision",
+                "touch ~/.npm/provisioned",
+                "--",
+                "sh",
+                "-c",
+                "echo x >> ~/.npm/rounds; wc -l < ~/.npm/rounds",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "round {round}: {}", text(&out));
+        assert_eq!(
+            out.stdout,
+            format!("{round}\n").as_bytes(),
+            "{}",
+            text(&out)
+        );
+    }
+    assert!(
+        !user.home.join(".npm/rounds").exists(),
+        "the user's cache was written"
+    );
+}

@@ -468,6 +468,8 @@ fn a_sandboxed_command_cannot_change_the_launcher() {
     set_launcher(&f, launcher.to_str().unwrap());
     let config = f.env.config_file();
     let before = std::fs::read_to_string(&config).unwrap();
+    let profile = f.home.join(".profile");
+    let profile_before = std::fs::read(&profile).ok();
 
     let bin = std::fs::canonicalize(common::BIN).unwrap();
     let bin_dir = bin.parent().unwrap();
@@ -522,7 +524,11 @@ fn a_sandboxed_command_cannot_change_the_launcher() {
     );
     assert!(!f.task.join("EVIL-RAN").exists());
     assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
-    assert!(!f.home.join(".profile").exists());
+    assert_eq!(
+        std::fs::read(&profile).ok(),
+        profile_before,
+        "the user's .profile changed"
+    );
 
     // On the host, the next spawn still uses the reviewed launcher.
     let out = f

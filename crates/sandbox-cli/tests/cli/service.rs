@@ -1278,3 +1278,129 @@ fn a_command_of_the_daemon_inherits_no_stray_descriptor() {
         );
     }
 }
+
+/// A named box reused across an agent's turns, with a home that has package caches (the test
+/// kit's): every `box.exec` mounts the caches' layers again, and each finds what the last one
+/// left there. Two commands at once: the second gets layers of its own over the user's caches
+/// (one overlay per layer at a time), thrown away when it ends; the box's own layers are
+/// intact after.
+#[test]
+fn ten_commands_in_one_box_each_find_the_caches_as_the_last_left_them() {
+    let d = Daemon::start();
+    let mut c = d.client();
+    create(&mut c, "turns", &d.work(), json!({}));
+    for turn in 1..=10 {
+        let id = exec(
+            &mut c,
+            "turns",
+            &["sh", "-c", "echo x >> ~/.npm/turns; wc -l < ~/.npm/turns"],
+        );
+        let run = collect(&mut c, id);
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.exit.exit_code, Some(0), "turn {turn}: {err}");
+        assert_eq!(
+            run.stdout,
+            format!("{turn}\n").as_bytes(),
+            "turn {turn}: {err}"
+        );
+    }
+
+    // One command holds the layers (it waits on a FIFO it made); a second one runs meanwhile.
+    let hold = exec(
+        &mut c,
+        "turns",
+        &[
+            "sh",
+            "-c",
+            "touch ~/.npm/first; mkfifo $TMPDIR/go; echo ready; read x < $TMPDIR/go",
+        ],
+    );
+    assert_eq!(read_lines(&mut c, hold, 1), ["ready"]);
+    let beside = exec(
+        &mut c,
+        "turns",
+        &[
+            "sh",
+            "-c",
+            "touch ~/.npm/second; ls ~/.npm; echo go > $TMPDIR/go",
+        ],
+    );
+    let run = collect(&mut c, beside);
+    let listed = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert_eq!(
+        run.exit.exit_code,
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Its own layer over the user's cache: not the one the first command has mounted.
+    assert!(
+        listed.contains("second") && listed.contains("_cacache"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains("first"),
+        "one layer mounted twice: {listed}"
+    );
+    assert_eq!(collect(&mut c, hold).exit.exit_code, Some(0));
+    let last = exec(&mut c, "turns", &["sh", "-c", "ls ~/.npm"]);
+    let listed = String::from_utf8_lossy(&collect(&mut c, last).stdout).into_owned();
+    assert!(
+        listed.contains("first") && listed.contains("turns"),
+        "{listed}"
+    );
+    assert!(
+        !listed.contains("second"),
+        "the throwaway layer was kept: {listed}"
+    );
+
+    c.call(&req("box.remove", json!({"name": "turns"})))
+        .unwrap();
+    let env = d.shutdown_keeping_env();
+    // The user's cache was never written; the layers hold no overlay work directory, no
+    // throwaway layer, and the private home no mount point of the runs.
+    let home = env.home();
+    assert!(!home.join(".npm/turns").exists() && !home.join(".npm/first").exists());
+    let state = home.join(".local/state/sandbox");
+    let left = leftovers(&state);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+}
+
+/// What runs leave under the state dir that they should have removed: overlay work
+/// directories, throwaway cache layers, empty mount points in a private home.
+fn leftovers(state: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for layers in std::fs::read_dir(state.join("caches"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for layer in std::fs::read_dir(layers.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = layer.file_name().to_string_lossy().into_owned();
+            if name.starts_with("busy-") {
+                found.push(layer.path());
+            }
+            let work = layer.path().join("work");
+            if std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some()) {
+                found.push(work);
+            }
+        }
+    }
+    for home in std::fs::read_dir(state.join("homes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for entry in [".npm", ".cargo/registry", ".cache/pip", ".cargo", ".cache"] {
+            let path = home.path().join(entry);
+            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}

@@ -101,7 +101,7 @@ mod platform {
                     }
                 }
             }
-            Ok(PreparedCommand::new(
+            let mut prepared = PreparedCommand::new(
                 BackendKind::Native,
                 spec,
                 Some(Arc::new(child) as Arc<dyn sandbox_exec::ChildSetup>),
@@ -114,7 +114,12 @@ mod platform {
                 stores
                     .net
                     .map(|net| Box::new(net) as Box<dyn crate::net::CommandNetwork>),
-            ))
+            );
+            // The layers' claim ends with the command's processes (and its mounts).
+            if let Some(claim) = stores.caches {
+                prepared = prepared.keeping(Arc::new(claim));
+            }
+            Ok(prepared)
         }
     }
 }

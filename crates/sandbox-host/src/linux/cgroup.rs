@@ -273,7 +273,7 @@ fn leaf_name() -> String {
 /// since boot, `/proc/self/stat`). The pid alone is not enough: a group a killed run left
 /// behind (its record in another project's journal) carries the pid a later process gets,
 /// and that process's run then failed with "creating the group: File exists".
-fn process_tag() -> &'static str {
+pub(crate) fn process_tag() -> &'static str {
     static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     TAG.get_or_init(|| {
         let pid = std::process::id();
@@ -286,6 +286,19 @@ fn process_tag() -> &'static str {
             None => pid.to_string(),
         }
     })
+}
+
+/// Whether the process of a [`process_tag`] (`pid`, `start`) still runs: a process with that
+/// pid whose start time is `start`.
+pub(crate) fn process_alive(pid: &str, start: &str) -> bool {
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .as_deref()
+        .and_then(start_time)
+        .is_some_and(|s| s.to_string() == start)
 }
 
 /// Field 22 (`starttime`) of a `/proc/PID/stat` line; the command name (field 2) may hold

@@ -2,6 +2,7 @@
 //! applied between fork and exec.
 
 pub mod abi;
+pub mod caches;
 pub mod cgroup;
 pub mod landlock;
 pub mod native;

@@ -78,8 +78,13 @@ pub struct NativeSandbox {
 // One per backend session, never moved in a loop: boxing the larger variant buys nothing.
 #[allow(clippy::large_enum_variant)]
 enum ViewMode {
-    /// The same view for every command.
-    Shared(Arc<PreparedView>),
+    /// The same view for every command (but one whose package caches' layers were busy: it
+    /// gets a view of its own from `policy`).
+    Shared {
+        view: Arc<PreparedView>,
+        policy: Box<Policy>,
+        staging: PathBuf,
+    },
     /// A view per command: its git store quarantine has a private layer of its own (an
     /// overlay's writable layer cannot be shared by two mounts).
     Quarantined {
@@ -112,6 +117,8 @@ pub struct Stores {
     pub pushes: Vec<(PathBuf, sandbox_git::quarantine::LiveQuarantine)>,
     /// The supervisor's side of the command's network namespace, when it has one.
     pub net: Option<crate::linux::netns::CommandNet>,
+    /// The command's claim on its package caches' layers, held until its processes are gone.
+    pub caches: Option<crate::linux::caches::CacheClaim>,
 }
 
 /// One command's setup: the session's sandbox, and the command's view.
@@ -764,10 +771,14 @@ impl NativeSandbox {
                             push_remotes: git.push_remotes.clone(),
                         })
                     }
-                    _ => Some(ViewMode::Shared(Arc::new(
-                        PreparedView::prepare(policy, &staging, None, pid_namespace)?
-                            .with_net_namespace(net.plan().is_some()),
-                    ))),
+                    _ => Some(ViewMode::Shared {
+                        view: Arc::new(
+                            PreparedView::prepare(policy, &staging, None, pid_namespace)?
+                                .with_net_namespace(net.plan().is_some()),
+                        ),
+                        policy: Box::new(policy.clone()),
+                        staging,
+                    }),
                 }
             }
             ViewSupport::Unavailable { .. } => None,
@@ -883,9 +894,36 @@ impl NativeSandbox {
         let mut child_rules = Vec::new();
         let mut pushes = Vec::new();
         let mut plan = &self.landlock;
+        // The package caches' layers are the command's, not the session's: another command
+        // may hold them (`crate::linux::caches`).
+        let home = match &self.view {
+            Some(ViewMode::Shared { policy, .. } | ViewMode::Quarantined { policy, .. }) => {
+                policy.fs.home.as_ref().filter(|h| !h.caches.is_empty())
+            }
+            None => None,
+        };
+        let (caches, busy) = match home {
+            Some(home) => {
+                let (claim, layers) = crate::linux::caches::claim(home)?;
+                (Some(claim), layers)
+            }
+            None => (None, None),
+        };
         let (view, store) = match &self.view {
             None => (None, None),
-            Some(ViewMode::Shared(view)) => (Some(view.clone()), None),
+            Some(ViewMode::Shared {
+                view,
+                policy,
+                staging,
+            }) => match busy {
+                None => (Some(view.clone()), None),
+                Some(layers) => {
+                    let policy = crate::linux::caches::with_layers(policy, layers);
+                    let own = PreparedView::prepare(&policy, staging, None, self.pid_namespace)?
+                        .with_net_namespace(self.net.is_some());
+                    (Some(Arc::new(own)), None)
+                }
+            },
             Some(ViewMode::Quarantined {
                 policy,
                 landlock,
@@ -928,6 +966,14 @@ impl NativeSandbox {
                     )?);
                     pushes.push((remote.clone(), LiveQuarantine::start(quarantine)));
                 }
+                let own_layers;
+                let policy = match busy {
+                    None => &**policy,
+                    Some(layers) => {
+                        own_layers = crate::linux::caches::with_layers(policy, layers);
+                        &own_layers
+                    }
+                };
                 let view = PreparedView::prepare_with_layer(
                     policy,
                     staging,
@@ -985,6 +1031,7 @@ impl NativeSandbox {
                 store,
                 pushes,
                 net: command_net,
+                caches,
             },
         ))
     }

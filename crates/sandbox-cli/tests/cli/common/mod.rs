@@ -74,6 +74,9 @@ impl Env {
         ] {
             std::fs::create_dir_all(dir.path().join(sub)).unwrap();
         }
+        // A real user's home has package caches (their overlays are mounted only then), rc
+        // files and agent state: a suite of empty homes missed every cache-layer defect.
+        sandbox_testkit::home::lived_in(&dir.path().join("home"));
         Env { dir }
     }
 

@@ -1,0 +1,272 @@
+//! File operations the host makes in trees a run can write (the private home, the package
+//! caches' layers): every name is resolved from a directory descriptor, one component at a
+//! time, never through a link (`O_NOFOLLOW`). A run of the same project that swaps a
+//! directory for a link between two of our steps makes the step fail, instead of sending it
+//! outside the tree (`DESIGN.md` §2: descriptors, never paths).
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path};
+
+use nix::errno::Errno;
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fstatat, Mode, SFlag};
+use nix::unistd::UnlinkatFlags;
+
+/// What an entry of a directory is, its link not followed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File { empty: bool },
+    Link,
+    Other,
+}
+
+/// An open directory of a tree the host works in.
+#[derive(Debug)]
+pub struct Dir(OwnedFd);
+
+impl Dir {
+    /// Opens `path`, the tree's root: a path of ours (the state directory's), so only its
+    /// last component is refused as a link.
+    pub fn open(path: &Path) -> io::Result<Dir> {
+        open_at(None, path.as_os_str())
+    }
+
+    /// The directory `name` in this one (a single component; a link is refused).
+    pub fn dir(&self, name: &OsStr) -> io::Result<Dir> {
+        single(name)?;
+        open_at(Some(self), name)
+    }
+
+    /// The directory at `rel` below this one, each component opened as in [`Self::dir`].
+    pub fn walk(&self, rel: &Path) -> io::Result<Dir> {
+        let mut at = self.dir(OsStr::new("."))?;
+        for component in rel.components() {
+            match component {
+                Component::Normal(name) => at = at.dir(name)?,
+                Component::CurDir => {}
+                _ => return Err(io::Error::other(format!("{}: not beneath", rel.display()))),
+            }
+        }
+        Ok(at)
+    }
+
+    /// What `name` is, `None` when there is nothing of that name.
+    pub fn kind(&self, name: &OsStr) -> io::Result<Option<Kind>> {
+        single(name)?;
+        let st = match fstatat(
+            Some(self.0.as_raw_fd()),
+            name,
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            Err(Errno::ENOENT) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        let format = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+        Ok(Some(match format {
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFREG => Kind::File {
+                empty: st.st_size == 0,
+            },
+            SFlag::S_IFLNK => Kind::Link,
+            _ => Kind::Other,
+        }))
+    }
+
+    /// Makes the directory `name` (`mode` before the umask); one that exists is an error.
+    pub fn mkdir(&self, name: &OsStr, mode: u32) -> io::Result<()> {
+        single(name)?;
+        nix::sys::stat::mkdirat(
+            Some(self.0.as_raw_fd()),
+            name,
+            Mode::from_bits_truncate(mode as _),
+        )?;
+        Ok(())
+    }
+
+    /// Removes the empty directory `name` (not a link, not a full directory).
+    pub fn rmdir(&self, name: &OsStr) -> io::Result<()> {
+        single(name)?;
+        nix::unistd::unlinkat(Some(self.0.as_raw_fd()), name, UnlinkatFlags::RemoveDir)?;
+        Ok(())
+    }
+
+    /// Removes the file or link `name` (never what a link points to).
+    pub fn unlink(&self, name: &OsStr) -> io::Result<()> {
+        single(name)?;
+        nix::unistd::unlinkat(Some(self.0.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir)?;
+        Ok(())
+    }
+
+    /// Renames `from` in this directory to `to` in `dir` (links are moved, not followed).
+    pub fn rename(&self, from: &OsStr, dir: &Dir, to: &OsStr) -> io::Result<()> {
+        single(from)?;
+        single(to)?;
+        nix::fcntl::renameat(Some(self.0.as_raw_fd()), from, Some(dir.0.as_raw_fd()), to)?;
+        Ok(())
+    }
+
+    /// The names in this directory (not `.` and `..`).
+    pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
+        // Dir takes its descriptor: read through a new one of the same directory.
+        let fd = openat(
+            Some(self.0.as_raw_fd()),
+            ".",
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut dir = nix::dir::Dir::from_fd(fd)?;
+        let mut names = Vec::new();
+        for entry in dir.iter() {
+            let entry = entry?;
+            let name = OsStr::from_bytes(entry.file_name().to_bytes());
+            if name != "." && name != ".." {
+                names.push(name.to_os_string());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Removes `name` and everything below it, following no link. Directories overlayfs
+    /// made without permissions (its `work/work`, `incompat/volatile`) are made searchable
+    /// first: they are the user's own, and only root could remove them as they are.
+    pub fn remove_all(&self, name: &OsStr) -> io::Result<()> {
+        match self.kind(name)? {
+            None => Ok(()),
+            Some(Kind::Dir) => {
+                match self.rmdir(name) {
+                    Ok(()) => return Ok(()),
+                    Err(e) if is_not_empty(&e) => {}
+                    Err(e) => return Err(e),
+                }
+                let inner = match self.dir(name) {
+                    Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+                        self.make_searchable(name)?;
+                        self.dir(name)?
+                    }
+                    other => other?,
+                };
+                for entry in inner.names()? {
+                    inner.remove_all(&entry)?;
+                }
+                self.rmdir(name)
+            }
+            Some(_) => self.unlink(name),
+        }
+    }
+
+    /// Gives the directory `name` (ours) owner rights, through a descriptor of it: `chmod`
+    /// by name would follow a link put in its place.
+    #[cfg(target_os = "linux")]
+    fn make_searchable(&self, name: &OsStr) -> io::Result<()> {
+        // O_PATH needs no right on the directory itself; fchmod refuses an O_PATH
+        // descriptor, but chmod of its /proc/self/fd entry reaches the same directory.
+        let fd = openat(
+            Some(self.0.as_raw_fd()),
+            name,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        nix::sys::stat::fchmodat(
+            None,
+            format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
+            Mode::S_IRWXU,
+            nix::sys::stat::FchmodatFlags::FollowSymlink,
+        )?;
+        Ok(())
+    }
+
+    /// Elsewhere no overlay leaves such directories.
+    #[cfg(not(target_os = "linux"))]
+    fn make_searchable(&self, _name: &OsStr) -> io::Result<()> {
+        Err(io::Error::from_raw_os_error(libc::EACCES))
+    }
+}
+
+fn is_not_empty(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTEMPTY) | Some(libc::EEXIST))
+}
+
+/// A name of one component: no `/`, not `..`.
+fn single(name: &OsStr) -> io::Result<()> {
+    if name.is_empty() || name == ".." || name.as_bytes().contains(&b'/') {
+        return Err(io::Error::other(format!(
+            "{}: not a single name",
+            Path::new(name).display()
+        )));
+    }
+    Ok(())
+}
+
+fn open_at(dir: Option<&Dir>, name: &OsStr) -> io::Result<Dir> {
+    let fd = openat(
+        dir.map(|d| d.0.as_raw_fd()),
+        name,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
+    Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_in_the_way_is_refused_never_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(outside.join("victim")).unwrap();
+        let tree = t.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("swapped")).unwrap();
+        let root = Dir::open(&tree).unwrap();
+        assert!(root.walk(Path::new("swapped/victim")).is_err());
+        assert_eq!(root.kind(OsStr::new("swapped")).unwrap(), Some(Kind::Link));
+        root.remove_all(OsStr::new("swapped")).unwrap();
+        assert!(
+            outside.join("victim").is_dir(),
+            "the link's target is untouched"
+        );
+        assert!(tree.join("swapped").symlink_metadata().is_err());
+    }
+
+    #[test]
+    fn remove_all_takes_directories_without_permissions() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let deep = t.path().join("work/work/incompat/volatile/dirty");
+        std::fs::create_dir_all(&deep).unwrap();
+        for d in [
+            "work/work/incompat/volatile",
+            "work/work/incompat",
+            "work/work",
+        ] {
+            std::fs::set_permissions(t.path().join(d), std::fs::Permissions::from_mode(0o000))
+                .unwrap();
+        }
+        let root = Dir::open(t.path()).unwrap();
+        root.dir(OsStr::new("work"))
+            .unwrap()
+            .remove_all(OsStr::new("work"))
+            .unwrap();
+        assert!(t.path().join("work").is_dir());
+        assert!(t.path().join("work/work").symlink_metadata().is_err());
+    }
+
+    #[test]
+    fn names_that_climb_are_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let root = Dir::open(t.path()).unwrap();
+        assert!(root.dir(OsStr::new("..")).is_err());
+        assert!(root.kind(OsStr::new("a/b")).is_err());
+        assert!(root.walk(Path::new("../x")).is_err());
+    }
+}
