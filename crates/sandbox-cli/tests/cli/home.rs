@@ -790,3 +790,66 @@ fn runs_started_together_share_one_whole_home() {
         );
     }
 }
+
+/// A run that is SIGKILLed while its command writes to a package cache leaves its overlay's
+/// work directory (with the volatile marker that refuses the next mount) and the mount points
+/// of the private home; the next run of the project mounts the layer all the same, finds what
+/// the killed one wrote, and once it ends nothing of either is left.
+#[test]
+fn a_run_killed_mid_write_leaves_nothing_the_next_run_does_not_clear() {
+    use std::io::BufRead;
+    let env = Env::new();
+    if !has_view(&env) {
+        skip(
+            "no-view",
+            "no private view here: no cache overlays to leave behind",
+        );
+        return;
+    }
+    let mut killed = env
+        .cmd()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo killed >> ~/.npm/written; echo ready; exec sleep 1000",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(killed.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "ready\n");
+    let state = env.home().join(".local/state/sandbox");
+    assert!(
+        !common::leftovers(&state).is_empty(),
+        "a live run has its work directory and mount points"
+    );
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+
+    let out = env
+        .cmd()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo next >> ~/.npm/written; cat ~/.npm/written",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.stdout, b"killed\nnext\n", "{}", text(&out));
+    let left = common::leftovers(&state);
+    assert!(left.is_empty(), "left behind: {left:#?}");
+    assert!(
+        !env.home().join(".npm/written").exists(),
+        "the user's cache was written"
+    );
+}

@@ -142,6 +142,34 @@ fn collect(client: &mut Client, exec_id: u64) -> Run {
     }
 }
 
+/// Reads events until every one of `ids` has exited, collecting each one's output.
+fn collect_each(client: &mut Client, ids: &[u64]) -> std::collections::HashMap<u64, Run> {
+    let mut runs: std::collections::HashMap<u64, Run> =
+        ids.iter().map(|id| (*id, Run::default())).collect();
+    let mut open = ids.len();
+    while open > 0 {
+        let event = client.next_event().unwrap();
+        let Some(run) = event.exec_id.and_then(|id| runs.get_mut(&id)) else {
+            continue;
+        };
+        match event.kind.as_deref() {
+            Some("output") => {
+                let bytes = event.output_bytes().unwrap();
+                match event.stream.as_deref() {
+                    Some("stdout") => run.stdout.extend(bytes),
+                    _ => run.stderr.extend(bytes),
+                }
+            }
+            Some("exit") => {
+                run.exit = event;
+                open -= 1;
+            }
+            _ => {}
+        }
+    }
+    runs
+}
+
 /// Reads `n` lines of an exec's stdout (pids it printed).
 fn read_lines(client: &mut Client, exec_id: u64, n: usize) -> Vec<String> {
     let mut text = String::new();
@@ -1325,7 +1353,9 @@ fn ten_commands_in_one_box_each_find_the_caches_as_the_last_left_them() {
             "touch ~/.npm/second; ls ~/.npm; echo go > $TMPDIR/go",
         ],
     );
-    let run = collect(&mut c, beside);
+    // The two end in either order: their events are read together.
+    let mut runs = collect_each(&mut c, &[beside, hold]);
+    let run = runs.remove(&beside).unwrap();
     let listed = String::from_utf8_lossy(&run.stdout).into_owned();
     assert_eq!(
         run.exit.exit_code,
@@ -1342,7 +1372,7 @@ fn ten_commands_in_one_box_each_find_the_caches_as_the_last_left_them() {
         !listed.contains("first"),
         "one layer mounted twice: {listed}"
     );
-    assert_eq!(collect(&mut c, hold).exit.exit_code, Some(0));
+    assert_eq!(runs[&hold].exit.exit_code, Some(0));
     let last = exec(&mut c, "turns", &["sh", "-c", "ls ~/.npm"]);
     let listed = String::from_utf8_lossy(&collect(&mut c, last).stdout).into_owned();
     assert!(
@@ -1362,45 +1392,6 @@ fn ten_commands_in_one_box_each_find_the_caches_as_the_last_left_them() {
     let home = env.home();
     assert!(!home.join(".npm/turns").exists() && !home.join(".npm/first").exists());
     let state = home.join(".local/state/sandbox");
-    let left = leftovers(&state);
+    let left = common::leftovers(&state);
     assert!(left.is_empty(), "left behind: {left:#?}");
-}
-
-/// What runs leave under the state dir that they should have removed: overlay work
-/// directories, throwaway cache layers, empty mount points in a private home.
-fn leftovers(state: &Path) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    for layers in std::fs::read_dir(state.join("caches"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        for layer in std::fs::read_dir(layers.path())
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            let name = layer.file_name().to_string_lossy().into_owned();
-            if name.starts_with("busy-") {
-                found.push(layer.path());
-            }
-            let work = layer.path().join("work");
-            if std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some()) {
-                found.push(work);
-            }
-        }
-    }
-    for home in std::fs::read_dir(state.join("homes"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        for entry in [".npm", ".cargo/registry", ".cache/pip", ".cargo", ".cache"] {
-            let path = home.path().join(entry);
-            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
-                found.push(path);
-            }
-        }
-    }
-    found
 }

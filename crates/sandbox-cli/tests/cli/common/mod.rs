@@ -294,3 +294,42 @@ fn scan_for(argv: &[&str]) -> Vec<i32> {
         .filter(|pid| sandbox_testkit::alive(*pid))
         .collect()
 }
+
+/// What runs leave under the state dir that they should have removed: overlay work
+/// directories, throwaway cache layers, empty mount points in a private home.
+pub fn leftovers(state: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    for layers in std::fs::read_dir(state.join("caches"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for layer in std::fs::read_dir(layers.path())
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = layer.file_name().to_string_lossy().into_owned();
+            if name.starts_with("busy-") {
+                found.push(layer.path());
+            }
+            let work = layer.path().join("work");
+            if std::fs::read_dir(&work).is_ok_and(|mut d| d.next().is_some()) {
+                found.push(work);
+            }
+        }
+    }
+    for home in std::fs::read_dir(state.join("homes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        for entry in [".npm", ".cargo/registry", ".cache/pip", ".cargo", ".cache"] {
+            let path = home.path().join(entry);
+            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
