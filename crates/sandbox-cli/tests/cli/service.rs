@@ -660,9 +660,9 @@ fn start_tree(c: &mut Client, d: &Daemon, name: &str) -> (u64, Vec<i32>) {
     let n = format!("{}{}", std::process::id(), common::escape::unique());
     let (kept, left) = (format!("1000.{n}1"), format!("1000.{n}2"));
     let script = format!(
-        "sleep {kept} & a=$!; setsid sleep {left} & b=$!; for p in $a $b; do \
-         until grep -q '^sleep' /proc/$p/cmdline 2>/dev/null; do :; done; done; \
-         echo ready; wait"
+        "{}; sleep {kept} & a=$!; setsid sleep {left} & b=$!; \
+         execed sleep $a; execed sleep $b; echo ready; wait",
+        common::EXECED_FN
     );
     let id = exec(c, name, &["sh", "-c", &script]);
     read_lines(c, id, 1);
