@@ -501,9 +501,15 @@ struct Stdio_ {
 
 impl Stdio_ {
     fn start(env: &Env) -> Stdio_ {
+        Stdio_::start_args(env, &[])
+    }
+
+    /// `sandbox serve --stdio ARGS…`.
+    fn start_args(env: &Env, args: &[&str]) -> Stdio_ {
         let mut child = env
             .cmd()
             .args(["serve", "--stdio"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -628,6 +634,81 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
     assert_eq!(b.child.wait().unwrap().code(), Some(0));
     let daemon_pid = pid.as_i64().unwrap() as i32;
     assert!(wait_dead(daemon_pid, GONE), "the daemon exited");
+}
+
+/// A `--stdio` session (`args` on its command line) starts the daemon, makes and removes a box
+/// and leaves; the daemon, idle from then on, exits after `idle` — not when the last client
+/// leaves — saying why in its log.
+fn idle_daemon_exits(env: &Env, args: &[&str], idle: Duration) {
+    let mut a = Stdio_::start_args(env, args);
+    let (described, _) = a.call("host.describe", json!({}));
+    let pid = described.result.unwrap()["pid"].as_i64().unwrap() as i32;
+    let (created, _) = a.call("box.create", json!({"name": "b", "workdir": env.work()}));
+    assert!(created.error.is_none(), "{created:?}");
+    let (removed, _) = a.call("box.remove", json!({"name": "b"}));
+    assert!(removed.error.is_none(), "{removed:?}");
+    drop(a.stdin.take());
+    assert_eq!(a.child.wait().unwrap().code(), Some(0));
+    let left = Instant::now();
+    let log = || std::fs::read_to_string(env.path().join("run/sandbox/daemon.log")).unwrap();
+    assert!(
+        common::escape::exits_within(pid, idle + GONE),
+        "the idle daemon {pid} did not exit: {}",
+        log()
+    );
+    let after = left.elapsed();
+    // The client's exit follows the daemon's close of its connection by a little.
+    assert!(
+        after >= idle / 2,
+        "it exited {after:?} after its last client left, before its idle time {idle:?}"
+    );
+    assert!(
+        log().contains("no box, no command and no client for 2 s: exiting"),
+        "{}",
+        log()
+    );
+}
+
+/// `service.idle_exit` in the configuration.
+#[test]
+fn an_idle_daemon_exits_after_the_configured_idle_time() {
+    let env = Env::new();
+    env.write_config("service:\n  idle_exit: 2s\n");
+    idle_daemon_exits(&env, &[], Duration::from_secs(2));
+}
+
+/// `--idle-exit` over a configuration that says never.
+#[test]
+fn an_idle_daemon_exits_after_the_flags_idle_time() {
+    let env = Env::new();
+    env.write_config("service:\n  idle_exit: 0s\n");
+    idle_daemon_exits(&env, &["--idle-exit", "2s"], Duration::from_secs(2));
+}
+
+/// Removing the runtime directory (socket, token, lock) under a daemon with a box and a
+/// running command: no client can reach it again, so it stops the command and exits at once
+/// (its idle time is the default 5 minutes), saying why; the supervisor exits with it.
+#[test]
+fn a_daemon_whose_runtime_directory_is_removed_exits_at_once() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    let (_, pids) = start_tree(&mut c, &d, "victim");
+    std::fs::remove_dir_all(&d.runtime).unwrap();
+    let supervisor = d.supervisor.id() as i32;
+    assert!(
+        common::escape::exits_within(supervisor, GONE),
+        "the daemon lives on without its runtime directory: {}",
+        d.log.lock().unwrap()
+    );
+    assert_eq!(d.supervisor.wait().unwrap().code(), Some(0));
+    for pid in pids {
+        assert!(wait_dead(pid, GONE), "its command {pid} survived");
+    }
+    let log = d.log.lock().unwrap().clone();
+    assert!(
+        log.contains("/sandbox.sock is gone") && log.contains("stopping every command"),
+        "{log}"
+    );
 }
 
 #[test]
