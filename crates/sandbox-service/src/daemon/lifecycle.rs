@@ -27,6 +27,16 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     paths.ensure_dir()?;
     let _lock = take_lock(&paths)?;
 
+    // What a daemon that died mid-period left of a box's git writes: taken in (or reported)
+    // and removed before any box is made again. One daemon per user, so no other holds them.
+    for recovered in sandbox_git::quarantine::generation::recover(
+        &opts.backend.state_dir().join(super::BOX_GIT_DIR),
+    ) {
+        for line in recovered.lines() {
+            eprintln!("sandbox: {line}");
+        }
+    }
+
     // Descendants that leave their group and lose their parent come back to us, so the
     // daemon can kill them; see `spawner::reap_orphans_if_idle`.
     if let Err(e) = sandbox_exec::process_group::become_subreaper() {

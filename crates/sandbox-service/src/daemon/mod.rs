@@ -48,6 +48,11 @@ use spawner::Executor;
 
 pub use lifecycle::run;
 
+/// Below the state directory: the boxes' git directories (`<this>/<box name>`), where a box's
+/// commits come back through generations of the common dir
+/// (`sandbox_git::quarantine::generation`).
+pub(crate) const BOX_GIT_DIR: &str = "boxlite-git";
+
 /// How to run the daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
