@@ -17,7 +17,7 @@
   };
   timeout = "30m";
   views = { root = "/var/lib/sandbox-views"; };
-  service = { hook_port = 7465; };
+  service = { hook_port = 7465; idle_exit = "10m"; };
   backends = {
     native = { allow_unix_sockets = false; };
     custom = { command = "/usr/local/bin/launcher --flag"; };

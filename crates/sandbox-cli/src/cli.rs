@@ -178,8 +178,11 @@ sandbox config unset backends.custom.command"
     #[command(
         after_help = "The daemon listens on $XDG_RUNTIME_DIR/sandbox/sandbox.sock (authenticated \
 with the host token in host.token beside it) and serves agent status hooks on \
-http://127.0.0.1:<service.hook_port>.\n\nExamples:\n  sandbox serve            # in the foreground\n  \
-sandbox serve --stdio    # a JSONL session on stdin/stdout; starts the daemon if needed"
+http://127.0.0.1:<service.hook_port>. It exits after --idle-exit (service.idle_exit, default 5m) \
+with no box, no command and no client, and at once when its socket or runtime directory is \
+removed.\n\nExamples:\n  sandbox serve            # in the foreground\n  \
+sandbox serve --stdio    # a JSONL session on stdin/stdout; starts the daemon if needed\n  \
+sandbox serve --idle-exit 0s   # never exit for idleness"
     )]
     Serve(crate::commands::serve::ServeArgs),
     /// List the daemon's boxes: backend, state, running commands, last agent status.

@@ -284,6 +284,22 @@ pub struct ServiceConfig {
     /// Loopback port of the status-hook endpoint; always reachable from sandboxes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_port: Option<u16>,
+    /// How long the daemon lives on with no box, no running command and no client connection
+    /// before it exits (`5m` by default; `0s`: never). `sandbox serve --idle-exit` overrides
+    /// it. A client that finds no daemon starts one again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<DurationFormat>")]
+    pub idle_exit: Option<String>,
+}
+
+impl ServiceConfig {
+    /// [`Self::idle_exit`] as the daemon takes it: `None` for never; the default when unset.
+    pub fn idle_exit(&self) -> Option<std::time::Duration> {
+        match self.idle_exit.as_deref().map(humantime::parse_duration) {
+            None | Some(Err(_)) => Some(sandbox_service::daemon::DEFAULT_IDLE_EXIT),
+            Some(Ok(d)) => (!d.is_zero()).then_some(d),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -472,6 +488,14 @@ fn validate(config: &Config, path: &Path) -> Result<(), ConfigError> {
         humantime::parse_duration(t)
             .map_err(|e| invalid(format!("key `timeout`: {t:?} is not a duration: {e}")))?;
     }
+    if let Some(t) = &config.service.idle_exit {
+        check("service.idle_exit", t, &formats::DURATION)?;
+        humantime::parse_duration(t).map_err(|e| {
+            invalid(format!(
+                "key `service.idle_exit`: {t:?} is not a duration: {e}"
+            ))
+        })?;
+    }
     if let Some(m) = &config.limits.memory {
         check("limits.memory", m, &formats::SIZE)?;
     }
@@ -570,6 +594,7 @@ pub fn merge(mut base: Config, over: Config) -> Config {
     opt(&mut base.limits.cpus, over.limits.cpus);
     opt(&mut base.views.root, over.views.root);
     opt(&mut base.service.hook_port, over.service.hook_port);
+    opt(&mut base.service.idle_exit, over.service.idle_exit);
     opt(
         &mut base.backends.custom.command,
         over.backends.custom.command,

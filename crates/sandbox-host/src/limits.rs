@@ -168,6 +168,20 @@ pub fn recover(journal: &Path) -> usize {
     }
 }
 
+/// Removes the empty groups of dead runs below the parents `machine` offers, whatever journal
+/// named them (Linux; docs/limits.md).
+pub fn sweep(machine: &Machine) -> usize {
+    #[cfg(target_os = "linux")]
+    {
+        crate::linux::cgroup::sweep(machine).len()
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = machine;
+        0
+    }
+}
+
 /// `policy show`'s lines: each limit of a run of `kind`, with its mechanism (or why none).
 pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> Vec<String> {
     use limits::{describe, Controller};

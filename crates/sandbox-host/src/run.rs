@@ -141,7 +141,11 @@ impl Run {
         }
         // The resource limits fail closed before anything is prepared.
         let machine = if crate::limits::on_host_kernel(kind) {
-            crate::limits::probe()
+            let machine = crate::limits::probe();
+            // The groups of killed runs whose journal is gone (another project's, a deleted
+            // state directory): their names say whose they were.
+            crate::limits::sweep(&machine);
+            machine
         } else {
             Default::default()
         };

@@ -51,6 +51,7 @@ fn main() {
         box_tmp_root: Some(dir.path().to_path_buf()),
         boxlite_home: dir.path().join("boxlite"),
         boxlite_ready_timeout: None,
+        idle_exit: None,
     };
     std::thread::spawn(move || daemon::run(opts).unwrap());
     let mut client = loop {

@@ -23,6 +23,12 @@ pub struct ServeArgs {
     #[arg(long)]
     pub stdio: bool,
 
+    /// Exit once the daemon has had no box, no running command and no client connection for
+    /// this long (`30s`, `5m`; `0s`: never). Default: `service.idle_exit` in the
+    /// configuration, else 5 minutes. With `--stdio`, for the daemon it starts.
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle_exit)]
+    pub idle_exit: Option<Duration>,
+
     /// Internal: this process is the daemon itself, under the supervisor `sandbox serve`
     /// started (which kills everything the daemon leaves behind).
     #[arg(long, hide = true)]
@@ -38,10 +44,14 @@ pub struct ServeArgs {
 pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
     let paths = RuntimePaths::new(&ctx.dirs.runtime);
     if args.stdio {
-        return bridge(&paths);
+        return bridge(&paths, args.idle_exit);
     }
     if args.supervised {
-        sandbox_service::daemon::run(options(ctx, paths, args.tmp_root)?)?;
+        let mut options = options(ctx, paths, args.tmp_root)?;
+        if let Some(after) = args.idle_exit {
+            options.idle_exit = (!after.is_zero()).then_some(after);
+        }
+        sandbox_service::daemon::run(options)?;
         return Ok(0);
     }
     let exe = std::env::current_exe().context("locating the sandbox binary")?;
@@ -54,6 +64,9 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
     daemon
         .args(["serve", "--supervised", "--tmp-root"])
         .arg(tmp_root.path());
+    if let Some(after) = args.idle_exit {
+        daemon.arg(format!("--idle-exit={}s", after.as_secs()));
+    }
     let code = sandbox_service::reaper::supervise(daemon).context("supervising the daemon")?;
     // Every process is reaped by now, so nothing writes here any more: a daemon that was
     // SIGKILLed leaves no box TMPDIR behind.
@@ -77,7 +90,19 @@ fn options(
         box_tmp_root,
         boxlite_home: boxlite_home(ctx),
         boxlite_ready_timeout: None,
+        idle_exit: ctx.config().service.idle_exit(),
     })
+}
+
+/// `--idle-exit`: a duration in whole seconds (the supervisor passes it on as seconds); zero
+/// is "never".
+fn parse_idle_exit(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (try 30s, 5m; 0s: never): {e}"))?;
+    if d.subsec_nanos() != 0 {
+        return Err(format!("{s:?}: whole seconds only"));
+    }
+    Ok(d)
 }
 
 /// BoxLite's home for this user's daemon: `SANDBOX_BOXLITE_HOME`, else
@@ -91,8 +116,8 @@ pub fn boxlite_home(ctx: &Context) -> PathBuf {
 
 /// Authenticates a connection for the client on stdin/stdout, then copies bytes both ways
 /// untouched: the client speaks the protocol exactly as on the socket, minus `host.hello`.
-fn bridge(paths: &RuntimePaths) -> anyhow::Result<i32> {
-    let mut stream = connect_or_start(paths)?;
+fn bridge(paths: &RuntimePaths, idle_exit: Option<Duration>) -> anyhow::Result<i32> {
+    let mut stream = connect_or_start_with(paths, idle_exit)?;
     let token = paths.read_host_token()?;
     let hello = serde_json::json!({
         "id": "sandbox-stdio-bridge",
@@ -139,6 +164,14 @@ fn bridge(paths: &RuntimePaths) -> anyhow::Result<i32> {
 
 /// Connects to the daemon, starting one (detached, logging to the runtime dir) if none runs.
 pub(crate) fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStream> {
+    connect_or_start_with(paths, None)
+}
+
+/// [`connect_or_start`], a daemon it starts given `--idle-exit` when `idle_exit` is set.
+fn connect_or_start_with(
+    paths: &RuntimePaths,
+    idle_exit: Option<Duration>,
+) -> anyhow::Result<UnixStream> {
     if let Ok(stream) = UnixStream::connect(paths.socket()) {
         return Ok(stream);
     }
@@ -150,8 +183,11 @@ pub(crate) fn connect_or_start(paths: &RuntimePaths) -> anyhow::Result<UnixStrea
         .with_context(|| format!("opening {}", paths.log().display()))?;
     let exe = std::env::current_exe().context("locating the sandbox binary")?;
     let mut cmd = std::process::Command::new(exe);
-    cmd.arg("serve")
-        .stdin(Stdio::null())
+    cmd.arg("serve");
+    if let Some(after) = idle_exit {
+        cmd.arg(format!("--idle-exit={}s", after.as_secs()));
+    }
+    cmd.stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log);
     // SAFETY: setsid(2) is async-signal-safe; the closure touches no memory. A new session

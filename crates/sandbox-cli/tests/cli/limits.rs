@@ -369,6 +369,117 @@ fn a_killed_runs_groups_are_removed_by_the_next_run() {
     assert!(records(&env.path().join("run")).is_empty());
 }
 
+/// `sandbox run --pids 50 -- sh -c 'echo started; SCRIPT'` in `env`, once it said `started`
+/// (its processes are in their groups by then: the prelude joins them before anything else),
+/// with the groups its journal record names.
+fn started_run(
+    env: &Env,
+    script: &str,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStdout>,
+    Vec<PathBuf>,
+) {
+    use std::io::BufRead;
+    let before = records(&env.path().join("run"));
+    let mut run = env
+        .cmd()
+        .args(["run", "--pids", "50", "--", "sh", "-c"])
+        .arg(format!("echo started; {script}"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(run.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "started");
+    let found: Vec<PathBuf> = records(&env.path().join("run"))
+        .into_iter()
+        .filter(|r| !before.contains(r))
+        .collect();
+    assert_eq!(found.len(), 1, "one record of the run: {found:?}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&found[0]).unwrap()).unwrap();
+    let groups: Vec<PathBuf> = record["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| PathBuf::from(g.as_str().unwrap()))
+        .collect();
+    assert!(
+        !groups.is_empty() && groups.iter().all(|g| g.is_dir()),
+        "{groups:?}"
+    );
+    (run, stdout, groups)
+}
+
+/// A run killed with SIGKILL whose run journal is deleted before the next run (a test's
+/// temporary home, a wiped state directory): the next run still removes its groups — their
+/// names carry the dead owner's pid and start time — and its own, while a live run of
+/// another environment keeps its groups and finishes normally.
+#[test]
+fn a_killed_runs_groups_are_removed_without_its_journal_and_a_live_runs_are_kept() {
+    let Some(env) = enforcing_env() else { return };
+    let other = Env::new();
+    let (mut live, mut live_out, live_groups) = started_run(&other, "read line; echo done");
+    let (mut killed, _, groups) = started_run(&env, "exec sleep 600");
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    assert!(groups.iter().all(|g| g.is_dir()), "left behind by the kill");
+    let journals: Vec<PathBuf> = records(&env.path().join("run"))
+        .iter()
+        .map(|r| r.parent().unwrap().to_path_buf())
+        .collect();
+    assert!(!journals.is_empty());
+    for journal in &journals {
+        std::fs::remove_dir_all(journal).unwrap();
+    }
+
+    let next = env
+        .cmd()
+        .args(["run", "--pids", "50", "--", "true"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let next_pid = next.id();
+    let next = next.wait_with_output().unwrap();
+    assert_eq!(next.status.code(), Some(0), "{}", text(&next));
+    assert!(
+        groups.iter().all(|g| !g.exists()),
+        "the next run removed the killed run's groups without its journal: {groups:?}"
+    );
+    let parents: Vec<&Path> = groups.iter().filter_map(|g| g.parent()).collect();
+    let own: Vec<PathBuf> = parents
+        .iter()
+        .flat_map(|p| std::fs::read_dir(p).unwrap().flatten())
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("sandbox-{next_pid}-")))
+        })
+        .collect();
+    assert!(own.is_empty(), "the next run left its own groups: {own:?}");
+
+    assert!(
+        live_groups.iter().all(|g| g.is_dir()),
+        "a live run's groups in another environment were touched: {live_groups:?}"
+    );
+    use std::io::Write;
+    live.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut live_out, &mut rest).unwrap();
+    assert_eq!(
+        live.wait().unwrap().code(),
+        Some(0),
+        "the live run finished"
+    );
+    assert_eq!(rest.trim(), "done");
+    assert!(live_groups.iter().all(|g| !g.exists()), "{live_groups:?}");
+}
+
 /// As `nobody`: where this machine delegates no cgroup to the user, a limit asked for is
 /// refused (125) with the mechanism that is missing and how to get it; `--allow-degraded`
 /// runs without it, saying so; the default process limit is said to be missing, and the run

@@ -529,9 +529,15 @@ struct Stdio_ {
 
 impl Stdio_ {
     fn start(env: &Env) -> Stdio_ {
+        Stdio_::start_args(env, &[])
+    }
+
+    /// `sandbox serve --stdio ARGS…`.
+    fn start_args(env: &Env, args: &[&str]) -> Stdio_ {
         let mut child = env
             .cmd()
             .args(["serve", "--stdio"])
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -658,6 +664,223 @@ fn stdio_bridge_starts_the_daemon_and_two_sessions_share_it() {
     assert!(wait_dead(daemon_pid, GONE), "the daemon exited");
 }
 
+/// A `--stdio` session (`args` on its command line) starts the daemon, makes and removes a box
+/// and leaves; the daemon, idle from then on, exits after `idle` — not when the last client
+/// leaves — saying why in its log.
+fn idle_daemon_exits(env: &Env, args: &[&str], idle: Duration) {
+    let mut a = Stdio_::start_args(env, args);
+    let (described, _) = a.call("host.describe", json!({}));
+    let pid = described.result.unwrap()["pid"].as_i64().unwrap() as i32;
+    let (created, _) = a.call("box.create", json!({"name": "b", "workdir": env.work()}));
+    assert!(created.error.is_none(), "{created:?}");
+    let (removed, _) = a.call("box.remove", json!({"name": "b"}));
+    assert!(removed.error.is_none(), "{removed:?}");
+    drop(a.stdin.take());
+    assert_eq!(a.child.wait().unwrap().code(), Some(0));
+    let left = Instant::now();
+    let log = || std::fs::read_to_string(env.path().join("run/sandbox/daemon.log")).unwrap();
+    assert!(
+        common::escape::exits_within(pid, idle + GONE),
+        "the idle daemon {pid} did not exit: {}",
+        log()
+    );
+    let after = left.elapsed();
+    // The client's exit follows the daemon's close of its connection by a little.
+    assert!(
+        after >= idle / 2,
+        "it exited {after:?} after its last client left, before its idle time {idle:?}"
+    );
+    assert!(
+        log().contains("no box, no command and no client for 2 s: exiting"),
+        "{}",
+        log()
+    );
+}
+
+/// `service.idle_exit` in the configuration.
+#[test]
+fn an_idle_daemon_exits_after_the_configured_idle_time() {
+    let env = Env::new();
+    env.write_config("service:\n  idle_exit: 2s\n");
+    idle_daemon_exits(&env, &[], Duration::from_secs(2));
+}
+
+/// `--idle-exit` over a configuration that says never.
+#[test]
+fn an_idle_daemon_exits_after_the_flags_idle_time() {
+    let env = Env::new();
+    env.write_config("service:\n  idle_exit: 0s\n");
+    idle_daemon_exits(&env, &["--idle-exit", "2s"], Duration::from_secs(2));
+}
+
+/// Removing the runtime directory (socket, token, lock) under a daemon with a box and a
+/// running command: no client can reach it again, so it stops the command and exits at once
+/// (its idle time is the default 5 minutes), saying why; the supervisor exits with it.
+#[test]
+fn a_daemon_whose_runtime_directory_is_removed_exits_at_once() {
+    let mut d = Daemon::start();
+    let mut c = d.client();
+    let (_, pids) = start_tree(&mut c, &d, "victim");
+    std::fs::remove_dir_all(&d.runtime).unwrap();
+    let supervisor = d.supervisor.id() as i32;
+    assert!(
+        common::escape::exits_within(supervisor, GONE),
+        "the daemon lives on without its runtime directory: {}",
+        d.log.lock().unwrap()
+    );
+    assert_eq!(d.supervisor.wait().unwrap().code(), Some(0));
+    for pid in pids {
+        assert!(wait_dead(pid, GONE), "its command {pid} survived");
+    }
+    let log = d.log.lock().unwrap().clone();
+    assert!(
+        log.contains("/sandbox.sock is gone") && log.contains("stopping every command"),
+        "{log}"
+    );
+}
+
+/// The variables that make [`box_generation_holder`] play its role.
+const HOLDER_ROOT: &str = "SANDBOX_TEST_GENERATION_ROOT";
+const HOLDER_COMMON: &str = "SANDBOX_TEST_GENERATION_COMMON";
+const HOLDER_RECORDS: &str = "SANDBOX_TEST_GENERATION_RECORDS";
+const HOLDER_SCRATCH: &str = "SANDBOX_TEST_GENERATION_SCRATCH";
+
+/// A role, played by a process that
+/// [`a_dead_daemons_box_generation_is_taken_in_by_the_next_daemon`] starts (this test binary,
+/// run for this test alone): the daemon of a box whose busy period began — a generation of
+/// the common dir laid out in the box's git directory, as the daemon's BoxLite boxes lay it
+/// out — and which is SIGKILLed before the period ends. It prints the git dir the box
+/// commits through, then waits.
+#[test]
+#[ignore = "a role: started by a_dead_daemons_box_generation_is_taken_in_by_the_next_daemon"]
+fn box_generation_holder() {
+    use sandbox_git::quarantine::generation::{BoxGit, Generation};
+    let var = |name| PathBuf::from(std::env::var_os(name).expect(name));
+    let common = var(HOLDER_COMMON);
+    // As box.create makes it: the boxes' git directory, then this box's.
+    std::fs::create_dir_all(var(HOLDER_ROOT).parent().unwrap()).unwrap();
+    let git = BoxGit::new(&common, &common.join("worktrees/task"), &var(HOLDER_ROOT)).unwrap();
+    let generation =
+        Generation::begin(&git, &[&var(HOLDER_RECORDS)], &var(HOLDER_SCRATCH)).unwrap();
+    // Straight to the descriptor, flushed: libtest's capture takes only `print!`.
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "box-gitdir {}",
+        generation.dir().join("worktrees/task").display()
+    )
+    .and_then(|()| out.flush())
+    .unwrap();
+    drop(out);
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    unreachable!("the holder is killed before its period ends");
+}
+
+/// A daemon SIGKILLed in a box's busy period leaves the box's generation of the common dir
+/// and its record; the next daemon takes it in at its start, as the period's end would have:
+/// the box's commit on the task branch is applied, its move of `main` refused, and the
+/// generation and its record removed — reported in its log.
+#[test]
+fn a_dead_daemons_box_generation_is_taken_in_by_the_next_daemon() {
+    let env = Env::new();
+    let main = env.path().join("main");
+    let task = env.path().join("task");
+    sandbox_testkit::linked_worktree(&main, &task);
+    let common = main.join(".git").canonicalize().unwrap();
+    // Where the daemon keeps them (BackendOptions' state and private directories).
+    let state = env.home().join(".local/state/sandbox");
+    let root = state.join("boxlite-git/box");
+    // The daemon's runtime directory, private as the daemon makes it: the quarantine's
+    // scratch space lies in it.
+    std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+        .create(env.path().join("run/sandbox"))
+        .unwrap();
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "service::box_generation_holder",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(HOLDER_ROOT, &root)
+        .env(HOLDER_COMMON, &common)
+        .env(HOLDER_RECORDS, state.join("git-tasks"))
+        .env(HOLDER_SCRATCH, env.path().join("run/sandbox/boxlite-git"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let gitdir = BufReader::new(holder.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("box-gitdir ").map(PathBuf::from))
+        .expect("the holder laid out its generation");
+    // "The box" commits on its task branch and moves `main` too.
+    let before = sandbox_testkit::git(&main, &["rev-parse", "task", "main"]);
+    let in_box = |args: &[&str]| {
+        let out = sandbox_testkit::git_command(&task)
+            .env("GIT_DIR", &gitdir)
+            .env("GIT_WORK_TREE", &task)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    in_box(&["commit", "-q", "--allow-empty", "-m", "in the box"]);
+    let commit = in_box(&["rev-parse", "HEAD"]);
+    in_box(&["update-ref", "refs/heads/main", &commit]);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert_eq!(
+        sandbox_testkit::git(&main, &["rev-parse", "task", "main"]),
+        before,
+        "nothing is taken while no daemon reads the generation back"
+    );
+    let generations = |dir: &str| -> Vec<PathBuf> {
+        std::fs::read_dir(root.join(dir))
+            .map(|e| e.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default()
+    };
+    assert_eq!(generations("records").len(), 1, "the dead daemon's record");
+
+    let d = Daemon::start_in(env);
+    let log = d.log.lock().unwrap().clone();
+    let (task_now, main_now) = {
+        let both = sandbox_testkit::git(&main, &["rev-parse", "task", "main"]);
+        let mut lines = both.lines().map(str::to_string);
+        (lines.next().unwrap(), lines.next().unwrap())
+    };
+    assert_eq!(
+        task_now, commit,
+        "the box's commit reached its task branch: {log}"
+    );
+    assert_eq!(
+        main_now,
+        before.lines().nth(1).unwrap(),
+        "the box's move of main was refused: {log}"
+    );
+    assert!(
+        log.contains("was left by daemon")
+            && log.contains("1 ref update(s) applied, 1 refused")
+            && log.contains("refs/heads/main"),
+        "{log}"
+    );
+    let git_dir_entries: Vec<PathBuf> = generations("git")
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("gen-"))
+        })
+        .collect();
+    assert!(git_dir_entries.is_empty(), "{git_dir_entries:?}");
+    assert!(generations("collect").is_empty());
+    assert!(generations("records").is_empty());
+    d.shutdown();
+}
+
 #[test]
 fn a_second_daemon_refuses_to_start() {
     let d = Daemon::start();
@@ -688,9 +911,9 @@ fn start_tree(c: &mut Client, d: &Daemon, name: &str) -> (u64, Vec<i32>) {
     let n = format!("{}{}", std::process::id(), common::escape::unique());
     let (kept, left) = (format!("1000.{n}1"), format!("1000.{n}2"));
     let script = format!(
-        "sleep {kept} & a=$!; setsid sleep {left} & b=$!; for p in $a $b; do \
-         until grep -q '^sleep' /proc/$p/cmdline 2>/dev/null; do :; done; done; \
-         echo ready; wait"
+        "{}; sleep {kept} & a=$!; setsid sleep {left} & b=$!; \
+         execed sleep $a; execed sleep $b; echo ready; wait",
+        common::EXECED_FN
     );
     let id = exec(c, name, &["sh", "-c", &script]);
     read_lines(c, id, 1);

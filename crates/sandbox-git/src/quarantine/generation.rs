@@ -16,8 +16,24 @@
 //! task branch moves, other refs stay), `HEAD` by [`super::refs::head_allowed`], the index
 //! copied back; then it is removed. Nothing else the guest wrote there — a hook, a config, a
 //! link — is ever read by the host.
+//!
+//! A daemon that dies mid-period (SIGKILL, a crash) cannot read its generation back. So
+//! before a generation is laid out, the host writes a record of it beside the box's git
+//! directories (`<root>/records/<name>.json`, never mounted in the box): the repository, the
+//! worktree, every ref as the generation starts with it, `HEAD` and the index's identity. The
+//! record stays locked (`flock`) by the daemon for the period; the kernel drops the lock when
+//! the daemon dies, however it dies. The next daemon's [`recover`] reads back every generation
+//! whose record is unlocked as [`Generation::end`] would have — objects by content, refs
+//! judged against the recorded start, `HEAD` when allowed, the index only if the worktree's is
+//! still the one the generation copied — reports it, and removes it and its record. A
+//! generation with no record (laid out by an older version) is reported and removed unread.
 
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+
+use git2::Oid;
+use nix::fcntl::{Flock, FlockArg};
+use serde::{Deserialize, Serialize};
 
 use super::{io, refs, QuarantineError, StoreQuarantine, StoreReport};
 
@@ -78,6 +94,11 @@ impl BoxGit {
         self.root.join("collect")
     }
 
+    /// The host's records of the generations in use: never in the box.
+    fn records_dir(&self) -> PathBuf {
+        self.root.join("records")
+    }
+
     /// The file mounted read-only over the worktree's `.git` in the box.
     pub fn pointer(&self) -> PathBuf {
         self.root.join("pointer")
@@ -110,6 +131,97 @@ pub struct Generation {
     quarantine: StoreQuarantine,
     /// The worktree's `HEAD` as the generation started with it.
     head: String,
+    /// The generation's record, locked while this daemon lives; removed once it is read back.
+    record: Held,
+}
+
+/// A generation's record file, locked (`flock`) by the process that holds this value.
+#[derive(Debug)]
+struct Held {
+    path: PathBuf,
+    _lock: Flock<std::fs::File>,
+}
+
+/// What the host needs to read a generation back without the daemon that laid it out.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    version: u32,
+    /// The daemon whose period it was (for the report).
+    pid: u32,
+    common: PathBuf,
+    worktree_gitdir: PathBuf,
+    name: String,
+    /// The worktree's `HEAD` at the start.
+    head: String,
+    /// The worktree's index as the generation copied it.
+    index: Option<FileStamp>,
+    /// Every ref at the start, with its direct target (`None`: a symbolic ref).
+    start: BTreeMap<String, Option<String>>,
+    /// Where the worktree's task record is kept and may be found.
+    record_dirs: Vec<PathBuf>,
+    /// The quarantine's scratch space.
+    scratch: PathBuf,
+}
+
+/// A file's identity and last change: the index is taken back from a dead daemon's generation
+/// only while the worktree's own is unchanged since (else a stale copy would replace it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+impl FileStamp {
+    fn of(path: &Path) -> Option<FileStamp> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path).ok()?;
+        Some(FileStamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec()),
+        })
+    }
+}
+
+/// Writes `record` to `path` (a new file, 0600), locked before its first byte.
+fn write_record(path: &Path, record: &Record) -> Result<Held, QuarantineError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("creating", dir))?;
+    let bytes = serde_json::to_vec(record).map_err(|e| QuarantineError::Io {
+        what: "encoding the generation's record",
+        path: path.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("creating the generation's record", path))?;
+    let mut lock = match Flock::lock(file, FlockArg::LockExclusive) {
+        Ok(lock) => lock,
+        Err((_, errno)) => {
+            let _ = std::fs::remove_file(path);
+            return Err(io("locking the generation's record", path)(errno.into()));
+        }
+    };
+    if let Err(e) = lock.write_all(&bytes) {
+        let _ = std::fs::remove_file(path);
+        return Err(io("writing the generation's record", path)(e));
+    }
+    Ok(Held {
+        path: path.to_path_buf(),
+        _lock: lock,
+    })
 }
 
 /// What the end of a busy period did.
@@ -133,17 +245,45 @@ impl Generation {
         let quarantine =
             StoreQuarantine::prepare_copy(&git.common, &git.worktree_gitdir, record_dirs, parent)?;
         let name = format!("gen-{}", random_suffix());
-        let staged = git.collect_dir().join(&name);
-        lay_out(git, &staged)?;
-        let placed = git.writable().join(&name);
-        std::fs::rename(&staged, &placed).map_err(io("placing the generation at", &placed))?;
-        point_current(git, &name)?;
         let head = std::fs::read_to_string(git.worktree_gitdir.join("HEAD")).unwrap_or_default();
+        // Recorded before the generation exists, so that every generation a dead daemon
+        // leaves has its record.
+        let record = write_record(
+            &git.records_dir().join(format!("{name}.json")),
+            &Record {
+                version: 1,
+                pid: std::process::id(),
+                common: git.common.clone(),
+                worktree_gitdir: git.worktree_gitdir.clone(),
+                name: name.clone(),
+                head: head.clone(),
+                index: FileStamp::of(&git.worktree_gitdir.join("index")),
+                start: quarantine
+                    .refs_at_start()
+                    .iter()
+                    .map(|(n, oid)| (n.clone(), oid.map(|o| o.to_string())))
+                    .collect(),
+                record_dirs: record_dirs.iter().map(|d| d.to_path_buf()).collect(),
+                scratch: parent.to_path_buf(),
+            },
+        )?;
+        let staged = git.collect_dir().join(&name);
+        let placed = git.writable().join(&name);
+        let laid = lay_out(git, &staged).and_then(|()| {
+            std::fs::rename(&staged, &placed).map_err(io("placing the generation at", &placed))
+        });
+        if let Err(e) = laid.and_then(|()| point_current(git, &name)) {
+            remove(&staged);
+            remove(&placed);
+            let _ = std::fs::remove_file(&record.path);
+            return Err(e);
+        }
         Ok(Generation {
             git: git.clone(),
             name,
             quarantine,
             head,
+            record,
         })
     }
 
@@ -154,50 +294,310 @@ impl Generation {
 
     /// Ends the busy period: the generation moved out of the box's reach, read back by the
     /// quarantine, `HEAD` and the index taken when allowed, and removed.
-    pub fn end(mut self) -> GenerationEnd {
-        let mut notes = Vec::new();
-        let moved = self.git.collect_dir().join(&self.name);
-        if let Err(e) = std::fs::rename(self.dir(), &moved) {
+    pub fn end(self) -> GenerationEnd {
+        let Generation {
+            git,
+            name,
+            quarantine,
+            head,
+            record,
+        } = self;
+        let end = read_back(
+            &git,
+            &name,
+            &git.writable().join(&name),
+            quarantine,
+            &head,
+            true,
+        );
+        // Read back (or refused): nothing is left for a next daemon to do.
+        let _ = std::fs::remove_file(&record.path);
+        end
+    }
+}
+
+/// The end of a period, whoever ends it: generation `name` at `from` (in the box's reach, or
+/// already in the collect dir) moved out of the box's reach, read back by `quarantine`, `HEAD`
+/// and (when `take_the_index`) the index taken when allowed, and removed.
+fn read_back(
+    git: &BoxGit,
+    name: &str,
+    from: &Path,
+    mut quarantine: StoreQuarantine,
+    head: &str,
+    take_the_index: bool,
+) -> GenerationEnd {
+    let mut notes = Vec::new();
+    let moved = git.collect_dir().join(name);
+    if from != moved {
+        if let Err(e) = std::fs::rename(from, &moved) {
             return GenerationEnd {
-                store: Err(io(
-                    "moving the box's git generation out of its reach",
-                    &self.dir(),
-                )(e)),
+                store: Err(io("moving the box's git generation out of its reach", from)(e)),
                 notes,
             };
         }
-        let is_dir = moved.symlink_metadata().is_ok_and(|m| m.is_dir());
-        if !is_dir {
-            remove(&moved);
-            return GenerationEnd {
-                store: Err(QuarantineError::Io {
-                    what: "refusing the box's git generation: it was replaced by something \
-                           that is not a directory (nothing of it is taken)",
-                    path: self.dir(),
-                    source: std::io::Error::other("not a directory"),
-                }),
-                notes,
-            };
-        }
-        let store = self
-            .quarantine
-            .attach_copy(&moved)
-            .and_then(|()| self.quarantine.sync(true))
-            .map(|()| self.quarantine.report());
-        // Read through the held directory from here on: a link or rename is of no use.
-        let held = self.quarantine.upper().to_path_buf();
-        let admin = held.join("worktrees").join(self.git.worktree_name());
-        if let Ok(report) = &store {
-            if let Some(line) = take_head(&self.git, &held, &admin, &self.head, report) {
-                notes.push(line);
-            }
-        }
-        if let Some(line) = take_index(&self.git, &held, &admin) {
+    }
+    let is_dir = moved.symlink_metadata().is_ok_and(|m| m.is_dir());
+    if !is_dir {
+        remove(&moved);
+        return GenerationEnd {
+            store: Err(QuarantineError::Io {
+                what: "refusing the box's git generation: it was replaced by something that is \
+                       not a directory (nothing of it is taken)",
+                path: from.to_path_buf(),
+                source: std::io::Error::other("not a directory"),
+            }),
+            notes,
+        };
+    }
+    let store = quarantine
+        .attach_copy(&moved)
+        .and_then(|()| quarantine.sync(true))
+        .map(|()| quarantine.report());
+    // Read through the held directory from here on: a link or rename is of no use.
+    let held = quarantine.upper().to_path_buf();
+    let admin = held.join("worktrees").join(git.worktree_name());
+    if let Ok(report) = &store {
+        if let Some(line) = take_head(git, &held, &admin, head, report) {
             notes.push(line);
         }
-        remove(&moved);
-        GenerationEnd { store, notes }
     }
+    if take_the_index {
+        if let Some(line) = take_index(git, &held, &admin) {
+            notes.push(line);
+        }
+    } else {
+        notes.push(format!(
+            "git: the worktree's index changed after the box's period began; it keeps its own \
+             (the box's is discarded): {}",
+            git.worktree_gitdir.join("index").display()
+        ));
+    }
+    remove(&moved);
+    GenerationEnd { store, notes }
+}
+
+/// A generation a dead daemon left, as the next one dealt with it.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The box's git directory (`<boxes>/<box name>`) and the generation's name.
+    pub root: PathBuf,
+    pub name: String,
+    /// The daemon whose period it was, when its record says.
+    pub pid: Option<u32>,
+    /// What was read back; `Err` when nothing was taken (no record, a record that cannot be
+    /// read, a repository that is gone).
+    pub end: GenerationEnd,
+}
+
+impl Recovered {
+    /// What to tell the user, one line each.
+    pub fn lines(&self) -> Vec<String> {
+        let whose = self
+            .pid
+            .map(|p| format!("daemon {p}"))
+            .unwrap_or_else(|| "an earlier daemon".into());
+        let mut lines = vec![match &self.end.store {
+            Ok(report) => format!(
+                "git: box generation {} in {} was left by {whose}, which died mid-period; taken \
+                 in now: {} ref update(s) applied, {} refused",
+                self.name,
+                self.root.display(),
+                report.applied.len(),
+                report.refused.len()
+            ),
+            Err(e) => format!(
+                "git: box generation {} in {} was left by {whose}, which died mid-period; \
+                 nothing of it was taken ({e}); it was removed",
+                self.name,
+                self.root.display()
+            ),
+        }];
+        if let Ok(report) = &self.end.store {
+            lines.extend(report.applied.iter().map(|a| {
+                format!(
+                    "git: applied {} {} -> {}",
+                    a.name,
+                    a.old.as_deref().unwrap_or("(none)"),
+                    a.new.as_deref().unwrap_or("(deleted)")
+                )
+            }));
+            lines.extend(report.warnings());
+        }
+        lines.extend(self.end.notes.iter().cloned());
+        lines
+    }
+}
+
+/// Reads back every generation under `boxes` (the boxes' git directories,
+/// `<boxes>/<box name>/`) whose daemon died mid-period, as [`Generation::end`] would have, and
+/// removes it; a generation whose record is still locked belongs to a live daemon and is left
+/// alone. Generations without a record are removed unread. Returns what was done, for the
+/// log.
+pub fn recover(boxes: &Path) -> Vec<Recovered> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(boxes) else {
+        return out;
+    };
+    let mut roots: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path())
+        .collect();
+    roots.sort();
+    for root in roots {
+        recover_box(&root, &mut out);
+    }
+    out
+}
+
+fn recover_box(root: &Path, out: &mut Vec<Recovered>) {
+    let records = root.join("records");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&records)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    // The generations a live daemon holds: never touched.
+    let mut live: Vec<String> = Vec::new();
+    for path in names {
+        let name = path
+            .file_stem()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let Ok(file) = std::fs::File::open(&path) else {
+            continue;
+        };
+        let Ok(_lock) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            live.push(name);
+            continue;
+        };
+        let record: Option<Record> = std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .filter(|r: &Record| r.version == 1 && r.name == name);
+        let end = match &record {
+            Some(record) => resume(root, record),
+            None => {
+                for dir in ["git", "collect"] {
+                    remove(&root.join(dir).join(&name));
+                }
+                GenerationEnd {
+                    store: Err(QuarantineError::Io {
+                        what: "reading the generation's record (cut short, or not of this \
+                               version)",
+                        path: path.clone(),
+                        source: std::io::Error::other("unreadable record"),
+                    }),
+                    notes: Vec::new(),
+                }
+            }
+        };
+        let _ = std::fs::remove_file(&path);
+        out.push(Recovered {
+            root: root.to_path_buf(),
+            name,
+            pid: record.map(|r| r.pid),
+            end,
+        });
+    }
+    // Generations no record names (an older version's): nothing says what they started from.
+    for dir in ["git", "collect"] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("gen-") || live.contains(&name) {
+                continue;
+            }
+            remove(&entry.path());
+            out.push(Recovered {
+                root: root.to_path_buf(),
+                name,
+                pid: None,
+                end: GenerationEnd {
+                    store: Err(QuarantineError::Io {
+                        what: "finding the generation's record (it has none: laid out by an \
+                               older version)",
+                        path: root.join("records"),
+                        source: std::io::Error::other("no record"),
+                    }),
+                    notes: Vec::new(),
+                },
+            });
+        }
+    }
+}
+
+/// One dead daemon's generation, read back from its record.
+fn resume(root: &Path, record: &Record) -> GenerationEnd {
+    let git = BoxGit {
+        common: record.common.clone(),
+        worktree_gitdir: record.worktree_gitdir.clone(),
+        root: root.to_path_buf(),
+    };
+    let placed = git.writable().join(&record.name);
+    let staged = git.collect_dir().join(&record.name);
+    let from = if placed.symlink_metadata().is_ok() {
+        placed
+    } else {
+        staged
+    };
+    let failed = |store| GenerationEnd {
+        store: Err(store),
+        notes: Vec::new(),
+    };
+    if from.symlink_metadata().is_err() {
+        // Its daemon died before laying it out, or after reading it back.
+        return failed(QuarantineError::Io {
+            what: "finding the generation (nothing to take)",
+            path: from,
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    let mut start = HashMap::new();
+    for (name, oid) in &record.start {
+        let oid = match oid.as_deref().map(Oid::from_str).transpose() {
+            Ok(oid) => oid,
+            Err(source) => {
+                remove(&from);
+                return failed(QuarantineError::Git {
+                    what: "reading the generation's record",
+                    source,
+                });
+            }
+        };
+        start.insert(name.clone(), oid);
+    }
+    let record_dirs: Vec<&Path> = record.record_dirs.iter().map(PathBuf::as_path).collect();
+    let quarantine = match StoreQuarantine::resume_copy(
+        &record.common,
+        &record.worktree_gitdir,
+        &record_dirs,
+        &record.scratch,
+        start,
+    ) {
+        Ok(q) => q,
+        Err(e) => {
+            remove(&from);
+            return failed(e);
+        }
+    };
+    let index_unchanged = FileStamp::of(&record.worktree_gitdir.join("index")) == record.index;
+    read_back(
+        &git,
+        &record.name,
+        &from,
+        quarantine,
+        &record.head,
+        index_unchanged,
+    )
 }
 
 /// `HEAD` as the box left it, taken when [`refs::head_allowed`] allows it; a line when not.
@@ -377,4 +777,68 @@ fn point_current(git: &BoxGit, name: &str) -> Result<(), QuarantineError> {
         std::fs::rename(&staged, &current).map_err(io("linking", &current))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_testkit::git;
+
+    /// A generation whose record is locked — its daemon lives — is never touched by
+    /// [`recover`]; once the lock is gone (the daemon died: here the value is dropped without
+    /// its end, which closes the locked descriptor as the kernel does for a dead process) it
+    /// is read back against the start it recorded: the task branch moves, a stale index is not
+    /// taken over a worktree index changed since, and the generation and its record go.
+    #[test]
+    fn only_a_dead_daemons_generation_is_recovered() {
+        let t = tempfile::tempdir().unwrap();
+        let main = t.path().join("main");
+        let task = t.path().join("task");
+        sandbox_testkit::linked_worktree(&main, &task);
+        let common = main.join(".git").canonicalize().unwrap();
+        let boxes = t.path().join("boxes");
+        std::fs::create_dir(&boxes).unwrap();
+        let box_git =
+            BoxGit::new(&common, &common.join("worktrees/task"), &boxes.join("b")).unwrap();
+        let records = t.path().join("records");
+        let generation =
+            Generation::begin(&box_git, &[&records], &t.path().join("scratch")).unwrap();
+        let gitdir = generation.dir().join("worktrees/task");
+        let out = sandbox_testkit::git_command(&task)
+            .env("GIT_DIR", &gitdir)
+            .env("GIT_WORK_TREE", &task)
+            .args(["commit", "-q", "--allow-empty", "-m", "in the box"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let before = git(&main, &["rev-parse", "task"]);
+
+        assert!(recover(&boxes).is_empty(), "a live daemon's generation");
+        assert!(generation.dir().is_dir());
+
+        let dir = generation.dir();
+        drop(generation);
+        // The worktree's index changes after the period began: the box's copy is stale.
+        std::fs::write(common.join("worktrees/task/index"), b"not the box's").unwrap();
+        let recovered = recover(&boxes);
+        assert_eq!(recovered.len(), 1, "{recovered:?}");
+        let report = recovered[0].end.store.as_ref().unwrap();
+        assert_eq!(report.applied.len(), 1, "{report:?}");
+        assert_ne!(git(&main, &["rev-parse", "task"]), before);
+        assert_eq!(
+            std::fs::read(common.join("worktrees/task/index")).unwrap(),
+            b"not the box's"
+        );
+        let lines = recovered[0].lines().join("\n");
+        assert!(
+            lines.contains("died mid-period") && lines.contains("index changed"),
+            "{lines}"
+        );
+        assert!(!dir.exists());
+        assert!(std::fs::read_dir(box_git.records_dir())
+            .unwrap()
+            .next()
+            .is_none());
+        assert!(recover(&boxes).is_empty(), "nothing is read back twice");
+    }
 }

@@ -450,6 +450,23 @@ impl StoreQuarantine {
         Ok(quarantine)
     }
 
+    /// [`Self::prepare_copy`] for a generation whose busy period ended with its daemon (read
+    /// back by the next one, [`generation::recover`]): the refs of the start as they were
+    /// recorded when the generation was laid out, so what the box changed is judged against
+    /// what it started from — a ref the host moved since is a compare-and-swap that fails and
+    /// is reported, never an undo of the host's move.
+    pub fn resume_copy(
+        common: &Path,
+        gitdir: &Path,
+        record_dirs: &[&Path],
+        parent: &Path,
+        start: HashMap<String, Option<Oid>>,
+    ) -> Result<Self, QuarantineError> {
+        let mut quarantine = Self::prepare_copy(common, gitdir, record_dirs, parent)?;
+        quarantine.start = start;
+        Ok(quarantine)
+    }
+
     /// Reads the copy `dir` back from here on: held open by a descriptor (a link in its
     /// place is refused), so a rename or a link planted after this check changes nothing.
     pub fn attach_copy(&mut self, dir: &Path) -> Result<(), QuarantineError> {

@@ -686,6 +686,93 @@ pub fn recover(journal: &Path) -> Vec<PathBuf> {
     removed
 }
 
+/// Whose group a name of ours is: `sandbox-<pid>-<start>-<n>` (a run's) or
+/// `sandbox-supervisor-<pid>-<start>` (a vacated group's leaf), as `(pid, start time)`.
+/// `None` for any other name, the pid-only names of older versions included: their owner's
+/// liveness cannot be decided.
+fn owner_of(name: &str) -> Option<(u32, u64)> {
+    let rest = name.strip_prefix("sandbox-")?;
+    let (rest, fields) = match rest.strip_prefix("supervisor-") {
+        Some(rest) => (rest, 2),
+        None => (rest, 3),
+    };
+    let parts: Vec<&str> = rest.split('-').collect();
+    let numeric = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if parts.len() != fields || !parts.iter().all(numeric) {
+        return None;
+    }
+    Some((parts[0].parse().ok()?, parts[1].parse().ok()?))
+}
+
+/// Whether the process that named a group lives: a process with that pid and that start time
+/// (`/proc/<pid>/stat`). A pid reused since by another process has another start time.
+fn owner_alive(pid: u32, start: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .as_deref()
+        .and_then(start_time)
+        == Some(start)
+}
+
+/// The parents this process creates its groups in: each v1 controller's group and the v2
+/// group (where a vacated group's leaf lies too).
+fn parents(machine: &Machine) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = machine.v1.iter().map(|p| p.dir.clone()).collect();
+    dirs.extend(machine.v2.iter().map(|p| p.dir.clone()));
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// Removes the empty groups of dead runs in the parents this process uses, whoever's journal
+/// named them: a killed run's record is in its own run journal, and when that is gone (a
+/// deleted state directory, a test's temporary home) nothing else would ever remove them.
+/// Returns the groups removed.
+///
+/// Only names of ours whose owner is dead by its pid *and* start time ([`owner_of`],
+/// [`owner_alive`]): a live run's group — another project's, another daemon's — is never
+/// touched. As a non-root user only groups this user owns. Only empty groups: `rmdir` fails
+/// on a group with a process in it, and nothing is killed here (the journal's [`recover`]
+/// kills what a killed run left in its groups, knowing them to be its own; a pid looked up
+/// here could be of another pid namespace sharing this hierarchy).
+pub fn sweep(machine: &Machine) -> Vec<PathBuf> {
+    let me = nix::unistd::geteuid();
+    sweep_in(&parents(machine), (!me.is_root()).then_some(me.as_raw()))
+}
+
+fn sweep_in(parents: &[PathBuf], only_uid: Option<u32>) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let mut removed = Vec::new();
+    for parent in parents {
+        let Ok(entries) = std::fs::read_dir(parent) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some((pid, start)) = name.to_str().and_then(owner_of) else {
+                continue;
+            };
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_dir() || only_uid.is_some_and(|uid| meta.uid() != uid) {
+                continue;
+            }
+            if owner_alive(pid, start) {
+                continue;
+            }
+            let dir = entry.path();
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => removed.push(dir),
+                // Another run swept it first.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::debug!(group = %dir.display(), error = %e, "a dead run's group was left (not empty, or not ours to remove)")
+                }
+            }
+        }
+    }
+    removed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -748,6 +835,66 @@ mod tests {
         }
         let made = made.unwrap();
         assert_eq!(made.dirs().count(), 1);
+    }
+
+    #[test]
+    fn a_groups_owner_is_read_from_its_name() {
+        assert_eq!(owner_of("sandbox-42-987654-3"), Some((42, 987654)));
+        assert_eq!(owner_of("sandbox-supervisor-42-987654"), Some((42, 987654)));
+        for other in [
+            "sandbox-42-3",
+            "sandbox-supervisor-42",
+            "sandbox-42-987654-3-1",
+            "sandbox-a-1-2",
+            "sandbox--1-2",
+            "user.slice",
+            "sandbox-supervisor-42-1-2",
+        ] {
+            assert_eq!(owner_of(other), None, "{other}");
+        }
+    }
+
+    /// The sweep on plain directories standing for a hierarchy's groups (the kernel's side is
+    /// the CLI's `limits::` tests): a dead owner's empty group goes, whatever journal named it;
+    /// a live owner's stays (this process, and the pid with another start time is dead); other
+    /// names stay; a group with something in it stays; as a user, another user's stays.
+    #[test]
+    fn the_sweep_removes_only_dead_owners_empty_groups() {
+        let root = tempfile::tempdir().unwrap();
+        let parent = root.path().join("pids");
+        std::fs::create_dir(&parent).unwrap();
+        let me = std::process::id();
+        let start: u64 = process_tag().rsplit('-').next().unwrap().parse().unwrap();
+        // A pid no process has: above the kernel's largest pid_max.
+        let dead = 4_194_305u32;
+        let mk = |name: String| {
+            let dir = parent.join(name);
+            std::fs::create_dir(&dir).unwrap();
+            dir
+        };
+        let live = mk(format!("sandbox-{me}-{start}-0"));
+        let live_leaf = mk(format!("sandbox-supervisor-{me}-{start}"));
+        let reused = mk(format!("sandbox-{me}-{}-0", start + 1));
+        let gone = mk(format!("sandbox-{dead}-5-1"));
+        let gone_leaf = mk(format!("sandbox-supervisor-{dead}-5"));
+        let busy = mk(format!("sandbox-{dead}-5-2"));
+        std::fs::write(busy.join("cgroup.procs"), "1\n").unwrap();
+        let old = mk(format!("sandbox-{dead}-2"));
+        let other = mk("user.slice".into());
+
+        let uid = nix::unistd::geteuid().as_raw();
+        assert!(
+            sweep_in(std::slice::from_ref(&parent), Some(uid.wrapping_add(1))).is_empty(),
+            "another user's groups are not a user's to remove"
+        );
+        let mut removed = sweep_in(std::slice::from_ref(&parent), Some(uid));
+        removed.sort();
+        let mut want = vec![reused, gone, gone_leaf];
+        want.sort();
+        assert_eq!(removed, want);
+        for kept in [live, live_leaf, busy, old, other] {
+            assert!(kept.is_dir(), "{} was kept", kept.display());
+        }
     }
 
     #[test]

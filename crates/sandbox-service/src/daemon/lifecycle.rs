@@ -3,6 +3,7 @@
 
 use crate::locks::Locked as _;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -26,6 +27,16 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     paths.ensure_dir()?;
     let _lock = take_lock(&paths)?;
 
+    // What a daemon that died mid-period left of a box's git writes: taken in (or reported)
+    // and removed before any box is made again. One daemon per user, so no other holds them.
+    for recovered in sandbox_git::quarantine::generation::recover(
+        &opts.backend.state_dir().join(super::BOX_GIT_DIR),
+    ) {
+        for line in recovered.lines() {
+            eprintln!("sandbox: {line}");
+        }
+    }
+
     // Descendants that leave their group and lose their parent come back to us, so the
     // daemon can kill them; see `spawner::reap_orphans_if_idle`.
     if let Err(e) = sandbox_exec::process_group::become_subreaper() {
@@ -33,6 +44,7 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     }
     let tokens = TokenStore::new().map_err(io_err("generating the host token"))?;
     paths.write_host_token(tokens.host())?;
+    let token_file = identity(&paths.host_token());
     let executor = Executor::start().map_err(io_err("starting the spawner thread"))?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -43,8 +55,9 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
         .map_err(io_err("starting the async runtime"))?;
     let box_tmp_root = opts.box_tmp_root.clone();
     let result = rt.block_on(serve(opts, tokens, executor));
-    let _ = std::fs::remove_file(paths.socket());
-    let _ = std::fs::remove_file(paths.host_token());
+    // Only our own files: when the runtime directory was removed, a new daemon may already
+    // have made its own at the same paths.
+    remove_if_ours(&paths.host_token(), token_file);
     // Do not wait for stray blocking tasks (a hook connection mid-read).
     rt.shutdown_timeout(Duration::from_millis(200));
     // Every command is stopped by now. The supervisor removes this directory too, but it may
@@ -96,6 +109,7 @@ async fn serve(
     let listener =
         UnixListener::bind(&socket).map_err(io_err(format!("binding {}", socket.display())))?;
     crate::runtime::set_mode(&socket, 0o600)?;
+    let bound = identity(&socket);
     let hook_listener = tokio::net::TcpListener::bind(("127.0.0.1", opts.hook_port.unwrap_or(0)))
         .await
         .map_err(io_err(format!(
@@ -136,8 +150,42 @@ async fn serve(
     let mut int = signal(SignalKind::interrupt()).map_err(io_err("installing SIGINT"))?;
     let mut hup = signal(SignalKind::hangup()).map_err(io_err("installing SIGHUP"))?;
     let mut connections = JoinSet::new();
+    let gone = runtime_gone(state.opts.runtime.dir.clone(), socket.clone(), bound);
+    tokio::pin!(gone);
+    let idle_exit = state.opts.idle_exit;
+    let mut idle_since: Option<tokio::time::Instant> = None;
     loop {
+        // Re-judged after every event that can change it: a connection accepted or ended (a
+        // box or a command is only made or removed through a connection, and one of a box
+        // does not make the daemon idle).
+        let deadline = match idle_exit.filter(|_| idle(&state, connections.len())) {
+            Some(after) => Some(*idle_since.get_or_insert_with(tokio::time::Instant::now) + after),
+            None => {
+                idle_since = None;
+                None
+            }
+        };
         tokio::select! {
+            _ = sleep_until(deadline) => {
+                if idle(&state, connections.len()) {
+                    eprintln!(
+                        "sandbox: daemon {}: no box, no command and no client for {}: exiting \
+                         (service.idle_exit in the configuration, or sandbox serve --idle-exit)",
+                        std::process::id(),
+                        seconds(idle_exit.unwrap_or_default())
+                    );
+                    break;
+                }
+            }
+            why = &mut gone => {
+                eprintln!(
+                    "sandbox: daemon {}: {why}; stopping every command and exiting (no client \
+                     can reach this daemon any more)",
+                    std::process::id()
+                );
+                stop_everything(&state).await;
+                break;
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
                     connections.spawn(connection(state.clone(), stream));
@@ -155,7 +203,7 @@ async fn serve(
         }
     }
     drop(listener);
-    let _ = std::fs::remove_file(&socket);
+    remove_if_ours(&socket, bound);
     let _ = state.shutdown.send(true);
     // Let connections flush what is queued (the shutdown reply, last events); bounded so a
     // client that stopped reading cannot keep the daemon alive.
@@ -178,4 +226,74 @@ pub(super) async fn stop_everything(state: &Arc<State>) {
         let _ = stop_box(state, &name, false, None).await;
     }
     super::microvm::shutdown(state).await;
+}
+
+/// Whether the daemon has nothing to serve: no box, no command, no client connection.
+fn idle(state: &State, connections: usize) -> bool {
+    connections == 0 && state.boxes.locked().names().is_empty() && state.execs.locked().is_empty()
+}
+
+fn seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A file's identity (device, inode), to tell ours from one made later at the same path.
+type Identity = Option<(u64, u64)>;
+
+fn identity(path: &Path) -> Identity {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+fn remove_if_ours(path: &Path, ours: Identity) {
+    if ours.is_some() && identity(path) == ours {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Resolves, saying why, once the socket this daemon listens on is no longer at its path:
+/// the runtime directory removed or renamed, the socket deleted or replaced. Clients find the
+/// daemon only there, so such a daemon serves nobody again (and a client would start a second
+/// one beside it). Woken by inotify on the directory (`notify`), each event checked against
+/// the socket's identity; never resolves when the watch cannot be set up (said in the log).
+async fn runtime_gone(dir: PathBuf, socket: PathBuf, bound: Identity) -> String {
+    use notify::Watcher as _;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let _ = tx.send(event.is_ok());
+    })
+    .and_then(|mut w| {
+        w.watch(&dir, notify::RecursiveMode::NonRecursive)
+            .map(|()| w)
+    });
+    let _watcher = match watcher {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the runtime directory; a daemon whose directory is removed keeps running until it is idle");
+            return std::future::pending().await;
+        }
+    };
+    loop {
+        // Checked once the watch is set, so a removal before it is not missed.
+        if identity(&socket) != bound {
+            return format!(
+                "its socket {} is gone (its runtime directory {} was removed or moved, or the \
+                 socket replaced)",
+                socket.display(),
+                dir.display()
+            );
+        }
+        if rx.recv().await.is_none() {
+            return std::future::pending().await;
+        }
+    }
 }

@@ -321,10 +321,10 @@ mod engine {
         // The box's git directory: by its name, so a box BoxLite keeps across daemons finds
         // the one its mounts name.
         let state_dir = state.opts.backend.state_dir();
-        let commit_root = state_dir.join("boxlite-git").join(&p.name);
+        let commit_root = state_dir.join(super::super::BOX_GIT_DIR).join(&p.name);
         if let (true, Err(e)) = (
             COMMITS_FROM_BOXES,
-            std::fs::create_dir_all(state_dir.join("boxlite-git")),
+            std::fs::create_dir_all(state_dir.join(super::super::BOX_GIT_DIR)),
         ) {
             return Err(RpcError::new(
                 ErrorCode::Internal,

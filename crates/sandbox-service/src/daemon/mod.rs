@@ -48,6 +48,11 @@ use spawner::Executor;
 
 pub use lifecycle::run;
 
+/// Below the state directory: the boxes' git directories (`<this>/<box name>`), where a box's
+/// commits come back through generations of the common dir
+/// (`sandbox_git::quarantine::generation`).
+pub(crate) const BOX_GIT_DIR: &str = "boxlite-git";
+
 /// How to run the daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
@@ -73,7 +78,15 @@ pub struct DaemonOptions {
     pub boxlite_home: PathBuf,
     /// How long `box.start` waits for a BoxLite guest's agent (default: the engine's).
     pub boxlite_ready_timeout: Option<Duration>,
+    /// The daemon exits once it has had no box, no command and no client connection for this
+    /// long (`None`: never). [`DEFAULT_IDLE_EXIT`] unless configured.
+    pub idle_exit: Option<Duration>,
 }
+
+/// How long a daemon with no box, no command and no client lives on (docs/protocol.md): long
+/// enough that a client reconnecting between two steps finds it warm, short enough that the
+/// daemons started by `sandbox serve --stdio` do not accumulate.
+pub const DEFAULT_IDLE_EXIT: Duration = Duration::from_secs(5 * 60);
 
 /// Why the daemon could not start.
 #[derive(Debug, thiserror::Error)]

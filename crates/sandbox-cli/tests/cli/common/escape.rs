@@ -691,7 +691,7 @@ fn kill_sandbox(child: &mut Child) {
     let _ = child.wait();
 }
 
-pub use super::pids_running;
+pub use super::{pids_running, EXECED_FN};
 
 /// Waits for `pid` to exit, on its pidfd (an event, bounded by `within`): true when it did.
 pub fn exits_within(pid: i32, within: Duration) -> bool {
@@ -731,9 +731,8 @@ fn killed_attacks() -> Vec<Attack> {
                     f,
                     b,
                     &format!(
-                        "setsid sleep {arg} </dev/null >/dev/null 2>&1 & \
-                         until grep -q '^sleep' /proc/$!/cmdline 2>/dev/null; do :; done; \
-                         echo {MARK}; read line"
+                        "{EXECED_FN}; setsid sleep {arg} </dev/null >/dev/null 2>&1 & \
+                         execed sleep $!; echo {MARK}; read line"
                     ),
                 );
                 if first_line(&mut child) != MARK {

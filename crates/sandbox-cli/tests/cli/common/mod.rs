@@ -252,24 +252,23 @@ pub fn assert_no_strays(path: &str, listing: &str) {
 /// The host pids of the processes whose command line is exactly `argv`. A command in a pid
 /// namespace of its own (the native backend's view) knows only its namespace's pids, so a
 /// test finds its processes on the host by a unique command line.
+///
+/// One scan, no retry: callers ask once the process has executed `argv` (its own shell
+/// waited with [`EXECED_FN`]), and a process of a nested pid namespace is a process of the
+/// host's, in its `/proc` from `fork` until it is reaped, with the `cmdline` its last `execve`
+/// set. (The scan used to be repeated for up to 5 s because it missed processes under load:
+/// the shells waited with `grep -q '^sleep' /proc/$p/cmdline`, and GNU grep splits a file with
+/// NUL bytes into lines at the NULs, so it matched the *script* in the forked shell's
+/// `sh\0-c\0sleep …`, or setsid's `setsid\0sleep\0…`, before `sleep` was executed.)
 pub fn pids_running(argv: &[&str]) -> Vec<i32> {
-    // Callers ask once the process has exec'ed (its own shell saw it in its namespace's
-    // /proc); a scan of the host's /proc right after has still missed it under load (seen
-    // with a CPU hog: cause not found yet), so the scan is repeated until it is seen (bounded).
-    // No kernel event says "a process with this command line exists": /proc sends no inotify
-    // events; a run's cgroup has its host pids (`cgroup.procs`) but exists only where limits
-    // are enforced (not for `--backend host`, the control, nor as an unprivileged user here),
-    // and its `cgroup.events` `populated` flips once, at its first process, and its
-    // `pids.events` only when a fork is refused at the limit. So the bounded rescan stays.
-    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let found = scan_for(argv);
-        if !found.is_empty() || std::time::Instant::now() >= end {
-            return found;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    scan_for(argv)
 }
+
+/// The shell function `execed NAME PID`: returns once process PID runs the program NAME —
+/// its `comm`, which `execve` sets: `sh` while it is still the forked shell, `setsid` while
+/// setsid runs, then the program. `read` is the shell's own, so the wait forks nothing.
+pub const EXECED_FN: &str =
+    r#"execed() { until read -r c < /proc/$2/comm 2>/dev/null && [ "$c" = "$1" ]; do :; done; }"#;
 
 fn scan_for(argv: &[&str]) -> Vec<i32> {
     // The program as given or as the view's PATH resolved it (`sh` or `/usr/bin/sh`).
