@@ -107,7 +107,7 @@ fn give_to_nobody(path: &Path) {
         path,
         id.0,
         id.1,
-        nix::unistd::FchownatFlags::NoFollowSymlink,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
     )
     .unwrap();
     if path.symlink_metadata().unwrap().is_dir() {

@@ -153,7 +153,10 @@ fn remove_abandoned(layers: &Dir) {
         };
         // `<pid>-<start>-<n>`: the process is gone when no process has that pid and start.
         let mut parts = tag.splitn(3, '-');
-        let (Some(pid), Some(start)) = (parts.next(), parts.next()) else {
+        let (Some(Ok(pid)), Some(Ok(start))) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u64>),
+        ) else {
             continue;
         };
         if crate::linux::cgroup::process_alive(pid, start) {

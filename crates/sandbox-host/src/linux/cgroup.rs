@@ -288,19 +288,6 @@ pub(crate) fn process_tag() -> &'static str {
     })
 }
 
-/// Whether the process of a [`process_tag`] (`pid`, `start`) still runs: a process with that
-/// pid whose start time is `start`.
-pub(crate) fn process_alive(pid: &str, start: &str) -> bool {
-    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) {
-        return false;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .as_deref()
-        .and_then(start_time)
-        .is_some_and(|s| s.to_string() == start)
-}
-
 /// Field 22 (`starttime`) of a `/proc/PID/stat` line; the command name (field 2) may hold
 /// spaces and parentheses, so fields are counted after its last `)`.
 fn start_time(stat: &str) -> Option<u64> {
@@ -704,9 +691,10 @@ fn owner_of(name: &str) -> Option<(u32, u64)> {
     Some((parts[0].parse().ok()?, parts[1].parse().ok()?))
 }
 
-/// Whether the process that named a group lives: a process with that pid and that start time
-/// (`/proc/<pid>/stat`). A pid reused since by another process has another start time.
-fn owner_alive(pid: u32, start: u64) -> bool {
+/// Whether the process of a [`process_tag`] lives (a group's, a throwaway cache layer's): a
+/// process with that pid and that start time (`/proc/<pid>/stat`). A pid reused since by
+/// another process has another start time.
+pub(crate) fn process_alive(pid: u32, start: u64) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .ok()
         .as_deref()
@@ -730,7 +718,7 @@ fn parents(machine: &Machine) -> Vec<PathBuf> {
 /// Returns the groups removed.
 ///
 /// Only names of ours whose owner is dead by its pid *and* start time ([`owner_of`],
-/// [`owner_alive`]): a live run's group — another project's, another daemon's — is never
+/// [`process_alive`]): a live run's group — another project's, another daemon's — is never
 /// touched. As a non-root user only groups this user owns. Only empty groups: `rmdir` fails
 /// on a group with a process in it, and nothing is killed here (the journal's [`recover`]
 /// kills what a killed run left in its groups, knowing them to be its own; a pid looked up
@@ -756,7 +744,7 @@ fn sweep_in(parents: &[PathBuf], only_uid: Option<u32>) -> Vec<PathBuf> {
             if !meta.is_dir() || only_uid.is_some_and(|uid| meta.uid() != uid) {
                 continue;
             }
-            if owner_alive(pid, start) {
+            if process_alive(pid, start) {
                 continue;
             }
             let dir = entry.path();
