@@ -18,6 +18,8 @@
 //!   on virtiofs with its provisioning replayed (`guest/lima.rs`).
 //! - `guest-boxlite`: the BoxLite tests that need a booted box, inside a TCG guest with nested
 //!   KVM (`guest/boxlite.rs`).
+//! - `soak`: the whole workspace suite, round after round, beside CPU hogs (`soak.rs`): the
+//!   races that only show under load.
 
 mod box_image;
 mod boxlite_runtime;
@@ -25,6 +27,7 @@ mod breakage;
 mod guest;
 mod nix_builders;
 mod nix_check;
+mod soak;
 mod sources;
 
 use std::path::PathBuf;
@@ -58,6 +61,11 @@ tasks:
                  boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
                  and run the BoxLite tests that need a booted box inside it (parts: probe,
                  doctor, engine, cli, bench; needs boxlite-runtime and box-image first)
+  soak [--rounds N] [--hogs H] [-- ARGS...]
+                 build the tests, then run `cargo test --workspace --locked ARGS` N times
+                 in a row (default 10) beside H CPU hogs (default 2; `yes`, stopped by pid
+                 at the end, on failure and if xtask dies); stops at the first failing
+                 round and names it; prints each round's time
 
 environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
@@ -147,6 +155,20 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some("soak") => {
+            let run = |root: PathBuf| {
+                let options = soak::parse(&args[1..])?;
+                soak::run(&root, &options)
+            };
+            match nix_check::workspace_root().and_then(run) {
+                Ok(true) => ExitCode::SUCCESS,
+                Ok(false) => ExitCode::FAILURE,
+                Err(err) => {
+                    eprintln!("error: soak: {err:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             ExitCode::SUCCESS

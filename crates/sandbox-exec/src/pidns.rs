@@ -23,6 +23,17 @@
 //! only raw system calls after the command started (no C library call: it shares the
 //! starter's thread-local `errno`, and on the direct path the supervisor's).
 //!
+//! Every signal is blocked in the starter before it starts init, and stays blocked in init
+//! and the proxy for good; only the command unblocks, as its last step before exec (with
+//! every caught signal back to its default action first). The caller may signal the process
+//! it waits for (the proxy) as soon as its spawn returns, which is before the proxy runs its
+//! first line of its own: a signal that comes early then waits, pending, for the proxy to
+//! take it. Unblocked, it would meet the handlers the starter inherited from the caller (the
+//! daemon's SIGTERM/SIGINT/SIGHUP listeners: `fork` keeps them until exec, and the starter
+//! never execs), which would take it and drop it, and the command would run on (seen under
+//! load: `exec.kill TERM` right after `box.exec`, about one round in sixty). Init, blocked,
+//! never runs a handler in the memory it shares with the starter either.
+//!
 //! The starter then finds the command's host pid (its namespace pid means nothing outside)
 //! in the host's `/proc`, opened before the view hid it, and does one of two things:
 //!
@@ -115,6 +126,14 @@ struct InitArgs<'a> {
     prelude: &'a Prelude,
     /// Where the command's wait status goes.
     status: &'a AtomicI32,
+    /// The signal mask the starter had before it blocked every signal: the command's.
+    mask: libc::sigset_t,
+}
+
+/// What the command's process reads (it runs on init's memory, init suspended meanwhile).
+struct CommandArgs<'a> {
+    prelude: &'a Prelude,
+    mask: &'a libc::sigset_t,
 }
 
 /// Init: see the module comment.
@@ -138,16 +157,21 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     let Ok(stack) = map_stack(COMMAND_STACK) else {
         exit_group(1)
     };
+    let command_args = CommandArgs {
+        prelude: args.prelude,
+        mask: &args.mask,
+    };
     // The command inherits our copy of the starter's descriptors (its stdio). We are
     // suspended (CLONE_VFORK) until it has exec'ed or exited.
     // SAFETY: the command runs `command_main` on its own stack, sharing our memory; it reads
-    // the prelude, which outlives it (see above). libc::clone touches errno only on failure.
+    // `command_args` (on our stack, and we are suspended) and what it points to, which
+    // outlives it (see above). libc::clone touches errno only on failure.
     let command = unsafe {
         libc::clone(
             command_main,
             stack.cast::<u8>().add(COMMAND_STACK).cast(),
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::from_ref(args.prelude).cast_mut().cast(),
+            std::ptr::addr_of!(command_args).cast_mut().cast(),
         )
     };
     // SAFETY: raw system calls as above; the command no longer runs on `stack`.
@@ -210,9 +234,10 @@ fn exit_group(code: usize) -> ! {
 /// The command's process inside the namespace: its session, the rest of the setup, then
 /// exec. Never returns: a failure is reported to the spawner and the process exits 127.
 extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the prelude init passed to clone; init is suspended (CLONE_VFORK)
-    // until we exec or exit, and the prelude outlives init's start.
-    let prelude = unsafe { &*arg.cast::<Prelude>() };
+    // SAFETY: `arg` is the `CommandArgs` init passed to clone, on init's stack; init is
+    // suspended (CLONE_VFORK) until we exec or exit, and the prelude outlives init's start.
+    let args = unsafe { &*arg.cast::<CommandArgs<'_>>() };
+    let prelude = args.prelude;
     let steps = || -> Result<(), SetupFailure> {
         // A session and group of its own inside the namespace: its shell's job control
         // sees its own group (the starter's is not visible here), and `kill 0` reaches
@@ -232,6 +257,10 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     };
     match steps() {
         Ok(()) => {
+            // Last, the signals the starter blocked: nothing can have signalled us yet (our
+            // pid is published once we exec'ed), and exec keeps the mask, so the command
+            // starts with the one its caller meant.
+            unblock_signals(args.mask);
             let errno = prelude.exec.execve();
             SetupReport::send(prelude.report_fd, EXEC_FAILED, errno as i32, 0);
         }
@@ -241,6 +270,45 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
     }
     // SAFETY: _exit(2) ends this process without running destructors of memory it shares.
     unsafe { libc::_exit(127) }
+}
+
+/// Every caught signal back to its default action (a handler the starter inherited from its
+/// caller must never run here, in memory shared with init), then `mask`. Async-signal safe.
+fn unblock_signals(mask: &libc::sigset_t) {
+    // SAFETY: sigaction(2) queries and sets dispositions with structs on our stack;
+    // sigprocmask(2) reads `mask`. Numbers the C library reserves for itself are refused
+    // with EINVAL, which is harmless here. Ignored signals stay ignored, as exec keeps them.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        for signal in 1..libc::SIGRTMAX() {
+            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+                continue;
+            }
+            let mut current: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
+                continue;
+            }
+            if current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN {
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+    }
+}
+
+/// Blocks every signal in the calling process; returns the mask it had.
+fn block_every_signal() -> libc::sigset_t {
+    // SAFETY: sigfillset/sigemptyset initialise stack values; sigprocmask(2) reads one and
+    // writes the other.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::sigemptyset(&mut old);
+        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
 }
 
 fn fail(errno: Errno) -> SetupFailure {
@@ -285,6 +353,9 @@ fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible
     if !SUPPORTED {
         return Err(fail(Errno::ENOSYS));
     }
+    // Before anything can publish our pid (the proxy's) or the command's: see the module
+    // comment. Init and the proxy keep every signal blocked; the command restores `mask`.
+    let mask = block_every_signal();
     let handoff = prelude.handoff.as_deref();
     let parent_flag = if handoff.is_some() {
         libc::CLONE_PARENT
@@ -305,6 +376,7 @@ fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible
         ack: ack_write,
         prelude,
         status,
+        mask,
     };
     // SAFETY: init runs `init_main` on its own stack (top of the mapping, page-aligned), in
     // our memory; `args` stays valid as long as init reads it (see init_main).
@@ -438,13 +510,14 @@ fn close_every_descriptor() {
 }
 
 /// The proxy: forwards the signals it receives to the command's group, waits for init (which
-/// exits once the command has, ending the namespace) and exits as the command did.
+/// exits once the command has, ending the namespace) and exits as the command did. Every
+/// signal has been blocked since before the caller could know our pid ([`start`]), so one
+/// sent the moment the spawn returned is pending here, and forwarded.
 fn proxy(init: libc::pid_t, command: libc::pid_t, status: &AtomicI32) -> ! {
-    // SAFETY: signal-mask and wait calls on stack values; kill(2) of the command's group.
+    // SAFETY: signal-set and wait calls on stack values; kill(2) of the command's group.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
         let init_status = loop {
             let mut init_status = 0;
             let rc = libc::waitpid(init, &mut init_status, libc::WNOHANG);

@@ -730,3 +730,168 @@ fn completions_and_man_page_are_generated_and_a_closed_pipe_is_quiet() {
     );
     assert!(out.stderr.is_empty(), "{}", text(&out));
 }
+
+/// When a round of the test below signals `sandbox run`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum When {
+    /// As soon as the process exists: while it starts, prepares the run or spawns.
+    AtOnce,
+    /// As soon as it logged that the command was spawned (`SANDBOX_LOG=debug`).
+    Spawned,
+}
+
+/// `sandbox run` started as a child whose stderr (its debug log) a thread reads: `spawned`
+/// hears once the command was spawned; the log comes back when stderr ends.
+struct LoggedRun {
+    child: std::process::Child,
+    spawned: mpsc::Receiver<()>,
+    log: std::thread::JoinHandle<String>,
+}
+
+impl LoggedRun {
+    fn start(env: &Env, args: &[&str]) -> LoggedRun {
+        let mut child = env
+            .cmd()
+            .args(args)
+            .env("SANDBOX_LOG", "debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let (tx, spawned) = mpsc::channel();
+        let log = std::thread::spawn(move || {
+            use std::io::BufRead;
+            let mut log = String::new();
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("spawned (direct)") {
+                    let _ = tx.send(());
+                }
+                log.push_str(&line);
+                log.push('\n');
+            }
+            log
+        });
+        LoggedRun {
+            child,
+            spawned,
+            log,
+        }
+    }
+
+    /// Its exit status, or a loud failure (and SIGKILL to it) if it is still running after
+    /// `within`: the wait is for its exit, `within` only turns a hang into a failure.
+    fn wait(self, within: Duration, what: &str) -> (std::process::ExitStatus, String) {
+        let LoggedRun { mut child, log, .. } = self;
+        let pid = child.id() as i32;
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(child.wait());
+        });
+        match rx.recv_timeout(within) {
+            Ok(status) => (status.unwrap(), log.join().unwrap()),
+            Err(_) => {
+                // SAFETY: kill(2) of our own child, which has not been reaped (its waiter
+                // thread is still blocked in wait).
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!(
+                    "{what}: sandbox run (pid {pid}) still ran {within:?} after the signal; \
+                     its log:\n{}",
+                    log.join().unwrap()
+                );
+            }
+        }
+    }
+}
+
+/// `sandbox run -- sleep` signalled with TERM, INT or KILL the moment it exists and the
+/// moment its command was spawned, round after round beside a CPU hog, then with a timeout
+/// that expires as the command starts: every round ends with the signal's status (128+N, or
+/// `sandbox run` itself killed by N before it could relay anything) or 124, at once, and
+/// leaves no process behind. A signal that came before the relay is installed ends
+/// `sandbox run` by its default action, before any command exists; after, it is relayed,
+/// queued until the command exists if need be (docs/backends.md, "Signals and timeouts").
+#[test]
+fn a_run_signalled_the_moment_it_started_always_ends_with_its_signal() {
+    use std::os::unix::process::ExitStatusExt;
+    const GONE: Duration = Duration::from_secs(30);
+    let grace = sandbox_exec::process_group::DEFAULT_KILL_GRACE;
+    let _hog = common::CpuHog::start();
+    let env = Env::new();
+    let signals = [
+        ("TERM", libc::SIGTERM),
+        ("INT", libc::SIGINT),
+        ("KILL", libc::SIGKILL),
+    ];
+    // A command line no other test runs: what is left of a round is found by it.
+    let marker = |round: usize| format!("1000.{:05}{round:03}", std::process::id() % 100_000);
+    for round in 0..60 {
+        let (name, number) = signals[round % signals.len()];
+        let when = if round / signals.len() % 2 == 0 {
+            When::AtOnce
+        } else {
+            When::Spawned
+        };
+        let what = format!("round {round}, SIG{name} {when:?}");
+        let duration = marker(round);
+        let run = LoggedRun::start(
+            &env,
+            &["run", "--backend", "native", "--", "sleep", &duration],
+        );
+        if when == When::Spawned {
+            run.spawned
+                .recv_timeout(GONE)
+                .unwrap_or_else(|_| panic!("{what}: the command was never spawned"));
+        }
+        // SAFETY: kill(2) of our own child, not yet reaped.
+        unsafe { libc::kill(run.child.id() as i32, number) };
+        let sent = Instant::now();
+        let (status, log) = run.wait(GONE, &what);
+        let took = sent.elapsed();
+        let relayed = status.code() == Some(128 + number);
+        let killed = status.signal() == Some(number);
+        match (when, number) {
+            (When::Spawned, libc::SIGTERM | libc::SIGINT) => {
+                assert!(relayed, "{what}: {status:?}\n{log}");
+                assert!(
+                    took <= grace,
+                    "{what}: ended {took:?} after the signal\n{log}"
+                );
+            }
+            _ => assert!(relayed || killed, "{what}: {status:?}\n{log}"),
+        }
+        for pid in common::scan_for(&["sleep", &duration]) {
+            assert!(
+                wait_dead(pid, GONE),
+                "{what}: its command {pid} survived\n{log}"
+            );
+        }
+    }
+    for round in 0..20 {
+        let what = format!("timeout round {round}");
+        let duration = marker(100 + round);
+        let run = LoggedRun::start(
+            &env,
+            &[
+                "run",
+                "--backend",
+                "native",
+                "--timeout",
+                "1ms",
+                "--",
+                "sleep",
+                &duration,
+            ],
+        );
+        let (status, log) = run.wait(GONE, &what);
+        assert_eq!(status.code(), Some(124), "{what}\n{log}");
+        for pid in common::scan_for(&["sleep", &duration]) {
+            assert!(
+                wait_dead(pid, GONE),
+                "{what}: its command {pid} survived\n{log}"
+            );
+        }
+    }
+}

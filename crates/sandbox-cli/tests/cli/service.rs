@@ -1618,3 +1618,88 @@ fn ten_commands_in_one_box_each_find_the_caches_as_the_last_left_them() {
     let left = common::leftovers(&state);
     assert!(left.is_empty(), "left behind: {left:#?}");
 }
+
+/// The daemon's kill grace (`sandbox serve`'s default): a signal that was delivered ends a
+/// `sleep` well within it; one that was lost would leave it running until the deadline.
+const KILL_GRACE: Duration = sandbox_exec::process_group::DEFAULT_KILL_GRACE;
+
+/// The next `exit` event of `exec_id`, or a loud failure once the socket's read timeout
+/// (set by the caller) passed without one.
+fn exit_of(client: &mut Client, exec_id: u64, what: &str) -> Incoming {
+    loop {
+        let event = client.next_event().unwrap_or_else(|e| {
+            panic!("{what}: no `exit` event within {GONE:?} (the command was never ended): {e}")
+        });
+        if event.exec_id == Some(exec_id) && event.kind.as_deref() == Some("exit") {
+            return event;
+        }
+    }
+}
+
+/// `exec.kill` the moment `box.exec` answered, round after round beside a CPU hog: the
+/// signal always reaches the command, which ends with it (128+N) within the kill grace. The
+/// daemon answers `box.exec` once the spawn returned, which is before the proxy of the pid
+/// namespace ran a line of its own; a TERM that came that early met the daemon's signal
+/// handlers, inherited across fork, and was dropped: the command ran on, no `exit` came
+/// (about one round in sixty beside two hogs). A command's `timeoutMs` ends it too.
+#[test]
+fn a_command_signalled_the_moment_box_exec_answered_always_ends_with_its_signal() {
+    let _hog = common::CpuHog::start();
+    let d = Daemon::start();
+    let mut c = d.client();
+    // Every wait below is for an event; this only turns a lost signal into a failure.
+    c.stream().set_read_timeout(Some(GONE)).unwrap();
+    create(&mut c, "signals", &d.work(), json!({}));
+    let signals = [
+        ("TERM", libc::SIGTERM),
+        ("INT", libc::SIGINT),
+        ("KILL", libc::SIGKILL),
+    ];
+    for round in 0..90 {
+        let (name, number) = signals[round % signals.len()];
+        let reply = c
+            .call(&req(
+                "box.exec",
+                json!({"name": "signals", "command": "sleep", "args": ["1000"]}),
+            ))
+            .unwrap();
+        let id = reply["execId"].as_u64().unwrap();
+        let pid = reply["pid"].as_i64().unwrap() as i32;
+        let sent = Instant::now();
+        assert_eq!(
+            c.call(&req("exec.kill", json!({"execId": id, "signal": name})))
+                .unwrap(),
+            json!({"ok": true})
+        );
+        let what = format!("round {round}, SIG{name} to exec {id} (pid {pid})");
+        let exit = exit_of(&mut c, id, &what);
+        let took = sent.elapsed();
+        assert_eq!(
+            (exit.exit_code, exit.signal, exit.timed_out),
+            (Some(128 + number), Some(number), None),
+            "{what}: {exit:?}"
+        );
+        assert!(
+            took <= KILL_GRACE,
+            "{what}: ended {took:?} after the signal"
+        );
+        assert!(wait_dead(pid, GONE), "{what}: its process is still there");
+    }
+    // A timeout that expires as the command starts: the same window, the daemon's own signal.
+    for round in 0..20 {
+        let reply = c
+            .call(&req(
+                "box.exec",
+                json!({"name": "signals", "command": "sleep", "args": ["1000"], "timeoutMs": 1}),
+            ))
+            .unwrap();
+        let id = reply["execId"].as_u64().unwrap();
+        let what = format!("timeout round {round}, exec {id}");
+        let exit = exit_of(&mut c, id, &what);
+        assert_eq!(
+            (exit.exit_code, exit.signal, exit.timed_out),
+            (Some(124), None, Some(true)),
+            "{what}: {exit:?}"
+        );
+    }
+}

@@ -8,7 +8,7 @@ pub mod escape;
 
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
@@ -270,7 +270,8 @@ pub fn pids_running(argv: &[&str]) -> Vec<i32> {
 pub const EXECED_FN: &str =
     r#"execed() { until read -r c < /proc/$2/comm 2>/dev/null && [ "$c" = "$1" ]; do :; done; }"#;
 
-fn scan_for(argv: &[&str]) -> Vec<i32> {
+/// The host pids of the processes whose command line is exactly `argv`, now (one scan).
+pub fn scan_for(argv: &[&str]) -> Vec<i32> {
     // The program as given or as the view's PATH resolved it (`sh` or `/usr/bin/sh`).
     let matches = |cmdline: Vec<u8>| {
         let mut got = cmdline.split(|b| *b == 0);
@@ -331,4 +332,29 @@ pub fn leftovers(state: &Path) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// A CPU hog beside a test (`yes`, its output thrown away), stopped by its pid when dropped.
+/// Races between starting a command and signalling it show under load: a lost `exec.kill`
+/// was seen about once in sixty rounds beside two hogs, never on an idle machine.
+pub struct CpuHog(std::process::Child);
+
+impl CpuHog {
+    pub fn start() -> CpuHog {
+        CpuHog(
+            Command::new("yes")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for CpuHog {
+    fn drop(&mut self) {
+        // Child::kill signals this child's pid, nothing else.
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
