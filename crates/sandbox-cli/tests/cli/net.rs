@@ -360,3 +360,44 @@ fn a_box_exec_gets_the_proxy_and_its_exit_event_the_log() {
         "{exit:?}"
     );
 }
+
+/// A test suite that starts a server on the run's own loopback (any port, `bind` to port 0)
+/// and talks to it works under `--block-net` as under `--allow-domain`: in its own network
+/// namespace the run's loopback is its own, and only the way out differs. A listener of the
+/// host on a port not allowed stays out of reach.
+#[test]
+fn the_runs_own_servers_answer_on_its_loopback_in_every_network_mode() {
+    let env = Env::new();
+    if let Some(why) = unavailable(&env) {
+        common::skip("no-netns", why);
+        return;
+    }
+    let host = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    let script = format!(
+        "python3 -c '
+import socket, threading
+s = socket.socket(); s.bind((\"127.0.0.1\", 0)); s.listen(1)
+port = s.getsockname()[1]
+def serve():
+    c, _ = s.accept(); c.sendall(c.recv(5).upper()); c.close()
+threading.Thread(target=serve).start()
+c = socket.create_connection((\"127.0.0.1\", port)); c.sendall(b\"hello\")
+print(c.recv(5).decode())
+try:
+    socket.create_connection((\"127.0.0.1\", {host_port}), timeout=5); print(\"host reached\")
+except OSError:
+    print(\"host refused\")
+'"
+    );
+    for flags in [&["--block-net"][..], &["--allow-domain", "example.com"][..]] {
+        let out = run(&env, "native", flags, 9, &script);
+        assert_eq!(out.status.code(), Some(0), "{flags:?}: {}", text(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "HELLO\nhost refused\n",
+            "{flags:?}: {}",
+            text(&out)
+        );
+    }
+}

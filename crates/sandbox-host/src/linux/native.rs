@@ -243,10 +243,6 @@ impl NetState {
             _ => None,
         }
     }
-
-    fn proxy_port(&self) -> Option<u16> {
-        self.plan()?.proxy.as_ref().map(|p| p.port)
-    }
 }
 
 /// The network of a run of `policy` here: a namespace only with the view, where the probe
@@ -279,8 +275,7 @@ fn net_state(
 
 /// The Landlock rules: under the view, a main worktree is protected by its read-only binds;
 /// without it, Landlock alone must be able to protect the git data. In a network namespace
-/// the proxy's port inside is one more port to connect to, and a published port one more to
-/// bind and connect to.
+/// no port rule: the namespace is the boundary.
 fn landlock_plan(
     policy: &Policy,
     support: &ViewSupport,
@@ -290,21 +285,12 @@ fn landlock_plan(
         ViewSupport::Available => compile::landlock::compile_under_view(policy),
         ViewSupport::Unavailable { .. } => compile::landlock::compile(policy),
     }?;
-    if let (Some(tcp), Some(port)) = (plan.tcp.as_mut(), net.proxy_port()) {
-        tcp.connect.push(port);
-        tcp.connect.sort_unstable();
-    }
-    // A published port's server binds it inside (only loopback is there), and the command
-    // may connect to its own server.
-    if let (Some(tcp), Some(ns)) = (plan.tcp.as_mut(), net.plan()) {
-        for p in &ns.publish {
-            tcp.bind.push(p.inner_port);
-            tcp.connect.push(p.inner_port);
-        }
-        for ports in [&mut tcp.bind, &mut tcp.connect] {
-            ports.sort_unstable();
-            ports.dedup();
-        }
+    // In a network namespace of its own the run's loopback is its own and the namespace has
+    // no way out but the ports the supervisor relays in: the namespace holds `--block-net`,
+    // and Landlock's port rules would only refuse the run's own servers (a test suite that
+    // binds 127.0.0.1:0 and connects to it), as they never did under `--allow-domain`.
+    if matches!(net, NetState::Namespace(_)) {
+        plan.tcp = None;
     }
     Ok(plan)
 }
