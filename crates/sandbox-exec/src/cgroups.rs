@@ -1,5 +1,5 @@
-//! Joining a run's cgroups: the caller creates the groups and opens their `cgroup.procs`
-//! files; the child prelude ([`crate::prelude`]) writes itself into each, first of all its
+//! Joining a run's cgroups: the caller creates the groups and opens the file that moves a
+//! process in (v1's `tasks`, v2's `cgroup.procs`); the child prelude ([`crate::prelude`]) writes itself into each, first of all its
 //! steps, so that the command and every process it starts are counted from their first
 //! instruction (a fork bomb's first fork included) and no process of the run is ever outside.
 
@@ -7,8 +7,9 @@ use std::os::fd::OwnedFd;
 
 use crate::spawn::{SetupFailure, SetupStep};
 
-/// The `cgroup.procs` files of the groups a command's process joins (one per cgroup v1
-/// hierarchy, or one v2 group), open for writing.
+/// The files that move the writer into each group a command's process joins (`tasks` of
+/// each cgroup v1 hierarchy — the child is a single thread then —, or a v2 group's
+/// `cgroup.procs`), open for writing.
 #[derive(Debug)]
 pub struct JoinCgroups {
     procs: Vec<OwnedFd>,

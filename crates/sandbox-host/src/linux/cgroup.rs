@@ -537,7 +537,16 @@ impl RunGroups {
                     Err(e) => return Err(cgroup_error("setting the limit", &path, e)),
                 }
             }
-            let path = dir.join("cgroup.procs");
+            // v1: the child joins by `tasks`, as the one thread it is right after fork (its
+            // processes and threads follow it). `cgroup.procs` moves a whole thread group
+            // under cgroup_threadgroup_rwsem, whose write side waits for an RCU grace period
+            // when no migration ran lately — 8–20 ms per run when runs come seconds apart, as
+            // an agent's do. v2 has no such file for a process: `cgroup.procs`.
+            let file = match group.mechanism {
+                Mechanism::CgroupV1 => "tasks",
+                Mechanism::CgroupV2 => "cgroup.procs",
+            };
+            let path = dir.join(file);
             let file = std::fs::OpenOptions::new()
                 .write(true)
                 .custom_flags(libc::O_CLOEXEC)
