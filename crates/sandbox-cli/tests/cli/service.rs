@@ -732,7 +732,7 @@ fn a_daemon_whose_runtime_directory_is_removed_exits_at_once() {
     for pid in pids {
         assert!(wait_dead(pid, GONE), "its command {pid} survived");
     }
-    let log = d.log.lock().unwrap().clone();
+    let log = d.log_to_the_end();
     assert!(
         log.contains("/sandbox.sock is gone") && log.contains("stopping every command"),
         "{log}"

@@ -23,6 +23,8 @@ pub struct Daemon {
     pub log: Arc<Mutex<String>>,
     /// The daemon process (the supervisor's child).
     pub pid: i32,
+    /// The thread that reads the log to its end (the daemon's stderr closed).
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Daemon {
@@ -57,7 +59,7 @@ impl Daemon {
             }
         }
         let sink = log.clone();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             let mut rest = String::new();
             let _ = stderr.read_to_string(&mut rest);
             sink.lock().unwrap().push_str(&rest);
@@ -67,10 +69,20 @@ impl Daemon {
             supervisor,
             log,
             pid: 0,
+            reader: Some(reader),
         };
         let describe = d.client().call(&req("host.describe", json!({}))).unwrap();
         d.pid = describe["pid"].as_i64().unwrap() as i32;
         d
+    }
+
+    /// The whole log, once the daemon and its supervisor are gone: waits for the reader to
+    /// reach the end of their stderr (a line written just before the exit is read after it).
+    pub fn log_to_the_end(&mut self) -> String {
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        self.log.lock().unwrap().clone()
     }
 
     pub fn paths(&self) -> RuntimePaths {
