@@ -358,6 +358,16 @@ pub fn command_env(
     if policy.workspace.git.is_some() && kind != BackendKind::Host {
         wait_longer_for_ref_locks(&mut resolved);
     }
+    // A login shell inside (`bash -l`, an agent's `bash -lc`, `sandbox shell`) reads
+    // /etc/profile, which resets PATH: the private home's `.profile` puts the run's back
+    // ([`crate::home::PROFILE`]).
+    if policy.fs.home.is_some() {
+        if let Some((_, path)) = resolved.iter().find(|(name, _)| name == "PATH") {
+            let path = path.clone();
+            resolved.retain(|(name, _)| name != crate::home::RUN_PATH);
+            resolved.push((crate::home::RUN_PATH.into(), path));
+        }
+    }
     Ok(resolved)
 }
 

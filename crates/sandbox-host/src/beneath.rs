@@ -110,6 +110,65 @@ impl Dir {
         Ok(())
     }
 
+    /// The directory at `rel` below this one, each missing component made (`0700`) and each
+    /// that is not a directory — a link, a file a run left in the way — removed first.
+    pub fn make_dirs(&self, rel: &Path) -> io::Result<Dir> {
+        let mut at = self.dir(OsStr::new("."))?;
+        for component in rel.components() {
+            let Component::Normal(name) = component else {
+                return Err(io::Error::other(format!("{}: not beneath", rel.display())));
+            };
+            match at.kind(name)? {
+                Some(Kind::Dir) => {}
+                None => at.mkdir(name, 0o700)?,
+                Some(_) => {
+                    at.remove_all(name)?;
+                    at.mkdir(name, 0o700)?;
+                }
+            }
+            at = at.dir(name)?;
+        }
+        Ok(at)
+    }
+
+    /// Puts a new file `name` holding `bytes` (mode `0600`) in place of whatever had that
+    /// name: written under a fresh name (`O_EXCL|O_NOFOLLOW`), then renamed over it — a link
+    /// in its place is replaced, never followed.
+    pub fn replace_file(&self, name: &OsStr, bytes: &[u8]) -> io::Result<()> {
+        use std::io::Write as _;
+        single(name)?;
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(io::Error::other)?;
+        let temp = format!(
+            ".sandbox-new-{}",
+            random
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        let fd = openat(
+            Some(self.0.as_raw_fd()),
+            temp.as_str(),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
+        let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let written = file.write_all(bytes).and_then(|()| {
+            nix::fcntl::renameat(
+                Some(self.0.as_raw_fd()),
+                temp.as_str(),
+                Some(self.0.as_raw_fd()),
+                name,
+            )
+            .map_err(io::Error::from)
+        });
+        if written.is_err() {
+            let _ = self.unlink(OsStr::new(&temp));
+        }
+        written
+    }
+
     /// The names in this directory (not `.` and `..`).
     pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
         // Dir takes its descriptor: read through a new one of the same directory.
@@ -259,6 +318,29 @@ mod tests {
             .unwrap();
         assert!(t.path().join("work").is_dir());
         assert!(t.path().join("work/work").symlink_metadata().is_err());
+    }
+
+    #[test]
+    fn a_file_is_put_in_place_of_a_link_and_through_no_link() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("f.json"), "host").unwrap();
+        let tree = t.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        // A run swapped the directory for a link, and left a link at the file's name.
+        std::os::unix::fs::symlink(&outside, tree.join(".agent")).unwrap();
+        let root = Dir::open(&tree).unwrap();
+        let dir = root.make_dirs(Path::new(".agent")).unwrap();
+        std::os::unix::fs::symlink(outside.join("f.json"), tree.join(".agent/f.json")).unwrap();
+        dir.replace_file(OsStr::new("f.json"), b"copy").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f.json")).unwrap(),
+            "host"
+        );
+        let placed = tree.join(".agent/f.json");
+        assert!(!placed.symlink_metadata().unwrap().file_type().is_symlink());
+        assert_eq!(std::fs::read_to_string(placed).unwrap(), "copy");
     }
 
     #[test]

@@ -334,6 +334,8 @@ pub fn attach(
     if !dir.is_dir() {
         create_home(&homes, &dir)
             .map_err(|e| fail(&dir, format!("creating the private home: {e}")))?;
+    } else if let Err(e) = upgrade_profile(&dir) {
+        tracing::debug!(error = %e, "the private home's .profile was left as it was");
     }
     let dir = std::fs::canonicalize(&dir).map_err(|e| fail(&dir, e.to_string()))?;
 
@@ -442,6 +444,7 @@ pub fn attach(
         policy.env.set_var(name, value.to_string_lossy());
     }
     policy.fs.home = Some(home_policy);
+    place_copies(policy, &home, &dir).map_err(|(path, e)| fail(&path, e))?;
     let mount_points = prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
     let users = flock(&users_lock(&dir), libc::LOCK_SH)
         .map_err(|e| fail(&dir, format!("locking the private home: {e}")))?;
@@ -492,6 +495,37 @@ fn create_home(homes: &Path, dir: &Path) -> std::io::Result<()> {
     std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
     write_shell_rc(&staging)?;
     std::fs::rename(&staging, dir)
+}
+
+/// An agent profile's private copies of files in the home (`~/.gemini/projects.json`) are put
+/// in the private home itself, fresh from the host's each run, not bound over their path: an
+/// agent replaces such a file by renaming a new one over it, or deletes and re-creates it,
+/// which a mount point refuses (`EBUSY`). The host never reads them back. Written through
+/// descriptors (a run may have left a link in the way); each copy then names its place.
+fn place_copies(policy: &mut Policy, home: &Path, dir: &Path) -> Result<(), (PathBuf, String)> {
+    let mut private = None;
+    for copy in &mut policy.fs.copies {
+        let Ok(rel) = copy.path.strip_prefix(home) else {
+            continue;
+        };
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        let placed = dir.join(rel);
+        let err = |e: std::io::Error| (placed.clone(), format!("placing a private copy: {e}"));
+        let bytes = std::fs::read(&copy.copy).map_err(err)?;
+        if private.is_none() {
+            private = Some(crate::beneath::Dir::open(dir).map_err(err)?);
+        }
+        let Some(root) = &private else {
+            continue;
+        };
+        root.make_dirs(parent)
+            .and_then(|at| at.replace_file(name, &bytes))
+            .map_err(err)?;
+        copy.copy = placed;
+    }
+    Ok(())
 }
 
 /// Everything the view mounts inside the real home's path needs a mount point in the private
@@ -582,11 +616,54 @@ pub const SHELL_RC: &str = "\
 PS1='[sandbox] \\w \\$ '
 ";
 
+/// The variable that carries the run's `PATH` to a login shell's profile.
+pub const RUN_PATH: &str = "SANDBOX_PATH";
+
+/// The private home's `.profile` (and `.zprofile`): the shell rc, and the run's `PATH` back
+/// after the system's profile reset it (Debian's /etc/profile sets a fixed one), so a login
+/// shell finds the toolchains the run has (`bash -lc 'cargo test'`, as Codex runs commands).
+pub const PROFILE: &str = "\
+# The private home of a sandbox (`sandbox home`): none of your own rc files is read here.
+# Edit this file to add what you need; `sandbox home reset` starts over.
+PS1='[sandbox] \\w \\$ '
+# The run's PATH (its toolchains), which the system's profile resets for a login shell.
+if [ -n \"${SANDBOX_PATH-}\" ]; then PATH=$SANDBOX_PATH; export PATH; fi
+";
+
 fn write_shell_rc(dir: &Path) -> std::io::Result<()> {
-    for name in [".bashrc", ".profile"] {
+    for (name, text) in [
+        (".bashrc", SHELL_RC),
+        (".profile", PROFILE),
+        (".zprofile", PROFILE),
+    ] {
         let mut f = std::fs::File::create(dir.join(name))?;
-        f.write_all(SHELL_RC.as_bytes())?;
+        f.write_all(text.as_bytes())?;
     }
+    Ok(())
+}
+
+/// A home made before login shells got the run's `PATH` has the shell rc as its `.profile`:
+/// that one (untouched since) becomes [`PROFILE`]. One the user edited stays as it is. Never
+/// through a link the run left in its place (read `O_NOFOLLOW`, replaced by a rename).
+fn upgrade_profile(dir: &Path) -> std::io::Result<()> {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = dir.join(".profile");
+    let mut old = Vec::new();
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f.take(SHELL_RC.len() as u64 + 1).read_to_end(&mut old)?,
+        Err(_) => return Ok(()),
+    };
+    if old != SHELL_RC.as_bytes() {
+        return Ok(());
+    }
+    let mut new = tempfile::NamedTempFile::new_in(dir)?;
+    new.write_all(PROFILE.as_bytes())?;
+    new.persist(&path).map_err(|e| e.error)?;
     Ok(())
 }
 

@@ -383,3 +383,47 @@ fn pi_acp_answers_an_acp_initialize_line_byte_exact_on_stdout() {
     );
     assert_eq!(inside.stdout, direct.stdout);
 }
+
+/// Every private copy of every shipped profile, with the host's file present: an agent
+/// replaces such a file by renaming a new one over it (Gemini CLI's `projects.json`), or
+/// deletes and re-creates it; both work inside (a copy bound over its path refused the rename
+/// with `EBUSY`), and the host's file stays as it was.
+#[test]
+fn every_private_copy_takes_a_rename_over_it_and_a_delete_and_create() {
+    use sandbox_policy::agents::{AgentAccess, Profiles, BUILTIN};
+    let f = Fixture::new();
+    let profiles = Profiles::load(&Default::default()).unwrap();
+    let mut tried = Vec::new();
+    for (agent, _) in BUILTIN {
+        let profile = profiles.get(agent).unwrap();
+        for entry in profile
+            .paths
+            .iter()
+            .filter(|p| p.access == AgentAccess::Copy)
+        {
+            let rel = entry.path.strip_prefix("~/").unwrap();
+            let host = f.home.join(rel);
+            std::fs::create_dir_all(host.parent().unwrap()).unwrap();
+            std::fs::write(&host, "host\n").unwrap();
+            let script = format!(
+                "f=\"$HOME/{rel}\"; cat \"$f\" && echo renamed > \"$f.new\" && mv \"$f.new\" \"$f\" \
+                 && cat \"$f\" && rm \"$f\" && echo recreated > \"$f\" && cat \"$f\""
+            );
+            let out = run(&f, &["--agent", agent], &["sh", "-c", &script]);
+            assert_eq!(out.status.code(), Some(0), "{agent} {rel}: {}", text(&out));
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "host\nrenamed\nrecreated\n",
+                "{agent} {rel}: {}",
+                text(&out)
+            );
+            assert_eq!(
+                std::fs::read_to_string(&host).unwrap(),
+                "host\n",
+                "{agent} {rel}"
+            );
+            tried.push(format!("{agent} {rel}"));
+        }
+    }
+    assert!(tried.len() >= 3, "{tried:?}");
+}

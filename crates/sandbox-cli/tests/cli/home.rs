@@ -853,3 +853,64 @@ fn a_run_killed_mid_write_leaves_nothing_the_next_run_does_not_clear() {
         "the user's cache was written"
     );
 }
+
+/// A login shell inside (`bash -lc`, as Codex runs every command; `sh -l`; `sandbox shell`,
+/// which starts `$SHELL -l`) has the run's `PATH`, which the system's /etc/profile resets:
+/// the user's toolchain is found as on the host. A home made before that (its `.profile` the
+/// old shell rc) gets the new profile; one the user edited is left as it is.
+#[test]
+fn a_login_shell_finds_the_runs_toolchains() {
+    let Some((rustup, bin)) = machine_rustup() else {
+        skip(
+            "rustup",
+            "no rustup toolchain on this machine (RUSTUP_HOME, ~/.cargo/bin)",
+        );
+        return;
+    };
+    let env = Env::new();
+    if !has_view(&env) {
+        skip(
+            "no-view",
+            "no private view here: the home is not at HOME's path",
+        );
+        return;
+    }
+    let dir = env.work();
+    let want = format!("{}\n", bin.join("cargo").display());
+    let login = |shell: &str| {
+        let out = sandbox(
+            &env,
+            &dir,
+            &rustup,
+            &bin,
+            &["run", "--", shell, "-lc", "command -v cargo"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{shell} -l: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for shell in ["bash", "sh"] {
+        assert_eq!(login(shell), want, "{shell} -l");
+    }
+    // An older home's `.profile`: upgraded at the next run.
+    let homes = env.home().join(".local/state/sandbox/homes");
+    let home = std::fs::read_dir(&homes)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    std::fs::write(home.join(".profile"), sandbox_host::home::SHELL_RC).unwrap();
+    assert_eq!(login("bash"), want, "an older home");
+    assert_eq!(
+        std::fs::read_to_string(home.join(".profile")).unwrap(),
+        sandbox_host::home::PROFILE
+    );
+    // The user's own `.profile` is theirs.
+    std::fs::write(home.join(".profile"), "# mine\n").unwrap();
+    let out = sandbox(&env, &dir, &rustup, &bin, &["run", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(
+        std::fs::read_to_string(home.join(".profile")).unwrap(),
+        "# mine\n"
+    );
+}

@@ -256,8 +256,12 @@ pub fn compile(
             }
         }
     }
-    // A private copy at the real path, writable; the host's file is never bound.
+    // A private copy at the real path, writable; the host's file is never bound. One the host
+    // put in the private home is there already, a plain file the run may replace.
     for copy in &policy.fs.copies {
+        if home.is_some_and(|h| copy.copy.starts_with(&h.dir)) {
+            continue;
+        }
         if classify(&copy.copy) == EntryKind::File {
             binds.push(MountOp::Bind {
                 source: copy.copy.clone(),
