@@ -112,8 +112,13 @@ pub fn idle(dir: &Path) -> Result<std::fs::File, std::io::Error> {
 
 /// `homes/.<key>.users` beside the home `homes/<key>`.
 fn users_lock(dir: &Path) -> PathBuf {
+    side_file(dir, "users")
+}
+
+/// `homes/.<key>.<what>` beside the home `homes/<key>`: the host's, out of the run's reach.
+fn side_file(dir: &Path, what: &str) -> PathBuf {
     let name = dir.file_name().unwrap_or_default().to_string_lossy();
-    dir.with_file_name(format!(".{name}.users"))
+    dir.with_file_name(format!(".{name}.{what}"))
 }
 
 /// `<name>-<hash of the path>`: a stable, readable key for a project or task directory.
@@ -502,7 +507,18 @@ fn create_home(homes: &Path, dir: &Path) -> std::io::Result<()> {
 /// agent replaces such a file by renaming a new one over it, or deletes and re-creates it,
 /// which a mount point refuses (`EBUSY`). The host never reads them back. Written through
 /// descriptors (a run may have left a link in the way); each copy then names its place.
+///
+/// A copy holds the host's data (an MCP server's command line and environment), so it lasts
+/// only as long as runs that were given it: the ones an earlier run placed, listed beside the
+/// home (`homes/.<key>.copies`, outside the run's reach), are removed when this run is not
+/// given them (`--agent none`, another agent). A run of the same project still using one at
+/// that moment finds it gone, as a new agent home would be.
 fn place_copies(policy: &mut Policy, home: &Path, dir: &Path) -> Result<(), (PathBuf, String)> {
+    let manifest = side_file(dir, "copies");
+    let before: Vec<PathBuf> = std::fs::read_to_string(&manifest)
+        .map(|text| text.lines().map(PathBuf::from).collect())
+        .unwrap_or_default();
+    let mut placed_rel: Vec<PathBuf> = Vec::new();
     let mut private = None;
     for copy in &mut policy.fs.copies {
         let Ok(rel) = copy.path.strip_prefix(home) else {
@@ -524,6 +540,42 @@ fn place_copies(policy: &mut Policy, home: &Path, dir: &Path) -> Result<(), (Pat
             .and_then(|at| at.replace_file(name, &bytes))
             .map_err(err)?;
         copy.copy = placed;
+        placed_rel.push(rel.to_path_buf());
+    }
+    let stale: Vec<&PathBuf> = before
+        .iter()
+        .filter(|rel| !placed_rel.contains(rel))
+        .collect();
+    if !stale.is_empty() {
+        let root =
+            crate::beneath::Dir::open(dir).map_err(|e| (dir.to_path_buf(), e.to_string()))?;
+        for rel in stale {
+            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                continue;
+            };
+            // Only a file: whatever else the run left there is its own.
+            if let Ok(at) = root.walk(parent) {
+                if matches!(at.kind(name), Ok(Some(crate::beneath::Kind::File { .. }))) {
+                    let _ = at.unlink(name);
+                }
+            }
+        }
+    }
+    if placed_rel != before {
+        let text: String = placed_rel
+            .iter()
+            .map(|rel| format!("{}\n", rel.display()))
+            .collect();
+        let homes = dir.parent().unwrap_or(dir);
+        let written = tempfile::NamedTempFile::new_in(homes)
+            .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
+            .and_then(|f| f.persist(&manifest).map_err(|e| e.error));
+        written.map_err(|e| {
+            (
+                manifest.clone(),
+                format!("recording the private copies: {e}"),
+            )
+        })?;
     }
     Ok(())
 }

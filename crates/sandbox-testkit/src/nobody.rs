@@ -58,8 +58,7 @@ impl UserDirs {
             }
         }
         let copy = dir.join("sandbox");
-        std::fs::copy(bin, &copy).unwrap();
-        std::fs::set_permissions(&copy, PermissionsExt::from_mode(0o755)).unwrap();
+        copy_executable(Path::new(bin), &copy);
         UserDirs {
             work,
             home,
@@ -115,4 +114,20 @@ fn give_to_nobody(path: &Path) {
             give_to_nobody(&entry.unwrap().path());
         }
     }
+}
+
+/// Copies the program `from` to `to` (mode 0755) in a `cp` process of its own. Copied here,
+/// the file's write descriptor would be inherited by any child another test thread forks at
+/// that moment, until that child executes: running the copy then fails with `ETXTBSY` ("Text
+/// file busy"), seen beside CPU hogs. `cp`'s descriptor is its own.
+pub fn copy_executable(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg("--")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("cp runs");
+    assert!(status.success(), "cp {} {}", from.display(), to.display());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o755)).unwrap();
 }

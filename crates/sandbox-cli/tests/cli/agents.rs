@@ -387,7 +387,8 @@ fn pi_acp_answers_an_acp_initialize_line_byte_exact_on_stdout() {
 /// Every private copy of every shipped profile, with the host's file present: an agent
 /// replaces such a file by renaming a new one over it (Gemini CLI's `projects.json`), or
 /// deletes and re-creates it; both work inside (a copy bound over its path refused the rename
-/// with `EBUSY`), and the host's file stays as it was.
+/// with `EBUSY`), and the host's file stays as it was; a later run without the profile does
+/// not find it.
 #[test]
 fn every_private_copy_takes_a_rename_over_it_and_a_delete_and_create() {
     use sandbox_policy::agents::{AgentAccess, Profiles, BUILTIN};
@@ -421,6 +422,22 @@ fn every_private_copy_takes_a_rename_over_it_and_a_delete_and_create() {
                 std::fs::read_to_string(&host).unwrap(),
                 "host\n",
                 "{agent} {rel}"
+            );
+            // A run not given the profile does not find the copy (it holds the host's data).
+            let out = run(
+                &f,
+                &["--agent", "none"],
+                &[
+                    "sh",
+                    "-c",
+                    &format!("test -e \"$HOME/{rel}\" && echo FOUND; true"),
+                ],
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "",
+                "{agent} {rel}: {}",
+                text(&out)
             );
             tried.push(format!("{agent} {rel}"));
         }

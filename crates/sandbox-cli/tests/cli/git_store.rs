@@ -529,7 +529,7 @@ fn the_quarantine_works_for_an_unprivileged_user() {
     let home = base.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let bin = env.path().join("sandbox");
-    std::fs::copy(common::BIN, &bin).unwrap();
+    sandbox_testkit::nobody::copy_executable(std::path::Path::new(common::BIN), &bin);
     mode(&bin, 0o755);
     if is_root {
         let (uid, gid) = (

@@ -502,7 +502,7 @@ except OSError as e:\n    print('refused', e.errno)\n";
     // The build directory may sit below a directory nobody cannot enter (/root): run a copy
     // of the binary from the test's own world-readable directory.
     let bin_copy = env.path().join("sandbox");
-    std::fs::copy(common::BIN, &bin_copy).unwrap();
+    sandbox_testkit::nobody::copy_executable(std::path::Path::new(common::BIN), &bin_copy);
     std::fs::set_permissions(
         &bin_copy,
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
