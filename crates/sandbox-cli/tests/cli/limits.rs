@@ -344,14 +344,7 @@ fn a_killed_runs_groups_are_removed_by_the_next_run() {
     ));
     let found = records(&env.path().join("run"));
     assert_eq!(found.len(), 1, "one record: {found:?}");
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&found[0]).unwrap()).unwrap();
-    let groups: Vec<PathBuf> = record["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| PathBuf::from(g.as_str().unwrap()))
-        .collect();
+    let groups = groups_in(&found[0]);
     assert!(
         !groups.is_empty() && groups.iter().all(|g| g.is_dir()),
         "{groups:?}"
@@ -399,14 +392,7 @@ fn started_run(
         .filter(|r| !before.contains(r))
         .collect();
     assert_eq!(found.len(), 1, "one record of the run: {found:?}");
-    let record: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&found[0]).unwrap()).unwrap();
-    let groups: Vec<PathBuf> = record["groups"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| PathBuf::from(g.as_str().unwrap()))
-        .collect();
+    let groups = groups_in(&found[0]);
     assert!(
         !groups.is_empty() && groups.iter().all(|g| g.is_dir()),
         "{groups:?}"
@@ -553,4 +539,16 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
         "{}",
         text(&default)
     );
+}
+
+/// The groups a run journal's cgroup record names.
+fn groups_in(record: &std::path::Path) -> Vec<PathBuf> {
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(record).unwrap()).unwrap();
+    record["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| PathBuf::from(g.as_str().unwrap()))
+        .collect()
 }
