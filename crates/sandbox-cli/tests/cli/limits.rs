@@ -413,6 +413,18 @@ fn a_killed_runs_groups_are_removed_without_its_journal_and_a_live_runs_are_kept
     killed.kill().unwrap();
     killed.wait().unwrap();
     assert!(groups.iter().all(|g| g.is_dir()), "left behind by the kill");
+    // The run's processes die of their parent's death, a moment after it: the sweep removes
+    // only empty groups, so the next run starts once they are gone (each waited for on its
+    // pidfd, an event).
+    for group in &groups {
+        let procs = std::fs::read_to_string(group.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            assert!(
+                common::escape::exits_within(pid, Duration::from_secs(30)),
+                "process {pid} of the killed run outlived it"
+            );
+        }
+    }
     let journals: Vec<PathBuf> = records(&env.path().join("run"))
         .iter()
         .map(|r| r.parent().unwrap().to_path_buf())
