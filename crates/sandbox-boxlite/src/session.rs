@@ -1,7 +1,7 @@
 //! One BoxLite box behind the run seam: a [`BoxSession`] is the backend session of a box
 //! (`sandbox_host::BackendSession`), its commands are armed by the run sequence like any
 //! other and launched in the guest through BoxLite's agent
-//! ([`sandbox_host::backend::GuestLaunch`]).
+//! ([`sandbox_host::seam::GuestLaunch`]).
 //!
 //! What is BoxLite's own lives here: the boot and the probe for the byte-exact output relay,
 //! a command's output decoded from the relay, its signals and timeout, and how the agent's
@@ -18,7 +18,7 @@ use futures_util::StreamExt as _;
 use sandbox_exec::{CommandSpec, ExitOutcome, OutputChunk, StreamKind};
 pub use sandbox_git::quarantine::generation::BoxGit;
 use sandbox_git::quarantine::generation::Generation;
-use sandbox_host::backend::{
+use sandbox_host::seam::{
     GuestEnd, GuestExit, GuestFuture, GuestGit, GuestInput, GuestLaunch, GuestProcess,
 };
 use sandbox_host::{BackendKind, BackendSession, Enforcement, HostError, PreparedCommand};

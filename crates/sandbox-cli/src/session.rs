@@ -11,9 +11,9 @@ use sandbox_exec::{CommandPolicy, CommandSpec, WorkspaceGuard};
 use sandbox_host::assembly::{
     self, Assembled, CommandIdentity, Defaults, Request, TmpdirRequest, TrustedPlace, TrustedPlaces,
 };
-use sandbox_host::backend::{self, BackendKind, BackendOptions, Backends, LogProgress};
-use sandbox_host::custom::LauncherConfig;
-use sandbox_host::nono::NonoLocation;
+use sandbox_host::backends::custom::LauncherConfig;
+use sandbox_host::backends::nono::NonoLocation;
+use sandbox_host::seam::{self, BackendKind, BackendOptions, Backends, LogProgress};
 use sandbox_host::{Armed, Finished, HostError, Invocation, Run, RunEnd};
 use sandbox_policy::{EnvPolicy, Policy};
 
@@ -56,8 +56,8 @@ pub struct Session {
     pub hook: Option<crate::commands::hook::HookLease>,
     /// `SANDBOX_BOX` for the commands (`sandbox exec --box NAME`); `None` for `run`.
     pub box_name: Option<String>,
-    tmpdir: Option<sandbox_host::tmpdir::PrivateTmpdir>,
-    home: Option<sandbox_host::home::HomeGuard>,
+    tmpdir: Option<sandbox_host::assembly::tmpdir::PrivateTmpdir>,
+    home: Option<sandbox_host::assembly::home::HomeGuard>,
 }
 
 /// The places that decide the boundary — configuration, remembered backend choices, the
@@ -122,7 +122,7 @@ pub fn home_settings(
     ctx: &Context,
     add_toolchains: &[String],
     no_toolchains: bool,
-) -> Option<sandbox_host::home::HomeSettings> {
+) -> Option<sandbox_host::assembly::home::HomeSettings> {
     use sandbox_policy::toolchains::Selection;
     let config = ctx.config();
     let scope = config.home.as_deref().unwrap_or("per-project");
@@ -135,20 +135,17 @@ pub fn home_settings(
         Some([one]) if one == "none" => Selection::None,
         Some(names) => Selection::Only(names.to_vec()),
     };
-    Some(sandbox_host::home::HomeSettings {
+    Some(sandbox_host::assembly::home::HomeSettings {
         state_dir: ctx.dirs.state.clone(),
         per_task: scope == "per-task",
         toolchains,
         add_toolchains: add_toolchains.to_vec(),
         no_toolchains,
         caches: config.caches.unwrap_or(true),
-        cache_cap_bytes: Some(
-            config
-                .cache_size_mib
-                .map_or(sandbox_host::home::DEFAULT_CACHE_CAP_BYTES, |mib| {
-                    mib.saturating_mul(1 << 20)
-                }),
-        ),
+        cache_cap_bytes: Some(config.cache_size_mib.map_or(
+            sandbox_host::assembly::home::DEFAULT_CACHE_CAP_BYTES,
+            |mib| mib.saturating_mul(1 << 20),
+        )),
     })
 }
 
@@ -332,12 +329,12 @@ impl Session {
         // What the user needs to know before anything runs (stderr: `exec`'s stdout is the
         // command's alone).
         let real_home = expand_home(Path::new("~"));
-        for exposure in sandbox_host::notices::exposed_secrets(&policy, &real_home) {
+        for exposure in sandbox_host::assembly::notices::exposed_secrets(&policy, &real_home) {
             eprintln!("sandbox: warning: {}", exposure.message(&real_home));
         }
-        for name in
-            sandbox_host::notices::unset_passed_vars(&args.env, |n| std::env::var_os(n).is_some())
-        {
+        for name in sandbox_host::assembly::notices::unset_passed_vars(&args.env, |n| {
+            std::env::var_os(n).is_some()
+        }) {
             eprintln!(
                 "sandbox: warning: --env {name}: {name} is not set here, so the command does not \
                  get it (--env {name}=VALUE sets it)"
@@ -348,7 +345,7 @@ impl Session {
         // A run gets this check from the seam when it prepares the backend; showing a policy
         // prepares nothing, so it checks here (refusing with 125, as a run would).
         if !runs_command {
-            backend::check_trusted_places(kind, &policy, &options)?;
+            seam::check_trusted_places(kind, &policy, &options)?;
         }
         let task = policy
             .workspace
@@ -547,7 +544,7 @@ fn agent_request(
     command: Option<&std::ffi::OsStr>,
     root: &Path,
     prepare: bool,
-) -> anyhow::Result<Option<sandbox_host::agent::AgentRequest>> {
+) -> anyhow::Result<Option<sandbox_host::assembly::agent::AgentRequest>> {
     use sandbox_policy::agents::{compile, Profiles};
     if args.agent.as_deref() == Some("none") {
         return Ok(None);
@@ -578,12 +575,12 @@ fn agent_request(
         return Ok(None);
     }
     let compiled = compile(profile, &home).map_err(|e| Failure::setup(e.to_string()))?;
-    Ok(Some(sandbox_host::agent::AgentRequest {
+    Ok(Some(sandbox_host::assembly::agent::AgentRequest {
         private_dir: ctx
             .dirs
             .state
             .join("agents")
-            .join(sandbox_host::agent::project_key(root))
+            .join(sandbox_host::assembly::agent::project_key(root))
             .join(&profile.name),
         profile: compiled,
         home,

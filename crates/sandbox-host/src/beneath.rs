@@ -102,14 +102,6 @@ impl Dir {
         Ok(())
     }
 
-    /// Renames `from` in this directory to `to` in `dir` (links are moved, not followed).
-    pub fn rename(&self, from: &OsStr, dir: &Dir, to: &OsStr) -> io::Result<()> {
-        single(from)?;
-        single(to)?;
-        nix::fcntl::renameat(Some(self.0.as_raw_fd()), from, Some(dir.0.as_raw_fd()), to)?;
-        Ok(())
-    }
-
     /// The directory at `rel` below this one, each missing component made (`0700`) and each
     /// that is not a directory — a link, a file a run left in the way — removed first.
     pub fn make_dirs(&self, rel: &Path) -> io::Result<Dir> {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
-use crate::backend::BackendKind;
+use crate::kind::BackendKind;
 
 #[derive(Debug, Error)]
 pub enum HostError {
@@ -239,16 +239,6 @@ pub enum HostError {
 }
 
 impl HostError {
-    /// The exit status a runner reports for this error: the command's own 126/127 when it
-    /// cannot run at all ([`HostError::Command`]), otherwise 125 (the boundary could not be set
-    /// up; nothing ran). Decided from the type, never from the text.
-    pub fn exit_code(&self) -> i32 {
-        match self {
-            HostError::Command(e) => crate::run::Outcome::not_started(e).status().code,
-            _ => crate::run::Outcome::SetupFailed.status().code,
-        }
-    }
-
     /// The backend's own error, when a backend of another crate failed (`LimaError`, …).
     pub fn backend_source(&self) -> Option<&(dyn std::error::Error + Send + Sync + 'static)> {
         match self {

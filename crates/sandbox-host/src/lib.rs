@@ -1,51 +1,40 @@
 //! Enforcing a [`Policy`](sandbox_policy::Policy) on the host.
 //!
-//! * [`linux`]: the native backend on Linux — Landlock + seccomp, prepared in the parent and
-//!   applied between fork and exec ([`sandbox_exec::ChildSetup`]).
-//! * [`seatbelt`]: the native backend on macOS — the SBPL profile run through
-//!   `/usr/bin/sandbox-exec`.
-//! * [`nono`]: the nono backend — the policy as a nono manifest, run by the pinned nono CLI.
-//! * [`custom`]: the custom backend — a user's launcher owns the boundary; [`placement`]
-//!   keeps such programs out of everything the sandbox can write.
+//! The crate's face is six modules; everything else is its inside:
+//!
 //! * [`run`]: the run sequence every caller follows — assemble, prepare, arm, spawn, reap,
 //!   finish — and the one exit rule ([`run::Outcome`]).
-//! * [`backend`]: the seam the run goes through — the registry of backends ([`Backends`]),
-//!   each one's session and armed commands.
-//! * [`assembly`]: one policy assembly (defaults, grants, environment, trusted places) for the
-//!   CLI and the daemon.
-//! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`;
-//!   [`layers`]: which layer of a run holds each property of the policy.
-//! * [`net`]: a run's network plan (the private network namespace, its relayed ports and
-//!   the domain allow-list's proxy).
+//! * [`seam`]: what a backend implements and the registry that opens it by name
+//!   ([`Backends`]); the other crates' backends (Lima, BoxLite) plug in here.
+//! * [`backends`]: this crate's backends, a folder each — `native` (the private view,
+//!   Landlock, seccomp, the network namespace; Seatbelt on macOS), `nono`, `custom`, `host`.
+//! * [`assembly`]: one policy assembly (defaults, grants, environment, trusted places, the
+//!   private home and TMPDIR, an agent's profile) for the CLI and the daemon.
+//! * [`limits`]: a run's resource limits — what this machine can enforce and the cgroups.
+//! * [`report`]: what is enforced on this machine, for `doctor` and `policy show`, and which
+//!   layer of a run holds each property.
+//!
+//! Inside: `aftercare` (the git checks after a command and the journal that has them done
+//! even after a killed supervisor), `beneath` (file operations by descriptor in trees a run
+//! can write), `privdir` (the private directory of files that decide the boundary).
 
-pub mod agent;
+mod aftercare;
 pub mod assembly;
-pub mod backend;
-pub mod beneath;
-pub mod custom;
-pub mod error;
-pub mod gitguard;
-pub mod home;
-pub mod journal;
-pub mod layers;
+pub mod backends;
+mod beneath;
+mod error;
+mod kind;
 pub mod limits;
-#[cfg(target_os = "linux")]
-pub mod linux;
-pub mod net;
-pub mod nono;
-pub mod notices;
-pub mod placement;
-pub mod privdir;
+mod privdir;
 pub mod report;
-pub mod resolve;
 pub mod run;
-pub mod seatbelt;
-pub mod tmpdir;
+pub mod seam;
 
-pub use backend::{
-    Backend, BackendKind, BackendOptions, BackendSession, Backends, Finished, PreparedCommand,
-    Provider, Recheck, RunEnd,
-};
 pub use error::HostError;
+pub use kind::BackendKind;
 pub use report::Enforcement;
 pub use run::{Armed, ExitStatus, Invocation, Live, Outcome, Reaped, Reaper, Run};
+pub use seam::{
+    Backend, BackendOptions, BackendSession, Backends, Finished, PreparedCommand, Provider,
+    Recheck, RunEnd,
+};

@@ -40,7 +40,7 @@
 //! | a per-box resource (a network namespace, a VM)     | [`Run::prepare`] / the backend's `prepare` |
 //! | a per-command resource (a cgroup, a pid namespace) | [`Run::arm`] (kept in the [`Armed`] command), applied in [`Armed::spawn`]'s child setup |
 //! | something to kill or collect when it ends          | [`Reaper`] (before the token exists) |
-//! | a check after the run (a pointer, a report)        | [`Live::finish`], and its record in [`crate::journal`] (done at the next start if the supervisor is killed) |
+//! | a check after the run (a pointer, a report)        | [`Live::finish`], and its record in [`crate::aftercare::journal`] (done at the next start if the supervisor is killed) |
 //!
 //! A caller never orders these itself: it holds a [`Run`], arms, spawns, waits, reaps and
 //! finishes — and the types allow no other order.
@@ -55,15 +55,17 @@ use sandbox_exec::{
 };
 use sandbox_policy::Policy;
 
+use crate::aftercare::journal::Entry as JournalEntry;
+pub use crate::aftercare::journal::Recovered;
+use crate::assembly::tmpdir::PrivateTmpdir;
 use crate::assembly::{self, Assembled, CommandIdentity};
-use crate::backend::{
-    BackendKind, BackendOptions, BackendSession, Backends, Finished, GuestExit, GuestGit,
-    GuestProcess, PreparedCommand, Progress,
-};
 use crate::error::HostError;
-use crate::journal::{Entry as JournalEntry, Recovered};
+use crate::kind::BackendKind;
 use crate::report::Enforcement;
-use crate::tmpdir::PrivateTmpdir;
+use crate::seam::{
+    BackendOptions, BackendSession, Backends, Finished, GuestExit, GuestGit, GuestProcess,
+    PreparedCommand, Progress, RunEnd,
+};
 
 /// A prepared sandbox: the policy, the backend session every command runs in, and the
 /// private TMPDIR (removed when the run is dropped or [closed](Run::close)).
@@ -73,8 +75,8 @@ pub struct Run {
     session: Arc<dyn BackendSession>,
     tmpdir: Option<PrivateTmpdir>,
     /// The claim on the private home's cache layers, released when the run ends.
-    _home: Option<crate::home::HomeGuard>,
-    /// Where each command's record of its after-run checks is kept ([`crate::journal`]).
+    _home: Option<crate::assembly::home::HomeGuard>,
+    /// Where each command's record of its after-run checks is kept ([`crate::aftercare::journal`]).
     journal: Option<PathBuf>,
     /// The checks of killed runs of this worktree, done before this one prepared.
     recovered: Vec<Recovered>,
@@ -127,17 +129,17 @@ impl Run {
         // Before anything else: the checks a killed run of this worktree never did.
         let journal = crate::privdir::ensure("run journal", &options.private_dir())
             .ok()
-            .map(|dir| dir.join(crate::journal::DIR));
+            .map(|dir| dir.join(crate::aftercare::journal::DIR));
         let recovered = journal
             .as_deref()
-            .map(|dir| crate::journal::recover(dir, &policy.workspace.root))
+            .map(|dir| crate::aftercare::journal::recover(dir, &policy.workspace.root))
             .unwrap_or_default();
         // The cgroups of killed runs (any worktree's: a group is no worktree's).
         if let Some(dir) = &journal {
             crate::limits::recover(dir);
         }
         if let Some(home) = &policy.fs.home {
-            crate::home::check_cap(home)?;
+            crate::assembly::home::check_cap(home)?;
         }
         // The resource limits fail closed before anything is prepared.
         let machine = if crate::limits::on_host_kernel(kind) {
@@ -243,7 +245,7 @@ impl Run {
         // The record exists before any process of the command does.
         let journal = match (&self.journal, command.journal_parts()) {
             (Some(dir), Some((layout, gitdir, quarantined))) => Some(
-                crate::journal::begin(
+                crate::aftercare::journal::begin(
                     dir,
                     &self.policy.workspace.root,
                     layout,
@@ -484,7 +486,7 @@ impl Reaper {
 /// Checks the git pointers and the worktree's own git dir again (restoring and setting
 /// aside what an orphan changed) after an idle sweep killed the orphans of commands that
 /// ended while others ran; one line per finding.
-pub fn recheck(recheck: &crate::backend::Recheck) -> Vec<String> {
+pub fn recheck(recheck: &crate::seam::Recheck) -> Vec<String> {
     recheck.run()
 }
 
@@ -544,6 +546,30 @@ impl Outcome {
                 signal: None,
                 timed_out: true,
             },
+        }
+    }
+}
+
+impl HostError {
+    /// The exit status a runner reports for this error: the command's own 126/127 when it
+    /// cannot run at all ([`HostError::Command`]), otherwise 125 (the boundary could not be set
+    /// up; nothing ran). Decided from the type, never from the text.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            HostError::Command(e) => Outcome::not_started(e).status().code,
+            _ => Outcome::SetupFailed.status().code,
+        }
+    }
+}
+
+impl Finished {
+    /// The one exit outcome of this run, from what waiting for the command gave: the backend's
+    /// failure first (nothing ran), then the command's own end or why it could not start.
+    pub fn outcome(&self, waited: Result<ExitOutcome, &ExecError>) -> Outcome {
+        match (&self.end, waited) {
+            (RunEnd::SetupFailed(_), _) => Outcome::SetupFailed,
+            (_, Ok(outcome)) => Outcome::from(outcome),
+            (_, Err(e)) => Outcome::not_started(e),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Every seccomp rule of the native backend, exercised for real.
 //!
 //! For each row a forked child loads the product's filters — `sandbox_policy`'s plan compiled to
-//! BPF by `sandbox_host::linux::seccomp`, installed with `seccompiler::apply_filter` after
+//! BPF by `sandbox_host::backends::native::seccomp`, installed with `seccompiler::apply_filter` after
 //! `PR_SET_NO_NEW_PRIVS`, as `NativeSandbox` does — makes the syscall with libc and exits with
 //! its errno. The same call is then made without the filter (the control), which must not give
 //! that errno, so every row can fail. Arguments are chosen so that the unfiltered call fails
@@ -1377,7 +1377,7 @@ fn filters(block_net: bool) -> (Vec<BpfProgram>, BTreeSet<&'static str>) {
         plan.rules
             .extend(sandbox_policy::compile::seccomp::fast_open_rules());
     }
-    let programs = sandbox_host::linux::seccomp::compile(&plan).unwrap();
+    let programs = sandbox_host::backends::native::seccomp::compile(&plan).unwrap();
     (programs, plan.syscalls().collect())
 }
 
@@ -1729,7 +1729,7 @@ fn without_a_view_unix_sockets_are_denied_but_socketpair_works() {
     let mut plan = sandbox_policy::compile::seccomp::compile(&policy);
     plan.rules
         .push(sandbox_policy::compile::seccomp::unix_socket_rule());
-    let programs = sandbox_host::linux::seccomp::compile(&plan).unwrap();
+    let programs = sandbox_host::backends::native::seccomp::compile(&plan).unwrap();
     fn unix_socket() -> i32 {
         // SAFETY: socket(2) takes integers; the fd is closed at once.
         let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };

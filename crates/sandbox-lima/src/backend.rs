@@ -10,7 +10,7 @@ use std::time::Instant;
 use sandbox_exec::CommandSpec;
 use sandbox_git::quarantine::{LiveQuarantine, StoreQuarantine};
 use sandbox_git::{View, ViewManager, WatcherHandle};
-use sandbox_host::backend::{Backend, BackendKind, BackendSession, Progress, Step};
+use sandbox_host::seam::{Backend, BackendKind, BackendSession, Progress, Step};
 use sandbox_host::{Enforcement, HostError, PreparedCommand};
 use sandbox_policy::{NetPolicy, Policy};
 

@@ -1,6 +1,6 @@
 //! `sandbox doctor`: what each backend can do on this machine, and why not where not.
 
-use sandbox_host::backend::{self, BackendKind};
+use sandbox_host::seam::{self, BackendKind};
 use serde_json::json;
 
 use crate::cli::DoctorArgs;
@@ -19,10 +19,10 @@ fn private_view(ctx: &Context) -> serde_json::Value {
         state_dir: Some(ctx.dirs.state.clone()),
         ..sandbox_host::BackendOptions::default()
     };
-    match sandbox_host::report::private_view(&options) {
+    match sandbox_host::backends::native::private_view(&options) {
         // Where a run's quarantine layers would go (a tmpfs before Linux 6.6 takes no
         // user.* xattrs, so they may go to disk), or why nowhere.
-        Ok(()) => match sandbox_host::report::quarantine_layers(&options) {
+        Ok(()) => match sandbox_host::backends::native::quarantine_layers(&options) {
             Ok((dir, why)) => json!({"available": true, "layers": {"dir": dir, "why": why}}),
             Err(error) => json!({"available": true, "layers": {"error": error}}),
         },
@@ -35,7 +35,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     // covers filesystem, TCP and scoping rules.
     // The daemon's `host.describe` judges availability with the same sample and function.
     let scratch = tempfile::tempdir()?;
-    let sample = backend::sample_policy(scratch.path(), ctx.config().service.hook_port)?;
+    let sample = seam::sample_policy(scratch.path(), ctx.config().service.hook_port)?;
 
     let options = crate::session::backend_options(ctx, None);
     let backends: Vec<serde_json::Value> = BackendKind::ALL
@@ -270,7 +270,7 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
         let size = |v: &serde_json::Value| {
             v.as_u64().map_or(
                 "not created yet".to_string(),
-                sandbox_host::home::human_bytes,
+                sandbox_host::assembly::home::human_bytes,
             )
         };
         println!(

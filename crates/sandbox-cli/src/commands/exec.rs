@@ -20,8 +20,8 @@ use nix::sys::signal::Signal;
 use sandbox_exec::{
     process_group, OutputLimits, OutputMode, SignalPipe, SignalRelay, SpawnOptions, StdinMode,
 };
-use sandbox_host::backend::BackendKind;
 use sandbox_host::run::NotStarted;
+use sandbox_host::seam::BackendKind;
 use sandbox_host::{ExitStatus, Reaper, Run};
 
 use crate::cli::ExecArgs;

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_host::home;
+use sandbox_host::assembly::home;
 
 use crate::cli::{HomeAction, HomeArgs};
 use crate::context::Context;

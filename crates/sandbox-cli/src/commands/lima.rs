@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use anyhow::Context as _;
 use clap::{Args, Subcommand};
-use sandbox_host::backend::{Progress, Step};
+use sandbox_host::seam::{Progress, Step};
 use sandbox_lima::{LimaSettings, Project, VmEvent, VmState};
 
 use crate::context::Context;

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use sandbox_host::backend::{self, BackendKind};
-use sandbox_host::report::NativeForms;
+use sandbox_host::backends::native::NativeForms;
+use sandbox_host::seam::{self, BackendKind};
 use sandbox_host::Enforcement;
 use sandbox_policy::compile;
 use sandbox_policy::{NetPolicy, Policy};
@@ -18,7 +18,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
     let session = Session::open(&args.sandbox, ctx, false, None)?;
     let policy = &session.policy;
     // The same checks and report a run would get from the seam, without preparing anything.
-    let enforcement = backend::check_policy(session.kind, policy, &session.options)
+    let enforcement = seam::check_policy(session.kind, policy, &session.options)
         .and_then(|()| ctx.backends.open(session.kind, &session.options))
         .and_then(|b| b.enforcement(policy));
     // The native backend's compiled forms, asked of the seam as a run here would build them.
@@ -27,7 +27,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         landlock,
         seccomp,
         own_proc,
-    } = sandbox_host::report::native_forms(
+    } = sandbox_host::backends::native::native_forms(
         &session.policy,
         &sandbox_host::BackendOptions {
             allow_degraded: args.sandbox.allow_degraded,
@@ -66,7 +66,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
                 "seatbelt": seatbelt,
                 "own_proc": own_proc,
             }),
-            BackendKind::Nono => match sandbox_host::nono::plan(policy) {
+            BackendKind::Nono => match sandbox_host::backends::nono::plan(policy) {
                 Ok(plan) => json!({
                     "nono_args": plan.invocation.flags(),
                     "manifest": plan.manifest,
@@ -107,7 +107,7 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
             )
         );
         if session.kind == BackendKind::Nono {
-            match sandbox_host::nono::plan(policy) {
+            match sandbox_host::backends::nono::plan(policy) {
                 Ok(plan) => println!(
                     "\nnono manifest (run as `nono {} -c <private file> -- <command>`):\n{}",
                     plan.invocation.flags().join(" "),
@@ -381,7 +381,7 @@ fn human(
         let layers: u64 = home
             .caches
             .iter()
-            .map(|c| sandbox_host::home::disk_usage(&c.upper))
+            .map(|c| sandbox_host::assembly::home::disk_usage(&c.upper))
             .sum();
         let _ = writeln!(
             s,
@@ -389,8 +389,10 @@ fn human(
             home.dir.display(),
             home.path.display(),
             home.scope,
-            sandbox_host::home::human_bytes(sandbox_host::home::disk_usage(&home.dir)),
-            sandbox_host::home::human_bytes(layers)
+            sandbox_host::assembly::home::human_bytes(sandbox_host::assembly::home::disk_usage(
+                &home.dir
+            )),
+            sandbox_host::assembly::home::human_bytes(layers)
         );
         let on: Vec<&str> = home
             .toolchains

@@ -80,7 +80,7 @@ fn write_report(
     path: &std::path::Path,
     exit_code: i32,
     finished: &Finished,
-    recovered: &[sandbox_host::journal::Recovered],
+    recovered: &[sandbox_host::run::Recovered],
 ) -> anyhow::Result<()> {
     let (git_store, git_store_error) = match &finished.git_store {
         Some(Ok(report)) => (Some(report), None),

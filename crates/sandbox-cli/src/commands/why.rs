@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_host::backend::BackendKind;
+use sandbox_host::seam::BackendKind;
 use sandbox_policy::why::{explain, Explanation};
 
 use crate::cli::WhyArgs;
@@ -57,7 +57,8 @@ pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
             None,
         ),
         BackendKind::Native => {
-            let forms = sandbox_host::report::native_forms(&session.policy, &session.options);
+            let forms =
+                sandbox_host::backends::native::native_forms(&session.policy, &session.options);
             match &forms.view {
                 Some(Ok(view)) => (explain(&session.policy, Some(view), &path), None),
                 Some(Err(e)) => (

@@ -131,7 +131,7 @@ const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsm
 
 /// Before Landlock ABI 6 no layer of the native backend scopes abstract unix sockets (the
 /// network namespace will), nor signals without the view (with it the pid namespace does);
-/// the run reports it at its start, every time (`sandbox_host::layers`). Seen in Debian 12's
+/// the run reports it at its start, every time (`sandbox_host::report::layers`). Seen in Debian 12's
 /// 6.1 by `cargo xtask guest-test`.
 const NO_SCOPING: &str = "Landlock before ABI 6 cannot scope signals or abstract unix \
      sockets and no other layer holds them yet; every run reports the downgrade";
@@ -144,7 +144,7 @@ fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
     let backend = backend.trim_end_matches(escape::DAEMON);
     if backend.starts_with("native")
         && SCOPING_ATTACKS.contains(&attack)
-        && sandbox_host::linux::abi::landlock_abi() < 6
+        && sandbox_host::backends::native::abi::landlock_abi() < 6
     {
         return Some(NO_SCOPING);
     }
@@ -199,7 +199,7 @@ fn backends_hold_against_the_escape_suite() {
                 // fail closed, naming them (seen in Debian 12's 6.1, `cargo xtask guest-test`).
                 (Verdict::NotRun(out), _)
                     if backend.starts_with("native")
-                        && sandbox_host::linux::abi::landlock_abi() < 4
+                        && sandbox_host::backends::native::abi::landlock_abi() < 4
                         && out.contains("cannot enforce: TCP connect/bind")
                         && out.contains("Nothing was run") =>
                 {

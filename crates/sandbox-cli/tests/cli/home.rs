@@ -786,7 +786,7 @@ fn runs_started_together_share_one_whole_home() {
         assert!(out.status.success(), "{}", text(&out));
         assert_eq!(
             String::from_utf8_lossy(&out.stdout),
-            sandbox_host::home::SHELL_RC
+            sandbox_host::assembly::home::SHELL_RC
         );
     }
 }
@@ -899,11 +899,15 @@ fn a_login_shell_finds_the_runs_toolchains() {
         .map(|e| e.path())
         .find(|p| p.is_dir())
         .unwrap();
-    std::fs::write(home.join(".profile"), sandbox_host::home::SHELL_RC).unwrap();
+    std::fs::write(
+        home.join(".profile"),
+        sandbox_host::assembly::home::SHELL_RC,
+    )
+    .unwrap();
     assert_eq!(login("bash"), want, "an older home");
     assert_eq!(
         std::fs::read_to_string(home.join(".profile")).unwrap(),
-        sandbox_host::home::PROFILE
+        sandbox_host::assembly::home::PROFILE
     );
     // The user's own `.profile` is theirs.
     std::fs::write(home.join(".profile"), "# mine\n").unwrap();

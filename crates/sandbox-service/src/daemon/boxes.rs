@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_host::assembly::{self, Defaults, Request as PolicyAsk, TmpdirRequest};
-use sandbox_host::backend::{BackendKind, BackendOptions, Progress, Step};
+use sandbox_host::seam::{BackendKind, BackendOptions, Progress, Step};
 use sandbox_host::{HostError, Run};
 use sandbox_protocol::{
     encode_event, BoxCreateParams, BoxState, BoxStateEvent, ErrorCode, RpcError,

@@ -4,7 +4,7 @@ use crate::locks::Locked as _;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use sandbox_host::backend::{self, BackendKind};
+use sandbox_host::seam::{self, BackendKind};
 use sandbox_host::HostError;
 use sandbox_protocol::{
     self as protocol, ErrorCode, Request, RpcError, MAX_FRAME_BYTES, MAX_REQUEST_BYTES, PROTOCOL,
@@ -81,7 +81,7 @@ pub(super) fn describe(state: &State, conn: &Conn) -> Value {
             root: std::env::temp_dir(),
             source,
         })
-        .and_then(|scratch| backend::sample_policy(scratch.path(), Some(state.hook_port)))
+        .and_then(|scratch| seam::sample_policy(scratch.path(), Some(state.hook_port)))
     {
         Ok(sample) => BackendKind::ALL
             .iter()

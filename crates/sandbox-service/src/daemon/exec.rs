@@ -279,7 +279,7 @@ pub(super) async fn box_exec(
 /// How a checked command is started: spawned here with its guard, or launched in a guest.
 enum Start {
     Host(sandbox_host::Armed, WorkspaceGuard),
-    Guest(sandbox_host::backend::GuestProcess, sandbox_host::Live),
+    Guest(sandbox_host::seam::GuestProcess, sandbox_host::Live),
 }
 
 /// A guest that could not start a command: the backend's own error (BoxLite's, with its log

@@ -361,7 +361,7 @@ mod engine {
         )
         .map_err(|e| invalid(format!("box {}: {e}", p.name)))?
         .policy;
-        sandbox_host::backend::check_trusted_places(
+        sandbox_host::seam::check_trusted_places(
             sandbox_host::BackendKind::Boxlite,
             &policy,
             &state.opts.backend,

@@ -35,7 +35,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sandbox_host::assembly::Defaults;
-use sandbox_host::backend::{BackendOptions, Backends};
+use sandbox_host::seam::{BackendOptions, Backends};
 use sandbox_protocol::{ErrorCode, RpcError};
 use tokio::sync::{mpsc, watch};
 

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use sandbox_exec::process_group::signal_group;
 use sandbox_exec::{ExecError, ExitOutcome, Running};
-use sandbox_host::backend::GuestExit;
+use sandbox_host::seam::GuestExit;
 use sandbox_host::{Live, Reaped, Reaper, Run};
 
 use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
@@ -184,7 +184,7 @@ pub struct ExecCtx {
 /// spawner thread), or a command of a VM box launched in its guest.
 pub enum Started {
     Host(Box<Running>),
-    Guest(sandbox_host::backend::GuestProcess),
+    Guest(sandbox_host::seam::GuestProcess),
 }
 
 /// How the wait for a command ended.
@@ -192,7 +192,7 @@ enum Waited {
     Host(Result<ExitOutcome, ExecError>),
     /// The guest's end, and (until the command is finished) what the host took back of its
     /// box's git writes.
-    Guest(GuestExit, Option<sandbox_host::backend::GuestGit>),
+    Guest(GuestExit, Option<sandbox_host::seam::GuestGit>),
 }
 
 /// The event loop of one command: owns it until it ended (its group is gone, or its guest
@@ -473,12 +473,12 @@ async fn write_stdin(mut stdin: ChildStdin, mut rx: mpsc::Receiver<StdinMsg>) {
 /// Writes `exec.stdin` data to a guest's command in arrival order, each answered when it
 /// reached the guest (or failed).
 async fn write_guest_stdin(
-    stdin: mpsc::Sender<sandbox_host::backend::GuestInput>,
+    stdin: mpsc::Sender<sandbox_host::seam::GuestInput>,
     mut rx: mpsc::Receiver<StdinMsg>,
 ) {
     while let Some(StdinMsg { data, close, reply }) = rx.recv().await {
         let (tx, written) = oneshot::channel();
-        let input = sandbox_host::backend::GuestInput {
+        let input = sandbox_host::seam::GuestInput {
             data,
             close,
             reply: tx,
@@ -529,7 +529,7 @@ fn exit_event(
         Waited::Host(Ok(_)) | Waited::Guest(..) => {}
     }
     // What the guest said of the end (its agent's message, or its timeout's).
-    if let Some(sandbox_host::backend::GuestNote(Some(note))) = &finished.guest {
+    if let Some(sandbox_host::seam::GuestNote(Some(note))) = &finished.guest {
         notes.push(note.clone());
     }
     if cut_short {

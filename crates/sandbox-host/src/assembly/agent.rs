@@ -1,0 +1,249 @@
+//! An agent profile made real on the host before a run: its writable paths created when
+//! missing, its mixed files copied into the run's private place, and the grants handed to the
+//! policy ([`crate::assembly::assemble`]). The profile itself was compiled, without I/O, by
+//! [`sandbox_policy::agents::compile`].
+
+use std::path::{Path, PathBuf};
+
+use sandbox_policy::agents::{copy_location, AgentAccess, CompiledProfile, PathKind};
+use sandbox_policy::{AgentGrantPath, AgentGrants, GrantReason, PrivateCopy};
+
+use crate::error::HostError;
+
+/// A compiled profile for one run, and where its private copies go.
+#[derive(Debug, Clone)]
+pub struct AgentRequest {
+    pub profile: CompiledProfile,
+    /// The real home the profile was compiled against.
+    pub home: PathBuf,
+    /// `--agent` or `detected from the command name`.
+    pub selected_by: String,
+    /// The per-project place for private copies (under the user's state dir), created here.
+    pub private_dir: PathBuf,
+    /// Create the missing writable paths and make the copies (a run); `false` for a dry run
+    /// (`policy show`, `sandbox why`), which changes nothing and reports what a run would do.
+    pub prepare: bool,
+}
+
+/// The per-project directory name for `root` (a task worktree): its last component and a
+/// hash of the whole path, so two projects of one name never share private copies.
+pub fn project_key(root: &Path) -> String {
+    crate::assembly::home::key_of(root)
+}
+
+/// What the profile gives the policy.
+#[derive(Debug, Clone, Default)]
+pub struct Materialized {
+    pub read: Vec<(PathBuf, GrantReason)>,
+    pub write: Vec<(PathBuf, GrantReason)>,
+    pub copies: Vec<PrivateCopy>,
+    pub record: Option<AgentGrants>,
+}
+
+fn io_error(path: &Path, what: &str, e: std::io::Error) -> HostError {
+    HostError::Agent(format!("{what} {}: {e}", path.display()))
+}
+
+fn create_dir(path: &Path) -> Result<(), HostError> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| io_error(path, "creating", e))
+}
+
+/// Creates what is missing, copies what is mixed, and lists the grants. A read-only or copied
+/// path that does not exist on the host is granted nothing (there is nothing to protect; in
+/// the private view the run may create it in its private home, which the host never reads).
+pub fn materialize(request: &AgentRequest) -> Result<Materialized, HostError> {
+    let mut out = Materialized::default();
+    let mut record = Vec::new();
+    for entry in &request.profile.paths {
+        let exists = entry.path.symlink_metadata().is_ok();
+        let status = match entry.access {
+            AgentAccess::Read if exists => {
+                out.read.push((entry.path.clone(), GrantReason::Agent));
+                "granted"
+            }
+            AgentAccess::Read | AgentAccess::Copy if !exists => "missing",
+            AgentAccess::Write if !exists && !request.prepare => "would be created",
+            AgentAccess::Copy if !request.prepare => {
+                // What a backend without a private view would show: the host's file, read-only.
+                out.read.push((entry.path.clone(), GrantReason::Agent));
+                "would be copied"
+            }
+            AgentAccess::Write => {
+                let status = if exists {
+                    "granted"
+                } else {
+                    match entry.kind {
+                        PathKind::Dir => create_dir(&entry.path)?,
+                        PathKind::File => {
+                            if let Some(parent) = entry.path.parent() {
+                                create_dir(parent)?;
+                            }
+                            create_file(&entry.path)?;
+                        }
+                    }
+                    "created"
+                };
+                out.write.push((entry.path.clone(), GrantReason::Agent));
+                status
+            }
+            _ => {
+                let copy = copy_location(&request.private_dir, &request.home, &entry.path)
+                    .ok_or_else(|| {
+                        HostError::Agent(format!(
+                            "{} is not under the home {}",
+                            entry.path.display(),
+                            request.home.display()
+                        ))
+                    })?;
+                copy_private(&entry.path, &copy)?;
+                out.copies.push(PrivateCopy {
+                    path: entry.path.clone(),
+                    copy,
+                });
+                "copied"
+            }
+        };
+        record.push(AgentGrantPath {
+            path: entry.path.clone(),
+            access: entry.access,
+            why: entry.why.clone(),
+            status: status.to_string(),
+        });
+    }
+    out.record = Some(AgentGrants {
+        agent: request.profile.agent.clone(),
+        title: request.profile.title.clone(),
+        selected_by: request.selected_by.clone(),
+        paths: record,
+    });
+    Ok(out)
+}
+
+fn create_file(path: &Path) -> Result<(), HostError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io_error(path, "creating", e)),
+    }
+}
+
+/// Copies the host's `from` to `to` afresh (a new file renamed into place, mode 0600): the
+/// run starts from the host's current state, and whatever it wrote last time is dropped.
+fn copy_private(from: &Path, to: &Path) -> Result<(), HostError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = to
+        .parent()
+        .ok_or_else(|| HostError::Agent(format!("{} has no parent", to.display())))?;
+    create_dir(dir)?;
+    let bytes = std::fs::read(from).map_err(|e| io_error(from, "reading", e))?;
+    let mut file = tempfile::Builder::new()
+        .prefix(".copy.")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)
+        .map_err(|e| io_error(dir, "creating a file in", e))?;
+    file.write_all(&bytes)
+        .map_err(|e| io_error(to, "writing", e))?;
+    file.persist(to)
+        .map_err(|e| io_error(to, "replacing", e.error))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_policy::agents::{compile, AgentProfile, ProfilePath};
+
+    #[test]
+    fn writable_paths_are_created_mixed_files_copied_and_missing_ones_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let private = dir.path().join("state/agents/p/x");
+        std::fs::create_dir_all(home.join(".x")).unwrap();
+        std::fs::write(home.join(".x/settings.json"), "{\"hooks\":1}").unwrap();
+        std::fs::write(home.join(".x.json"), "{\"mixed\":1}").unwrap();
+        let path = |p: &str, access, kind| ProfilePath {
+            path: p.into(),
+            access,
+            kind,
+            why: "test".into(),
+        };
+        let profile = AgentProfile {
+            name: "x".into(),
+            title: "X".into(),
+            commands: vec![],
+            paths: vec![
+                path("~/.x/settings.json", AgentAccess::Read, PathKind::File),
+                path("~/.x/absent.json", AgentAccess::Read, PathKind::File),
+                path("~/.x/sessions", AgentAccess::Write, PathKind::Dir),
+                path("~/.x/history.jsonl", AgentAccess::Write, PathKind::File),
+                path("~/.x.json", AgentAccess::Copy, PathKind::File),
+                path("~/.absent.json", AgentAccess::Copy, PathKind::File),
+            ],
+        };
+        let request = AgentRequest {
+            profile: compile(&profile, &home).unwrap(),
+            home: home.clone(),
+            selected_by: "--agent".into(),
+            private_dir: private.clone(),
+            prepare: true,
+        };
+        // A dry run changes nothing.
+        let dry = materialize(&AgentRequest {
+            prepare: false,
+            ..request.clone()
+        })
+        .unwrap();
+        assert!(!home.join(".x/sessions").exists() && !private.exists());
+        assert!(dry.write.is_empty());
+        let out = materialize(&request).unwrap();
+        assert_eq!(
+            out.read,
+            vec![(home.join(".x/settings.json"), GrantReason::Agent)]
+        );
+        assert!(home.join(".x/sessions").is_dir());
+        assert!(home.join(".x/history.jsonl").is_file());
+        assert_eq!(out.write.len(), 2);
+        assert_eq!(
+            out.copies,
+            vec![PrivateCopy {
+                path: home.join(".x.json"),
+                copy: private.join(".x.json"),
+            }]
+        );
+        assert_eq!(
+            std::fs::read_to_string(private.join(".x.json")).unwrap(),
+            "{\"mixed\":1}"
+        );
+        let statuses: Vec<&str> = out
+            .record
+            .as_ref()
+            .unwrap()
+            .paths
+            .iter()
+            .map(|p| p.status.as_str())
+            .collect();
+        assert_eq!(
+            statuses,
+            ["granted", "missing", "created", "created", "copied", "missing"]
+        );
+        // A second start copies the host's file afresh over what the run wrote.
+        std::fs::write(private.join(".x.json"), "changed inside").unwrap();
+        materialize(&request).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(private.join(".x.json")).unwrap(),
+            "{\"mixed\":1}"
+        );
+    }
+}

@@ -1,0 +1,825 @@
+//! The private filesystem view ([`sandbox_policy::compile::view`]), built in the child between
+//! fork and exec: new user and mount namespaces (the caller's uid and gid mapped to
+//! themselves), a tmpfs root holding only the policy's paths, `chroot` into it. Landlock and
+//! seccomp are applied on top afterwards, as a second layer.
+//!
+//! Everything that allocates happens in [`PreparedView::prepare`], in the parent: the plan is
+//! compiled, every path becomes a `CString` under the staging directory, and the mount points
+//! the tmpfs needs are listed in order. [`PreparedView::apply_in_child`] only makes system calls
+//! on that data, so it is async-signal safe. Nothing outlives the run: the namespaces die with
+//! the command's last process, and the staging directory on the host stays an empty directory
+//! (the tmpfs is mounted over it only inside the command's own mount namespace).
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use sandbox_exec::{SetupFailure, SetupStep};
+use sandbox_policy::compile::view::{self, EntryKind, GitStoreLayers, MountOp, ViewPlan};
+use sandbox_policy::Policy;
+
+use crate::error::HostError;
+
+/// `struct mount_attr` of mount_setattr(2).
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// One system-call-level step of building the view. Paths are under the staging directory.
+#[derive(Debug)]
+enum Step {
+    /// Create a directory mount point on a tmpfs of the view (one that exists is fine).
+    Mkdir(CString),
+    /// Create an empty file mount point on a tmpfs of the view.
+    Touch(CString),
+    Tmpfs {
+        target: CString,
+        data: CString,
+    },
+    Bind {
+        source: CString,
+        target: CString,
+        readonly: bool,
+    },
+    Symlink {
+        target: CString,
+        link: CString,
+    },
+    /// An overlay; `data` holds its layers as mount options.
+    Overlay {
+        target: CString,
+        data: CString,
+    },
+    /// A bind of a path of the view over itself, read-only.
+    Pin(CString),
+    /// A private devpts instance.
+    Devpts(CString),
+    /// A size-limited tmpfs of the git store's writable layer (`data`: its options).
+    LayerTmpfs {
+        target: CString,
+        data: CString,
+    },
+    /// Sends a descriptor of `dir` to the host over the socket `fd` (one `SCM_RIGHTS`
+    /// message), so the host holds the bounded layer beyond the namespace's life.
+    SendLayer {
+        dir: CString,
+        fd: libc::c_int,
+    },
+}
+
+/// A devpts of the view's own: a new instance (no host pty in it) whose `ptmx` anyone in the
+/// view may open; new slaves get the opener's ids and mode 0620. No `gid=5`: the host's tty
+/// group is not mapped in the user namespace.
+const DEVPTS_OPTIONS: &std::ffi::CStr = c"newinstance,ptmxmode=0666,mode=0620";
+
+/// The view of one policy, ready to be built in a child.
+#[derive(Debug)]
+pub struct PreparedView {
+    plan: ViewPlan,
+    staging: CString,
+    steps: Vec<Step>,
+    /// What each step is, for the parent's error message (index = `SetupFailure::detail`).
+    labels: Vec<String>,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+    /// The child's end of the bounded layer's socket, open until the command is spawned.
+    _layer_socket: Option<std::os::fd::OwnedFd>,
+    /// The command gets a pid namespace of its own (`CLONE_NEWPID` beside the user and mount
+    /// namespaces), and the view's `/proc` is that namespace's, mounted by the command's
+    /// process inside it ([`PreparedView::apply_in_namespace`]), never the host's.
+    pid_namespace: bool,
+    /// The view has a `/proc` (the policy grants it) to mount there.
+    proc: bool,
+    /// The command gets a network namespace of its own (`CLONE_NEWNET` beside the user and
+    /// mount namespaces): only `lo`, brought up by the native child (`crate::backends::native::netns`).
+    net_namespace: bool,
+}
+
+/// Where the pid namespace's proc is mounted in the view.
+/// The view's proc: with a pid namespace, the namespace's own is mounted here in place of
+/// the policy's bind of the host's.
+pub(crate) const PROC: &str = "/proc";
+
+/// Whether `op` binds the host's proc, which a pid namespace's own replaces.
+pub(crate) fn binds_host_proc(op: &MountOp) -> bool {
+    matches!(op, MountOp::Bind { target, .. } if target == Path::new(PROC))
+}
+
+fn cstring(path: &Path) -> Result<CString, HostError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| HostError::ViewPath {
+        path: path.to_path_buf(),
+        cause: "contains a NUL byte".into(),
+    })
+}
+
+/// Mount options (`size=…,mode=…`) as the kernel reads them; `at` names the mount point in
+/// the error.
+fn mount_data(options: String, at: &Path) -> Result<CString, HostError> {
+    CString::new(options).map_err(|_| HostError::ViewPath {
+        path: at.to_path_buf(),
+        cause: "the tmpfs options contain a NUL byte".into(),
+    })
+}
+
+/// What a host path is, without following a final symlink.
+fn classify(path: &Path) -> EntryKind {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
+            Ok(target) => EntryKind::Symlink(target),
+            Err(_) => EntryKind::Missing,
+        },
+        Ok(m) if m.is_dir() => EntryKind::Dir,
+        Ok(_) => EntryKind::File,
+        Err(_) => EntryKind::Missing,
+    }
+}
+
+/// The view of `policy` as this machine's paths make it (what `policy show` prints), with the
+/// git store quarantine's layers when the run has them.
+pub fn plan(policy: &Policy, store: Option<&GitStoreLayers>) -> Result<ViewPlan, HostError> {
+    Ok(view::compile(policy, &classify, store)?)
+}
+
+/// overlayfs's mount options cannot carry these in a path without escapes, and a wrong
+/// escape would mount another directory: such a path is refused instead.
+fn overlay_path(path: &Path) -> Result<String, HostError> {
+    match path.to_str() {
+        Some(p) if !p.contains([',', ':', '\\']) => Ok(p.to_string()),
+        _ => Err(HostError::ViewPath {
+            path: path.to_path_buf(),
+            cause: "the git store quarantine cannot layer a path containing ',', ':' or '\\' \
+                    (or one that is not UTF-8); move the repository, or pass --unprotected-git \
+                    to run without the quarantine"
+                .into(),
+        }),
+    }
+}
+
+fn overlay_options(lower: &[PathBuf], upper: &Path, work: &Path) -> Result<CString, HostError> {
+    let lower: Vec<String> = lower
+        .iter()
+        .map(|p| overlay_path(p))
+        .collect::<Result<_, _>>()?;
+    // userxattr: the only way a user namespace may mount an overlay (its metadata goes in
+    // user.overlay.* attributes of the private layer). volatile: no syncfs of the upper
+    // filesystem when the run's namespace goes away — that would flush every dirty page of
+    // the whole filesystem the private dir is on (tens of ms beside a build); the layer is
+    // read back from the page cache and thrown away, so it never needs to survive a crash.
+    let options = format!(
+        "lowerdir={},upperdir={},workdir={},userxattr,volatile",
+        lower.join(":"),
+        overlay_path(upper)?,
+        overlay_path(work)?
+    );
+    cstring(Path::new(&options))
+}
+
+impl PreparedView {
+    /// Compiles the view of `policy` and lays it out under `staging` (an empty directory of
+    /// ours, outside everything the policy binds; created if missing).
+    pub fn prepare(
+        policy: &Policy,
+        staging: &Path,
+        store: Option<&GitStoreLayers>,
+        pid_namespace: bool,
+    ) -> Result<Self, HostError> {
+        Self::prepare_with_layer(policy, staging, store, None, pid_namespace)
+    }
+
+    /// As [`PreparedView::prepare`], with the git store's writable layer on a tmpfs of its
+    /// own (`layer`), mounted first.
+    pub fn prepare_with_layer(
+        policy: &Policy,
+        staging: &Path,
+        store: Option<&GitStoreLayers>,
+        layer: Option<sandbox_git::quarantine::LayerMount>,
+        pid_namespace: bool,
+    ) -> Result<Self, HostError> {
+        let plan = view::compile(policy, &classify, store)?;
+        let mut proc = false;
+        if !staging.is_dir() {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(staging)
+                .map_err(|e| HostError::ViewPath {
+                    path: staging.to_path_buf(),
+                    cause: format!("creating the staging directory: {e}"),
+                })?;
+        }
+        let inside = |path: &Path| -> Result<CString, HostError> {
+            let relative = path.strip_prefix("/").unwrap_or(path);
+            cstring(&staging.join(relative))
+        };
+        let mut steps = Vec::new();
+        let mut labels = Vec::new();
+        let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
+        // What is mounted where so far (`true`: a bind of the host's tree, in which every
+        // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
+        // mount points must be made). The root is the view's own tmpfs.
+        let mut mounted: std::collections::HashMap<PathBuf, bool> =
+            [(PathBuf::from("/"), false)].into();
+        // The innermost mount at or above `path` decides.
+        let on_host = |mounted: &std::collections::HashMap<PathBuf, bool>, path: &Path| -> bool {
+            path.ancestors()
+                .find_map(|at| mounted.get(at))
+                .is_some_and(|bind| *bind)
+        };
+        // A mount point for `target`, unless the mount it lands in is a bind of the host's
+        // tree (where it exists already).
+        let mount_point = |mounted: &std::collections::HashMap<PathBuf, bool>,
+                           target: &Path,
+                           dir: bool|
+         -> Result<Option<(Step, String)>, HostError> {
+            if on_host(mounted, target) {
+                return Ok(None);
+            }
+            let at = inside(target)?;
+            let step = if dir {
+                Step::Mkdir(at)
+            } else {
+                Step::Touch(at)
+            };
+            Ok(Some((step, format!("mount point {}", target.display()))))
+        };
+        let mut push = |steps: &mut Vec<Step>, step: Step, label: String| {
+            steps.push(step);
+            labels.push(label);
+        };
+        // The bounded layer first: the overlay below stacks it.
+        let layer_socket = match layer {
+            None => None,
+            Some(layer) => {
+                use std::os::fd::AsRawFd;
+                let dir = cstring(&layer.dir)?;
+                push(
+                    &mut steps,
+                    Step::LayerTmpfs {
+                        target: dir.clone(),
+                        data: mount_data(format!("size={},mode=0700", layer.bytes), &layer.dir)?,
+                    },
+                    format!(
+                        "tmpfs of {} bytes for the git store's writable layer at {}",
+                        layer.bytes,
+                        layer.dir.display()
+                    ),
+                );
+                for sub in &layer.subdirs {
+                    push(
+                        &mut steps,
+                        Step::Mkdir(cstring(&layer.dir.join(sub))?),
+                        format!("{} in the git store's layer", sub.display()),
+                    );
+                }
+                push(
+                    &mut steps,
+                    Step::SendLayer {
+                        dir,
+                        fd: layer.socket.as_raw_fd(),
+                    },
+                    "handing the git store's layer to the host".into(),
+                );
+                Some(layer.socket)
+            }
+        };
+        for op in &plan.ops {
+            let target = op.target();
+            // Every ancestor as a directory, where no bind provides it already.
+            let mut ancestors: Vec<&Path> = target.ancestors().skip(1).collect();
+            ancestors.reverse();
+            for dir in ancestors {
+                if dir == Path::new("/")
+                    || on_host(&mounted, dir)
+                    || !made.insert(dir.to_path_buf())
+                {
+                    continue;
+                }
+                push(
+                    &mut steps,
+                    Step::Mkdir(inside(dir)?),
+                    format!("mount point {}", dir.display()),
+                );
+            }
+            match op {
+                MountOp::Tmpfs { target, mode } => {
+                    made.insert(target.clone());
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
+                    }
+                    mounted.insert(target.clone(), false);
+                    push(
+                        &mut steps,
+                        Step::Tmpfs {
+                            target: inside(target)?,
+                            data: mount_data(format!("mode={mode:o}"), target)?,
+                        },
+                        format!("tmpfs on {}", target.display()),
+                    );
+                }
+                // The host's /proc would show every host process: with a pid namespace the
+                // view gets a mount point, and the namespace's own proc is mounted there.
+                MountOp::Bind { target, .. } if pid_namespace && binds_host_proc(op) => {
+                    made.insert(target.clone());
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
+                    }
+                    mounted.insert(target.clone(), false);
+                    proc = true;
+                }
+                MountOp::Bind {
+                    source,
+                    target,
+                    dir,
+                    readonly,
+                    why,
+                } => {
+                    made.insert(target.clone());
+                    if let Some((step, label)) = mount_point(&mounted, target, *dir)? {
+                        push(&mut steps, step, label);
+                    }
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Bind {
+                            source: cstring(source)?,
+                            target: inside(target)?,
+                            readonly: *readonly,
+                        },
+                        format!(
+                            "{} bind of {} ({why})",
+                            if *readonly { "read-only" } else { "writable" },
+                            source.display()
+                        ),
+                    );
+                }
+                MountOp::Overlay {
+                    target,
+                    lower,
+                    upper,
+                    work,
+                    why,
+                } => {
+                    made.insert(target.clone());
+                    // A cache outside the home (`CARGO_HOME=/opt/cargo`) lands on the view's
+                    // own tmpfs, where its directory must be made first.
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
+                    }
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Overlay {
+                            target: inside(target)?,
+                            data: overlay_options(lower, upper, work)?,
+                        },
+                        format!(
+                            "overlay on {} ({why}; private layer {})",
+                            target.display(),
+                            upper.display()
+                        ),
+                    );
+                }
+                MountOp::Pin { target, why, .. } => {
+                    made.insert(target.clone());
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Pin(inside(target)?),
+                        format!("read-only pin of {} ({why})", target.display()),
+                    );
+                }
+                MountOp::Devpts { target } => {
+                    made.insert(target.clone());
+                    if let Some((step, label)) = mount_point(&mounted, target, true)? {
+                        push(&mut steps, step, label);
+                    }
+                    mounted.insert(target.clone(), false);
+                    push(
+                        &mut steps,
+                        Step::Devpts(inside(target)?),
+                        format!("private devpts on {}", target.display()),
+                    );
+                }
+                MountOp::Symlink { link, target } => {
+                    made.insert(link.clone());
+                    push(
+                        &mut steps,
+                        Step::Symlink {
+                            target: cstring(target)?,
+                            link: inside(link)?,
+                        },
+                        format!("link {} -> {}", link.display(), target.display()),
+                    );
+                }
+            }
+        }
+        let uid = nix::unistd::geteuid().as_raw();
+        let gid = nix::unistd::getegid().as_raw();
+        Ok(PreparedView {
+            plan,
+            staging: cstring(staging)?,
+            steps,
+            labels,
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            _layer_socket: layer_socket,
+            pid_namespace,
+            proc,
+            net_namespace: false,
+        })
+    }
+
+    /// The same view, with (or without) a network namespace of its own for the command.
+    pub fn with_net_namespace(mut self, net_namespace: bool) -> Self {
+        self.net_namespace = net_namespace;
+        self
+    }
+
+    /// Whether the command runs in a pid namespace of its own.
+    pub fn pid_namespace(&self) -> bool {
+        self.pid_namespace
+    }
+
+    /// Where the pid namespace's proc is mounted, if the view has one: a mount made only in
+    /// the command's process, so its Landlock rule is added there too.
+    pub fn proc_dir(&self) -> Option<&Path> {
+        self.proc.then(|| Path::new(PROC))
+    }
+
+    /// In the command's process inside the pid namespace, after [`Self::apply_in_child`]
+    /// (in the view's root): mounts the namespace's own proc on the view's `/proc`,
+    /// read-only as the host's was bound. Async-signal safe.
+    pub fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
+        if !self.proc {
+            return Ok(());
+        }
+        // SAFETY: mount(2) with NUL-terminated constants and no data.
+        let rc = unsafe {
+            libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            return Err(SetupFailure::last(SetupStep::ProcMount));
+        }
+        Ok(())
+    }
+
+    /// Where the view mounts its private devpts, if it has one: a mount made only in the
+    /// child, so the Landlock rule that lets the command open new ptys there is added in the
+    /// child too.
+    pub fn devpts(&self) -> Option<&Path> {
+        self.plan.ops.iter().find_map(|op| match op {
+            MountOp::Devpts { target } => Some(target.as_path()),
+            _ => None,
+        })
+    }
+
+    /// What step `detail` of the view was, for an error message.
+    pub fn describe(&self, step: SetupStep, detail: u32) -> Option<String> {
+        match step {
+            SetupStep::ViewMount => self.labels.get(detail as usize).cloned(),
+            _ => None,
+        }
+    }
+
+    /// Builds the view and enters it. Async-signal safe: system calls on prepared data and
+    /// a stack buffer only. The working directory (set before this runs) is re-entered
+    /// inside the view.
+    pub fn apply_in_child(&self) -> Result<(), SetupFailure> {
+        let mut cwd = [0u8; libc::PATH_MAX as usize];
+        // SAFETY: getcwd(2) writes at most `cwd.len()` bytes into our stack buffer.
+        if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
+        }
+        let pid = if self.pid_namespace {
+            libc::CLONE_NEWPID
+        } else {
+            0
+        };
+        let net = if self.net_namespace {
+            libc::CLONE_NEWNET
+        } else {
+            0
+        };
+        // SAFETY: unshare(2) takes flags only. The child is single-threaded (fresh from fork),
+        // as CLONE_NEWUSER requires. CLONE_NEWPID moves only the children made from here on
+        // (the prelude starts them: sandbox_exec's pid namespace split). CLONE_NEWNET: the
+        // new network namespace is owned by the new user namespace, so its `lo` can be
+        // brought up with the capabilities that namespace grants.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid | net) } != 0 {
+            return Err(SetupFailure::last(SetupStep::UserNamespace));
+        }
+        write_proc(c"/proc/self/setgroups", b"deny")?;
+        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
+        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        // Nothing done from here on propagates back to the host's mount namespace.
+        // SAFETY: mount(2) with NULL source/type/data and constant flags.
+        if unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        } != 0
+        {
+            return Err(SetupFailure::last(SetupStep::ViewMount));
+        }
+        tmpfs(&self.staging, c"mode=0755").map_err(|errno| view_failure(errno, u32::MAX))?;
+        for (i, step) in self.steps.iter().enumerate() {
+            run(step).map_err(|errno| view_failure(errno, i as u32))?;
+        }
+        // The root itself is read-only: nothing can be created beside the policy's paths.
+        set_readonly(&self.staging, false).map_err(|errno| view_failure(errno, u32::MAX))?;
+        enter(&self.staging)?;
+        // SAFETY: chdir(2) on the NUL-terminated path getcwd wrote into our buffer.
+        if unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
+            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
+        }
+        Ok(())
+    }
+}
+
+fn view_failure(errno: Errno, detail: u32) -> SetupFailure {
+    SetupFailure {
+        step: SetupStep::ViewMount,
+        errno,
+        detail,
+    }
+}
+
+/// Writes `data` to a /proc file (the id maps).
+fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> Result<(), SetupFailure> {
+    write_file(path, data).map_err(SetupFailure::at(SetupStep::IdMap))
+}
+
+/// Writes all of `data` to an existing file with one `write(2)`. Async-signal safe: shared
+/// by the view and the user-namespace probe, which both run it in a forked child.
+pub(crate) fn write_file(path: &std::ffi::CStr, data: &[u8]) -> Result<(), Errno> {
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: write(2) of our buffer to the fd just opened; close(2) of that fd.
+    let written = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+    let result = if written == data.len() as isize {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    };
+    // SAFETY: `fd` was opened above and is not used after this close.
+    unsafe { libc::close(fd) };
+    result
+}
+
+fn check(rc: libc::c_int) -> Result<(), Errno> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Errno::last())
+    }
+}
+
+fn tmpfs(target: &CString, data: &std::ffi::CStr) -> Result<(), Errno> {
+    // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+    check(unsafe {
+        libc::mount(
+            c"tmpfs".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            data.as_ptr().cast(),
+        )
+    })
+}
+
+fn run(step: &Step) -> Result<(), Errno> {
+    match step {
+        Step::Mkdir(path) => {
+            // SAFETY: mkdir(2) of a NUL-terminated path.
+            match check(unsafe { libc::mkdir(path.as_ptr(), 0o755) }) {
+                Err(Errno::EEXIST) => Ok(()),
+                other => other,
+            }
+        }
+        Step::Touch(path) => {
+            // SAFETY: open(2) creating a fresh empty file (never following a link), then
+            // close(2) of the fd it returned.
+            let fd = unsafe {
+                libc::open(
+                    path.as_ptr(),
+                    libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_WRONLY
+                        | libc::O_CLOEXEC
+                        | libc::O_NOFOLLOW,
+                    0o644,
+                )
+            };
+            if fd < 0 {
+                return match Errno::last() {
+                    Errno::EEXIST => Ok(()),
+                    errno => Err(errno),
+                };
+            }
+            // SAFETY: `fd` was just returned by open(2) and is not used again.
+            unsafe { libc::close(fd) };
+            Ok(())
+        }
+        Step::Tmpfs { target, data } => tmpfs(target, data),
+        Step::Bind {
+            source,
+            target,
+            readonly,
+        } => {
+            // SAFETY: mount(2) with NUL-terminated paths and no data.
+            check(unsafe {
+                libc::mount(
+                    source.as_ptr(),
+                    target.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                )
+            })?;
+            if *readonly {
+                set_readonly(target, true)?;
+            }
+            Ok(())
+        }
+        Step::Symlink { target, link } => {
+            // SAFETY: symlink(2) of two NUL-terminated paths.
+            check(unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) })
+        }
+        Step::Overlay { target, data } => {
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+            check(unsafe {
+                libc::mount(
+                    c"overlay".as_ptr(),
+                    target.as_ptr(),
+                    c"overlay".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV,
+                    data.as_ptr().cast(),
+                )
+            })
+        }
+        Step::LayerTmpfs { target, data } => tmpfs(target, data),
+        Step::SendLayer { dir, fd } => send_dir(dir, *fd),
+        Step::Devpts(target) => {
+            // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
+            check(unsafe {
+                libc::mount(
+                    c"devpts".as_ptr(),
+                    target.as_ptr(),
+                    c"devpts".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NOEXEC,
+                    DEVPTS_OPTIONS.as_ptr().cast(),
+                )
+            })
+        }
+        Step::Pin(path) => {
+            // SAFETY: mount(2) binding a NUL-terminated path over itself, no data.
+            check(unsafe {
+                libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND,
+                    std::ptr::null(),
+                )
+            })?;
+            set_readonly(path, false)
+        }
+    }
+}
+
+/// Opens `dir` and sends its descriptor over the socket `socket` (one byte, one
+/// `SCM_RIGHTS`). Async-signal safe: system calls on stack buffers.
+fn send_dir(dir: &CString, socket: libc::c_int) -> Result<(), Errno> {
+    // SAFETY: open(2) of a NUL-terminated path.
+    let fd = unsafe {
+        libc::open(
+            dir.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // Room for one cmsghdr and one int, aligned for cmsghdr.
+    let mut control = [0u64; 4];
+    // SAFETY: a msghdr over our stack buffers; CMSG_* compute offsets within `control`,
+    // which is large enough for CMSG_SPACE(sizeof(int)) (24 bytes on 64-bit Linux).
+    let rc = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
+        libc::sendmsg(socket, &msg, libc::MSG_NOSIGNAL)
+    };
+    let result = if rc == 1 { Ok(()) } else { Err(Errno::last()) };
+    // SAFETY: close(2) of the fd opened above (the message holds its own reference).
+    unsafe { libc::close(fd) };
+    result
+}
+
+/// Makes the mount at `path` (and, if `recursive`, everything below it) read-only.
+fn set_readonly(path: &std::ffi::CStr, recursive: bool) -> Result<(), Errno> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: mount_setattr(2) reads one `mount_attr` of the size we pass from our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            if recursive { AT_RECURSIVE } else { 0 },
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    if Errno::last() != Errno::ENOSYS {
+        return Err(Errno::last());
+    }
+    // Before Linux 5.12: a remount, keeping the flags a user namespace may not clear.
+    // SAFETY: `statvfs` is a C struct of integers, for which all-zero bytes are a valid value.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs(2) reads the NUL-terminated `path` and writes one `statvfs` into `st`.
+    check(unsafe { libc::statvfs(path.as_ptr(), &mut st) })?;
+    let keep = st.f_flag
+        & (libc::ST_NOSUID
+            | libc::ST_NODEV
+            | libc::ST_NOEXEC
+            | libc::ST_NOATIME
+            | libc::ST_NODIRATIME
+            | libc::ST_RELATIME);
+    // SAFETY: mount(2) remounting an existing mount point with flags only.
+    check(unsafe {
+        libc::mount(
+            std::ptr::null(),
+            path.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+            std::ptr::null(),
+        )
+    })
+}
+
+/// Makes `staging` the root. `chroot`, not `pivot_root`: detaching the old root
+/// (`umount2(MNT_DETACH)`) waits for an RCU grace period, which cost more than the whole rest
+/// of the view on the build machine. The host's tree then stays in the command's private
+/// mount namespace, under the new root, and nothing can get back to it: a path cannot climb
+/// above the root, no descriptor from outside is inherited, and leaving a chroot needs
+/// `CAP_SYS_CHROOT` and the `chroot` call — the capabilities are gone after exec (dropped as
+/// root, never held otherwise), seccomp denies `chroot`, `pivot_root` and every mount call,
+/// and Landlock forbids mount changes on top.
+fn enter(staging: &CString) -> Result<(), SetupFailure> {
+    let fail = || SetupFailure::last(SetupStep::PivotRoot);
+    // SAFETY: chdir(2) and chroot(2) on NUL-terminated paths.
+    unsafe {
+        if libc::chdir(staging.as_ptr()) != 0 {
+            return Err(fail());
+        }
+        if libc::chroot(c".".as_ptr()) != 0 {
+            return Err(fail());
+        }
+        if libc::chdir(c"/".as_ptr()) != 0 {
+            return Err(fail());
+        }
+    }
+    Ok(())
+}
