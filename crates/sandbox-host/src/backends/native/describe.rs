@@ -23,9 +23,9 @@ pub fn native_forms(
 ) -> NativeForms {
     #[cfg(target_os = "linux")]
     {
-        let compiled = crate::backends::native::child::compiled(
+        let compiled = crate::backends::native::plans::compiled(
             policy,
-            &crate::backends::native::child::NativeOptions::of(options),
+            &crate::backends::native::sandbox::NativeOptions::of(options),
         );
         NativeForms {
             view: compiled.view,

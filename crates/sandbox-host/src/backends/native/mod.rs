@@ -4,6 +4,8 @@
 #[cfg(target_os = "linux")]
 pub mod abi;
 #[cfg(target_os = "linux")]
+pub(crate) mod capabilities;
+#[cfg(target_os = "linux")]
 pub(crate) mod child;
 mod describe;
 #[cfg(target_os = "linux")]
@@ -12,8 +14,12 @@ pub(crate) mod net;
 #[cfg(target_os = "linux")]
 pub(crate) mod netns;
 #[cfg(target_os = "linux")]
+pub(crate) mod plans;
+#[cfg(target_os = "linux")]
 pub(crate) mod publish;
 pub(crate) mod resolve;
+#[cfg(target_os = "linux")]
+pub(crate) mod sandbox;
 #[cfg(any(target_os = "macos", test))]
 pub(crate) mod seatbelt;
 #[cfg(target_os = "linux")]
@@ -61,13 +67,13 @@ impl Backend for NativeBackend {
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
-    use crate::backends::native::child::{NativeOptions, NativeSandbox};
+    use crate::backends::native::sandbox::{NativeOptions, NativeSandbox};
 
     pub(super) fn enforcement(
         policy: &Policy,
         options: &BackendOptions,
     ) -> Result<Enforcement, HostError> {
-        crate::backends::native::child::enforcement(policy, &NativeOptions::of(options))
+        crate::backends::native::plans::enforcement(policy, &NativeOptions::of(options))
     }
 
     pub(crate) struct NativeSession {

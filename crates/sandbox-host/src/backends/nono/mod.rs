@@ -78,7 +78,7 @@ impl BackendSession for NonoSession {
         // As root, nono would keep every capability; they are dropped before it starts (the
         // enforcement report says so).
         #[cfg(target_os = "linux")]
-        let before = crate::backends::native::child::DropCapabilities::when_root()
+        let before = crate::backends::native::capabilities::DropCapabilities::when_root()
             .map(|drop| Box::new(drop) as Box<dyn ChildSetup>);
         #[cfg(not(target_os = "linux"))]
         let before: Option<Box<dyn ChildSetup>> = None;

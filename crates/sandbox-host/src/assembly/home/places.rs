@@ -1,0 +1,169 @@
+//! What a run's home holds beside its own files: the agents' private copies, and the mount
+//! points of what is bound into it (made beneath the home, nothing followed out of it).
+
+use super::*;
+use sandbox_policy::{GrantReason, Policy};
+use std::path::{Path, PathBuf};
+
+/// An agent profile's private copies of files in the home (`~/.gemini/projects.json`) are put
+/// in the private home itself, fresh from the host's each run, not bound over their path: an
+/// agent replaces such a file by renaming a new one over it, or deletes and re-creates it,
+/// which a mount point refuses (`EBUSY`). The host never reads them back. Written through
+/// descriptors (a run may have left a link in the way); each copy then names its place.
+///
+/// A copy holds the host's data (an MCP server's command line and environment), so it lasts
+/// only as long as runs that were given it: the ones an earlier run placed, listed beside the
+/// home (`homes/.<key>.copies`, outside the run's reach), are removed when this run is not
+/// given them (`--agent none`, another agent). A run of the same project still using one at
+/// that moment finds it gone, as a new agent home would be.
+pub(super) fn place_copies(
+    policy: &mut Policy,
+    home: &Path,
+    dir: &Path,
+) -> Result<(), (PathBuf, String)> {
+    let manifest = side_file(dir, "copies");
+    let before: Vec<PathBuf> = std::fs::read_to_string(&manifest)
+        .map(|text| text.lines().map(PathBuf::from).collect())
+        .unwrap_or_default();
+    let mut placed_rel: Vec<PathBuf> = Vec::new();
+    let mut private = None;
+    for copy in &mut policy.fs.copies {
+        let Ok(rel) = copy.path.strip_prefix(home) else {
+            continue;
+        };
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            continue;
+        };
+        let placed = dir.join(rel);
+        let err = |e: std::io::Error| (placed.clone(), format!("placing a private copy: {e}"));
+        let bytes = std::fs::read(&copy.copy).map_err(err)?;
+        if private.is_none() {
+            private = Some(crate::beneath::Dir::open(dir).map_err(err)?);
+        }
+        let Some(root) = &private else {
+            continue;
+        };
+        root.make_dirs(parent)
+            .and_then(|at| at.replace_file(name, &bytes))
+            .map_err(err)?;
+        copy.copy = placed;
+        placed_rel.push(rel.to_path_buf());
+    }
+    let stale: Vec<&PathBuf> = before
+        .iter()
+        .filter(|rel| !placed_rel.contains(rel))
+        .collect();
+    if !stale.is_empty() {
+        let root =
+            crate::beneath::Dir::open(dir).map_err(|e| (dir.to_path_buf(), e.to_string()))?;
+        for rel in stale {
+            let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+                continue;
+            };
+            // Only a file: whatever else the run left there is its own.
+            if let Ok(at) = root.walk(parent) {
+                if matches!(at.kind(name), Ok(Some(crate::beneath::Kind::File { .. }))) {
+                    let _ = at.unlink(name);
+                }
+            }
+        }
+    }
+    if placed_rel != before {
+        let text: String = placed_rel
+            .iter()
+            .map(|rel| format!("{}\n", rel.display()))
+            .collect();
+        let homes = dir.parent().unwrap_or(dir);
+        let written = tempfile::NamedTempFile::new_in(homes)
+            .and_then(|mut f| f.write_all(text.as_bytes()).map(|()| f))
+            .and_then(|f| f.persist(&manifest).map_err(|e| e.error));
+        written.map_err(|e| {
+            (
+                manifest.clone(),
+                format!("recording the private copies: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Everything the view mounts inside the real home's path needs a mount point in the private
+/// home (which is bound from the host, not built on a tmpfs): each made here, as a real
+/// directory or file — a link the run left in its way is removed, so a mount cannot be
+/// redirected elsewhere in the view. A toolchain's link (`~/.nix-profile`) is recreated.
+/// Returns the mount points, relative to the home, parents first (links not among them).
+pub(super) fn prepare_mount_points(policy: &Policy) -> Result<Vec<PathBuf>, (PathBuf, String)> {
+    let mut made: Vec<PathBuf> = Vec::new();
+    let Some(home) = &policy.fs.home else {
+        return Ok(made);
+    };
+    let mut targets: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    for grant in policy.fs.read.iter().chain(policy.fs.write.iter()) {
+        if grant.reason == GrantReason::Home {
+            continue;
+        }
+        targets.push((grant.path.clone(), None));
+    }
+    targets.extend(home.caches.iter().map(|c| (c.path.clone(), None)));
+    targets.extend(policy.fs.devices.iter().map(|d| (d.clone(), None)));
+    for (target, _) in targets {
+        let Ok(rel) = target.strip_prefix(&home.path) else {
+            continue;
+        };
+        if rel.as_os_str().is_empty() {
+            continue;
+        }
+        let source = std::fs::symlink_metadata(&target);
+        let link = match &source {
+            Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&target).ok(),
+            _ => None,
+        };
+        let is_dir = target.is_dir();
+        let mut at = home.dir.clone();
+        let comps: Vec<_> = rel.components().collect();
+        for (i, c) in comps.iter().enumerate() {
+            at.push(c);
+            let last = i + 1 == comps.len();
+            let meta = std::fs::symlink_metadata(&at);
+            if last {
+                if let Some(link) = &link {
+                    if std::fs::read_link(&at).ok().as_ref() != Some(link) {
+                        remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
+                        std::os::unix::fs::symlink(link, &at)
+                            .map_err(|e| (at.clone(), e.to_string()))?;
+                    }
+                    break;
+                }
+            }
+            let want_dir = !last || is_dir;
+            let relative = at.strip_prefix(&home.dir).unwrap_or(&at).to_path_buf();
+            if !made.contains(&relative) {
+                made.push(relative);
+            }
+            let ok = match &meta {
+                Ok(m) => !m.file_type().is_symlink() && m.is_dir() == want_dir,
+                Err(_) => false,
+            };
+            if ok {
+                continue;
+            }
+            if meta.is_ok() {
+                remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            }
+            if want_dir {
+                std::fs::create_dir(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            } else {
+                std::fs::File::create(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            }
+        }
+    }
+    Ok(made)
+}
+
+pub(super) fn remove_any(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(_) => Ok(()),
+    }
+}

@@ -1,0 +1,71 @@
+use super::*;
+
+#[test]
+fn keys_are_stable_readable_and_distinct() {
+    let a = key_of(Path::new("/work/proj"));
+    assert_eq!(a, key_of(Path::new("/work/proj")));
+    assert!(a.starts_with("proj-"), "{a}");
+    assert_ne!(a, key_of(Path::new("/other/proj")));
+    assert!(!key_of(Path::new("/x/.hidden dir")).contains([' ', '/', '.']));
+}
+
+#[test]
+fn a_tree_with_a_credential_file_is_granted_without_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(dir.path()).unwrap();
+    let nvm = home.join(".nvm");
+    let etc = nvm.join("versions/node/v20/etc");
+    std::fs::create_dir_all(&etc).unwrap();
+    std::fs::create_dir_all(nvm.join("versions/node/v20/bin")).unwrap();
+    std::fs::write(etc.join("npmrc"), "//registry.npmjs.org/:_authToken=secret").unwrap();
+    std::fs::write(etc.join("other"), "").unwrap();
+    std::fs::write(nvm.join("nvm.sh"), "").unwrap();
+    let mut masked = Vec::new();
+    let mut grants = tree_grants(&nvm, &home, &mut masked);
+    grants.sort();
+    assert_eq!(
+        grants,
+        vec![
+            nvm.join("nvm.sh"),
+            nvm.join("versions/node/v20/bin"),
+            etc.join("other"),
+        ]
+    );
+    assert_eq!(masked.len(), 1);
+    assert_eq!(masked[0].path, etc.join("npmrc"));
+    // No secret: the tree itself.
+    std::fs::remove_file(etc.join("npmrc")).unwrap();
+    let mut masked = Vec::new();
+    assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
+    assert!(masked.is_empty());
+}
+
+#[test]
+fn a_scan_of_the_home_finds_home_anchored_secrets() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(home.join(".ssh")).unwrap();
+    std::fs::write(home.join(".ssh/id_ed25519"), "key").unwrap();
+    std::fs::create_dir_all(home.join("proj")).unwrap();
+    std::fs::write(home.join("proj/.npmrc"), "token").unwrap();
+    let hits: Vec<(PathBuf, &str)> = scan_secrets(&home, &home, 3)
+        .into_iter()
+        .map(|h| (h.path, h.kind.id))
+        .collect();
+    assert_eq!(
+        hits,
+        vec![
+            (home.join(".ssh"), "ssh"),
+            (home.join("proj/.npmrc"), "npmrc")
+        ]
+    );
+    // Outside the home only the tails count.
+    assert_eq!(scan_secrets(&home.join("proj"), &home, 3).len(), 1);
+}
+
+#[test]
+fn human_sizes() {
+    assert_eq!(human_bytes(512), "512 B");
+    assert_eq!(human_bytes(2048), "2.0 KiB");
+    assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+}
