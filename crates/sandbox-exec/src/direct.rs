@@ -29,13 +29,13 @@ use nix::unistd::Pid;
 use crate::error::ExecError;
 use crate::prelude::{ExecImage, Handoff, Prelude};
 use crate::process_group;
+use crate::report::{reported_error, SetupReport};
 use crate::resolve::resolve_program;
-use crate::spawn::{
-    check_cwd, classify_spawn_error, cloexec_pipe, reported_error, OutputMode, SetupFailure,
-    SetupReport, SetupStep, SpawnOptions, StdinMode, EXEC_FAILED,
-};
+use crate::setup::{SetupFailure, SetupStep, EXEC_FAILED};
+use crate::spawn::{check_cwd, classify_spawn_error, OutputMode, SpawnOptions, StdinMode};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
+use crate::sys::cloexec_pipe;
 
 /// The child's stack. Only the pages the setup touches are ever allocated; the view's setup
 /// keeps a `PATH_MAX` buffer on it, nothing more than a few KiB.

@@ -22,11 +22,14 @@ pub mod policy;
 mod prelude;
 pub mod process_group;
 pub mod pty;
+mod report;
 pub mod resolve;
+mod setup;
 pub mod signals;
 pub mod spawn;
 pub mod spec;
 pub mod status;
+mod sys;
 
 pub use cgroups::JoinCgroups;
 pub use direct::{spawn_direct, DirectChild, SignalPipe};
@@ -34,11 +37,9 @@ pub use error::ExecError;
 pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 pub use policy::{AllowAll, CommandPolicy, WorkspaceGuard};
 pub use pty::{run_interactive, PtyOptions};
+pub use setup::{ChildSetup, SetupFailure, SetupStep};
 pub use signals::SignalRelay;
-pub use spawn::{
-    spawn, ChildSetup, Output, OutputMode, Running, SetupFailure, SetupStep, SpawnOptions,
-    StdinMode,
-};
+pub use spawn::{spawn, Output, OutputMode, Running, SpawnOptions, StdinMode};
 pub use spec::{CommandRequest, CommandSpec};
 
 /// Whether this build and platform can run a command in a pid namespace of its own

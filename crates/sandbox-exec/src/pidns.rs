@@ -53,8 +53,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use nix::errno::Errno;
 
 use crate::prelude::Prelude;
-
-use crate::spawn::{SetupFailure, SetupReport, SetupStep, EXEC_FAILED};
+use crate::report::SetupReport;
+use crate::setup::{SetupFailure, SetupStep, EXEC_FAILED, NO_STATUS};
 
 /// Whether this build can split a pid namespace (the raw system calls init makes are written
 /// for these architectures).
@@ -363,7 +363,7 @@ fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible
         0
     };
     // The proxy's status slot lives on this stack: the proxy never returns from here.
-    let own_status = AtomicI32::new(crate::prelude::NO_STATUS);
+    let own_status = AtomicI32::new(NO_STATUS);
     let status = handoff.map_or(&own_status, |h| &h.status);
     let mut fds = [0 as RawFd; 2];
     // SAFETY: pipe2(2) writes two descriptors into our array.
@@ -538,7 +538,7 @@ fn proxy(init: libc::pid_t, command: libc::pid_t, status: &AtomicI32) -> ! {
         // Init wrote the command's status before exiting; killed before that, the
         // namespace went with it (as by SIGKILL).
         let status = match status.load(Ordering::SeqCst) {
-            crate::prelude::NO_STATUS => {
+            NO_STATUS => {
                 if libc::WIFSIGNALED(init_status) {
                     libc::WTERMSIG(init_status)
                 } else {

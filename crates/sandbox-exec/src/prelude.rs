@@ -32,7 +32,8 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::ExecError;
-use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
+use crate::report::SetupReport;
+use crate::setup::{ChildSetup, SetupFailure, SetupStep, NO_STATUS};
 use crate::spec::CommandSpec;
 
 /// Where the direct path's starter leaves what the caller takes over after a pid namespace
@@ -47,9 +48,6 @@ pub struct Handoff {
     pub init_stack: AtomicUsize,
     pub status: AtomicI32,
 }
-
-/// [`Handoff::status`] before init wrote one.
-pub const NO_STATUS: i32 = i32::MIN;
 
 impl Default for Handoff {
     fn default() -> Self {

@@ -20,13 +20,13 @@ use nix::sys::termios::{self, SetArg, Termios};
 use crate::error::ExecError;
 use crate::prelude::{ExecImage, Prelude};
 use crate::process_group;
+use crate::report::{reported_error, SetupReport};
 use crate::resolve::resolve_program;
-use crate::spawn::{
-    base_command, check_cwd, classify_spawn_error, cloexec_pipe, reported_error, ChildSetup,
-    SetupReport,
-};
+use crate::setup::ChildSetup;
+use crate::spawn::{base_command, check_cwd, classify_spawn_error};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
+use crate::sys::cloexec_pipe;
 
 /// How long output is still relayed after the child exited (descendants may hold the pty).
 const PTY_DRAIN: Duration = Duration::from_millis(200);
