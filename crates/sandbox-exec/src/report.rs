@@ -59,12 +59,9 @@ impl SetupReport {
         bytes[..4].copy_from_slice(&step.to_ne_bytes());
         bytes[4..8].copy_from_slice(&errno.to_ne_bytes());
         bytes[8..].copy_from_slice(&detail.to_ne_bytes());
-        // SAFETY: write(2) of a 12-byte stack buffer to an fd that is open in the child (it
-        // was inherited across fork and is closed by exec only). 12 bytes are below PIPE_BUF,
-        // so the write is atomic.
-        unsafe {
-            libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        }
+        // `fd` is open in the child (it was inherited across fork and is closed by exec only).
+        // 12 bytes are below PIPE_BUF, so the write is atomic.
+        let _ = sys::write(fd, &bytes);
     }
 
     /// Parent side, after spawn returned: closes our write end, reads what the child sent,

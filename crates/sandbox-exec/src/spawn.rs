@@ -154,12 +154,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
         ExecImage::new(spec, &resolved)?,
     );
     prelude.cgroups = options.cgroups.clone();
-    // SAFETY: the closure runs in the forked child before exec; the prelude only makes
-    // async-signal-safe calls (see crate::prelude). `prelude` was built before fork and is
-    // only read here.
-    unsafe {
-        cmd.pre_exec(move || prelude.run_reporting());
-    }
+    prelude.install(&mut cmd);
 
     let mut tokio_cmd = tokio::process::Command::from(cmd);
     tokio_cmd.kill_on_drop(false);
