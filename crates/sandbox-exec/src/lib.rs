@@ -11,6 +11,10 @@
 //!   of every spawn path (session, parent-death signal, the hook, no stray descriptors);
 //! * a command the caller only starts and waits for runs without an async runtime and without
 //!   copying the caller's memory ([`direct`]).
+//!
+//! Inside: the setup's vocabulary (the hook, its steps and failures) is a leaf module every
+//! spawn path shares (`setup`), and every raw system call is made in one module (`sys`), as a
+//! safe wrapper with its `SAFETY` comment.
 
 pub mod cgroups;
 pub mod direct;
