@@ -5,7 +5,7 @@
 
 use std::os::fd::OwnedFd;
 
-use crate::spawn::{SetupFailure, SetupStep};
+use crate::setup::{SetupFailure, SetupStep};
 
 /// The files that move the writer into each group a command's process joins (`tasks` of
 /// each cgroup v1 hierarchy — the child is a single thread then —, or a v2 group's

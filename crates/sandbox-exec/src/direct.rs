@@ -17,7 +17,7 @@
 //! needs pipes uses [`crate::spawn`].
 
 use std::ffi::{CString, OsStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::time::{Duration, Instant};
@@ -29,13 +29,13 @@ use nix::unistd::Pid;
 use crate::error::ExecError;
 use crate::prelude::{ExecImage, Handoff, Prelude};
 use crate::process_group;
+use crate::report::{reported_error, SetupReport};
 use crate::resolve::resolve_program;
-use crate::spawn::{
-    check_cwd, classify_spawn_error, cloexec_pipe, reported_error, OutputMode, SetupFailure,
-    SetupReport, SetupStep, SpawnOptions, StdinMode, EXEC_FAILED,
-};
+use crate::setup::{SetupFailure, SetupStep, EXEC_FAILED};
+use crate::spawn::{check_cwd, classify_spawn_error, OutputMode, SpawnOptions, StdinMode};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
+use crate::sys::{self, cloexec_pipe};
 
 /// The child's stack. Only the pages the setup touches are ever allocated; the view's setup
 /// keeps a `PATH_MAX` buffer on it, nothing more than a few KiB.
@@ -59,17 +59,11 @@ impl SignalPipe {
         let fd = write.as_raw_fd();
         let mut ids = Vec::new();
         for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            let byte = signal as u8;
-            // SAFETY: the action runs in a signal handler; it only calls write(2), which is
-            // async-signal safe, on a non-blocking pipe that lives as long as the registration
-            // (both are dropped together). A full pipe drops the byte: the same signal is
-            // already waiting to be relayed.
-            let id = unsafe {
-                signal_hook_registry::register(signal, move || {
-                    libc::write(fd, std::ptr::addr_of!(byte).cast(), 1);
-                })
-            }
-            .map_err(|e| ExecError::io("installing the signal relay", e))?;
+            // The pipe is non-blocking and lives as long as the registration (both are
+            // dropped together). A full pipe drops the byte: the same signal is already
+            // waiting to be relayed.
+            let id = sys::write_on_signal(signal, fd, signal as u8)
+                .map_err(|e| ExecError::io("installing the signal relay", e))?;
             ids.push(id);
         }
         Ok(SignalPipe {
@@ -139,9 +133,9 @@ impl Namespace {
     fn release(&self) {
         #[cfg(target_os = "linux")]
         if self.stack != 0 {
-            // SAFETY: init ran on this mapping (made by the child in our memory) and is dead
-            // now: nothing uses it.
-            unsafe { libc::munmap(self.stack as *mut libc::c_void, crate::pidns::INIT_STACK) };
+            // SAFETY: init ran on this mapping (made by the child in our memory with
+            // sys::map_stack) and is dead now: nothing uses it.
+            unsafe { sys::unmap_stack(self.stack as *mut libc::c_void, crate::pidns::INIT_STACK) };
         }
         // Elsewhere there is no pid namespace, so nothing is ever handed over.
         #[cfg(not(target_os = "linux"))]
@@ -294,53 +288,10 @@ const EXIT_WATCH: &str = "pidfd_open (Linux 5.3 or later is required)";
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 const EXIT_WATCH: &str = "kqueue (watching the command's exit)";
 
-/// A descriptor that `poll` reports readable once `pid` exited: its pidfd.
-#[cfg(any(target_os = "linux", target_os = "android"))]
+/// A descriptor that `poll` reports readable once `pid` exited: its pidfd (Linux), or a
+/// kqueue watching its exit (macOS).
 fn exit_watch(pid: Pid) -> Result<OwnedFd, Errno> {
-    // SAFETY: pidfd_open(2) takes a pid and flags; on success it returns a new descriptor
-    // that nothing else owns.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `fd` was just returned by the kernel and is owned by no one else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// A descriptor that `poll` reports readable once `pid` exited: a kqueue holding one
-/// `EVFILT_PROC`/`NOTE_EXIT` event for it (macOS and the BSDs have no pidfd).
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn exit_watch(pid: Pid) -> Result<OwnedFd, Errno> {
-    // SAFETY: kqueue(2) takes no arguments and returns a new descriptor owned by no one else.
-    let kq = unsafe { libc::kqueue() };
-    if kq < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: `kq` was just returned by the kernel.
-    let kq = unsafe { OwnedFd::from_raw_fd(kq) };
-    // SAFETY: an all-zero kevent is a valid value of the plain C struct; the fields that
-    // matter are set below.
-    let mut change: libc::kevent = unsafe { std::mem::zeroed() };
-    change.ident = pid.as_raw() as libc::uintptr_t;
-    change.filter = libc::EVFILT_PROC;
-    change.flags = libc::EV_ADD | libc::EV_ONESHOT;
-    change.fflags = libc::NOTE_EXIT;
-    // SAFETY: kevent(2) registers the one change read from our stack; no events are
-    // returned (a null list of length 0) and no timeout is read.
-    let rc = unsafe {
-        libc::kevent(
-            kq.as_raw_fd(),
-            &change,
-            1,
-            std::ptr::null_mut(),
-            0,
-            std::ptr::null(),
-        )
-    };
-    if rc < 0 {
-        return Err(Errno::last());
-    }
-    Ok(kq)
+    sys::exit_watch(pid.as_raw())
 }
 
 /// Starts the child with `fork(2)` (macOS has no `clone`): it gets a copy of our memory, in
@@ -350,22 +301,15 @@ fn exit_watch(pid: Pid) -> Result<OwnedFd, Errno> {
 fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
     // Every signal is blocked across the fork, as on Linux: the child resets the handlers,
     // then unblocks.
-    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut saved = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and fills `saved`.
-    unsafe {
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), saved.as_mut_ptr());
-    }
-    // SAFETY: fork(2); the child only runs `child_main`, which makes async-signal-safe calls
-    // and ends in execve or _exit, never returning into our frames.
-    let pid = unsafe { libc::fork() };
+    let saved = sys::set_thread_signal_mask(libc::SIG_SETMASK, &sys::full_sigset());
+    // SAFETY: the child only runs `child_main`, which makes async-signal-safe calls and ends
+    // in execve or _exit, never returning into our frames.
+    let pid = unsafe { sys::fork() };
     if pid == 0 {
         child_main(std::ptr::from_ref(context).cast_mut().cast());
     }
     let fork_errno = Errno::last();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, saved.as_ptr(), std::ptr::null_mut()) };
+    sys::set_thread_signal_mask(libc::SIG_SETMASK, &saved);
     if pid < 0 {
         return Err(fork_errno);
     }
@@ -376,54 +320,31 @@ fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
 /// `execve` or exited (`CLONE_VFORK` suspends us until then).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn clone_vfork(context: &ChildContext<'_>) -> Result<Pid, Errno> {
-    // SAFETY: an anonymous private mapping of CHILD_STACK bytes, unmapped below once the
-    // child no longer uses it (after exec or exit, when clone returns).
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            CHILD_STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    // A guard page at the low end: an overflow faults instead of writing into our heap.
-    // SAFETY: mprotect(2) of the first page of the mapping made above.
-    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
+    // Unmapped below once the child no longer uses it (after exec or exit, when clone
+    // returns); its guard page keeps an overflow from writing into our heap.
+    let stack = sys::map_stack(CHILD_STACK)?;
 
     // Every signal is blocked across the clone: a handler of ours must never run in the
     // child, which shares our memory. The child resets the handlers, then unblocks.
-    let mut all = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    let mut saved = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
-    // SAFETY: sigfillset initialises `all`; pthread_sigmask reads it and fills `saved`.
-    unsafe {
-        libc::sigfillset(all.as_mut_ptr());
-        libc::pthread_sigmask(libc::SIG_SETMASK, all.as_ptr(), saved.as_mut_ptr());
-    }
-    // SAFETY: the stack grows down from the end of the mapping (16-byte aligned, as mmap
-    // returns page-aligned memory). `context` lives on our stack frame, which stays valid
-    // because CLONE_VFORK suspends this thread until the child has exec'ed or exited. The
-    // child runs `child_main`, which only makes async-signal-safe calls and never returns
-    // into our frames.
+    let saved = sys::set_thread_signal_mask(libc::SIG_SETMASK, &sys::full_sigset());
+    // SAFETY: the child runs on the mapping made above. `context` lives on our stack frame,
+    // which stays valid because CLONE_VFORK suspends this thread until the child has
+    // exec'ed or exited. The child runs `child_main`, which only makes async-signal-safe
+    // calls and never returns into our frames.
     let pid = unsafe {
-        libc::clone(
+        sys::clone(
             child_main,
-            stack.cast::<u8>().add(CHILD_STACK).cast(),
+            stack,
+            CHILD_STACK,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             std::ptr::from_ref(context).cast_mut().cast(),
         )
     };
     let clone_errno = Errno::last();
-    // SAFETY: restores the mask saved above; unmaps the child's stack, which it no longer
-    // uses (it has exec'ed into a new address space or exited).
-    unsafe {
-        libc::pthread_sigmask(libc::SIG_SETMASK, saved.as_ptr(), std::ptr::null_mut());
-        libc::munmap(stack, CHILD_STACK);
-    }
+    sys::set_thread_signal_mask(libc::SIG_SETMASK, &saved);
+    // SAFETY: the child no longer uses its stack (it has exec'ed into a new address space or
+    // exited).
+    unsafe { sys::unmap_stack(stack, CHILD_STACK) };
     if pid < 0 {
         return Err(clone_errno);
     }
@@ -454,24 +375,22 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
         failure.errno as i32,
         failure.detail,
     );
-    // SAFETY: _exit(2) ends the child without running our atexit handlers or destructors,
-    // which belong to the parent whose memory we share.
-    unsafe { libc::_exit(127) }
+    // Without running our atexit handlers or destructors, which belong to the parent whose
+    // memory we share.
+    sys::exit(127)
 }
 
 /// The steps of the child up to `execve`; returns `Ok` only when `execve` failed.
 fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
     reset_signals();
     for (target, wanted) in context.null_targets.iter().enumerate() {
-        // SAFETY: dup2(2) of the /dev/null descriptor opened by the parent.
-        if *wanted && unsafe { libc::dup2(context.null, target as RawFd) } < 0 {
-            return Err(SetupFailure::last(SetupStep::Other));
+        // The /dev/null descriptor opened by the parent.
+        if *wanted {
+            sys::dup2(context.null, target as RawFd).map_err(SetupFailure::at(SetupStep::Other))?;
         }
     }
-    // SAFETY: chdir(2) on a NUL-terminated path built by the parent.
-    if unsafe { libc::chdir(context.cwd.as_ptr()) } != 0 {
-        return Err(SetupFailure::last(SetupStep::WorkingDirectory));
-    }
+    // A path built by the parent.
+    sys::chdir(context.cwd).map_err(SetupFailure::at(SetupStep::WorkingDirectory))?;
     // The session, the parent-death signal, the setup, the descriptors (crate::prelude).
     context.prelude.run()?;
     // The image was built by the parent and stays alive while it is suspended.
@@ -483,35 +402,26 @@ fn child_steps(context: &ChildContext<'_>) -> Result<(), SetupFailure> {
 /// command must not inherit that), then an empty mask — as `std::process::Command` leaves a
 /// child. Ignored signals stay ignored, as exec keeps them.
 fn reset_signals() {
-    // SAFETY: sigaction(2) queries and sets dispositions with structs on our stack;
-    // sigprocmask(2) with an empty set. Numbers the C library reserves for itself are refused
-    // with EINVAL, which is harmless here.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        #[cfg(any(target_os = "linux", target_os = "android"))]
-        let last = libc::SIGRTMAX();
-        #[cfg(not(any(target_os = "linux", target_os = "android")))]
-        // The BSDs' NSIG: signals 1 to 31.
-        let last = 32;
-        for signal in 1..last {
-            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-                continue;
-            }
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
-                continue;
-            }
-            let caught =
-                current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN;
-            if caught || signal == libc::SIGPIPE {
-                libc::sigaction(signal, &default, std::ptr::null_mut());
-            }
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let last = libc::SIGRTMAX();
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    // The BSDs' NSIG: signals 1 to 31.
+    let last = 32;
+    for signal in 1..last {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
         }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        // Numbers the C library reserves for itself are refused with EINVAL, which is
+        // harmless here.
+        let Ok(current) = sys::signal_handler(signal) else {
+            continue;
+        };
+        let caught = current != libc::SIG_DFL && current != libc::SIG_IGN;
+        if caught || signal == libc::SIGPIPE {
+            let _ = sys::reset_signal(signal);
+        }
     }
+    sys::set_signal_mask(libc::SIG_SETMASK, &sys::empty_sigset());
 }
 
 impl DirectChild {
@@ -550,17 +460,15 @@ impl DirectChild {
                     revents: 0,
                 },
             ];
-            // SAFETY: poll(2) on two pollfd structs of ours.
-            let ready = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
-            if ready < 0 {
-                let errno = Errno::last();
-                if errno == Errno::EINTR {
-                    continue;
+            match sys::poll(&mut fds, wait_ms) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(errno) => {
+                    return Err(ExecError::io(
+                        format!("waiting for {}", self.program),
+                        errno.into(),
+                    ))
                 }
-                return Err(ExecError::io(
-                    format!("waiting for {}", self.program),
-                    errno.into(),
-                ));
             }
             for signal in relay.drain() {
                 process_group::signal_group(self.pgid, signal);
@@ -579,28 +487,27 @@ impl DirectChild {
     }
 
     fn reap(&self) -> Result<ExitOutcome, ExecError> {
-        let mut status = 0;
         loop {
-            // SAFETY: waitpid(2) for our own child, writing its status into `status`.
-            let rc = unsafe { libc::waitpid(self.pid.as_raw(), &mut status, 0) };
-            if rc >= 0 {
-                if let Some(ns) = self.namespace.take() {
-                    ns.release();
-                    // Init wrote the command's status before exiting; killed before that,
-                    // the namespace went with it (as by SIGKILL).
-                    status = ns.handoff.status().unwrap_or(libc::SIGKILL);
+            // Our own child.
+            let mut status = match sys::waitpid(self.pid.as_raw(), 0) {
+                Ok((_, status)) => status,
+                Err(Errno::EINTR) => continue,
+                Err(errno) => {
+                    return Err(ExecError::io(
+                        format!("waiting for {}", self.program),
+                        errno.into(),
+                    ))
                 }
-                return Ok(ExitOutcome::from_status(
-                    std::process::ExitStatus::from_raw(status),
-                ));
+            };
+            if let Some(ns) = self.namespace.take() {
+                ns.release();
+                // Init wrote the command's status before exiting; killed before that, the
+                // namespace went with it (as by SIGKILL).
+                status = ns.handoff.status().unwrap_or(libc::SIGKILL);
             }
-            let errno = Errno::last();
-            if errno != Errno::EINTR {
-                return Err(ExecError::io(
-                    format!("waiting for {}", self.program),
-                    errno.into(),
-                ));
-            }
+            return Ok(ExitOutcome::from_status(
+                std::process::ExitStatus::from_raw(status),
+            ));
         }
     }
 

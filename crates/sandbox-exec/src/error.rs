@@ -50,7 +50,7 @@ pub enum ExecError {
         program: String,
         /// The [`crate::ChildSetup`] that ran ("landlock+seccomp").
         setup: String,
-        step: crate::spawn::SetupStep,
+        step: crate::setup::SetupStep,
         errno: i32,
     },
 

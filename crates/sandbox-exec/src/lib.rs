@@ -11,6 +11,10 @@
 //!   of every spawn path (session, parent-death signal, the hook, no stray descriptors);
 //! * a command the caller only starts and waits for runs without an async runtime and without
 //!   copying the caller's memory ([`direct`]).
+//!
+//! Inside: the setup's vocabulary (the hook, its steps and failures) is a leaf module every
+//! spawn path shares (`setup`), and every raw system call is made in one module (`sys`), as a
+//! safe wrapper with its `SAFETY` comment.
 
 pub mod cgroups;
 pub mod direct;
@@ -22,11 +26,14 @@ pub mod policy;
 mod prelude;
 pub mod process_group;
 pub mod pty;
+mod report;
 pub mod resolve;
+mod setup;
 pub mod signals;
 pub mod spawn;
 pub mod spec;
 pub mod status;
+mod sys;
 
 pub use cgroups::JoinCgroups;
 pub use direct::{spawn_direct, DirectChild, SignalPipe};
@@ -34,11 +41,9 @@ pub use error::ExecError;
 pub use output::{OutputChunk, OutputLimits, OutputObserver, OutputReceiver, StreamKind};
 pub use policy::{AllowAll, CommandPolicy, WorkspaceGuard};
 pub use pty::{run_interactive, PtyOptions};
+pub use setup::{ChildSetup, SetupFailure, SetupStep};
 pub use signals::SignalRelay;
-pub use spawn::{
-    spawn, ChildSetup, Output, OutputMode, Running, SetupFailure, SetupStep, SpawnOptions,
-    StdinMode,
-};
+pub use spawn::{spawn, Output, OutputMode, Running, SpawnOptions, StdinMode};
 pub use spec::{CommandRequest, CommandSpec};
 
 /// Whether this build and platform can run a command in a pid namespace of its own

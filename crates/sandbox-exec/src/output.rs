@@ -98,8 +98,8 @@ pub(crate) fn enlarge_pipe(fd: &OwnedFd, bytes: usize) {
     #[cfg(target_os = "linux")]
     {
         use std::os::fd::AsRawFd;
-        // SAFETY: F_SETPIPE_SZ on an fd we own; failure leaves the pipe as it was.
-        let _ = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, bytes as libc::c_int) };
+        // Failure leaves the pipe as it was.
+        let _ = crate::sys::set_pipe_size(fd.as_raw_fd(), bytes as libc::c_int);
     }
     #[cfg(not(target_os = "linux"))]
     let _ = (fd, bytes);

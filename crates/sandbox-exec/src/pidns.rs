@@ -47,78 +47,24 @@
 //!   (`CLONE_PARENT`), what the caller needs is left in a [`Handoff`], and the starter
 //!   exits. The caller signals the command's group, waits for init and reads the status.
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use nix::errno::Errno;
 
 use crate::prelude::Prelude;
+use crate::report::SetupReport;
+use crate::setup::{SetupFailure, SetupStep, EXEC_FAILED, NO_STATUS};
+use crate::sys::{self, raw};
 
-use crate::spawn::{SetupFailure, SetupReport, SetupStep, EXEC_FAILED};
-
-/// Whether this build can split a pid namespace (the raw system calls init makes are written
-/// for these architectures).
+/// Whether this build can split a pid namespace (the raw system calls init makes,
+/// [`crate::sys::raw`], are written for these architectures).
 pub const SUPPORTED: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
 
 /// Init's stack: it makes a handful of system calls, nothing more.
 pub const INIT_STACK: usize = 64 << 10;
 /// The command's stack until exec: the setup's last steps (Landlock rules, seccomp).
 const COMMAND_STACK: usize = 512 << 10;
-
-/// The raw system calls init makes: no C library wrapper, so no `errno` is written (init
-/// shares the starter's thread pointer and memory).
-mod raw {
-    /// # Safety
-    /// The arguments must be valid for system call `n` (pointers into live memory).
-    #[cfg(target_arch = "x86_64")]
-    pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
-        let ret: isize;
-        // SAFETY: the syscall instruction with the Linux x86_64 convention (rcx and r11 are
-        // clobbered by the kernel); what the call does with its arguments is the caller's
-        // contract (this function is unsafe).
-        unsafe {
-            core::arch::asm!(
-                "syscall",
-                inlateout("rax") n as isize => ret,
-                in("rdi") a,
-                in("rsi") b,
-                in("rdx") c,
-                in("r10") d,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack)
-            );
-        }
-        ret
-    }
-
-    /// # Safety
-    /// The arguments must be valid for system call `n` (pointers into live memory).
-    #[cfg(target_arch = "aarch64")]
-    pub unsafe fn syscall(n: libc::c_long, a: usize, b: usize, c: usize, d: usize) -> isize {
-        let ret: isize;
-        // SAFETY: svc 0 with the Linux aarch64 convention; what the call does with its
-        // arguments is the caller's contract (this function is unsafe).
-        unsafe {
-            core::arch::asm!(
-                "svc 0",
-                in("x8") n,
-                inlateout("x0") a as isize => ret,
-                in("x1") b,
-                in("x2") c,
-                in("x3") d,
-                options(nostack)
-            );
-        }
-        ret
-    }
-
-    /// Elsewhere the split is refused before init exists ([`super::SUPPORTED`]).
-    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    pub unsafe fn syscall(_n: libc::c_long, _a: usize, _b: usize, _c: usize, _d: usize) -> isize {
-        -(libc::ENOSYS as isize)
-    }
-}
 
 struct InitArgs<'a> {
     /// The write end of the starter's pipe: one byte once the command has started.
@@ -143,19 +89,9 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // point into the caller's memory, which the caller keeps until it reaped init.
     let args = unsafe { &*arg.cast::<InitArgs<'_>>() };
     let (ack, status) = (args.ack as usize, args.status);
-    // SAFETY: raw system calls on integers and stack buffers; none touches memory the
-    // starter or the caller uses.
-    unsafe {
-        raw::syscall(
-            libc::SYS_prctl,
-            libc::PR_SET_PDEATHSIG as usize,
-            libc::SIGKILL as usize,
-            0,
-            0,
-        );
-    }
-    let Ok(stack) = map_stack(COMMAND_STACK) else {
-        exit_group(1)
+    raw::set_parent_death_signal(libc::SIGKILL);
+    let Ok(stack) = sys::map_stack(COMMAND_STACK) else {
+        raw::exit_group(1)
     };
     let command_args = CommandArgs {
         prelude: args.prelude,
@@ -165,69 +101,47 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // suspended (CLONE_VFORK) until it has exec'ed or exited.
     // SAFETY: the command runs `command_main` on its own stack, sharing our memory; it reads
     // `command_args` (on our stack, and we are suspended) and what it points to, which
-    // outlives it (see above). libc::clone touches errno only on failure.
+    // outlives it (see above). libc::clone touches errno only on failure, and its -1 is
+    // read here without errno.
     let command = unsafe {
-        libc::clone(
+        sys::clone(
             command_main,
-            stack.cast::<u8>().add(COMMAND_STACK).cast(),
+            stack,
+            COMMAND_STACK,
             libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
             std::ptr::addr_of!(command_args).cast_mut().cast(),
         )
     };
-    // SAFETY: raw system calls as above; the command no longer runs on `stack`.
-    unsafe {
-        raw::syscall(libc::SYS_munmap, stack as usize, COMMAND_STACK, 0, 0);
-        if command <= 0 {
-            exit_group(1);
-        }
-        if ack > 0 {
-            raw::syscall(libc::SYS_close_range, 0, ack - 1, 0, 0);
-        }
-        if raw::syscall(libc::SYS_close_range, ack + 1, u32::MAX as usize, 0, 0) < 0 {
-            // Before Linux 5.9: one by one, up to a bound no descriptor table reaches here.
-            for fd in (0..4096).filter(|fd| *fd != ack) {
-                raw::syscall(libc::SYS_close, fd, 0, 0, 0);
-            }
-        }
-        let byte = 1u8;
-        // The pipe's other end is the starter's: if it died before our prctl, this fails
-        // (EPIPE; SIGPIPE does not reach an init) and we leave, ending the namespace.
-        if raw::syscall(
-            libc::SYS_write,
-            ack,
-            std::ptr::addr_of!(byte) as usize,
-            1,
-            0,
-        ) != 1
-        {
-            exit_group(1);
-        }
-        raw::syscall(libc::SYS_close, ack, 0, 0, 0);
-        loop {
-            let mut wait_status: libc::c_int = 0;
-            let pid = raw::syscall(
-                libc::SYS_wait4,
-                -1isize as usize,
-                std::ptr::addr_of_mut!(wait_status) as usize,
-                libc::__WALL as usize,
-                0,
-            );
-            if pid == command as isize {
-                status.store(wait_status, Ordering::SeqCst);
-                exit_group(0);
-            }
-            if pid < 0 && pid != -(libc::EINTR as isize) {
-                exit_group(1);
-            }
+    // SAFETY: the mapping made above; the command no longer runs on it.
+    unsafe { raw::munmap(stack, COMMAND_STACK) };
+    if command <= 0 {
+        raw::exit_group(1);
+    }
+    if ack > 0 {
+        raw::close_range(0, ack - 1);
+    }
+    if raw::close_range(ack + 1, u32::MAX as usize) < 0 {
+        // Before Linux 5.9: one by one, up to a bound no descriptor table reaches here.
+        for fd in (0..4096).filter(|fd| *fd != ack) {
+            raw::close(fd);
         }
     }
-}
-
-/// exit_group(2), raw.
-fn exit_group(code: usize) -> ! {
+    // The pipe's other end is the starter's: if it died before our prctl, this fails
+    // (EPIPE; SIGPIPE does not reach an init) and we leave, ending the namespace.
+    if raw::write_byte(ack, 1) != 1 {
+        raw::exit_group(1);
+    }
+    raw::close(ack);
     loop {
-        // SAFETY: exit_group(2) does not return.
-        unsafe { raw::syscall(libc::SYS_exit_group, code, 0, 0, 0) };
+        let mut wait_status: libc::c_int = 0;
+        let pid = raw::wait_any(&mut wait_status);
+        if pid == command as isize {
+            status.store(wait_status, Ordering::SeqCst);
+            raw::exit_group(0);
+        }
+        if pid < 0 && pid != -(libc::EINTR as isize) {
+            raw::exit_group(1);
+        }
     }
 }
 
@@ -242,10 +156,7 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
         // A session and group of its own inside the namespace: its shell's job control
         // sees its own group (the starter's is not visible here), and `kill 0` reaches
         // nothing outside.
-        // SAFETY: setsid(2) takes no arguments.
-        if unsafe { libc::setsid() } < 0 {
-            return Err(SetupFailure::last(SetupStep::NewSession));
-        }
+        sys::setsid().map_err(SetupFailure::at(SetupStep::NewSession))?;
         if prelude.controlling_terminal {
             crate::prelude::controlling_terminal()?;
         }
@@ -268,47 +179,33 @@ extern "C" fn command_main(arg: *mut libc::c_void) -> libc::c_int {
             SetupReport::fail(prelude.report_fd, failure);
         }
     }
-    // SAFETY: _exit(2) ends this process without running destructors of memory it shares.
-    unsafe { libc::_exit(127) }
+    // Without running destructors of memory it shares.
+    sys::exit(127)
 }
 
 /// Every caught signal back to its default action (a handler the starter inherited from its
 /// caller must never run here, in memory shared with init), then `mask`. Async-signal safe.
 fn unblock_signals(mask: &libc::sigset_t) {
-    // SAFETY: sigaction(2) queries and sets dispositions with structs on our stack;
-    // sigprocmask(2) reads `mask`. Numbers the C library reserves for itself are refused
-    // with EINVAL, which is harmless here. Ignored signals stay ignored, as exec keeps them.
-    unsafe {
-        let mut default: libc::sigaction = std::mem::zeroed();
-        default.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..libc::SIGRTMAX() {
-            if signal == libc::SIGKILL || signal == libc::SIGSTOP {
-                continue;
-            }
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(signal, std::ptr::null(), &mut current) != 0 {
-                continue;
-            }
-            if current.sa_sigaction != libc::SIG_DFL && current.sa_sigaction != libc::SIG_IGN {
-                libc::sigaction(signal, &default, std::ptr::null_mut());
-            }
+    // Ignored signals stay ignored, as exec keeps them.
+    for signal in 1..libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
         }
-        libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+        // Numbers the C library reserves for itself are refused with EINVAL, which is
+        // harmless here.
+        let Ok(current) = sys::signal_handler(signal) else {
+            continue;
+        };
+        if current != libc::SIG_DFL && current != libc::SIG_IGN {
+            let _ = sys::reset_signal(signal);
+        }
     }
+    sys::set_signal_mask(libc::SIG_SETMASK, mask);
 }
 
 /// Blocks every signal in the calling process; returns the mask it had.
 fn block_every_signal() -> libc::sigset_t {
-    // SAFETY: sigfillset/sigemptyset initialise stack values; sigprocmask(2) reads one and
-    // writes the other.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::sigemptyset(&mut old);
-        libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old);
-        old
-    }
+    sys::set_signal_mask(libc::SIG_SETMASK, &sys::full_sigset())
 }
 
 fn fail(errno: Errno) -> SetupFailure {
@@ -317,27 +214,6 @@ fn fail(errno: Errno) -> SetupFailure {
         errno,
         detail: 0,
     }
-}
-
-fn map_stack(size: usize) -> Result<*mut libc::c_void, SetupFailure> {
-    // SAFETY: an anonymous private mapping; its only user is the process started on it.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            size,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(fail(Errno::last()));
-    }
-    // A guard page: an overflow faults instead of writing below the stack.
-    // SAFETY: mprotect(2) of the first page of the mapping made above.
-    unsafe { libc::mprotect(stack, 4096, libc::PROT_NONE) };
-    Ok(stack)
 }
 
 /// The starter's side: init (which starts the command), then proxy or handoff. Returns only
@@ -363,66 +239,56 @@ fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible
         0
     };
     // The proxy's status slot lives on this stack: the proxy never returns from here.
-    let own_status = AtomicI32::new(crate::prelude::NO_STATUS);
+    let own_status = AtomicI32::new(NO_STATUS);
     let status = handoff.map_or(&own_status, |h| &h.status);
-    let mut fds = [0 as RawFd; 2];
-    // SAFETY: pipe2(2) writes two descriptors into our array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(fail(Errno::last()));
-    }
-    let (ack_read, ack_write) = (fds[0], fds[1]);
-    let init_stack = map_stack(INIT_STACK)?;
+    let (ack_read, ack_write) = sys::cloexec_pipe(false).map_err(fail)?;
+    let init_stack = sys::map_stack(INIT_STACK).map_err(fail)?;
     let args = InitArgs {
-        ack: ack_write,
+        ack: ack_write.as_raw_fd(),
         prelude,
         status,
         mask,
     };
-    // SAFETY: init runs `init_main` on its own stack (top of the mapping, page-aligned), in
-    // our memory; `args` stays valid as long as init reads it (see init_main).
+    // SAFETY: init runs `init_main` on its own stack (the mapping made above), in our memory;
+    // `args` stays valid as long as init reads it (see init_main).
     let init = unsafe {
-        libc::clone(
+        sys::clone(
             init_main,
-            init_stack.cast::<u8>().add(INIT_STACK).cast(),
+            init_stack,
+            INIT_STACK,
             libc::CLONE_VM | parent_flag | libc::SIGCHLD,
             std::ptr::addr_of!(args).cast_mut().cast(),
         )
     };
     let clone_errno = Errno::last();
-    // SAFETY: closes our copy of the write end.
-    unsafe { libc::close(ack_write) };
+    // Our copy of the write end.
+    drop(ack_write);
     if init < 0 {
-        // SAFETY: no process uses the mapping or the read end.
-        unsafe {
-            libc::munmap(init_stack, INIT_STACK);
-            libc::close(ack_read);
-        }
+        // SAFETY: no process uses the mapping.
+        unsafe { sys::unmap_stack(init_stack, INIT_STACK) };
+        drop(ack_read);
         return Err(fail(clone_errno));
     }
-    let mut byte = 0u8;
+    let mut byte = [0u8];
     let n = loop {
-        // SAFETY: read(2) of one byte into our stack.
-        let n = unsafe { libc::read(ack_read, std::ptr::addr_of_mut!(byte).cast(), 1) };
-        if n >= 0 || Errno::last() != Errno::EINTR {
-            break n;
+        match sys::read(ack_read.as_raw_fd(), &mut byte) {
+            Err(Errno::EINTR) => continue,
+            n => break n,
         }
     };
-    // SAFETY: close(2) of our read end.
-    unsafe { libc::close(ack_read) };
+    drop(ack_read);
+    let acked = n == Ok(1);
     // Init's parent-death signal is set now; if the supervisor died before that (on the
     // handoff path it is init's parent), we were re-parented and nothing would kill init.
-    // SAFETY: getppid(2) takes no arguments.
-    let orphaned = handoff.is_some() && unsafe { libc::getppid() } != prelude.parent_pid;
-    if n != 1 || orphaned {
-        // SAFETY: kill(2) of the process we just started.
-        unsafe { libc::kill(init, libc::SIGKILL) };
-        if n != 1 && handoff.is_none() {
+    let orphaned = handoff.is_some() && sys::getppid() != prelude.parent_pid;
+    if !acked || orphaned {
+        // The process we just started.
+        let _ = sys::kill(init, libc::SIGKILL);
+        if !acked && handoff.is_none() {
             // The command could not be started (its failure is reported already).
-            let mut ignored = 0;
-            // SAFETY: waitpid(2) of our child.
-            unsafe { libc::waitpid(init, &mut ignored, 0) };
+            let _ = sys::waitpid(init, 0);
         }
-        return Err(fail(if n != 1 { Errno::ECHILD } else { Errno::ESRCH }));
+        return Err(fail(if !acked { Errno::ECHILD } else { Errno::ESRCH }));
     }
     let command = command_pid(host_proc, init);
     close_every_descriptor();
@@ -431,8 +297,8 @@ fn start(prelude: &Prelude, host_proc: RawFd) -> Result<std::convert::Infallible
             slot.init_stack.store(init_stack as usize, Ordering::SeqCst);
             slot.command.store(command, Ordering::SeqCst);
             slot.init.store(init, Ordering::SeqCst);
-            // SAFETY: _exit(2): the caller resumes and takes over init.
-            unsafe { libc::_exit(0) }
+            // The caller resumes and takes over init.
+            sys::exit(0)
         }
         None => proxy(init, command, status),
     }
@@ -469,26 +335,19 @@ fn command_pid(host_proc: RawFd, init: libc::pid_t) -> libc::pid_t {
     push(b"/task/");
     push(&digits[start..]);
     push(b"/children");
-    // SAFETY: openat(2) of a NUL-terminated path in our buffer, relative to the host proc.
-    let fd = unsafe {
-        libc::openat(
-            host_proc,
-            path.as_ptr().cast(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        )
-    };
-    if fd < 0 {
+    // NUL-terminated: `push` leaves the buffer's last byte 0.
+    let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&path) else {
         return 0;
-    }
-    let mut text = [0u8; 32];
-    // SAFETY: read(2) into our buffer, close(2) of the fd opened above.
-    let n = unsafe {
-        let n = libc::read(fd, text.as_mut_ptr().cast(), text.len());
-        libc::close(fd);
-        n
     };
+    // Relative to the host's /proc.
+    let Ok(fd) = sys::openat(host_proc, path, libc::O_RDONLY | libc::O_CLOEXEC) else {
+        return 0;
+    };
+    let mut text = [0u8; 32];
+    let n = sys::read(fd, &mut text).unwrap_or(0);
+    let _ = sys::close(fd);
     let mut pid: libc::pid_t = 0;
-    for &b in text.iter().take(n.max(0) as usize) {
+    for &b in text.iter().take(n) {
         if !b.is_ascii_digit() {
             break;
         }
@@ -500,11 +359,10 @@ fn command_pid(host_proc: RawFd, init: libc::pid_t) -> libc::pid_t {
 /// Closes every descriptor of this process: the proxy holds none, so a pipe or terminal the
 /// command holds ends when the command's holders do.
 fn close_every_descriptor() {
-    // SAFETY: close_range(2) with integer arguments.
-    if unsafe { libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32) } != 0 {
+    if sys::close_range(0, u32::MAX, 0).is_err() {
         for fd in 0..4096 {
-            // SAFETY: close(2) of a descriptor number; EBADF for a free one.
-            unsafe { libc::close(fd) };
+            // EBADF for a free one.
+            let _ = sys::close(fd);
         }
     }
 }
@@ -514,63 +372,45 @@ fn close_every_descriptor() {
 /// signal has been blocked since before the caller could know our pid ([`start`]), so one
 /// sent the moment the spawn returned is pending here, and forwarded.
 fn proxy(init: libc::pid_t, command: libc::pid_t, status: &AtomicI32) -> ! {
-    // SAFETY: signal-set and wait calls on stack values; kill(2) of the command's group.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        let init_status = loop {
-            let mut init_status = 0;
-            let rc = libc::waitpid(init, &mut init_status, libc::WNOHANG);
-            if rc == init {
-                break init_status;
-            }
-            if rc < 0 && Errno::last() != Errno::EINTR {
-                break libc::SIGKILL;
-            }
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            let signal = libc::sigwaitinfo(&all, &mut info);
-            // The command leads a group of its own: what reaches us (the supervisor's
-            // group signals, a user's kill) is passed on to that group, once.
+    let all = sys::full_sigset();
+    let init_status = loop {
+        match sys::waitpid(init, libc::WNOHANG) {
+            Ok((pid, init_status)) if pid == init => break init_status,
+            Err(errno) if errno != Errno::EINTR => break libc::SIGKILL,
+            _ => {}
+        }
+        // The command leads a group of its own: what reaches us (the supervisor's group
+        // signals, a user's kill) is passed on to that group, once.
+        if let Ok(signal) = sys::wait_signal(&all) {
             if signal > 0 && signal != libc::SIGCHLD && command > 0 {
-                libc::kill(-command, signal);
+                let _ = sys::kill(-command, signal);
             }
-        };
-        // Init wrote the command's status before exiting; killed before that, the
-        // namespace went with it (as by SIGKILL).
-        let status = match status.load(Ordering::SeqCst) {
-            crate::prelude::NO_STATUS => {
-                if libc::WIFSIGNALED(init_status) {
-                    libc::WTERMSIG(init_status)
-                } else {
-                    libc::SIGKILL
-                }
+        }
+    };
+    // Init wrote the command's status before exiting; killed before that, the namespace
+    // went with it (as by SIGKILL).
+    let status = match status.load(Ordering::SeqCst) {
+        NO_STATUS => {
+            if libc::WIFSIGNALED(init_status) {
+                libc::WTERMSIG(init_status)
+            } else {
+                libc::SIGKILL
             }
-            status => status,
-        };
-        exit_as(status)
-    }
+        }
+        status => status,
+    };
+    exit_as(status)
 }
 
 /// Ends this process as a process with wait status `status` ended.
 fn exit_as(status: libc::c_int) -> ! {
-    // SAFETY: rlimit, signal disposition and mask calls on stack values, then kill(2) of
-    // ourselves and _exit(2).
-    unsafe {
-        if libc::WIFSIGNALED(status) {
-            let signal = libc::WTERMSIG(status);
-            let none = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &none);
-            libc::signal(signal, libc::SIG_DFL);
-            let mut one: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut one);
-            libc::sigaddset(&mut one, signal);
-            libc::kill(libc::getpid(), signal);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &one, std::ptr::null_mut());
-            libc::_exit(128 + signal)
-        }
-        libc::_exit(libc::WEXITSTATUS(status))
+    if libc::WIFSIGNALED(status) {
+        let signal = libc::WTERMSIG(status);
+        let _ = sys::disable_core_dumps();
+        let _ = sys::reset_signal(signal);
+        let _ = sys::kill(sys::getpid(), signal);
+        sys::set_signal_mask(libc::SIG_UNBLOCK, &sys::sigset_of(signal));
+        sys::exit(128 + signal)
     }
+    sys::exit(libc::WEXITSTATUS(status))
 }

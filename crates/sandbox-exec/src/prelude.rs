@@ -32,8 +32,10 @@ use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::error::ExecError;
-use crate::spawn::{ChildSetup, SetupFailure, SetupReport, SetupStep};
+use crate::report::SetupReport;
+use crate::setup::{ChildSetup, SetupFailure, SetupStep, NO_STATUS};
 use crate::spec::CommandSpec;
+use crate::sys;
 
 /// Where the direct path's starter leaves what the caller takes over after a pid namespace
 /// split ([`crate::pidns`]): init's pid (the caller's child now), the command's host pid (it
@@ -47,9 +49,6 @@ pub struct Handoff {
     pub init_stack: AtomicUsize,
     pub status: AtomicI32,
 }
-
-/// [`Handoff::status`] before init wrote one.
-pub const NO_STATUS: i32 = i32::MIN;
 
 impl Default for Handoff {
     fn default() -> Self {
@@ -80,16 +79,9 @@ impl Handoff {
 /// strings, built in the parent (the child may not allocate).
 pub(crate) struct ExecImage {
     path: CString,
-    _strings: Vec<CString>,
-    argv: Vec<*const libc::c_char>,
-    envp: Vec<*const libc::c_char>,
+    argv: sys::CStrArray,
+    envp: sys::CStrArray,
 }
-
-// SAFETY: the pointers point into the CStrings the value owns (their heap buffers never move
-// or change); sharing them is sharing immutable bytes.
-unsafe impl Send for ExecImage {}
-// SAFETY: as above: nothing is ever written through them.
-unsafe impl Sync for ExecImage {}
 
 fn cstring(bytes: &OsStr, what: &str) -> Result<CString, ExecError> {
     CString::new(bytes.as_bytes())
@@ -117,31 +109,16 @@ impl ExecImage {
                 })
             })
             .collect::<Result<_, _>>()?;
-        let pointers = |strings: &[CString]| -> Vec<*const libc::c_char> {
-            strings
-                .iter()
-                .map(|s| s.as_ptr())
-                .chain(std::iter::once(std::ptr::null()))
-                .collect()
-        };
-        let argv_ptrs = pointers(&argv);
-        let envp_ptrs = pointers(&envp);
-        let mut strings = argv;
-        strings.extend(envp);
         Ok(ExecImage {
             path,
-            _strings: strings,
-            argv: argv_ptrs,
-            envp: envp_ptrs,
+            argv: sys::CStrArray::new(argv),
+            envp: sys::CStrArray::new(envp),
         })
     }
 
     /// execve(2); returns only when it failed, with its errno. Async-signal safe.
     pub(crate) fn execve(&self) -> nix::errno::Errno {
-        // SAFETY: a NUL-terminated path and NULL-terminated arrays of NUL-terminated strings,
-        // all owned by `self`.
-        unsafe { libc::execve(self.path.as_ptr(), self.argv.as_ptr(), self.envp.as_ptr()) };
-        nix::errno::Errno::last()
+        sys::execve(&self.path, &self.argv, &self.envp)
     }
 }
 
@@ -191,10 +168,7 @@ impl Prelude {
         if let Some(cgroups) = &self.cgroups {
             cgroups.join()?;
         }
-        // SAFETY: setsid(2) takes no arguments.
-        if unsafe { libc::setsid() } < 0 {
-            return Err(SetupFailure::last(SetupStep::NewSession));
-        }
+        sys::setsid().map_err(SetupFailure::at(SetupStep::NewSession))?;
         if self.die_with_parent {
             parent_death_signal(self.parent_pid)?;
         }
@@ -219,31 +193,37 @@ impl Prelude {
     }
 
     /// Child side, for `pre_exec`: [`Self::run`], sending a failure to the parent.
-    pub(crate) fn run_reporting(&self) -> std::io::Result<()> {
+    fn run_reporting(&self) -> std::io::Result<()> {
         self.run()
             .map_err(|failure| SetupReport::fail(self.report_fd, failure))
+    }
+
+    /// Makes `cmd` (a fork-based path: [`crate::spawn`], [`crate::pty`]) run this prelude in
+    /// its child between fork and exec.
+    pub(crate) fn install(self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the forked child before exec; the prelude only makes
+        // async-signal-safe calls (see the module doc). `self` was built before fork and is
+        // only read there.
+        unsafe {
+            cmd.pre_exec(move || self.run_reporting());
+        }
     }
 }
 
 /// Makes stdin (the pty slave) the controlling terminal of this session leader.
 pub(crate) fn controlling_terminal() -> Result<(), SetupFailure> {
-    // SAFETY: ioctl(TIOCSCTTY) on fd 0 with an integer argument; fd 0 is the pty slave, and
-    // setsid made us a session leader without a terminal.
-    if unsafe { libc::ioctl(0, libc::TIOCSCTTY as _, 0) } < 0 {
-        return Err(SetupFailure::last(SetupStep::ControllingTerminal));
-    }
-    Ok(())
+    // fd 0 is the pty slave, and setsid made us a session leader without a terminal.
+    sys::set_controlling_terminal(0).map_err(SetupFailure::at(SetupStep::ControllingTerminal))
 }
 
 /// `/proc`, as a directory descriptor (-1 when it cannot be opened). Async-signal safe.
 fn open_host_proc() -> RawFd {
-    // SAFETY: open(2) of a NUL-terminated constant.
-    unsafe {
-        libc::open(
-            c"/proc".as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
-    }
+    sys::open(
+        c"/proc",
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+    )
+    .unwrap_or(-1)
 }
 
 /// Starts the pid namespace's init and the command; returns only a failure (crate::pidns).
@@ -264,22 +244,11 @@ fn split(_prelude: &Prelude, _host_proc: RawFd) -> SetupFailure {
 
 #[cfg(any(target_os = "linux", target_os = "android"))]
 fn parent_death_signal(parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    } < 0
-    {
-        return Err(SetupFailure::last(SetupStep::ParentDeathSignal));
-    }
-    // SAFETY: getppid(2) takes no arguments. The parent may have died before prctl; then we
-    // were re-parented and the signal will never come.
-    if unsafe { libc::getppid() } != parent_pid {
+    sys::set_parent_death_signal(libc::SIGKILL)
+        .map_err(SetupFailure::at(SetupStep::ParentDeathSignal))?;
+    // The parent may have died before prctl; then we were re-parented and the signal will
+    // never come.
+    if sys::getppid() != parent_pid {
         return Err(SetupFailure {
             step: SetupStep::ParentDeathSignal,
             errno: nix::errno::Errno::ESRCH,
@@ -300,9 +269,8 @@ fn parent_death_signal(_parent_pid: libc::pid_t) -> Result<(), SetupFailure> {
 pub(crate) fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
     mark_cloexec_from(3)?;
     for &fd in passed {
-        // SAFETY: fcntl(F_SETFD) with an integer flag on a descriptor number.
-        if fd > 2 && unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } < 0 {
-            return Err(SetupFailure::last(SetupStep::CloseDescriptors));
+        if fd > 2 {
+            sys::set_fd_flags(fd, 0).map_err(SetupFailure::at(SetupStep::CloseDescriptors))?;
         }
     }
     Ok(())
@@ -312,23 +280,16 @@ pub(crate) fn close_unpassed(passed: &[RawFd]) -> Result<(), SetupFailure> {
 fn mark_cloexec_from(first: RawFd) -> Result<(), SetupFailure> {
     // CLOSE_RANGE_CLOEXEC (Linux 5.11): one call, whatever the descriptor limit.
     const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-    // SAFETY: close_range(2) with integer arguments; it only sets descriptor flags.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            CLOSE_RANGE_CLOEXEC,
-        )
-    };
-    if rc == 0 {
-        return Ok(());
-    }
     use nix::errno::Errno;
-    match Errno::last() {
+    match sys::close_range(
+        first as libc::c_uint,
+        libc::c_uint::MAX,
+        CLOSE_RANGE_CLOEXEC,
+    ) {
+        Ok(()) => Ok(()),
         // An older kernel (no close_range, or no CLOEXEC flag), or a filter refusing it.
-        Errno::ENOSYS | Errno::EINVAL | Errno::EPERM => mark_cloexec_each(first),
-        errno => Err(SetupFailure {
+        Err(Errno::ENOSYS | Errno::EINVAL | Errno::EPERM) => mark_cloexec_each(first),
+        Err(errno) => Err(SetupFailure {
             step: SetupStep::CloseDescriptors,
             errno,
             detail: 0,
@@ -343,24 +304,16 @@ fn mark_cloexec_from(first: RawFd) -> Result<(), SetupFailure> {
 
 /// The fallback: every descriptor number below the hard open-files limit, one by one.
 fn mark_cloexec_each(first: RawFd) -> Result<(), SetupFailure> {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit(2) writes into the struct on our stack.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return Err(SetupFailure::last(SetupStep::CloseDescriptors));
-    }
+    let limit = sys::open_files_limit().map_err(SetupFailure::at(SetupStep::CloseDescriptors))?;
     // The hard limit bounds every descriptor the process could have opened (a lower soft
     // limit set later does not close those above it). Capped: an "unlimited" limit would be
     // a loop of billions of calls; no descriptor table gets that large in practice.
     let end = limit.rlim_max.min(1 << 20) as RawFd;
     for fd in first..end {
-        // SAFETY: fcntl(F_GETFD/F_SETFD) on a descriptor number; EBADF for a free one.
-        unsafe {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
-                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        // EBADF for a free one.
+        if let Ok(flags) = sys::fd_flags(fd) {
+            if flags & libc::FD_CLOEXEC == 0 {
+                let _ = sys::set_fd_flags(fd, flags | libc::FD_CLOEXEC);
             }
         }
     }

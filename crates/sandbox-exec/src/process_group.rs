@@ -101,12 +101,7 @@ pub async fn terminate_group(pgid: Pid, grace: Duration) {
 pub fn become_subreaper() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer argument and touches no
-        // memory of ours.
-        let rc = unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+        crate::sys::set_child_subreaper()?;
     }
     Ok(())
 }

@@ -7,7 +7,6 @@
 //! like reach the child's line discipline) and restored afterwards, also on error.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,13 +19,13 @@ use nix::sys::termios::{self, SetArg, Termios};
 use crate::error::ExecError;
 use crate::prelude::{ExecImage, Prelude};
 use crate::process_group;
+use crate::report::{reported_error, SetupReport};
 use crate::resolve::resolve_program;
-use crate::spawn::{
-    base_command, check_cwd, classify_spawn_error, cloexec_pipe, reported_error, ChildSetup,
-    SetupReport,
-};
+use crate::setup::ChildSetup;
+use crate::spawn::{base_command, check_cwd, classify_spawn_error};
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
+use crate::sys::{self, cloexec_pipe};
 
 /// How long output is still relayed after the child exited (descendants may hold the pty).
 const PTY_DRAIN: Duration = Duration::from_millis(200);
@@ -44,43 +43,31 @@ pub struct PtyOptions {
     pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
 }
 
-/// Puts a terminal in raw mode and restores it when dropped.
+/// Puts our stdin (a terminal) in raw mode and restores it when dropped.
 struct RawModeGuard {
-    fd: RawFd,
+    stdin: std::io::Stdin,
     saved: Termios,
 }
 
 impl RawModeGuard {
-    fn enter(fd: BorrowedFd<'_>) -> Option<Self> {
-        let saved = termios::tcgetattr(fd).ok()?;
+    fn enter(stdin: std::io::Stdin) -> Option<Self> {
+        let saved = termios::tcgetattr(stdin.as_fd()).ok()?;
         let mut raw = saved.clone();
         termios::cfmakeraw(&mut raw);
-        termios::tcsetattr(fd, SetArg::TCSANOW, &raw).ok()?;
-        Some(RawModeGuard {
-            fd: fd.as_raw_fd(),
-            saved,
-        })
+        termios::tcsetattr(stdin.as_fd(), SetArg::TCSANOW, &raw).ok()?;
+        Some(RawModeGuard { stdin, saved })
     }
 }
 
 impl Drop for RawModeGuard {
     fn drop(&mut self) {
-        // SAFETY: fd is our stdin, which outlives this guard (it is never closed).
-        let fd = unsafe { BorrowedFd::borrow_raw(self.fd) };
-        let _ = termios::tcsetattr(fd, SetArg::TCSAFLUSH, &self.saved);
+        let _ = termios::tcsetattr(self.stdin.as_fd(), SetArg::TCSAFLUSH, &self.saved);
     }
 }
 
 fn window_size(fd: RawFd) -> Option<Winsize> {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes one `winsize` into the pointed-to stack value.
-    let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
-    (rc == 0 && ws.ws_row > 0).then_some(Winsize {
+    let ws = sys::window_size(fd).ok()?;
+    (ws.ws_row > 0).then_some(Winsize {
         ws_row: ws.ws_row,
         ws_col: ws.ws_col,
         ws_xpixel: ws.ws_xpixel,
@@ -95,8 +82,7 @@ fn set_window_size(fd: RawFd, ws: &Winsize) {
         ws_xpixel: ws.ws_xpixel,
         ws_ypixel: ws.ws_ypixel,
     };
-    // SAFETY: TIOCSWINSZ reads one `winsize` from the pointed-to stack value.
-    unsafe { libc::ioctl(fd, libc::TIOCSWINSZ, &raw) };
+    let _ = sys::set_window_size(fd, &raw);
 }
 
 /// Runs `spec` on a fresh pty, relaying our stdin/stdout to it, until it exits (or times out).
@@ -144,11 +130,7 @@ pub async fn run_interactive(
     prelude.cgroups = options.cgroups.clone();
     // stdin is the pty slave; the child makes it its controlling terminal.
     prelude.controlling_terminal = true;
-    // SAFETY: runs between fork and exec; the prelude only makes async-signal-safe calls
-    // (see crate::prelude), on a value built before fork and only read here.
-    unsafe {
-        cmd.pre_exec(move || prelude.run_reporting());
-    }
+    prelude.install(&mut cmd);
     let spawned = tokio::process::Command::from(cmd).spawn();
     let reported = report.finish_raw();
     let mut child = match (spawned, reported) {
@@ -177,7 +159,7 @@ pub async fn run_interactive(
     let pid = crate::spawn::child_pid(&child, &program)?;
 
     let raw_guard = if nix::unistd::isatty(stdin_fd).unwrap_or(false) {
-        RawModeGuard::enter(stdin.as_fd())
+        RawModeGuard::enter(std::io::stdin())
     } else {
         None
     };
@@ -186,7 +168,7 @@ pub async fn run_interactive(
     let master_fd = master.as_raw_fd();
     let relay = std::thread::Builder::new()
         .name("sandbox-pty-relay".into())
-        .spawn(move || relay_loop(stdin_fd, master, wake_read))
+        .spawn(move || relay_loop(master, wake_read))
         .map_err(|e| ExecError::io("starting the pty relay", e))?;
 
     use tokio::signal::unix::{signal, SignalKind};
@@ -235,7 +217,7 @@ pub async fn run_interactive(
 
 /// Moves bytes stdin → master and master → stdout until the master reports EOF/EIO (every
 /// slave closed) or the wake pipe says stop (then drains the master for a short while).
-fn relay_loop(stdin_fd: RawFd, master: OwnedFd, wake: OwnedFd) {
+fn relay_loop(master: OwnedFd, wake: OwnedFd) {
     let _ = nix::fcntl::fcntl(
         master.as_raw_fd(),
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
@@ -244,10 +226,10 @@ fn relay_loop(stdin_fd: RawFd, master: OwnedFd, wake: OwnedFd) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buf = vec![0u8; 16 * 1024];
     let mut stopping: Option<std::time::Instant> = None;
-    // SAFETY: fd 0 (our stdin) stays open for the life of the process.
-    let stdin = unsafe { BorrowedFd::borrow_raw(stdin_fd) };
-    // SAFETY: fd 1 (our stdout) stays open for the life of the process.
-    let stdout = unsafe { BorrowedFd::borrow_raw(1) };
+    // Our stdin and stdout, open for the life of the process.
+    let (stdin_handle, stdout_handle) = (std::io::stdin(), std::io::stdout());
+    let (stdin, stdout) = (stdin_handle.as_fd(), stdout_handle.as_fd());
+    let stdin_fd = stdin.as_raw_fd();
     loop {
         if let Some(since) = stopping {
             if since.elapsed() > PTY_DRAIN {

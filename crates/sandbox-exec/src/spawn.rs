@@ -1,12 +1,11 @@
 //! Starting a child: resolve, admit, fork, set up the session and the sandbox in the child,
 //! exec — and own the child until its whole process group is gone.
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nix::errno::Errno;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use tokio::process::{Child, ChildStdin};
@@ -19,207 +18,14 @@ use crate::output::{self, OutputChunk, OutputLimits, OutputObserver, OutputRecei
 use crate::policy::CommandPolicy;
 use crate::prelude::{ExecImage, Prelude};
 use crate::process_group;
+use crate::report::{reported_error, SetupReport};
 use crate::resolve::resolve_program;
 use crate::spec::CommandSpec;
 use crate::status::ExitOutcome;
 
-/// Work done in the forked child right before `exec`: applying Landlock, seccomp and the like.
-///
-/// Everything that can allocate or fail for ordinary reasons must happen when the value is
-/// built, in the parent. [`ChildSetup::apply_in_child`] runs between `fork` and `exec` of a
-/// possibly multi-threaded parent, where only async-signal-safe calls are sound: no allocation,
-/// no locks, no `tracing`.
-pub trait ChildSetup: Send + Sync {
-    /// Applies the setup to the calling (child) process. Returns the step that failed and
-    /// its errno; the command is then not executed and the spawn fails with
-    /// [`ExecError::Setup`], naming that step.
-    fn apply_in_child(&self) -> Result<(), SetupFailure>;
-
-    /// A short name for messages ("landlock+seccomp").
-    fn name(&self) -> &str;
-
-    /// The descriptors beyond stdio that the command inherits on purpose (a start marker on
-    /// fd 3), as they are numbered once [`ChildSetup::apply_in_child`] has run. Every other
-    /// descriptor is closed at exec ([`crate::prelude`]). Read in the child: return a slice
-    /// held by `self`, never a fresh allocation.
-    fn passed_fds(&self) -> &[RawFd] {
-        &[]
-    }
-
-    /// What item `detail` of `step` was (a mount and its path), for the parent's message.
-    fn describe(&self, _step: SetupStep, _detail: u32) -> Option<String> {
-        None
-    }
-
-    /// Whether [`ChildSetup::apply_in_child`] moves the command into a new pid namespace
-    /// (it unshares `CLONE_NEWPID`; Linux). The prelude then starts the namespace's init
-    /// and the command as processes of their own ([`crate::prelude`]), and runs
-    /// [`ChildSetup::apply_in_namespace`] in the command's.
-    fn pid_namespace(&self) -> bool {
-        false
-    }
-
-    /// The rest of the setup, run in the command's own process inside the pid namespace
-    /// (what needs to be a process of it: mounting its `/proc`; then Landlock and seccomp).
-    /// Only called when [`ChildSetup::pid_namespace`] is true. Async-signal safe.
-    fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
-        Ok(())
-    }
-}
-
-/// A step of the work done between fork and exec, named so that a failure says which one
-/// failed. Sent from the child to the parent as a number (the child cannot allocate).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u32)]
-pub enum SetupStep {
-    /// `setsid(2)`: the child's own session and process group.
-    NewSession = 1,
-    /// `PR_SET_PDEATHSIG`, and the check that the parent still lives.
-    ParentDeathSignal = 2,
-    /// `TIOCSCTTY`: the pseudo-terminal as controlling terminal.
-    ControllingTerminal = 3,
-    /// Dropping every capability (as root).
-    DropCapabilities = 4,
-    /// `PR_SET_NO_NEW_PRIVS`.
-    NoNewPrivs = 5,
-    /// `landlock_restrict_self(2)`.
-    LandlockRestrictSelf = 6,
-    /// Loading a seccomp program.
-    SeccompLoad = 7,
-    /// Putting a backend's start-marker descriptor in place (nono).
-    StartMarker = 8,
-    /// `unshare(CLONE_NEWUSER | CLONE_NEWNS)` for the private view.
-    UserNamespace = 10,
-    /// Writing `/proc/self/{setgroups,uid_map,gid_map}`.
-    IdMap = 11,
-    /// Building the private view: a mount, a mount point, a link.
-    ViewMount = 12,
-    /// Entering the view's root (`chroot`).
-    PivotRoot = 13,
-    /// Returning to the working directory inside the view.
-    WorkingDirectory = 14,
-    /// `landlock_add_rule` for a path that exists only inside the view (the git store's
-    /// overlay).
-    LandlockAddRule = 15,
-    /// Marking every descriptor not passed on purpose close-on-exec.
-    CloseDescriptors = 16,
-    /// Starting the pid namespace's init and the command inside it.
-    PidNamespace = 17,
-    /// Mounting the pid namespace's own `/proc` in the view.
-    ProcMount = 18,
-    /// Bringing up `lo` in the run's network namespace.
-    NetLoopback = 19,
-    /// Binding the network namespace's listeners on `127.0.0.1` and handing them to the
-    /// supervisor (detail: the port).
-    NetListeners = 20,
-    /// Writing the child into the run's cgroups (`cgroup.procs`).
-    JoinCgroup = 21,
-    /// A setup step of a caller's own.
-    Other = 9,
-}
-
-impl SetupStep {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SetupStep::NewSession => "setsid (a new session)",
-            SetupStep::ParentDeathSignal => "PR_SET_PDEATHSIG",
-            SetupStep::ControllingTerminal => "TIOCSCTTY (the pty as controlling terminal)",
-            SetupStep::DropCapabilities => "dropping capabilities",
-            SetupStep::NoNewPrivs => "PR_SET_NO_NEW_PRIVS",
-            SetupStep::LandlockRestrictSelf => "landlock_restrict_self",
-            SetupStep::SeccompLoad => "loading the seccomp filter",
-            SetupStep::StartMarker => "the start-marker descriptor",
-            SetupStep::UserNamespace => "unshare (user and mount namespaces)",
-            SetupStep::IdMap => "writing the uid/gid maps",
-            SetupStep::ViewMount => "building the private view",
-            SetupStep::PivotRoot => "entering the private view's root",
-            SetupStep::WorkingDirectory => "entering the working directory in the view",
-            SetupStep::LandlockAddRule => "landlock_add_rule (the git store overlay)",
-            SetupStep::CloseDescriptors => "closing the inherited descriptors",
-            SetupStep::PidNamespace => "starting the pid namespace's init",
-            SetupStep::ProcMount => "mounting the pid namespace's /proc",
-            SetupStep::NetLoopback => "bringing up lo in the network namespace",
-            SetupStep::NetListeners => {
-                "binding the network namespace's listeners and handing them over"
-            }
-            SetupStep::JoinCgroup => "joining the run's cgroup (the resource limits)",
-            SetupStep::Other => "child setup",
-        }
-    }
-
-    fn from_u32(n: u32) -> SetupStep {
-        [
-            SetupStep::NewSession,
-            SetupStep::ParentDeathSignal,
-            SetupStep::ControllingTerminal,
-            SetupStep::DropCapabilities,
-            SetupStep::NoNewPrivs,
-            SetupStep::LandlockRestrictSelf,
-            SetupStep::SeccompLoad,
-            SetupStep::StartMarker,
-            SetupStep::UserNamespace,
-            SetupStep::IdMap,
-            SetupStep::ViewMount,
-            SetupStep::PivotRoot,
-            SetupStep::WorkingDirectory,
-            SetupStep::LandlockAddRule,
-            SetupStep::CloseDescriptors,
-            SetupStep::PidNamespace,
-            SetupStep::ProcMount,
-            SetupStep::NetLoopback,
-            SetupStep::NetListeners,
-            SetupStep::JoinCgroup,
-        ]
-        .into_iter()
-        .find(|s| *s as u32 == n)
-        .unwrap_or(SetupStep::Other)
-    }
-}
-
-impl std::fmt::Display for SetupStep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Which step of a [`ChildSetup`] failed, and how.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SetupFailure {
-    pub step: SetupStep,
-    pub errno: Errno,
-    /// Which item of the step (a mount's index in the setup's own list), for
-    /// [`ChildSetup::describe`]; 0 when the step has one item.
-    pub detail: u32,
-}
-
-impl SetupFailure {
-    /// Async-signal safe: reads `errno` only.
-    pub fn last(step: SetupStep) -> Self {
-        SetupFailure {
-            step,
-            errno: Errno::last(),
-            detail: 0,
-        }
-    }
-
-    /// A report as read from the pipe.
-    pub(crate) fn from_raw(step: u32, errno: i32, detail: u32) -> Self {
-        SetupFailure {
-            step: SetupStep::from_u32(step),
-            errno: Errno::from_raw(errno),
-            detail,
-        }
-    }
-
-    /// For `map_err`: tags an errno with its step.
-    pub fn at(step: SetupStep) -> impl Fn(Errno) -> SetupFailure {
-        move |errno| SetupFailure {
-            step,
-            errno,
-            detail: 0,
-        }
-    }
-}
+/// The hook and its failures, where they were first defined (the crate's root re-exports them
+/// too).
+pub use crate::setup::{ChildSetup, SetupFailure, SetupStep};
 
 /// Where the child's stdin comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -348,12 +154,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
         ExecImage::new(spec, &resolved)?,
     );
     prelude.cgroups = options.cgroups.clone();
-    // SAFETY: the closure runs in the forked child before exec; the prelude only makes
-    // async-signal-safe calls (see crate::prelude). `prelude` was built before fork and is
-    // only read here.
-    unsafe {
-        cmd.pre_exec(move || prelude.run_reporting());
-    }
+    prelude.install(&mut cmd);
 
     let mut tokio_cmd = tokio::process::Command::from(cmd);
     tokio_cmd.kill_on_drop(false);
@@ -530,53 +331,6 @@ pub(crate) fn classify_spawn_error(
     }
 }
 
-/// A pipe whose two ends are close-on-exec (and non-blocking when asked). Linux creates it
-/// so atomically (`pipe2`); elsewhere (macOS) the flags are set right after `pipe`, so a fork
-/// on another thread in between could inherit the ends until its exec.
-pub(crate) fn cloexec_pipe(nonblocking: bool) -> Result<(OwnedFd, OwnedFd), Errno> {
-    use nix::fcntl::OFlag;
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        let flags = if nonblocking {
-            OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
-        } else {
-            OFlag::O_CLOEXEC
-        };
-        nix::unistd::pipe2(flags)
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "android")))]
-    {
-        use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-        let (read, write) = nix::unistd::pipe()?;
-        for fd in [&read, &write] {
-            fcntl(fd.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))?;
-            if nonblocking {
-                fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(OFlag::O_NONBLOCK))?;
-            }
-        }
-        Ok((read, write))
-    }
-}
-
-/// The step number sent through the report pipe when `execve` itself failed: the errno is
-/// then the exec's, classified as the command's own (126/127), not the sandbox's.
-pub(crate) const EXEC_FAILED: u32 = u32::MAX;
-
-/// A raw report as the error it stands for, and the setup failure when it was one (not
-/// the exec's own).
-pub(crate) fn reported_error(
-    reported: Option<(u32, i32, u32)>,
-) -> (std::io::Error, Option<SetupFailure>) {
-    match reported {
-        None => (std::io::Error::other("the child exited before exec"), None),
-        Some((EXEC_FAILED, errno, _)) => (std::io::Error::from_raw_os_error(errno), None),
-        Some((step, errno, detail)) => (
-            std::io::Error::from_raw_os_error(errno),
-            Some(SetupFailure::from_raw(step, errno, detail)),
-        ),
-    }
-}
-
 /// The pid of a child that was just spawned (tokio forgets it only once the child has been
 /// reaped, which nothing has done yet).
 pub(crate) fn child_pid(child: &tokio::process::Child, program: &str) -> Result<Pid, ExecError> {
@@ -587,71 +341,6 @@ pub(crate) fn child_pid(child: &tokio::process::Child, program: &str) -> Result<
             program: program.to_owned(),
             cause: "the child was reaped before its pid was read".into(),
         })
-}
-
-/// A CLOEXEC pipe through which the child says "my setup failed", so that a Landlock failure
-/// (exit 125) is never mistaken for "command not found" (127) with the same errno.
-pub(crate) struct SetupReport {
-    read: OwnedFd,
-    write: OwnedFd,
-}
-
-impl SetupReport {
-    pub(crate) fn new() -> Result<Self, ExecError> {
-        let (read, write) = cloexec_pipe(false)
-            .map_err(|e| ExecError::io("creating the setup report pipe", e.into()))?;
-        Ok(SetupReport { read, write })
-    }
-
-    pub(crate) fn write_fd(&self) -> RawFd {
-        self.write.as_raw_fd()
-    }
-
-    /// Child side: reports `failure` to the parent and returns the error that makes the
-    /// spawn fail. Async-signal safe.
-    pub(crate) fn fail(fd: RawFd, failure: SetupFailure) -> std::io::Error {
-        Self::send(
-            fd,
-            failure.step as u32,
-            failure.errno as i32,
-            failure.detail,
-        );
-        std::io::Error::from_raw_os_error(failure.errno as i32)
-    }
-
-    /// Child side: writes one report (a step number, an errno, the step's item). Async-signal
-    /// safe.
-    pub(crate) fn send(fd: RawFd, step: u32, errno: i32, detail: u32) {
-        let mut bytes = [0u8; 12];
-        bytes[..4].copy_from_slice(&step.to_ne_bytes());
-        bytes[4..8].copy_from_slice(&errno.to_ne_bytes());
-        bytes[8..].copy_from_slice(&detail.to_ne_bytes());
-        // SAFETY: write(2) of a 12-byte stack buffer to an fd that is open in the child (it
-        // was inherited across fork and is closed by exec only). 12 bytes are below PIPE_BUF,
-        // so the write is atomic.
-        unsafe {
-            libc::write(fd, bytes.as_ptr().cast(), bytes.len());
-        }
-    }
-
-    /// Parent side, after spawn returned: closes our write end, reads what the child sent,
-    /// with the step as sent (a child may send [`EXEC_FAILED`]).
-    pub(crate) fn finish_raw(self) -> Option<(u32, i32, u32)> {
-        let SetupReport { read, write } = self;
-        drop(write);
-        let mut bytes = [0u8; 12];
-        // The write end is closed in the parent and closed by exec (or exit) in the child, so
-        // this read returns 0 or 12 bytes without blocking once spawn has returned.
-        let n = nix::unistd::read(read.as_raw_fd(), &mut bytes).unwrap_or(0);
-        let word = |i: usize| -> [u8; 4] { [bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]] };
-        (n == 12).then(|| {
-            (
-                u32::from_ne_bytes(word(0)),
-                i32::from_ne_bytes(word(4)),
-                u32::from_ne_bytes(word(8)),
-            )
-        })
-    }
 }
 
 impl Running {
