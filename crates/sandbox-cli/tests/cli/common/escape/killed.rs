@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::fixture::{rand_suffix, unique, Fixture, DAEMON, NATIVE_NOUSERNS, NOUSERNS_WRAPPER};
 use super::harness::{Attack, Verdict, MARK};
+use crate::common::{pids_running, EXECED_FN};
 
 /// The killed-supervisor rows (docs/security.md, "Processes and a killed sandbox").
 pub const OUTLIVES_KILLED_SANDBOX: &str =
@@ -47,8 +48,6 @@ fn kill_sandbox(child: &mut Child) {
     );
     let _ = child.wait();
 }
-
-pub use crate::common::{pids_running, EXECED_FN};
 
 /// Waits for `pid` to exit, on its pidfd (an event, bounded by `within`): true when it did.
 pub fn exits_within(pid: i32, within: Duration) -> bool {

@@ -10,7 +10,6 @@
 //! `device`, `pointer`, `store`, `socket`), in the order [`attacks`] runs them; beside them the
 //! harness (`harness`: an [`Attack`] and its [`Verdict`], the judges), the repository every
 //! attack runs against (`fixture`), and the normal work that must still succeed (`work`).
-#![allow(dead_code)]
 
 mod device;
 mod file;
