@@ -82,11 +82,10 @@ impl Fixture {
         std::fs::create_dir_all(&outside).unwrap();
         std::fs::write(outside.join("victim.txt"), "original\n").unwrap();
 
+        // The project: a file to read, a program to build, a test suite to run (its script
+        // executable in the commit, so that the worktree's checkout can run it).
         let main = env.path().join("repo");
         std::fs::create_dir_all(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "trunk"]);
-        git(&main, &["config", "user.name", "Sandbox Test"]);
-        git(&main, &["config", "user.email", "test@sandbox.invalid"]);
         std::fs::write(main.join("README"), "hello\n").unwrap();
         std::fs::write(
             main.join("hello.c"),
@@ -99,27 +98,16 @@ impl Fixture {
         )
         .unwrap();
         std::fs::write(main.join("check.sh"), "#!/bin/sh\ngrep -q hello README\n").unwrap();
-        std::os::unix::fs::PermissionsExt::set_mode(
-            &mut std::fs::metadata(main.join("check.sh"))
-                .unwrap()
-                .permissions(),
-            0o755,
-        );
-        git(&main, &["add", "."]);
-        git(&main, &["update-index", "--chmod=+x", "check.sh"]);
-        git(&main, &["commit", "-qm", "init"]);
+        std::fs::set_permissions(
+            main.join("check.sh"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let task = env.path().join("task");
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                task.to_str().unwrap(),
-                "-b",
-                "feature",
-            ],
-        );
+        sandbox_testkit::linked_worktree_on(&main, &task, "trunk", "feature");
+        // Who the commits made inside the sandbox are by.
+        git(&main, &["config", "user.name", "Sandbox Test"]);
+        git(&main, &["config", "user.email", "test@sandbox.invalid"]);
         let main = std::fs::canonicalize(main).unwrap();
         let task = std::fs::canonicalize(task).unwrap();
         let common = main.join(".git");
