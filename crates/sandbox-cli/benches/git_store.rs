@@ -43,24 +43,11 @@ fn fixture() -> Fixture {
     std::fs::create_dir_all(home.join(".config")).unwrap();
     let main = dir.path().join("repo");
     std::fs::create_dir_all(&main).unwrap();
-    git(&main, &["init", "-q", "-b", "trunk"]);
+    std::fs::write(main.join("README"), "hello\n").unwrap();
+    let task = dir.path().join("task");
+    sandbox_testkit::linked_worktree_on(&main, &task, "trunk", "feature");
     git(&main, &["config", "user.name", "b"]);
     git(&main, &["config", "user.email", "b@b"]);
-    std::fs::write(main.join("README"), "hello\n").unwrap();
-    git(&main, &["add", "."]);
-    git(&main, &["commit", "-qm", "init"]);
-    let task = dir.path().join("task");
-    git(
-        &main,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            task.to_str().unwrap(),
-            "-b",
-            "feature",
-        ],
-    );
     Fixture {
         home,
         main: std::fs::canonicalize(main).unwrap(),

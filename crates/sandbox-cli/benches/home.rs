@@ -24,20 +24,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let ok = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "b")
-        .env("GIT_AUTHOR_EMAIL", "b@b")
-        .env("GIT_COMMITTER_NAME", "b")
-        .env("GIT_COMMITTER_EMAIL", "b@b")
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "git {args:?}");
-}
-
 struct User {
     root: PathBuf,
     rustup: PathBuf,
@@ -145,10 +131,8 @@ fn main() {
     std::fs::create_dir_all(user.root.join("run")).unwrap();
     let main = user.root.join("main");
     std::fs::create_dir_all(&main).unwrap();
-    git(&main, &["init", "-q", "-b", "main"]);
-    git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
-    git(&main, &["worktree", "add", "-q", "../task", "-b", "task"]);
     let task = user.root.join("task");
+    sandbox_testkit::linked_worktree(&main, &task);
     std::fs::create_dir_all(task.join("src")).unwrap();
     std::fs::write(
         task.join("Cargo.toml"),

@@ -47,8 +47,6 @@ impl Variant {
     }
 }
 
-use sandbox_testkit::git;
-
 fn which(name: &str) -> Option<PathBuf> {
     std::env::split_paths(&std::env::var_os("PATH")?)
         .map(|d| d.join(name))
@@ -106,14 +104,8 @@ fn main() {
     }
     let dir = tempfile::tempdir().unwrap();
     let main_repo = dir.path().join("repo");
-    std::fs::create_dir_all(&main_repo).unwrap();
-    git(&main_repo, &["init", "-q"]);
-    git(&main_repo, &["commit", "-q", "--allow-empty", "-m", "init"]);
     let task = dir.path().join("task");
-    git(
-        &main_repo,
-        &["worktree", "add", "-q", task.to_str().unwrap(), "-b", "t"],
-    );
+    sandbox_testkit::linked_worktree(&main_repo, &task);
     let task = std::fs::canonicalize(task).unwrap();
     let home = dir.path().join("home");
     std::fs::create_dir_all(&home).unwrap();

@@ -603,7 +603,6 @@ fn absolute(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_testkit::git;
 
     #[test]
     fn the_task_root_is_where_the_policys_discovery_puts_the_workspace() {
@@ -611,9 +610,7 @@ mod tests {
         let base = std::fs::canonicalize(dir.path()).unwrap();
         let main = base.join("main");
         std::fs::create_dir_all(main.join("src/deep")).unwrap();
-        git(&main, &["init", "-q"]);
-        git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
-        git(&main, &["worktree", "add", "-q", "../task", "-b", "task"]);
+        sandbox_testkit::linked_worktree(&main, &base.join("task"));
         std::fs::create_dir_all(base.join("task/sub")).unwrap();
         std::fs::create_dir_all(base.join("plain/x")).unwrap();
         for dir in [

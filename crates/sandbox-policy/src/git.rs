@@ -231,22 +231,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let main = dir.path().join("main");
         std::fs::create_dir(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "trunk"]);
         std::fs::write(main.join("a.txt"), "a").unwrap();
-        git(&main, &["add", "."]);
-        git(&main, &["commit", "-qm", "init"]);
         let task = dir.path().join("task");
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                task.to_str().unwrap(),
-                "-b",
-                "feature",
-            ],
-        );
+        sandbox_testkit::linked_worktree_on(&main, &task, "trunk", "feature");
         (dir, main, task)
     }
 

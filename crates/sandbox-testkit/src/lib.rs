@@ -1,4 +1,5 @@
-//! What the workspace's tests share, written once: a hermetic [`git`], process checks
+//! What the workspace's tests share, written once: a hermetic [`git`] and the repository with a
+//! linked worktree most tests start from ([`linked_worktree`]), process checks
 //! ([`alive`], [`wait_dead`]), a home as a real user's ([`home::lived_in`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
@@ -60,8 +61,14 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
 /// what `main` already has (nothing: an empty commit), and a linked worktree at `task` on
 /// branch `task`; with [`git`].
 pub fn linked_worktree(main: &Path, task: &Path) {
+    linked_worktree_on(main, task, "main", "task");
+}
+
+/// [`linked_worktree`] with the branches named by the test: the first commit (message `init`)
+/// on `trunk`, the worktree at `task` on a new branch `branch`.
+pub fn linked_worktree_on(main: &Path, task: &Path, trunk: &str, branch: &str) {
     std::fs::create_dir_all(main).unwrap();
-    git(main, &["init", "-q", "-b", "main"]);
+    git(main, &["init", "-q", "-b", trunk]);
     git(main, &["add", "-A"]);
     git(main, &["commit", "-q", "--allow-empty", "-m", "init"]);
     git(
@@ -71,7 +78,7 @@ pub fn linked_worktree(main: &Path, task: &Path) {
             "add",
             "-q",
             "-b",
-            "task",
+            branch,
             task.to_str().unwrap(),
         ],
     );

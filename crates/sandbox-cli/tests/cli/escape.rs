@@ -1,7 +1,7 @@
 //! The escape suite under every enforcing backend this machine has — native, and nono when
 //! its CLI is installed — side by side, with the host backend as the control that proves
 //! every check can fail. Native also runs where user namespaces cannot be created
-//! (`native-nouserns`). See `common/escape.rs` for the attacks.
+//! (`native-nouserns`). See `common/escape/` for the attacks, one file per family.
 //!
 //!     cargo test -p sandbox-cli --test cli -- escape:: --nocapture     # prints the table
 

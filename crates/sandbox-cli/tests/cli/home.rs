@@ -42,19 +42,15 @@ fn user_env(cmd: &mut Command, env: &Env, rustup: &Path, bin: &Path) {
 /// A repository with a linked worktree per name, under the test's work dir.
 fn worktrees(env: &Env, names: &[&str]) -> Vec<PathBuf> {
     let main = env.work().join("main");
-    std::fs::create_dir_all(&main).unwrap();
-    git(&main, &["init", "-q", "-b", "main"]);
-    git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
-    names
-        .iter()
-        .map(|name| {
-            git(
-                &main,
-                &["worktree", "add", "-q", &format!("../{name}"), "-b", name],
-            );
-            env.work().join(name)
-        })
-        .collect()
+    let trees: Vec<PathBuf> = names.iter().map(|name| env.work().join(name)).collect();
+    sandbox_testkit::linked_worktree_on(&main, &trees[0], "main", names[0]);
+    for (name, tree) in names.iter().zip(&trees).skip(1) {
+        git(
+            &main,
+            &["worktree", "add", "-q", "-b", name, tree.to_str().unwrap()],
+        );
+    }
+    trees
 }
 
 /// Every entry under `dir`, with its type, mode and content (files) or target (links): equal

@@ -12,7 +12,6 @@ use common::daemon::{req, Daemon};
 use common::{text, Env};
 use sandbox_protocol::{BoxState, Incoming};
 use sandbox_service::Client;
-use sandbox_testkit::git;
 use sandbox_testkit::limactl::Standin;
 use serde_json::json;
 
@@ -28,22 +27,9 @@ impl Lima {
         let base = std::fs::canonicalize(env.path()).unwrap();
         let main = base.join("app");
         std::fs::create_dir_all(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "main"]);
         std::fs::write(main.join("README.md"), "hi\n").unwrap();
-        git(&main, &["add", "."]);
-        git(&main, &["commit", "-qm", "initial"]);
         let task = base.join("app-task");
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                task.to_str().unwrap(),
-                "-b",
-                "task",
-            ],
-        );
+        sandbox_testkit::linked_worktree(&main, &task);
         let standin = Standin::install(&base.join("standin"));
         standin.register_virtiofsd(&env.home());
         Lima { env, standin, task }

@@ -1,5 +1,5 @@
 //! The `sandbox` binary's integration tests, one test binary (`--test cli`): each module was
-//! a binary of its own, and each compiled the shared escape suite (`common/escape.rs`) again.
+//! a binary of its own, and each compiled the shared escape suite (`common/escape/`) again.
 //! Run one family with a filter: `cargo test -p sandbox-cli --test cli -- escape::`.
 
 // A panic is how a test or a benchmark reports failure; the workspace lints against

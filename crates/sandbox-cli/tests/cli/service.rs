@@ -1430,34 +1430,8 @@ fn box_execs_get_their_git_pointers_checked_and_restored() {
     let d = Daemon::start();
     let mut c = d.client();
     let repo = d.env.path().join("repo");
-    std::fs::create_dir_all(&repo).unwrap();
-    common::escape::git(&repo, &["init", "-q", "-b", "trunk"]);
-    common::escape::git(
-        &repo,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-q",
-            "--allow-empty",
-            "-m",
-            "init",
-        ],
-    );
     let task = d.env.path().join("task");
-    common::escape::git(
-        &repo,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            task.to_str().unwrap(),
-            "-b",
-            "task",
-        ],
-    );
+    sandbox_testkit::linked_worktree_on(&repo, &task, "trunk", "task");
     let pointer = task.join(".git");
     let before = std::fs::read_to_string(&pointer).unwrap();
     let rewrite = [

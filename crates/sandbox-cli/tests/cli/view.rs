@@ -31,22 +31,9 @@ impl Env {
             main,
             base,
         };
-        e.git(&e.main, &["init", "-q", "-b", "main"]);
         write(&e.main, "README.md", "hello\n");
         write(&e.main, ".gitignore", ".env\nnode_modules/\n");
-        e.git(&e.main, &["add", "."]);
-        e.git(&e.main, &["commit", "-qm", "initial"]);
-        e.git(
-            &e.main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                "-b",
-                "T-1",
-                e.task.to_str().unwrap(),
-            ],
-        );
+        sandbox_testkit::linked_worktree_on(&e.main, &e.task, "main", "T-1");
         write(&e.task, ".env", "SECRET=1\n");
         write(&e.task, "node_modules/x/index.js", "x\n");
         write(&e.task, "scratch.txt", "untracked\n");

@@ -22,23 +22,10 @@ impl Repo {
         let base = std::fs::canonicalize(tmp.path()).unwrap();
         let main = base.join(repo);
         std::fs::create_dir_all(&main).unwrap();
-        git(&main, &["init", "-q", "-b", "main"]);
         std::fs::write(main.join("README.md"), "hi\n").unwrap();
-        git(&main, &["add", "."]);
-        git(&main, &["commit", "-qm", "initial"]);
         let task = base.join(task_dir);
         std::fs::create_dir_all(task.parent().unwrap()).unwrap();
-        git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                task.to_str().unwrap(),
-                "-b",
-                "task",
-            ],
-        );
+        sandbox_testkit::linked_worktree(&main, &task);
         let views = ViewManager::new(base.join("views")).with_runtime_dir(base.join("run"));
         Repo {
             _tmp: tmp,

@@ -1,7 +1,6 @@
 //! Shared helpers for the CLI integration tests: the real `sandbox` binary, run with its
 //! XDG directories and HOME inside a temporary directory so that no test reads or writes the
 //! machine's real configuration.
-#![allow(dead_code)]
 
 pub mod daemon;
 pub mod escape;
@@ -12,10 +11,7 @@ use std::process::{Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
 
-// Each test binary uses some of them.
-#[allow(unused_imports)]
 pub use sandbox_testkit::nobody::{unprivileged, UserDirs};
-#[allow(unused_imports)]
 pub use sandbox_testkit::{alive, report, skip, wait_dead};
 
 /// What a test prints when the nono CLI is missing.
@@ -178,7 +174,8 @@ pub fn text(out: &std::process::Output) -> String {
 /// [`STRAY_FDS`] of the started process, not close-on-exec, as a careless caller (a shell
 /// with `exec 50<dir`, a daemon manager) would.
 pub struct StrayFds {
-    pub dir: tempfile::TempDir,
+    /// Holds the directory (and the socket in it) until the strays are dropped.
+    _dir: tempfile::TempDir,
     dir_fd: std::os::fd::OwnedFd,
     socket: std::os::unix::net::UnixListener,
 }
@@ -195,7 +192,7 @@ impl StrayFds {
         let socket = std::os::unix::net::UnixListener::bind(dir.path().join("agent.sock")).unwrap();
         let dir_fd = std::fs::File::open(dir.path()).unwrap().into();
         StrayFds {
-            dir,
+            _dir: dir,
             dir_fd,
             socket,
         }
