@@ -584,7 +584,7 @@ fn restore(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::view::ViewManager;
+    use crate::manager::ViewManager;
 
     use sandbox_testkit::git;
 

@@ -55,7 +55,7 @@ pub struct WatchOptions {
 impl Default for WatchOptions {
     fn default() -> Self {
         WatchOptions {
-            lock_dir: crate::view::default_runtime_dir().join("views"),
+            lock_dir: crate::lock::default_runtime_dir().join("views"),
             debounce: Duration::from_millis(5),
             max_delay: Duration::from_millis(50),
             retry: Duration::from_secs(1),
