@@ -35,7 +35,9 @@ use git2::Oid;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
-use super::{io, refs, QuarantineError, StoreQuarantine, StoreReport};
+use super::error::{io, QuarantineError};
+use super::report::StoreReport;
+use super::{refs, StoreQuarantine};
 
 /// The largest index taken back from a box.
 const INDEX_LIMIT: u64 = 1 << 30;
