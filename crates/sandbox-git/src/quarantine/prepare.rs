@@ -138,6 +138,8 @@ impl StoreQuarantine {
     /// out by [`generation`]): the task branch decided as [`Self::prepare_task`] decides it,
     /// the refs of the start read now; the copy itself is attached once it is out of the
     /// guest's reach ([`Self::attach_copy`]).
+    ///
+    /// [`generation`]: super::generation
     pub fn prepare_copy(
         common: &Path,
         gitdir: &Path,
@@ -158,6 +160,8 @@ impl StoreQuarantine {
     /// recorded when the generation was laid out, so what the box changed is judged against
     /// what it started from — a ref the host moved since is a compare-and-swap that fails and
     /// is reported, never an undo of the host's move.
+    ///
+    /// [`generation::recover`]: super::generation::recover
     pub fn resume_copy(
         common: &Path,
         gitdir: &Path,
