@@ -27,14 +27,15 @@
 //! # Ok(()) }
 //! ```
 //!
-//! Modules: [`names`] validates task and branch names, `view` creates/lists/removes views,
-//! [`mounts`] is the VM mount data, `fastforward` moves one branch safely, `watcher` reacts
-//! to ref changes, [`events`] is what the watcher reports.
+//! Modules: [`names`] validates task and branch names, `view` is the view itself, `manager`
+//! creates/lists/removes views, [`mounts`] is the VM mount data, `fastforward` moves one
+//! branch safely, `watcher` reacts to ref changes, [`events`] is what the watcher reports.
 
 mod error;
 pub mod events;
 mod fastforward;
 mod lock;
+mod manager;
 mod meta;
 pub mod mounts;
 pub mod names;
@@ -47,8 +48,9 @@ mod watcher;
 
 pub use error::ViewError;
 pub use events::{BlockReason, WatchEvent};
+pub use manager::{CreateOutcome, Created, Removed, ViewManager};
 pub use mounts::{Mount, MountPurpose};
 pub use repo::Project;
 pub use status::{SyncState, ViewStatus, WatcherState};
-pub use view::{CreateOutcome, Created, Removed, View, ViewManager};
+pub use view::View;
 pub use watcher::{WatchOptions, Watcher, WatcherHandle};

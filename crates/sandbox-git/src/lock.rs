@@ -17,6 +17,14 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::error::ViewError;
 use crate::util::create_private_dir;
 
+/// `$XDG_RUNTIME_DIR/sandbox`, else `<tmp>/sandbox-<uid>`: the same rule as the CLI's.
+pub(crate) fn default_runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(v) if Path::new(&v).is_absolute() => PathBuf::from(v).join("sandbox"),
+        _ => std::env::temp_dir().join(format!("sandbox-{}", nix::unistd::getuid())),
+    }
+}
+
 pub(crate) fn lock_path(lock_dir: &Path, project: &str, task: &str) -> PathBuf {
     lock_dir.join(project).join(format!("{task}.lock"))
 }

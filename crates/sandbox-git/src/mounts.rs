@@ -52,6 +52,13 @@ pub struct Mount {
     pub purpose: MountPurpose,
 }
 
+impl View {
+    /// The paths a VM backend mounts for this view, with their mode. See [`mounts`](self).
+    pub fn vm_mounts(&self) -> Vec<Mount> {
+        for_view(self)
+    }
+}
+
 impl Mount {
     fn new(host_path: PathBuf, writable: bool, is_dir: bool, purpose: MountPurpose) -> Self {
         Mount {

@@ -26,7 +26,9 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 #[cfg(target_os = "linux")]
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 
-use super::{QuarantineError, StoreQuarantine, StoreReport};
+use super::error::QuarantineError;
+use super::report::StoreReport;
+use super::StoreQuarantine;
 
 /// A quarantine synced live. [`LiveQuarantine::finish`] ends it; dropping it without that
 /// removes the layer unsynced (the run never started).

@@ -10,8 +10,10 @@ use std::path::Path;
 
 use git2::{ObjectType, Odb, Oid};
 
+use super::error::QuarantineError;
 use super::refs::open_untrusted;
-use super::{QuarantineError, RejectedObject, State};
+use super::report::RejectedObject;
+use super::State;
 
 /// Larger objects are rejected: a small loose file that inflates without end would otherwise
 /// keep the host inflating and writing (memory stays bounded: objects are streamed).
