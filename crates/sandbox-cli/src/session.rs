@@ -481,17 +481,7 @@ impl Session {
 
     /// Applies `--guard-args` to the prepared command.
     pub fn guard_args(&self, spec: &CommandSpec) -> anyhow::Result<()> {
-        let mut guard = WorkspaceGuard::new(&self.policy.workspace.root)?;
-        for grant in self
-            .policy
-            .fs
-            .write
-            .iter()
-            .chain(self.policy.fs.read.iter())
-        {
-            guard = guard.allow_root(&grant.path)?;
-        }
-        guard.admit(spec)?;
+        assembly::admission_guard(&self.policy)?.admit(spec)?;
         Ok(())
     }
 

@@ -2,7 +2,6 @@
 //! because the CLI prints them as the one line a user sees.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use thiserror::Error;
 
@@ -58,14 +57,6 @@ pub enum ExecError {
     #[error("failed to spawn {program}: {cause}")]
     Spawn { program: String, cause: String },
 
-    /// The run exceeded its timeout; its whole process group was killed.
-    #[error("{program}: timed out after {}; its process group was killed", humanize(*.after))]
-    Timeout { program: String, after: Duration },
-
-    /// The child was killed by a signal.
-    #[error("{program}: killed by signal {signal} ({name})", name = signal_name(*.signal))]
-    Signaled { program: String, signal: i32 },
-
     /// A PTY or pipe operation failed.
     #[error("{context}: {source}")]
     Io {
@@ -85,17 +76,21 @@ impl ExecError {
 
     /// The conventional exit status for this error (docs/architecture.md, the exit rule).
     pub fn exit_code(&self) -> i32 {
+        crate::status::Outcome::not_started(self).status().code
+    }
+
+    /// Why the command could not start, as the exit rule tells the cases apart.
+    pub fn unstartable(&self) -> crate::status::Unstartable {
+        use crate::status::Unstartable;
         match self {
-            ExecError::NotFound { .. } | ExecError::NotInSandbox { .. } => 127,
-            ExecError::NotExecutable { .. } => 126,
-            ExecError::Timeout { .. } => 124,
-            ExecError::Signaled { signal, .. } => 128 + signal,
+            ExecError::NotFound { .. } | ExecError::NotInSandbox { .. } => Unstartable::NotFound,
+            ExecError::NotExecutable { .. } => Unstartable::NotExecutable,
             ExecError::InvalidRequest(_)
             | ExecError::Denied { .. }
             | ExecError::Permission { .. }
             | ExecError::Setup { .. }
             | ExecError::Spawn { .. }
-            | ExecError::Io { .. } => 125,
+            | ExecError::Io { .. } => Unstartable::Failed,
         }
     }
 }
@@ -105,14 +100,6 @@ fn searched_hint(searched: &Option<String>) -> String {
         Some(path) if !path.is_empty() => format!(" (searched PATH={path})"),
         Some(_) => " (PATH is empty)".to_string(),
         None => String::new(),
-    }
-}
-
-fn humanize(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
     }
 }
 

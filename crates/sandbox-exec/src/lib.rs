@@ -58,4 +58,4 @@ pub fn pid_namespace_supported() -> bool {
         false
     }
 }
-pub use status::ExitOutcome;
+pub use status::{ExitOutcome, ExitStatus, Outcome, Unstartable};

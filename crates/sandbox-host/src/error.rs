@@ -21,11 +21,12 @@ pub enum HostError {
     },
 
     /// The run's cgroup could not be created or set.
-    #[error("resource limits: {what} {path}: {cause}", path = .path.display())]
+    #[error("resource limits: {what} {path}: {source}", path = .path.display())]
     Cgroup {
         what: &'static str,
         path: PathBuf,
-        cause: String,
+        #[source]
+        source: std::io::Error,
     },
 
     /// The private home (or its toolchains, cache layers) could not be set up.

@@ -53,6 +53,7 @@ use std::time::Duration;
 use sandbox_exec::{
     CommandRequest, CommandSpec, DirectChild, ExecError, ExitOutcome, Running, SpawnOptions,
 };
+pub use sandbox_exec::{ExitStatus, Outcome};
 use sandbox_policy::Policy;
 
 use crate::aftercare::journal::Entry as JournalEntry;
@@ -490,66 +491,6 @@ pub fn recheck(recheck: &crate::seam::Recheck) -> Vec<String> {
     recheck.run()
 }
 
-/// Everything that decides a run's exit status, whichever runner ran it (the CLI, the
-/// daemon's host commands, a VM box's guest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The boundary failed before the command started, or lost it (nothing ran as asked).
-    SetupFailed,
-    /// The command could not be started; the code is its error's (126 not executable, 127
-    /// not found, 125 any other failure to start).
-    NotStarted(i32),
-    /// The command exited with this code.
-    Exited(i32),
-    /// The command was killed by this signal.
-    Signaled(i32),
-    /// The command hit its timeout and was killed.
-    TimedOut(Duration),
-}
-
-/// An exit status as the CLI returns it and the daemon's `exit` event carries it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ExitStatus {
-    /// 124 timed out, 125 the sandbox failed, 126 not executable, 127 not found, 128+N
-    /// killed by signal N, else the command's own.
-    pub code: i32,
-    /// The signal that killed the command, if one did.
-    pub signal: Option<i32>,
-    pub timed_out: bool,
-}
-
-impl Outcome {
-    /// The outcome of a command that could not start.
-    pub fn not_started(e: &ExecError) -> Outcome {
-        Outcome::NotStarted(e.exit_code())
-    }
-
-    /// The one exit rule (README.md, "Exit codes"): 124 timeout, 125 setup, 126/127 the
-    /// command cannot run, 128+N signal N, else the command's own code.
-    pub fn status(self) -> ExitStatus {
-        let plain = |code| ExitStatus {
-            code,
-            signal: None,
-            timed_out: false,
-        };
-        match self {
-            Outcome::SetupFailed => plain(125),
-            Outcome::NotStarted(code) => plain(code),
-            Outcome::Exited(code) => plain(code),
-            Outcome::Signaled(signal) => ExitStatus {
-                code: 128 + signal,
-                signal: Some(signal),
-                timed_out: false,
-            },
-            Outcome::TimedOut(_) => ExitStatus {
-                code: 124,
-                signal: None,
-                timed_out: true,
-            },
-        }
-    }
-}
-
 impl HostError {
     /// The exit status a runner reports for this error: the command's own 126/127 when it
     /// cannot run at all ([`HostError::Command`]), otherwise 125 (the boundary could not be set
@@ -573,16 +514,3 @@ impl Finished {
         }
     }
 }
-
-impl From<ExitOutcome> for Outcome {
-    fn from(outcome: ExitOutcome) -> Outcome {
-        match outcome {
-            ExitOutcome::Exited(code) => Outcome::Exited(code),
-            ExitOutcome::Signaled(signal) => Outcome::Signaled(signal),
-            ExitOutcome::TimedOut(after) => Outcome::TimedOut(after),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests;

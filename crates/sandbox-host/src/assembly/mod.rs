@@ -362,6 +362,19 @@ fn wait_longer_for_ref_locks(env: &mut Vec<(OsString, OsString)>) {
     env.sort();
 }
 
+/// The admission guard of a policy's commands: paths inside the workspace or a grant (read
+/// or write) are admitted, nothing else. One guard for the CLI's `--guard-args` and the
+/// daemon's `box.exec` (which also checks its working directory with it).
+pub fn admission_guard(
+    policy: &Policy,
+) -> Result<sandbox_exec::WorkspaceGuard, sandbox_exec::ExecError> {
+    let mut guard = sandbox_exec::WorkspaceGuard::new(&policy.workspace.root)?;
+    for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
+        guard = guard.allow_root(&grant.path)?;
+    }
+    Ok(guard)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

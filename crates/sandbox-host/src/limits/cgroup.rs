@@ -411,7 +411,7 @@ fn cgroup_error(what: &'static str, path: &Path, e: std::io::Error) -> HostError
     HostError::Cgroup {
         what,
         path: path.to_path_buf(),
-        cause: e.to_string(),
+        source: e,
     }
 }
 

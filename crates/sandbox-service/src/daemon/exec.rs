@@ -77,14 +77,9 @@ pub(super) async fn box_exec(
         };
         (cwd, None)
     } else {
-        let mut guard = WorkspaceGuard::new(&policy.workspace.root)
+        let guard = sandbox_host::assembly::admission_guard(policy)
             .map_err(|e| denied(e.to_string()))?
             .check_args(false);
-        for grant in policy.fs.write.iter().chain(policy.fs.read.iter()) {
-            guard = guard
-                .allow_root(&grant.path)
-                .map_err(|e| denied(e.to_string()))?;
-        }
         let cwd = match &p.working_dir {
             Some(dir) => guard
                 .check_path(&policy.workspace.cwd, dir)

@@ -313,6 +313,73 @@ fn split(dir: &Path, secrets: &[PathBuf], out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The toolchains of the machine for this run: detected, enabled as the settings say (their
+/// variables passed, their trees granted read-only without credential files, which go to
+/// `masked`), an unknown `--toolchain` refused.
+fn toolchains_for(
+    policy: &mut Policy,
+    settings: &HomeSettings,
+    home: &Path,
+) -> Result<(Vec<Toolchain>, Vec<Masked>), HostError> {
+    let mut masked = Vec::new();
+    let mut chains = Vec::new();
+    for found in detect_here(home, &policy.fs.system_read) {
+        let enabled = if settings.no_toolchains {
+            settings.add_toolchains.contains(&found.name)
+        } else {
+            settings
+                .toolchains
+                .enables(&found.name, &settings.add_toolchains)
+        };
+        let mut paths = Vec::new();
+        if enabled {
+            for tree in &found.paths {
+                paths.extend(tree_grants(tree, home, &mut masked));
+            }
+            for var in &found.pass {
+                policy.env.pass.push(var.clone());
+            }
+        } else {
+            paths = found.paths.clone();
+        }
+        chains.push(Toolchain {
+            name: found.name,
+            kind: found.kind,
+            paths,
+            enabled,
+        });
+    }
+    for unknown in &settings.add_toolchains {
+        if !chains.iter().any(|c| &c.name == unknown) {
+            return Err(HostError::Home {
+                path: home.to_path_buf(),
+                cause: format!(
+                    "--toolchain {unknown}: no such toolchain on this machine (found: {}); \
+                     `sandbox home` lists them",
+                    chains
+                        .iter()
+                        .map(|c| c.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    }
+    for chain in chains.iter().filter(|c| c.enabled) {
+        for path in &chain.paths {
+            // A toolchain inside the workspace or another grant is visible already.
+            if policy.readable_paths().any(|p| path.starts_with(p)) {
+                continue;
+            }
+            policy.fs.read.push(Grant {
+                path: path.clone(),
+                reason: GrantReason::Toolchain,
+            });
+        }
+    }
+    Ok((chains, masked))
+}
+
 /// Gives `policy` its private home: creates the directories, adds the home (writable) and
 /// the enabled toolchains (read-only) as grants, the cache layers, and `HOME` and the XDG
 /// base directories pointing into it. `Ok(None)` with a reason when the run keeps the real
@@ -358,62 +425,7 @@ pub fn attach(
     let dir = std::fs::canonicalize(&dir).map_err(|e| fail(&dir, e.to_string()))?;
 
     // Toolchains: detected, selected, their trees without credential files.
-    let mut masked = Vec::new();
-    let mut chains = Vec::new();
-    for found in detect_here(&home, &policy.fs.system_read) {
-        let enabled = if settings.no_toolchains {
-            settings.add_toolchains.contains(&found.name)
-        } else {
-            settings
-                .toolchains
-                .enables(&found.name, &settings.add_toolchains)
-        };
-        let mut paths = Vec::new();
-        if enabled {
-            for tree in &found.paths {
-                paths.extend(tree_grants(tree, &home, &mut masked));
-            }
-            for var in &found.pass {
-                policy.env.pass.push(var.clone());
-            }
-        } else {
-            paths = found.paths.clone();
-        }
-        chains.push(Toolchain {
-            name: found.name,
-            kind: found.kind,
-            paths,
-            enabled,
-        });
-    }
-    for unknown in &settings.add_toolchains {
-        if !chains.iter().any(|c| &c.name == unknown) {
-            return Err(fail(
-                &home,
-                format!(
-                    "--toolchain {unknown}: no such toolchain on this machine (found: {}); \
-                     `sandbox home` lists them",
-                    chains
-                        .iter()
-                        .map(|c| c.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            ));
-        }
-    }
-    for chain in chains.iter().filter(|c| c.enabled) {
-        for path in &chain.paths {
-            // A toolchain inside the workspace or another grant is visible already.
-            if policy.readable_paths().any(|p| path.starts_with(p)) {
-                continue;
-            }
-            policy.fs.read.push(Grant {
-                path: path.clone(),
-                reason: GrantReason::Toolchain,
-            });
-        }
-    }
+    let (chains, masked) = toolchains_for(policy, settings, &home)?;
 
     // Caches: an overlay each, over the user's cache, with the project's private layer
     // (claimed by each command: `crate::assembly::home::caches`).

@@ -25,7 +25,7 @@ pub fn native_forms(
     {
         let compiled = crate::backends::native::plans::compiled(
             policy,
-            &crate::backends::native::sandbox::NativeOptions::of(options),
+            &crate::backends::native::options::NativeOptions::of(options),
         );
         NativeForms {
             view: compiled.view,

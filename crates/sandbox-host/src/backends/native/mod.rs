@@ -14,6 +14,8 @@ pub(crate) mod net;
 #[cfg(target_os = "linux")]
 pub(crate) mod netns;
 #[cfg(target_os = "linux")]
+pub(crate) mod options;
+#[cfg(target_os = "linux")]
 pub(crate) mod plans;
 #[cfg(target_os = "linux")]
 pub(crate) mod publish;
@@ -67,7 +69,8 @@ impl Backend for NativeBackend {
 #[cfg(target_os = "linux")]
 mod platform {
     use super::*;
-    use crate::backends::native::sandbox::{NativeOptions, NativeSandbox};
+    use crate::backends::native::options::NativeOptions;
+    use crate::backends::native::sandbox::NativeSandbox;
 
     pub(super) fn enforcement(
         policy: &Policy,

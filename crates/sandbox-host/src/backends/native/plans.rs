@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use sandbox_policy::compile;
 use sandbox_policy::Policy;
 
-use super::sandbox::NativeOptions;
+use super::options::NativeOptions;
 use super::{abi, landlock};
 
 use crate::backends::native::userns::{self, ViewSupport};

@@ -12,6 +12,7 @@ use seccompiler::BpfProgram;
 
 use super::capabilities::{has_effective_cap, last_capability, CAP_SETPCAP};
 use super::child::{ChildRule, NativeChild};
+use super::options::NativeOptions;
 use super::plans::{
     caches_unsupported, landlock_plan, net_state, pid_support, report, seccomp_plan, NetState,
 };
@@ -21,37 +22,6 @@ use crate::backends::native::userns::{self, ViewSupport};
 use crate::backends::native::view::PreparedView;
 use crate::error::HostError;
 use crate::report::Enforcement;
-
-/// How the native backend may react to this machine.
-#[derive(Debug, Clone)]
-pub struct NativeOptions {
-    /// Run although the kernel cannot enforce part of the policy.
-    pub allow_degraded: bool,
-    /// Without a private view, unix sockets are denied unless the user allows them.
-    pub allow_unix_sockets: bool,
-    /// Our private directory: the probe's cache and the view's staging directory live here.
-    pub private_dir: PathBuf,
-    /// Our persistent private directory: the git task records live here.
-    pub state_dir: PathBuf,
-    /// The bound of a run's git store layer, in bytes (a tmpfs of this size per command).
-    pub git_store_bytes: u64,
-}
-
-impl NativeOptions {
-    /// The native backend's options from the seam's (the one place they are converted).
-    pub fn of(options: &crate::seam::BackendOptions) -> Self {
-        NativeOptions {
-            allow_degraded: options.allow_degraded,
-            allow_unix_sockets: options.allow_unix_sockets,
-            private_dir: options.private_dir(),
-            state_dir: options.state_dir(),
-            git_store_bytes: options.git_store_bytes.unwrap_or(DEFAULT_GIT_STORE_BYTES),
-        }
-    }
-}
-
-/// The git store layer's bound when the configuration names none.
-pub const DEFAULT_GIT_STORE_BYTES: u64 = 1 << 30;
 
 /// A prepared native sandbox: everything compiled once per session. Each command gets a
 /// [`NativeChild`] from [`NativeSandbox::command`].
@@ -144,37 +114,7 @@ impl NativeSandbox {
         let pid = pid_support(options, &support);
         let pid_namespace = pid.is_ok();
         let net = net_state(policy, options, &support)?;
-        // A published port needs the relay into the run's namespace.
-        if let (NetState::Missing(why), Some(p)) = (&net, policy.publish.first()) {
-            return Err(HostError::Network {
-                message: format!(
-                    "--publish {p} needs the run's own network namespace (the supervisor \
-                     relays into it), which this machine cannot give ({why}). Nothing was run. \
-                     Use a machine with unprivileged user namespaces (`sandbox doctor`), or \
-                     run the server with the open network (no --block-net): it then listens \
-                     on the host's own port"
-                ),
-            });
-        }
-        // A domain list with no namespace to hold it would be an open network: refused,
-        // degraded runs or not.
-        if let (NetState::Missing(why), true) =
-            (&net, crate::backends::native::net::needs_proxy(policy))
-        {
-            let what = if policy.allow_domains.is_empty() {
-                "--credential"
-            } else {
-                "--allow-domain"
-            };
-            return Err(HostError::Network {
-                message: format!(
-                    "{what} needs the run's own network namespace (the proxy must be its only \
-                     way out), which this machine cannot give ({why}). Nothing was run. Use a \
-                     machine with unprivileged user namespaces (`sandbox doctor`), or for a \
-                     domain list --backend nono (its proxy)"
-                ),
-            });
-        }
+        refuse_without_namespace(policy, &net)?;
         // Package caches are overlays in the view: where this machine cannot mount one, the
         // run goes without (the tools download into the private home instead) and says so.
         let without_caches;
@@ -205,66 +145,11 @@ impl NativeSandbox {
                     Some(git)
                         if git.quarantined(&policy.workspace.root, policy.unprotected_git) =>
                     {
-                        // The quarantine's layers are made and removed on every run: in
-                        // memory where this machine allows (see `privdir::memory_scratch`),
-                        // else on disk where the filesystem takes what a layer needs
-                        // (`privdir::layer_dir`), never where the policy lets the command write.
-                        // Before Linux 5.11 no overlay mounts in a user namespace: say so
-                        // before any command, not as the child's EPERM.
-                        userns::overlay_probe().map_err(|why| {
-                            HostError::QuarantineUnsupported {
-                                reason: format!(
-                                    "{why}. Nothing was run. Use Linux 5.11 or later, or pass \
-                                 --unprotected-git to run without the quarantine (the \
-                                 repository's objects and refs are then writable)"
-                                ),
-                            }
-                        })?;
-                        let usable = |dir: &Path| !policy.is_writable(dir);
-                        let memory = crate::privdir::memory_scratch(&private, &usable);
-                        // A tmpfs there takes user xattrs (Linux 6.6 and later), which the
-                        // overlay's `userxattr` needs of its upper layer: so can the run's own
-                        // bounded tmpfs. Otherwise the layer stays on disk, out of the host's
-                        // memory, bounded only by that disk.
-                        let store_bytes = memory.is_some().then_some(options.git_store_bytes);
-                        let (scratch, why) = match memory {
-                            Some(dir) => (dir, "in memory".to_string()),
-                            None => crate::privdir::layer_dir(&private, &usable)
-                                .map_err(|reason| HostError::QuarantineUnsupported { reason })?,
-                        };
-                        layer_note = Some(format!(
-                            "git store quarantine layers under {} ({why})",
-                            scratch.display()
-                        ));
-                        let store_dir = scratch.join("git-store");
-                        if policy.is_writable(&store_dir) {
-                            return Err(HostError::PrivateDirWritable { path: store_dir });
-                        }
-                        // The records must outlive a reboot (a SIGKILLed run's HEAD parked on
-                        // main is refused by them at the next start): in the state dir. Those
-                        // an earlier version kept in the runtime dir are still read.
-                        let state = crate::privdir::ensure("native", &options.state_dir)?;
-                        let task_records = state.join("git-tasks");
-                        let legacy_records = private.join("git-tasks");
-                        for dir in [&task_records, &legacy_records] {
-                            if policy.is_writable(dir) {
-                                return Err(HostError::PrivateDirWritable { path: dir.clone() });
-                            }
-                        }
-                        // Checked now, so a layout the view refuses fails before any command.
-                        crate::backends::native::view::plan(policy, None)?;
-                        Some(ViewMode::Quarantined {
-                            policy: Box::new(policy.clone()),
-                            landlock: landlock_plan(policy, &support, &net)?,
-                            staging,
-                            store_dir,
-                            store_bytes,
-                            common: git.common_dir.clone(),
-                            gitdir: git.worktree_gitdir.clone(),
-                            task_records,
-                            legacy_records,
-                            push_remotes: git.push_remotes.clone(),
-                        })
+                        let (mode, note) = quarantined_view(
+                            policy, git, options, &private, staging, &support, &net,
+                        )?;
+                        layer_note = Some(note);
+                        Some(mode)
                     }
                     _ => Some(ViewMode::Shared {
                         view: Arc::new(
@@ -530,4 +415,114 @@ impl NativeSandbox {
             },
         ))
     }
+}
+
+/// The view of a run whose git store is quarantined: where its layers go (in memory where the
+/// machine allows, else on disk, never where the policy writes), where the task records live,
+/// and the view's plan checked before any command. Also the note saying where the layers are.
+fn quarantined_view(
+    policy: &Policy,
+    git: &sandbox_policy::GitLayout,
+    options: &NativeOptions,
+    private: &Path,
+    staging: PathBuf,
+    support: &ViewSupport,
+    net: &NetState,
+) -> Result<(ViewMode, String), HostError> {
+    // The quarantine's layers are made and removed on every run: in
+    // memory where this machine allows (see `privdir::memory_scratch`),
+    // else on disk where the filesystem takes what a layer needs
+    // (`privdir::layer_dir`), never where the policy lets the command write.
+    // Before Linux 5.11 no overlay mounts in a user namespace: say so
+    // before any command, not as the child's EPERM.
+    userns::overlay_probe().map_err(|why| HostError::QuarantineUnsupported {
+        reason: format!(
+            "{why}. Nothing was run. Use Linux 5.11 or later, or pass \
+                 --unprotected-git to run without the quarantine (the \
+                 repository's objects and refs are then writable)"
+        ),
+    })?;
+    let usable = |dir: &Path| !policy.is_writable(dir);
+    let memory = crate::privdir::memory_scratch(private, &usable);
+    // A tmpfs there takes user xattrs (Linux 6.6 and later), which the
+    // overlay's `userxattr` needs of its upper layer: so can the run's own
+    // bounded tmpfs. Otherwise the layer stays on disk, out of the host's
+    // memory, bounded only by that disk.
+    let store_bytes = memory.is_some().then_some(options.git_store_bytes);
+    let (scratch, why) = match memory {
+        Some(dir) => (dir, "in memory".to_string()),
+        None => crate::privdir::layer_dir(private, &usable)
+            .map_err(|reason| HostError::QuarantineUnsupported { reason })?,
+    };
+    let layer_note = format!(
+        "git store quarantine layers under {} ({why})",
+        scratch.display()
+    );
+    let store_dir = scratch.join("git-store");
+    if policy.is_writable(&store_dir) {
+        return Err(HostError::PrivateDirWritable { path: store_dir });
+    }
+    // The records must outlive a reboot (a SIGKILLed run's HEAD parked on
+    // main is refused by them at the next start): in the state dir. Those
+    // an earlier version kept in the runtime dir are still read.
+    let state = crate::privdir::ensure("native", &options.state_dir)?;
+    let task_records = state.join("git-tasks");
+    let legacy_records = private.join("git-tasks");
+    for dir in [&task_records, &legacy_records] {
+        if policy.is_writable(dir) {
+            return Err(HostError::PrivateDirWritable { path: dir.clone() });
+        }
+    }
+    // Checked now, so a layout the view refuses fails before any command.
+    crate::backends::native::view::plan(policy, None)?;
+    let mode = ViewMode::Quarantined {
+        policy: Box::new(policy.clone()),
+        landlock: landlock_plan(policy, support, net)?,
+        staging,
+        store_dir,
+        store_bytes,
+        common: git.common_dir.clone(),
+        gitdir: git.worktree_gitdir.clone(),
+        task_records,
+        legacy_records,
+        push_remotes: git.push_remotes.clone(),
+    };
+    Ok((mode, layer_note))
+}
+
+/// What needs the run's own network namespace is refused, loudly, where the machine gives
+/// none: a published port (the supervisor relays into the namespace) and a domain list or a
+/// credential (the proxy must be the only way out), degraded runs or not.
+fn refuse_without_namespace(policy: &Policy, net: &NetState) -> Result<(), HostError> {
+    // A published port needs the relay into the run's namespace.
+    if let (NetState::Missing(why), Some(p)) = (net, policy.publish.first()) {
+        return Err(HostError::Network {
+            message: format!(
+                "--publish {p} needs the run's own network namespace (the supervisor \
+                 relays into it), which this machine cannot give ({why}). Nothing was run. \
+                 Use a machine with unprivileged user namespaces (`sandbox doctor`), or \
+                 run the server with the open network (no --block-net): it then listens \
+                 on the host's own port"
+            ),
+        });
+    }
+    // A domain list with no namespace to hold it would be an open network: refused,
+    // degraded runs or not.
+    if let (NetState::Missing(why), true) = (net, crate::backends::native::net::needs_proxy(policy))
+    {
+        let what = if policy.allow_domains.is_empty() {
+            "--credential"
+        } else {
+            "--allow-domain"
+        };
+        return Err(HostError::Network {
+            message: format!(
+                "{what} needs the run's own network namespace (the proxy must be its only \
+                 way out), which this machine cannot give ({why}). Nothing was run. Use a \
+                 machine with unprivileged user namespaces (`sandbox doctor`), or for a \
+                 domain list --backend nono (its proxy)"
+            ),
+        });
+    }
+    Ok(())
 }

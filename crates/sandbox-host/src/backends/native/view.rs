@@ -199,6 +199,11 @@ impl PreparedView {
 
     /// As [`PreparedView::prepare`], with the git store's writable layer on a tmpfs of its
     /// own (`layer`), mounted first.
+    ///
+    /// One function on purpose: one pass over the plan's operations in order, carrying what
+    /// is mounted where so far — each operation's mount points depend on every one before it
+    /// (a bind of the host's tree has its ancestors, the view's tmpfs does not), and that
+    /// state would otherwise travel through every piece.
     pub fn prepare_with_layer(
         policy: &Policy,
         staging: &Path,
