@@ -183,6 +183,14 @@ impl Run {
         }
     }
 
+    /// The backend's own session, when it is a `T`: the daemon boots, stops and removes a
+    /// BoxLite box through its `sandbox_boxlite::session::BoxSession`. `None` for a session
+    /// of another type.
+    pub fn session<T: BackendSession>(&self) -> Option<Arc<T>> {
+        let session: Arc<dyn std::any::Any + Send + Sync> = self.session.clone();
+        session.downcast::<T>().ok()
+    }
+
     /// The run's resource limits, each with the mechanism that enforces it on this machine
     /// (or why none can).
     pub fn limits(&self) -> &sandbox_policy::compile::limits::LimitsPlan {
