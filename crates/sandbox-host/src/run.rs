@@ -73,7 +73,7 @@ use crate::tmpdir::PrivateTmpdir;
 /// cannot become a run, so no command of a box is armed or finished here unless the box was
 /// prepared through the seam. Neither wrapping a session nor building the struct compiles:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0599
 /// use std::sync::Arc;
 /// use sandbox_host::{BackendKind, BackendSession, Run};
 /// fn adopt(kind: BackendKind, policy: sandbox_policy::Policy, s: Arc<dyn BackendSession>) -> Run {
@@ -81,7 +81,7 @@ use crate::tmpdir::PrivateTmpdir;
 /// }
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0451
 /// use std::sync::Arc;
 /// use sandbox_host::{BackendKind, BackendSession, Run};
 /// fn build(kind: BackendKind, policy: sandbox_policy::Policy, session: Arc<dyn BackendSession>) -> Run {
