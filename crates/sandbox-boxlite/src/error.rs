@@ -177,3 +177,60 @@ impl BoxliteError {
         }
     }
 }
+
+/// Why a box could not be prepared (`BoxliteBackend::prepare`, the daemon's `box.create`).
+/// Each kind is told apart by the caller (the daemon's protocol codes); nothing of the box is
+/// left in BoxLite unless the failure says it was kept from before.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// The box's description is refused: nothing was created.
+    #[error("boxlite: {0}")]
+    Spec(#[from] SpecError),
+    #[error("two mounts at {} in the box", guest.display())]
+    TwoMounts { guest: PathBuf },
+    #[error("boxlite: reading the git layout of {}: {source}", workdir.display())]
+    GitLayout {
+        workdir: PathBuf,
+        #[source]
+        source: sandbox_policy::PolicyError,
+    },
+    /// The box's git directory (where its commits come back) could not be laid out.
+    #[error("boxlite: {0}")]
+    BoxGit(#[source] sandbox_git::quarantine::QuarantineError),
+    /// The directory of the boxes' git directories could not be created.
+    #[error("creating {}: {source}", dir.display())]
+    StateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A mount would show BoxLite's own home (its database, every box's disk) in the box.
+    #[error("the mount {} reaches BoxLite's home {}", mount.display(), home.display())]
+    ReachesHome { mount: PathBuf, home: PathBuf },
+    /// The runtime or the box failed, with its kind and log paths.
+    #[error(transparent)]
+    Engine(#[from] BoxliteError),
+    /// BoxLite keeps a box of this name from an earlier daemon, made from another image.
+    #[error(
+        "BoxLite keeps a box named {name:?} made from {kept}, not {wanted}; box.remove it \
+         first or use another name"
+    )]
+    KeptOther {
+        name: String,
+        kept: String,
+        wanted: String,
+    },
+    /// BoxLite's record of a kept box could not be read.
+    #[error("boxlite: {0}")]
+    KeptUnreadable(String),
+    /// The backend was opened without a box's description (only `box.create` prepares one).
+    #[error(
+        "boxlite: no box description (image, mounts, sizes) was given: BoxLite boxes are made \
+         by the daemon's box.create"
+    )]
+    NoRequest,
+    /// Preparing drives the engine on the daemon's async runtime, from one of its blocking
+    /// threads; there was none.
+    #[error("boxlite: preparing a box needs the daemon's async runtime: {0}")]
+    NoRuntime(String),
+}

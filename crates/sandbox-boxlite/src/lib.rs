@@ -7,8 +7,12 @@
 //! - [`git`]: how a worktree's git data is mounted so that a box cannot write what the
 //!   host's git runs;
 //! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
+//! - [`request`]: a VM box as asked for (`sandbox_host::seam::VmRequest`) checked and
+//!   compiled into a [`BoxSpec`], the git rules applied;
 //! - [`error`]: every failure, with the box's log paths;
 //! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes;
+//! - `backend` (cargo feature `boxlite`): the registry's provider and the backend whose
+//!   `prepare` makes a box in `sandbox_host::Run::prepare`, like every other backend's;
 //! - `session` (cargo feature `boxlite`): a box behind the run seam — its backend session,
 //!   whose commands the run sequence arms and launches in the guest.
 //!
@@ -20,9 +24,12 @@ pub mod git;
 pub mod host;
 pub mod layout;
 pub mod relay;
+pub mod request;
 pub mod runtime_files;
 pub mod spec;
 
+#[cfg(feature = "boxlite")]
+pub mod backend;
 #[cfg(feature = "boxlite")]
 pub mod engine;
 #[cfg(feature = "boxlite")]
@@ -32,7 +39,7 @@ pub mod session;
 #[cfg(feature = "boxlite")]
 pub use boxlite;
 
-pub use error::{BoxliteError, LogPaths};
+pub use error::{BoxliteError, LogPaths, PrepareError};
 pub use spec::{BoxSpec, ImageSource, Mount, NetTarget, SpecError};
 
 /// Whether this build carries the BoxLite engine (cargo feature `boxlite`).
@@ -41,24 +48,5 @@ pub const IN_BUILD: bool = cfg!(feature = "boxlite");
 /// BoxLite's version (the crate's and the runtime files').
 pub const VERSION: &str = runtime_files::VERSION;
 
-/// BoxLite's entry in the binary's backend registry ([`sandbox_host::Backends`]), linked only
-/// with the cargo feature `boxlite`. Its boxes belong to the daemon (one runtime per home), so
-/// opening it in another process is refused, typed ([`sandbox_host::HostError::RunsInDaemon`]).
 #[cfg(feature = "boxlite")]
-pub struct BoxliteProvider;
-
-#[cfg(feature = "boxlite")]
-impl sandbox_host::Provider for BoxliteProvider {
-    fn kind(&self) -> sandbox_host::BackendKind {
-        sandbox_host::BackendKind::Boxlite
-    }
-
-    fn open(
-        &self,
-        _options: &sandbox_host::BackendOptions,
-    ) -> Result<Box<dyn sandbox_host::Backend>, sandbox_host::HostError> {
-        Err(sandbox_host::HostError::RunsInDaemon {
-            backend: sandbox_host::BackendKind::Boxlite,
-        })
-    }
-}
+pub use backend::{BoxliteProvider, Engines};

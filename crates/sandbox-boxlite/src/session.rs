@@ -25,7 +25,7 @@ use sandbox_host::{BackendKind, BackendSession, Enforcement, HostError, Prepared
 use tokio::sync::{mpsc, oneshot};
 
 use crate::engine::Engine;
-use crate::error::BoxliteError;
+use crate::error::{BoxliteError, LogPaths};
 
 /// Output chunks a command may have in flight before its relay waits for the reader.
 const OUTPUT_QUEUE: usize = 64;
@@ -34,6 +34,8 @@ const OUTPUT_QUEUE: usize = 64;
 pub struct BoxSession {
     vm: Arc<Vm>,
     enforcement: Enforcement,
+    /// BoxLite kept the box from an earlier daemon (with its disk) rather than creating it.
+    kept: bool,
 }
 
 /// The engine's handle on one box, shared by the session and its launched commands.
@@ -140,13 +142,15 @@ pub struct Booted {
 
 impl BoxSession {
     /// The session of `litebox`, the box `name` of `engine`, enforcing `enforcement`; its
-    /// git writes come back through `commits` when given.
+    /// git writes come back through `commits` when given. `kept`: BoxLite had the box from
+    /// an earlier daemon.
     pub fn new(
         engine: Arc<Engine>,
         name: &str,
         litebox: LiteBox,
         enforcement: Enforcement,
         commits: Option<Commits>,
+        kept: bool,
     ) -> BoxSession {
         let vm_id = litebox.id().as_str().to_string();
         BoxSession {
@@ -161,7 +165,19 @@ impl BoxSession {
                 periods: Periods::new(commits),
             }),
             enforcement,
+            kept,
         }
+    }
+
+    /// Whether BoxLite kept the box from an earlier daemon (its disk, and what was installed
+    /// on it) rather than creating it now.
+    pub fn kept(&self) -> bool {
+        self.kept
+    }
+
+    /// Where the box's logs are: the runtime's, the shim's, the guest console.
+    pub fn logs(&self) -> LogPaths {
+        self.vm.engine.log_paths(Some(&self.vm.vm_id))
     }
 
     /// BoxLite's id for the box.

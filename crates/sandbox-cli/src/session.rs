@@ -196,7 +196,7 @@ pub fn backends(dirs: &crate::paths::Dirs, config: &crate::config::Config) -> Ba
         lima_settings_in(&dirs, &views_root)
     }));
     #[cfg(feature = "boxlite")]
-    let linked = linked.with(sandbox_boxlite::BoxliteProvider);
+    let linked = linked.with(sandbox_boxlite::BoxliteProvider::refusing());
     linked
 }
 

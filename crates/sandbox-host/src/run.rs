@@ -70,6 +70,41 @@ use crate::seam::{
 
 /// A prepared sandbox: the policy, the backend session every command runs in, and the
 /// private TMPDIR (removed when the run is dropped or [closed](Run::close)).
+///
+/// [`Run::prepare`] is the only way to make one: a session prepared anywhere else (outside
+/// the registry's backend, the trusted-place checks and the journal's recovery before it)
+/// cannot become a run, so no command of a box is armed or finished here unless the box was
+/// prepared through the seam. Neither wrapping a session nor building the struct compiles:
+///
+/// ```compile_fail,E0599
+/// use std::sync::Arc;
+/// use sandbox_host::{BackendKind, BackendSession, Run};
+/// fn adopt(kind: BackendKind, policy: sandbox_policy::Policy, s: Arc<dyn BackendSession>) -> Run {
+///     Run::adopt(kind, policy, s)
+/// }
+/// ```
+///
+/// ```compile_fail,E0451
+/// use std::sync::Arc;
+/// use sandbox_host::{BackendKind, BackendSession, Run};
+/// fn build(kind: BackendKind, policy: sandbox_policy::Policy, session: Arc<dyn BackendSession>) -> Run {
+///     Run { kind, policy, session, ..unimplemented!() }
+/// }
+/// ```
+///
+/// ```
+/// use sandbox_host::assembly::Assembled;
+/// use sandbox_host::seam::LogProgress;
+/// use sandbox_host::{BackendKind, BackendOptions, Backends, HostError, Run};
+/// fn prepare(
+///     backends: &Backends,
+///     kind: BackendKind,
+///     assembled: Assembled,
+///     options: &BackendOptions,
+/// ) -> Result<Run, HostError> {
+///     Run::prepare(backends, kind, assembled, options, &LogProgress)
+/// }
+/// ```
 pub struct Run {
     kind: BackendKind,
     policy: Policy,
@@ -168,22 +203,12 @@ impl Run {
         })
     }
 
-    /// A run whose session a caller outside the seam prepared: the daemon's BoxLite boxes,
-    /// whose box is made by the daemon's one BoxLite runtime from a description that is not a
-    /// [`Policy`] (an image, sizes, guest paths). Its commands are armed and finished here
-    /// like any other, and run in the guest ([`Armed::launch`]).
-    pub fn adopt(kind: BackendKind, policy: Policy, session: Arc<dyn BackendSession>) -> Run {
-        Run {
-            kind,
-            policy,
-            session,
-            tmpdir: None,
-            _home: None,
-            journal: None,
-            recovered: Vec::new(),
-            machine: Default::default(),
-            limits: Default::default(),
-        }
+    /// The backend's own session, when it is a `T`: the daemon boots, stops and removes a
+    /// BoxLite box through its `sandbox_boxlite::session::BoxSession`. `None` for a session
+    /// of another type.
+    pub fn session<T: BackendSession>(&self) -> Option<Arc<T>> {
+        let session: Arc<dyn std::any::Any + Send + Sync> = self.session.clone();
+        session.downcast::<T>().ok()
     }
 
     /// The run's resource limits, each with the mechanism that enforces it on this machine

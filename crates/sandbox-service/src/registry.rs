@@ -34,7 +34,8 @@ pub struct BoxEntry {
     /// The parameters it was created with, normalised (for reuse by name).
     pub params: BoxCreateParams,
     /// Its policy and backend, prepared once at `box.create` (the run sequence's `prepare`);
-    /// every `box.exec` is armed in it. Holds the box's private TMPDIR, removed when the last
+    /// every `box.exec` is armed in it. A VM box's own handle (boot, stop, removal) is its
+    /// run's session (`Run::session`). Holds the box's private TMPDIR, removed when the last
     /// holder (the box, or a command still finishing) lets go.
     pub run: Arc<Run>,
     pub allow_degraded: bool,
@@ -45,10 +46,6 @@ pub struct BoxEntry {
     /// Execs currently running in it.
     pub execs: BTreeSet<u64>,
     pub last_status: Option<AgentStatus>,
-    /// A VM box's engine handle; `None` for boxes whose commands run on the host through the
-    /// seam. Only in a build with BoxLite.
-    #[cfg(feature = "boxlite")]
-    pub(crate) vm: Option<Arc<sandbox_boxlite::session::BoxSession>>,
 }
 
 /// What `box.list`, `sandbox ps` and `/api/v1/status` show about a box.

@@ -23,6 +23,7 @@ mod command;
 pub mod guest;
 mod registry;
 pub(crate) mod trusted;
+pub mod vm;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -46,6 +47,7 @@ pub use guest::{
 };
 pub use registry::{Backends, Provider};
 pub use trusted::{TrustedPlace, TrustedPlaces};
+pub use vm::{VmMount, VmRequest};
 
 /// The launcher as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +96,9 @@ pub struct BackendOptions {
     /// The places no grant may reach (configuration, remembered choices, the daemon's
     /// token); checked by [`check_policy`] for every backend but `host`.
     pub trusted: TrustedPlaces,
+    /// A VM box's description beyond its policy (image, sizes, mounts), for the backends
+    /// that boot one from it (BoxLite in the daemon); `None` for every other run.
+    pub vm: Option<VmRequest>,
 }
 
 impl BackendOptions {
@@ -193,7 +198,11 @@ pub trait Backend: Send + Sync {
 }
 
 /// A prepared backend: any number of commands run in it, one [`PreparedCommand`] each.
-pub trait BackendSession: Send + Sync {
+///
+/// `Any`, so that the caller that chose a backend can reach that backend's own session type
+/// through the run it prepared ([`crate::run::Run::session`]): the daemon boots, stops and
+/// removes a BoxLite box through its `BoxSession`.
+pub trait BackendSession: Send + Sync + std::any::Any {
     /// What this session enforces (gaps only when degraded runs were allowed).
     fn enforcement(&self) -> &Enforcement;
 

@@ -47,52 +47,27 @@ pub(super) async fn box_create(
     if let Some(reused) = reuse(state, &p)? {
         return Ok(reused);
     }
-    if kind == BackendKind::Boxlite {
-        #[cfg(feature = "boxlite")]
-        return super::microvm::box_create(state, conn, p, workdir, started).await;
-        #[cfg(not(feature = "boxlite"))]
-        return Err(super::microvm::not_in_build());
-    }
-    super::microvm::refuse_vm_fields(&p, kind.as_str())?;
-
-    // The one policy assembly `sandbox run` uses: the trusted defaults, this box's grants,
-    // and the hook endpoint kept reachable under a network block.
-    let defaults = Defaults {
-        hook_port: Some(state.hook_port),
-        ..state.opts.defaults.clone()
+    // A VM box (BoxLite) is described beyond its policy: an image, sizes, mounts, which its
+    // backend checks and makes the box from. The other backends take none of them.
+    let vm = if kind == BackendKind::Boxlite {
+        super::microvm::refuse_host_fields(&p)?;
+        super::microvm::size_from_limits(&mut p, state.opts.defaults.resources);
+        Some(super::microvm::vm_request(&p))
+    } else {
+        super::microvm::refuse_vm_fields(&p, kind.as_str())?;
+        None
     };
-    let assembled = assembly::assemble(
-        &defaults,
-        PolicyAsk {
-            workdir,
-            cwd: None,
-            allow_read: p.allow_read.clone(),
-            allow_write: p.allow_write.clone(),
-            env: p.env.iter().map(|(n, v)| format!("{n}={v}")).collect(),
-            block_net: p.block_net,
-            allow_ports: p.allow_ports.clone(),
-            allow_domains: p.allow_domains.clone(),
-            credentials: p.credentials.clone(),
-            publish: p.publish.clone(),
-            timeout: p.timeout_ms.map(Duration::from_millis),
-            resources: [
-                p.memory_mib.map(|m| (m > 0).then_some(m << 20)),
-                p.pids.map(|n| (n > 0).then_some(n)),
-                p.cpu_millis
-                    .or(p.cpus.map(|c| c * 1000))
-                    .map(|c| (c > 0).then_some(c)),
-            ],
-            unprotected_git: p.unprotected_git,
-            push_remotes: Vec::new(),
-            tmpdir: Some(TmpdirRequest {
-                prefix: format!("sandbox-box-{}-", p.name),
-                root: state.opts.box_tmp_root.clone(),
-            }),
-            agent: None,
-            home: defaults.home.clone().filter(|_| kind.gets_private_home()),
-        },
-    )
-    .map_err(|e| match e {
+
+    // The one policy assembly `sandbox run` uses. A VM box's policy is its workdir and
+    // network only: the guest sees its mounts, nothing of the configuration's grants.
+    let (defaults, ask) = match &vm {
+        Some(_) => (
+            Defaults::default(),
+            super::microvm::policy_ask(&p, &workdir),
+        ),
+        None => policy_ask(state, &p, kind, workdir),
+    };
+    let assembled = assembly::assemble(&defaults, ask).map_err(|e| match e {
         HostError::Tmpdir { .. } => RpcError::new(ErrorCode::Internal, e.to_string()),
         other => invalid(format!("box {}: {other}", p.name)),
     })?;
@@ -101,10 +76,11 @@ pub(super) async fn box_create(
         .to_string();
     // Prepared now, through the seam, so that a box whose boundary cannot be set up (or
     // whose grants reach the daemon's own state) is refused at creation, loudly; every
-    // `box.exec` then runs in this session. Off the runtime's threads (a VM's first boot
-    // takes minutes), each named step announced as a `creating` boxState as it happens.
+    // `box.exec` then runs in this session. Off the runtime's threads (a VM's runtime takes
+    // seconds to open), each named step announced as a `creating` boxState as it happens.
     let options = BackendOptions {
         allow_degraded: p.allow_degraded,
+        vm,
         ..state.opts.backend.clone()
     };
     let progress = StepEvents {
@@ -120,15 +96,13 @@ pub(super) async fn box_create(
     })
     .await
     .map_err(|e| RpcError::new(ErrorCode::Internal, format!("box.create: {e}")))?;
-    let run = prepared.map_err(|e| match e {
-        HostError::TrustedPlace(_) => denied(format!("box {}: {e}", p.name)),
-        other => unavailable(format!("box {}: {other}", p.name)),
-    })?;
+    let run = prepared.map_err(|e| prepare_failed(&p.name, e))?;
     // The checks of a killed run of this worktree were done as the box prepared.
     for line in run.recovered().iter().flat_map(|r| r.lines()) {
         tracing::warn!(box_name = %p.name, "{line}");
     }
     let enforcement = run.enforcement().clone();
+    let extra = super::microvm::created_extra(&run);
     {
         let mut boxes = state.boxes.locked();
         if boxes.contains(&p.name) {
@@ -154,27 +128,83 @@ pub(super) async fn box_create(
                 id: id.clone(),
                 kind,
                 run: Arc::new(run),
-                #[cfg(feature = "boxlite")]
-                vm: None,
             },
         )?;
     }
-    Ok(announce_created(state, conn, &p, &id, kind, started, &enforcement, json!({})).await)
+    Ok(announce_created(state, conn, &p, &id, kind, started, &enforcement, extra).await)
+}
+
+/// The policy request of a box whose commands run on this host: the trusted defaults, this
+/// box's grants, and the hook endpoint kept reachable under a network block.
+fn policy_ask(
+    state: &State,
+    p: &BoxCreateParams,
+    kind: BackendKind,
+    workdir: std::path::PathBuf,
+) -> (Defaults, PolicyAsk) {
+    let defaults = Defaults {
+        hook_port: Some(state.hook_port),
+        ..state.opts.defaults.clone()
+    };
+    let ask = PolicyAsk {
+        workdir,
+        cwd: None,
+        allow_read: p.allow_read.clone(),
+        allow_write: p.allow_write.clone(),
+        env: p.env.iter().map(|(n, v)| format!("{n}={v}")).collect(),
+        block_net: p.block_net,
+        allow_ports: p.allow_ports.clone(),
+        allow_domains: p.allow_domains.clone(),
+        credentials: p.credentials.clone(),
+        publish: p.publish.clone(),
+        timeout: p.timeout_ms.map(Duration::from_millis),
+        resources: [
+            p.memory_mib.map(|m| (m > 0).then_some(m << 20)),
+            p.pids.map(|n| (n > 0).then_some(n)),
+            p.cpu_millis
+                .or(p.cpus.map(|c| c * 1000))
+                .map(|c| (c > 0).then_some(c)),
+        ],
+        unprotected_git: p.unprotected_git,
+        push_remotes: Vec::new(),
+        tmpdir: Some(TmpdirRequest {
+            prefix: format!("sandbox-box-{}-", p.name),
+            root: state.opts.box_tmp_root.clone(),
+        }),
+        agent: None,
+        home: defaults.home.clone().filter(|_| kind.gets_private_home()),
+    };
+    (defaults, ask)
+}
+
+/// Why box `name` could not be prepared, as a protocol error: a grant reaching a trusted
+/// place is `denied`; a backend's own failure its own code (BoxLite's: a refused description,
+/// a kept box of another image, the runtime's failure with its logs); anything else
+/// `backendUnavailable`.
+fn prepare_failed(name: &str, e: HostError) -> RpcError {
+    #[cfg(feature = "boxlite")]
+    if let Some(e) = e
+        .backend_source()
+        .and_then(|s| s.downcast_ref::<sandbox_boxlite::PrepareError>())
+    {
+        return super::microvm::prepare_error(name, e);
+    }
+    match e {
+        HostError::TrustedPlace(_) => denied(format!("box {name}: {e}")),
+        other => unavailable(format!("box {name}: {other}")),
+    }
 }
 
 /// A box its backend has prepared, ready for the registry.
-pub(super) struct Prepared {
+struct Prepared {
     pub id: String,
     pub kind: BackendKind,
     pub run: Arc<Run>,
-    /// A VM box's engine handle (see [`BoxEntry::vm`]).
-    #[cfg(feature = "boxlite")]
-    pub vm: Option<Arc<sandbox_boxlite::session::BoxSession>>,
 }
 
 /// Registers a prepared box under `p.name` with a fresh box token. The caller holds the
 /// registry's lock and has made sure the name is free.
-pub(super) fn insert(
+fn insert(
     state: &State,
     boxes: &mut Registry,
     p: &BoxCreateParams,
@@ -196,8 +226,6 @@ pub(super) fn insert(
         created_at_ms: registry::now_ms(),
         execs: Default::default(),
         last_status: None,
-        #[cfg(feature = "boxlite")]
-        vm: new.vm,
     });
     Ok(())
 }
@@ -205,7 +233,7 @@ pub(super) fn insert(
 /// Announces a registered box as `created` and returns `box.create`'s reply: the fields every
 /// backend gives, then the backend's own `extra` ones.
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn announce_created(
+async fn announce_created(
     state: &State,
     conn: &Arc<Conn>,
     p: &BoxCreateParams,
@@ -274,7 +302,7 @@ pub(super) async fn box_start(
     name: &str,
 ) -> Result<Value, RpcError> {
     #[cfg(feature = "boxlite")]
-    if let Some(vm) = vm_of(state, name)? {
+    if let Some(vm) = super::microvm::vm_of(state, name)? {
         return super::microvm::box_start(state, conn, name, vm).await;
     }
     let (id, changed) = {
@@ -374,7 +402,7 @@ pub(super) async fn stop_box(
         let _ = phase.wait_for(|p| *p >= want).await;
     }
     #[cfg(feature = "boxlite")]
-    if let Ok(Some(vm)) = vm_of(state, name) {
+    if let Ok(Some(vm)) = super::microvm::vm_of(state, name) {
         super::microvm::stop_vm(&vm).await;
     }
     {
@@ -418,21 +446,12 @@ pub(super) async fn box_remove(
     };
     state.tokens.revoke(&Scope::Box(name.to_string()));
     #[cfg(feature = "boxlite")]
-    if let Some(vm) = entry.vm.clone() {
+    if let Some(vm) = entry.run.session::<sandbox_boxlite::session::BoxSession>() {
         super::microvm::remove_vm(&vm).await?;
     }
     announce(state, Some(conn), &entry.id, name, BoxState::Removed, None).await;
     drop(entry); // removes its TMPDIR
     Ok(json!({ "ok": true }))
-}
-
-/// The engine handle of a VM box; `None` for the others.
-#[cfg(feature = "boxlite")]
-pub(super) fn vm_of(
-    state: &State,
-    name: &str,
-) -> Result<Option<Arc<sandbox_boxlite::session::BoxSession>>, RpcError> {
-    Ok(state.boxes.locked().get(name)?.vm.clone())
 }
 
 /// `box.list`: every box, whoever created it.

@@ -30,7 +30,10 @@ pub fn run(opts: DaemonOptions) -> Result<(), DaemonError> {
     // What a daemon that died mid-period left of a box's git writes: taken in (or reported)
     // and removed before any box is made again. One daemon per user, so no other holds them.
     for recovered in sandbox_git::quarantine::generation::recover(
-        &opts.backend.state_dir().join(super::BOX_GIT_DIR),
+        &opts
+            .backend
+            .state_dir()
+            .join(sandbox_boxlite::request::BOX_GIT_DIR),
     ) {
         for line in recovered.lines() {
             eprintln!("sandbox: {line}");
@@ -121,6 +124,9 @@ async fn serve(
         .map_err(io_err("reading the hook port"))?
         .port();
 
+    // BoxLite's daemon form in the registry, over the daemon's one runtime.
+    #[cfg(feature = "boxlite")]
+    let (opts, boxlite) = super::microvm::with_engines(opts);
     let (shutdown, mut shutdown_rx) = watch::channel(false);
     let state = Arc::new(State {
         tokens,
@@ -135,7 +141,7 @@ async fn serve(
         hook_port,
         opts,
         #[cfg(feature = "boxlite")]
-        boxlite: tokio::sync::Mutex::new(None),
+        boxlite,
     });
     tokio::spawn(crate::hooks::serve(hook_listener, state.clone()));
     eprintln!(

@@ -48,11 +48,6 @@ use spawner::Executor;
 
 pub use lifecycle::run;
 
-/// Below the state directory: the boxes' git directories (`<this>/<box name>`), where a box's
-/// commits come back through generations of the common dir
-/// (`sandbox_git::quarantine::generation`).
-pub(crate) const BOX_GIT_DIR: &str = "boxlite-git";
-
 /// How to run the daemon.
 #[derive(Debug, Clone)]
 pub struct DaemonOptions {
@@ -132,9 +127,10 @@ pub(crate) struct State {
     shutting_down: AtomicBool,
     pub(crate) hook_port: u16,
     opts: DaemonOptions,
-    /// The one BoxLite runtime of `opts.boxlite_home`, opened on first use.
+    /// The one BoxLite runtime of `opts.boxlite_home`, opened by the first box (its backend
+    /// in `opts.backends` holds it too), shut down with the daemon.
     #[cfg(feature = "boxlite")]
-    boxlite: tokio::sync::Mutex<Option<std::sync::Arc<sandbox_boxlite::engine::Engine>>>,
+    boxlite: std::sync::Arc<sandbox_boxlite::Engines>,
 }
 
 impl State {

@@ -31,7 +31,10 @@ use sandbox_exec::{ExecError, ExitOutcome, Running};
 use sandbox_host::seam::GuestExit;
 use sandbox_host::{Live, Reaped, Reaper, Run};
 
-use sandbox_protocol::{ErrorCode, ExitEvent, RpcError};
+use sandbox_protocol::{
+    ErrorCode, ExitEvent, GitObjectRejected, GitRefApplied, GitRefRefused, GitStoreReport,
+    NetConnection, RpcError,
+};
 
 use super::connection::Outbound;
 
@@ -540,11 +543,8 @@ fn exit_event(
         );
     }
     notes.extend(finished.warnings());
-    // The same fields, camelCase on both sides.
     let git_store = match &finished.git_store {
-        Some(Ok(report)) => serde_json::to_value(report)
-            .and_then(serde_json::from_value)
-            .ok(),
+        Some(Ok(report)) => Some(git_store_report(report)),
         _ => None,
     };
     let outcome = match waited {
@@ -560,15 +560,119 @@ fn exit_event(
         timed_out: status.timed_out,
         error_message: (!notes.is_empty()).then(|| notes.join("; ")),
         git_store,
-        // The same fields, camelCase on both sides.
-        connections: finished
-            .connections
+        connections: finished.connections.iter().map(net_connection).collect(),
+    }
+}
+
+/// The git store quarantine's account of a command, as its `exit` event carries it.
+fn git_store_report(report: &sandbox_git::quarantine::StoreReport) -> GitStoreReport {
+    GitStoreReport {
+        objects_imported: report.objects_imported,
+        applied: report
+            .applied
             .iter()
-            .filter_map(|c| {
-                serde_json::to_value(c)
-                    .and_then(serde_json::from_value)
-                    .ok()
+            .map(|r| GitRefApplied {
+                name: r.name.clone(),
+                old: r.old.clone(),
+                new: r.new.clone(),
             })
             .collect(),
+        refused: report
+            .refused
+            .iter()
+            .map(|r| GitRefRefused {
+                name: r.name.clone(),
+                wanted: r.wanted.clone(),
+                reason: r.reason.clone(),
+            })
+            .collect(),
+        rejected_objects: report
+            .rejected_objects
+            .iter()
+            .map(|o| GitObjectRejected {
+                path: o.path.clone(),
+                reason: o.reason.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// One connection through the run's proxy, as its `exit` event carries it (the words of
+/// `--report-json`'s).
+fn net_connection(c: &sandbox_net::Connection) -> NetConnection {
+    use sandbox_net::Kind;
+    NetConnection {
+        host: c.host.clone(),
+        port: c.port,
+        kind: match c.kind {
+            Kind::Connect => "connect",
+            Kind::Http => "http",
+            Kind::Socks => "socks",
+            Kind::Credential => "credential",
+            Kind::Inbound => "inbound",
+        }
+        .to_string(),
+        allowed: c.allowed,
+        rule: c.rule.clone(),
+        address: c.address.map(|a| a.to_string()),
+        bytes_up: c.bytes_up,
+        bytes_down: c.bytes_down,
+        error: c.error.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_git::quarantine::{AppliedRef, RefusedRef, RejectedObject, StoreReport};
+
+    /// The typed conversions give the `exit` event the fields the JSON round trip they
+    /// replace gave: the same names and values, camelCase on both sides.
+    #[test]
+    fn the_exit_events_reports_are_what_the_run_reported() {
+        let report = StoreReport {
+            task_branch: Some("task".into()),
+            objects_imported: 3,
+            applied: vec![AppliedRef {
+                name: "refs/heads/task".into(),
+                old: None,
+                new: Some("abc".into()),
+            }],
+            refused: vec![RefusedRef {
+                name: "refs/heads/main".into(),
+                wanted: Some("def".into()),
+                reason: "not the task's".into(),
+            }],
+            rejected_objects: vec![RejectedObject {
+                path: "objects/ab/cd".into(),
+                reason: "corrupt".into(),
+            }],
+            ..StoreReport::default()
+        };
+        let before: GitStoreReport =
+            serde_json::from_value(serde_json::to_value(&report).unwrap()).unwrap();
+        assert_eq!(git_store_report(&report), before);
+        for (kind, address) in [
+            (sandbox_net::Kind::Connect, Some("1.2.3.4".parse().unwrap())),
+            (sandbox_net::Kind::Http, None),
+            (sandbox_net::Kind::Socks, Some("::1".parse().unwrap())),
+            (sandbox_net::Kind::Credential, None),
+            (sandbox_net::Kind::Inbound, None),
+        ] {
+            let c = sandbox_net::Connection {
+                host: "a.test".into(),
+                port: 443,
+                kind,
+                allowed: true,
+                rule: "a.test".into(),
+                address,
+                bytes_up: 1,
+                bytes_down: 2,
+                error: Some("reset".into()),
+            };
+            let before: NetConnection =
+                serde_json::from_value(serde_json::to_value(&c).unwrap()).unwrap();
+            assert_eq!(net_connection(&c), before, "{kind:?}");
+        }
     }
 }
