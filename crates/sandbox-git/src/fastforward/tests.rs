@@ -10,23 +10,10 @@ fn lost_race_restores_the_worktree() {
     let tmp = tempfile::tempdir().unwrap();
     let main = tmp.path().join("app");
     std::fs::create_dir(&main).unwrap();
-    git(&main, &["init", "-q", "-b", "main"]);
     std::fs::write(main.join("a.txt"), "a\n").unwrap();
     std::fs::write(main.join("keep.txt"), "keep\n").unwrap();
-    git(&main, &["add", "."]);
-    git(&main, &["commit", "-qm", "init"]);
     let task = tmp.path().join("task1");
-    git(
-        &main,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "task1",
-            task.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::linked_worktree_on(&main, &task, "main", "task1");
     let views = ViewManager::new(tmp.path().join("views"));
     let view = views.create_or_reuse(&task, None).unwrap().view;
 

@@ -484,21 +484,8 @@ mod tests {
     fn the_recheck_audits_the_git_dir_again() {
         let dir = tempfile::tempdir().unwrap();
         let main = dir.path().join("main");
-        std::fs::create_dir(&main).unwrap();
-        sandbox_testkit::git(&main, &["init", "-q", "-b", "trunk"]);
-        sandbox_testkit::git(&main, &["commit", "-q", "--allow-empty", "-m", "init"]);
         let task = dir.path().join("task");
-        sandbox_testkit::git(
-            &main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                task.to_str().unwrap(),
-                "-b",
-                "task",
-            ],
-        );
+        sandbox_testkit::linked_worktree_on(&main, &task, "trunk", "task");
         let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
             workdir: task.clone(),
             ..Default::default()
