@@ -10,6 +10,7 @@ pub(crate) mod child;
 mod describe;
 #[cfg(target_os = "linux")]
 pub(crate) mod landlock;
+#[cfg(target_os = "linux")]
 pub(crate) mod net;
 #[cfg(target_os = "linux")]
 pub(crate) mod netns;
@@ -19,6 +20,7 @@ pub(crate) mod options;
 pub(crate) mod plans;
 #[cfg(target_os = "linux")]
 pub(crate) mod publish;
+#[cfg(target_os = "linux")]
 pub(crate) mod resolve;
 #[cfg(target_os = "linux")]
 pub(crate) mod sandbox;

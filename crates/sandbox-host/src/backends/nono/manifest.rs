@@ -152,6 +152,7 @@ fn version_of(path: &Path, cache_dir: Option<&Path>) -> Result<String, HostError
 /// every run below it, `--allow-degraded` or not (seen in Debian 12's 6.1 by
 /// `cargo xtask guest-test`). Refusing here says why before nono starts, and keeps `doctor`
 /// from listing nono as available with scoping it cannot give.
+#[cfg(any(target_os = "linux", test))]
 pub fn kernel_refusal(abi: i32) -> Option<String> {
     (abi < 6).then(|| {
         format!(
