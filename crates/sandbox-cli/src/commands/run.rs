@@ -1,6 +1,7 @@
 //! `sandbox run` and `sandbox shell`: one command through the run sequence
 //! (`sandbox_host::run`) — prepare, arm, spawn, wait, reap what is left of it, finish.
 
+use std::os::fd::AsRawFd as _;
 use std::path::PathBuf;
 
 use anyhow::Context as _;
@@ -48,6 +49,15 @@ pub fn direct_options() -> SpawnOptions {
 }
 
 pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
+    // The report's directory is opened now, before anything of the run exists: the run may
+    // replace it with a link, and the report still lands where the user named it.
+    let report_to = match &args.report_json {
+        Some(path) if path.as_os_str() != "-" => Some(
+            ReportFile::open(path)
+                .map_err(|e| anyhow::anyhow!("--report-json {}: {e}", path.display()))?,
+        ),
+        _ => None,
+    };
     let program = args.command.first().map(|c| c.as_os_str());
     let mut session = Session::open(&args.sandbox, ctx, true, program)?;
     let run = session.start(ctx, args.sandbox.allow_degraded)?;
@@ -69,15 +79,15 @@ pub fn run(args: RunArgs, ctx: &Context) -> anyhow::Result<i32> {
     let recovered = run.recovered().to_vec();
     Session::close(run);
     let code = conclude(&finished, waited, &program)?;
-    if let Some(path) = &args.report_json {
-        write_report(path, code, &finished, &recovered)?;
+    if args.report_json.is_some() {
+        write_report(report_to.as_ref(), code, &finished, &recovered)?;
     }
     Ok(code)
 }
 
 /// The `--report-json` document.
 fn write_report(
-    path: &std::path::Path,
+    to: Option<&ReportFile>,
     exit_code: i32,
     finished: &Finished,
     recovered: &[sandbox_host::run::Recovered],
@@ -112,37 +122,82 @@ fn write_report(
         "limits": finished.limits,
     });
     let text = serde_json::to_string_pretty(&report)? + "\n";
-    if path.as_os_str() == "-" {
-        eprint!("{text}");
-    } else {
-        write_replacing(path, text.as_bytes())
-            .map_err(|e| anyhow::anyhow!("writing the report {}: {e}", path.display()))?;
+    match to {
+        None => eprint!("{text}"),
+        Some(file) => file
+            .write_replacing(text.as_bytes())
+            .map_err(|e| anyhow::anyhow!("writing the report {}: {e}", file.shown.display()))?,
     }
     Ok(())
 }
 
-/// Writes `bytes` to `path` as a new file renamed into place. The report often goes into the
-/// worktree, where an earlier sandboxed run may have left a link at that name (to
-/// `~/.bashrc`, say): the link is replaced, never written through. Nothing of the run is
-/// alive by now to swap anything between the two steps.
-fn write_replacing(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    let name = path
-        .file_name()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
-    let mut file = tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tmp")
-        .permissions(std::fs::Permissions::from_mode(0o644))
-        .tempfile_in(dir)?;
-    file.write_all(bytes)?;
-    file.persist(path).map_err(|e| e.error)?;
-    Ok(())
+/// Where `--report-json` goes: its directory, opened before the command starts, and the
+/// file's name in it. The report often goes into the worktree, which the run can write: a
+/// link it leaves at the file's name is replaced, never written through, and a link it puts
+/// in place of the directory is never followed (the write goes through the descriptor).
+struct ReportFile {
+    dir: std::os::fd::OwnedFd,
+    name: std::ffi::OsString,
+    shown: PathBuf,
+}
+
+impl ReportFile {
+    fn open(path: &std::path::Path) -> std::io::Result<ReportFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let name = path.file_name().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
+        })?;
+        let dir = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY)
+            .open(dir)?;
+        Ok(ReportFile {
+            dir: dir.into(),
+            name: name.to_os_string(),
+            shown: path.to_path_buf(),
+        })
+    }
+
+    /// Writes `bytes` as a new file in the directory (`O_EXCL`, a fresh name), renamed over
+    /// the name.
+    fn write_replacing(&self, bytes: &[u8]) -> std::io::Result<()> {
+        use nix::fcntl::{openat, renameat, OFlag};
+        use nix::sys::stat::Mode;
+        use std::io::Write;
+        let flags =
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let mode = Mode::from_bits_truncate(0o644);
+        let mut attempt = 0u32;
+        let (temp, fd) = loop {
+            let temp = format!(
+                ".{}.{}.{attempt}.tmp",
+                self.name.to_string_lossy(),
+                std::process::id()
+            );
+            match openat(Some(self.dir.as_raw_fd()), temp.as_str(), flags, mode) {
+                Ok(fd) => break (temp, fd),
+                Err(nix::errno::Errno::EEXIST) if attempt < 100 => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
+        };
+        // SAFETY: a descriptor openat just returned, owned by nothing else.
+        let mut file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        let written = file.write_all(bytes).and_then(|()| file.sync_data());
+        drop(file);
+        let dir = Some(self.dir.as_raw_fd());
+        let renamed = written.and_then(|()| {
+            renameat(dir, temp.as_str(), dir, self.name.as_os_str()).map_err(Into::into)
+        });
+        if renamed.is_err() {
+            let _ =
+                nix::unistd::unlinkat(dir, temp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        }
+        renamed
+    }
 }
 
 pub fn shell(args: ShellArgs, ctx: &Context) -> anyhow::Result<i32> {

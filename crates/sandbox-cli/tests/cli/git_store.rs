@@ -458,6 +458,49 @@ fn the_json_report_replaces_a_link_planted_at_its_name() {
     assert_eq!(json["exitCode"], 0);
 }
 
+/// The run itself swaps the report's directory for a link to another (`out` → `~/victim`)
+/// while the report is still to come: the host writes into the directory the user named
+/// (opened before the command started), never through the link. With every backend, since
+/// the command can do this wherever the worktree is writable: the host backend is the
+/// control that the swap itself succeeds.
+#[test]
+fn the_json_report_lands_in_the_directory_named_before_the_run() {
+    let f = Fixture::new();
+    let victim = f.home.join("victim");
+    std::fs::create_dir(&victim).unwrap();
+    for backend in ["host", "native"] {
+        let out_dir = f.task.join(format!("out-{backend}"));
+        std::fs::create_dir(&out_dir).unwrap();
+        let swap = format!(
+            "mv out-{backend} moved-{backend} && ln -s {} out-{backend}",
+            victim.display()
+        );
+        let out = f
+            .env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", backend, "--report-json"])
+            .arg(format!("out-{backend}/report.json"))
+            .args(["--", "sh", "-c", &swap])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{backend}: {}", common::text(&out));
+        assert!(
+            out_dir.is_symlink(),
+            "{backend}: the command swapped the directory for a link"
+        );
+        assert_eq!(
+            std::fs::read_dir(&victim).unwrap().count(),
+            0,
+            "{backend}: the report was written through the link"
+        );
+        let report = f.task.join(format!("moved-{backend}/report.json"));
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert_eq!(json["exitCode"], 0, "{backend}");
+    }
+}
+
 #[test]
 fn the_daemon_reports_the_git_store_in_the_exit_event() {
     let f = Fixture::new();
