@@ -29,6 +29,7 @@ mod privdir;
 pub mod report;
 pub mod run;
 pub mod seam;
+mod sys;
 
 pub use error::HostError;
 pub use kind::BackendKind;
