@@ -27,7 +27,6 @@
 
 #[cfg(target_os = "linux")]
 mod caps;
-#[cfg(target_os = "linux")]
 mod fs;
 #[cfg(target_os = "linux")]
 mod landlock;
@@ -42,7 +41,6 @@ mod socket;
 
 #[cfg(target_os = "linux")]
 pub(crate) use caps::*;
-#[cfg(target_os = "linux")]
 pub(crate) use fs::*;
 #[cfg(target_os = "linux")]
 pub(crate) use landlock::*;
