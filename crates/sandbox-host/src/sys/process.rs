@@ -52,8 +52,7 @@ pub(crate) fn set_no_new_privs() -> nix::Result<()> {
 }
 
 /// waitpid(2) for `pid` with `options`: the pid that changed state and its raw wait status
-/// (read it with `libc::WIFEXITED` and the like). Unlike [`nix::sys::wait::waitpid`], for a
-/// forked child too.
+/// (read it with `libc::WIFEXITED` and the like).
 pub(crate) fn waitpid(
     pid: libc::pid_t,
     options: libc::c_int,
