@@ -6,7 +6,7 @@
 
 use std::ffi::OsStr;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path};
 
@@ -14,6 +14,8 @@ use nix::errno::Errno;
 use nix::fcntl::{openat, OFlag};
 use nix::sys::stat::{fstatat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
+
+use crate::sys;
 
 /// What an entry of a directory is, its link not followed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,14 +140,13 @@ impl Dir {
                 .map(|b| format!("{b:02x}"))
                 .collect::<String>()
         );
-        let fd = openat(
+        let fd = sys::openat(
             Some(self.0.as_raw_fd()),
             temp.as_str(),
             OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o600),
         )?;
-        // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
-        let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let mut file = std::fs::File::from(fd);
         let written = file.write_all(bytes).and_then(|()| {
             nix::fcntl::renameat(
                 Some(self.0.as_raw_fd()),
@@ -216,14 +217,12 @@ impl Dir {
     fn make_searchable(&self, name: &OsStr) -> io::Result<()> {
         // O_PATH needs no right on the directory itself; fchmod refuses an O_PATH
         // descriptor, but chmod of its /proc/self/fd entry reaches the same directory.
-        let fd = openat(
+        let fd = sys::openat(
             Some(self.0.as_raw_fd()),
             name,
             OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::empty(),
         )?;
-        // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         nix::sys::stat::fchmodat(
             None,
             format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
@@ -256,14 +255,13 @@ fn single(name: &OsStr) -> io::Result<()> {
 }
 
 fn open_at(dir: Option<&Dir>, name: &OsStr) -> io::Result<Dir> {
-    let fd = openat(
+    let fd = sys::openat(
         dir.map(|d| d.0.as_raw_fd()),
         name,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )?;
-    // SAFETY: `fd` was just returned by openat(2) and is owned by nothing else.
-    Ok(Dir(unsafe { OwnedFd::from_raw_fd(fd) }))
+    Ok(Dir(fd))
 }
 
 #[cfg(test)]

@@ -16,7 +16,9 @@
 //!
 //! Inside: `aftercare` (the git checks after a command and the journal that has them done
 //! even after a killed supervisor), `beneath` (file operations by descriptor in trees a run
-//! can write), `privdir` (the private directory of files that decide the boundary).
+//! can write), `privdir` (the private directory of files that decide the boundary), `sys`
+//! (the raw system calls behind safe wrappers: the only `unsafe` of the crate but the
+//! `fork`s that must keep their callers' promise).
 
 mod aftercare;
 pub mod assembly;
@@ -29,6 +31,7 @@ mod privdir;
 pub mod report;
 pub mod run;
 pub mod seam;
+mod sys;
 
 pub use error::HostError;
 pub use kind::BackendKind;

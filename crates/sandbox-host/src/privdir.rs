@@ -54,13 +54,10 @@ fn takes_user_xattrs(dir: &Path) -> bool {
         return false;
     };
     let name = c"user.sandbox-probe";
-    // SAFETY: setxattr(2)/removexattr(2) on NUL-terminated strings and a one-byte value.
-    unsafe {
-        if libc::setxattr(path.as_ptr(), name.as_ptr(), b"1".as_ptr().cast(), 1, 0) != 0 {
-            return false;
-        }
-        libc::removexattr(path.as_ptr(), name.as_ptr());
+    if crate::sys::set_xattr(&path, name, b"1").is_err() {
+        return false;
     }
+    let _ = crate::sys::remove_xattr(&path, name);
     true
 }
 

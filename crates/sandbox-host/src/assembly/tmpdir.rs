@@ -114,26 +114,7 @@ fn random_name(prefix: &str) -> Option<String> {
 fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
     let from = CString::new(from.as_os_str().as_bytes())?;
     let to = CString::new(to.as_os_str().as_bytes())?;
-    // SAFETY: renameat2(2) with two NUL-terminated paths relative to the working directory
-    // (both are absolute here) and a constant flag.
-    #[cfg(target_os = "linux")]
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            from.as_ptr(),
-            libc::AT_FDCWD,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
-    };
-    // SAFETY: renamex_np(2) (macOS) with two NUL-terminated paths and a constant flag.
-    #[cfg(target_os = "macos")]
-    let rc = unsafe { libc::renamex_np(from.as_ptr(), to.as_ptr(), libc::RENAME_EXCL) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::rename_noreplace(&from, &to).map_err(io::Error::from)
 }
 
 /// Whether `path` carries extended attributes (ACLs included).
@@ -141,15 +122,8 @@ fn has_xattrs(path: &Path) -> bool {
     let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
         return true;
     };
-    // SAFETY: llistxattr(2) with a NULL buffer only returns the size the list needs.
-    #[cfg(target_os = "linux")]
-    let size = unsafe { libc::llistxattr(c.as_ptr(), std::ptr::null_mut(), 0) };
-    // SAFETY: listxattr(2) (macOS; XATTR_NOFOLLOW: of a link itself) with a NULL buffer only
-    // returns the size the list needs.
-    #[cfg(target_os = "macos")]
-    let size =
-        unsafe { libc::listxattr(c.as_ptr(), std::ptr::null_mut(), 0, libc::XATTR_NOFOLLOW) };
-    size != 0
+    // A failure to list them counts as some: the directory is not reused.
+    !matches!(crate::sys::xattr_list_len(&c), Ok(0))
 }
 
 impl PrivateTmpdir {
@@ -334,17 +308,8 @@ mod tests {
 
         // An extended attribute (an ACL is one) keeps it out of the pool.
         let c = CString::new(next.path().as_os_str().as_bytes()).unwrap();
-        // SAFETY: setxattr(2) with NUL-terminated strings and a one-byte value.
-        let set = unsafe {
-            libc::setxattr(
-                c.as_ptr(),
-                c"user.mark".as_ptr(),
-                b"1".as_ptr().cast(),
-                1,
-                0,
-            )
-        };
-        if set != 0 {
+        let set = crate::sys::set_xattr(&c, c"user.mark", b"1");
+        if set.is_err() {
             sandbox_testkit::skip("user-xattrs", "this file system takes no user xattrs");
             return;
         }

@@ -13,8 +13,6 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-#[cfg(target_os = "linux")]
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -483,7 +481,7 @@ fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
 /// [`open_beneath`] on Linux, in one call.
 #[cfg(target_os = "linux")]
 fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
-    use nix::fcntl::{openat2, OpenHow, ResolveFlag};
+    use nix::fcntl::{OpenHow, ResolveFlag};
     let root = open_dir(root)?;
     let how = OpenHow::new()
         .flags(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW)
@@ -492,9 +490,7 @@ fn open_beneath(root: &Path, rel: &str) -> io::Result<File> {
                 | ResolveFlag::RESOLVE_NO_SYMLINKS
                 | ResolveFlag::RESOLVE_NO_MAGICLINKS,
         );
-    let fd = openat2(root.as_raw_fd(), rel, how)?;
-    // SAFETY: openat2 returned a fresh descriptor that nothing else owns.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    Ok(File::from(crate::sys::openat2(root.as_raw_fd(), rel, how)?))
 }
 
 /// Checks the worktree's git dir after the run (once every process of it is gone) and sets

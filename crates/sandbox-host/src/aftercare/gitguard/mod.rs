@@ -25,12 +25,12 @@ pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{openat, readlinkat, renameat, AtFlags, OFlag};
+use nix::fcntl::{readlinkat, renameat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, FileStat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sandbox_git::quarantine::refs::{head_allowed, is_object_id, ref_exists};
@@ -99,9 +99,8 @@ fn open_parent(path: &Path) -> io::Result<(File, &OsStr)> {
 }
 
 fn open_at(dir: &File, name: &OsStr, flags: OFlag, mode: Mode) -> io::Result<File> {
-    let fd = openat(Some(dir.as_raw_fd()), name, flags | OFlag::O_CLOEXEC, mode)?;
-    // SAFETY: openat just returned this descriptor, and nothing else owns it.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    let fd = crate::sys::openat(Some(dir.as_raw_fd()), name, flags | OFlag::O_CLOEXEC, mode)?;
+    Ok(File::from(fd))
 }
 
 /// What is at `name` itself (a symlink is not followed); `None` if nothing is.

@@ -83,8 +83,8 @@ impl Drop for HomeGuard {
             return;
         };
         // The last run of the project removes them; another one still needs them.
-        // SAFETY: flock(2) on the descriptor `users` owns; the lock goes with it.
-        if unsafe { libc::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        // The lock goes with the descriptor `users` owns.
+        if crate::sys::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err() {
             return;
         }
         remove_mount_points(&self.dir, &self.mount_points);
@@ -506,13 +506,9 @@ fn flock(path: &Path, how: libc::c_int) -> Result<std::fs::File, std::io::Error>
         .write(true)
         .mode(0o600)
         .open(path)?;
-    // SAFETY: flock(2) on the descriptor we just opened; released when it is closed.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), how) };
-    if rc == 0 {
-        Ok(file)
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    // Released when the file is closed.
+    crate::sys::flock(file.as_raw_fd(), how)?;
+    Ok(file)
 }
 
 /// Makes a new private home at `dir` whole or not at all: built beside it, then renamed into

@@ -4,30 +4,17 @@
 use nix::errno::Errno;
 use sandbox_exec::{ChildSetup, SetupFailure, SetupStep};
 
+use crate::sys;
+
 pub(super) const CAP_SETPCAP: u32 = 8;
 
 /// Whether this process holds `cap` in its effective set.
 pub(super) fn has_effective_cap(cap: u32) -> bool {
     // capget(2) rather than parsing /proc/self/status, which the kernel formats in full for
     // every read (measurable on every run as root).
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: capget(2) with a version-3 header and room for its two data words.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            std::ptr::addr_of_mut!(header),
-            data.as_mut_ptr(),
-        )
-    };
-    rc == 0 && cap < 64 && data[(cap / 32) as usize].effective & (1u32 << (cap % 32)) != 0
+    sys::capget().is_ok_and(|data| {
+        cap < 64 && data[(cap / 32) as usize].effective & (1u32 << (cap % 32)) != 0
+    })
 }
 
 /// The highest capability this kernel knows (`/proc/sys/kernel/cap_last_cap`).
@@ -38,71 +25,22 @@ pub(super) fn last_capability() -> u32 {
         .unwrap_or(63)
 }
 
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
-pub(super) const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
 /// SECBIT_NOROOT | _LOCKED, SECBIT_NO_SETUID_FIXUP | _LOCKED, SECBIT_KEEP_CAPS_LOCKED,
 /// SECBIT_NO_CAP_AMBIENT_RAISE | _LOCKED: uid 0 gets no capabilities at exec, ever.
 pub(super) const SECURE_BITS: libc::c_ulong = 0b1110_1111;
 
-#[repr(C)]
-pub(super) struct CapHeader {
-    pub(super) version: u32,
-    pub(super) pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(super) struct CapData {
-    pub(super) effective: u32,
-    pub(super) permitted: u32,
-    pub(super) inheritable: u32,
-}
-
 /// Drops every capability for good. Async-signal safe: prctl(2) and capset(2) on stack data.
 pub(super) fn drop_capabilities(last: u32) -> Result<(), Errno> {
     for cap in 0..=last {
-        // SAFETY: PR_CAPBSET_DROP takes an integer; EINVAL for a cap this kernel lacks.
-        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) } != 0
-            && Errno::last() != Errno::EINVAL
-        {
-            return Err(Errno::last());
+        // EINVAL for a cap this kernel lacks.
+        match sys::drop_bounding_cap(cap) {
+            Ok(()) | Err(Errno::EINVAL) => {}
+            Err(errno) => return Err(errno),
         }
     }
-    // SAFETY: integers only.
-    if unsafe { libc::prctl(libc::PR_SET_SECUREBITS, SECURE_BITS, 0, 0, 0) } != 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: integers only.
-    unsafe {
-        libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    };
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: capset(2) reads a header and two data words from our stack.
-    if unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut header as *mut CapHeader,
-            data.as_ptr(),
-        )
-    } != 0
-    {
-        return Err(Errno::last());
-    }
-    Ok(())
+    sys::set_securebits(SECURE_BITS)?;
+    let _ = sys::clear_ambient_caps();
+    sys::capset(&[sys::CapData::default(); 2])
 }
 
 /// Drops every capability in the child right before exec, for a backend whose own enforcer

@@ -12,6 +12,7 @@ use super::sandbox::NativeSandbox;
 
 use crate::backends::native::view::PreparedView;
 use crate::error::HostError;
+use crate::sys;
 
 /// One command's setup: the session's sandbox, and the command's view.
 pub struct NativeChild {
@@ -32,15 +33,6 @@ pub(super) struct ChildRule {
     pub(super) access: u64,
 }
 
-/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
-#[repr(C, packed)]
-pub(super) struct PathBeneathAttr {
-    pub(super) allowed_access: u64,
-    pub(super) parent_fd: i32,
-}
-
-pub(super) const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
-
 impl ChildRule {
     pub(super) fn new(path: &std::path::Path, access: u64) -> Result<Self, HostError> {
         Ok(ChildRule {
@@ -55,41 +47,20 @@ impl ChildRule {
     }
 
     pub(super) fn add(&self, ruleset: &OwnedFd) -> Result<(), SetupFailure> {
-        let fail = || SetupFailure::last(SetupStep::LandlockAddRule);
-        // SAFETY: open(2) of a NUL-terminated path, O_PATH: no access to the content.
-        let fd = unsafe {
-            libc::open(
-                self.path.as_ptr(),
-                libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY,
-            )
-        };
-        if fd < 0 {
-            return Err(fail());
-        }
-        let attr = PathBeneathAttr {
-            allowed_access: self.access,
-            parent_fd: fd,
-        };
-        // SAFETY: landlock_add_rule(2) reads one attribute struct from our stack; both fds
-        // are open in this process.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_add_rule,
-                ruleset.as_raw_fd(),
-                LANDLOCK_RULE_PATH_BENEATH,
-                &attr as *const PathBeneathAttr,
-                0,
-            )
-        };
-        let result = if rc == 0 { Ok(()) } else { Err(fail()) };
-        // SAFETY: close(2) of the fd opened above.
-        unsafe { libc::close(fd) };
+        let fail = SetupFailure::at(SetupStep::LandlockAddRule);
+        // O_PATH: no access to the content.
+        let fd = sys::open(
+            &self.path,
+            libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY,
+            0,
+        )
+        .map_err(&fail)?;
+        let result =
+            sys::landlock_add_path_rule(ruleset.as_raw_fd(), fd, self.access).map_err(&fail);
+        let _ = sys::close(fd);
         result
     }
 }
-
-/// `struct landlock_restrict_self` takes no flags we need.
-pub(super) const RESTRICT_SELF_FLAGS: libc::c_uint = 0;
 
 impl ChildSetup for NativeChild {
     fn apply_in_child(&self) -> Result<(), SetupFailure> {
@@ -159,27 +130,16 @@ impl NativeSandbox {
             drop_capabilities(last).map_err(SetupFailure::at(SetupStep::DropCapabilities))?;
         }
         // The child of fork() has exactly one thread, so restricting "self" covers every
-        // thread the command will ever have: they all descend from this one.
-        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integers only. Required by both Landlock
-        // and seccomp for an unprivileged caller, and it keeps setuid binaries from
-        // regaining privileges inside the sandbox.
-        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(SetupFailure::last(SetupStep::NoNewPrivs));
-        }
+        // thread the command will ever have: they all descend from this one. no_new_privs is
+        // required by both Landlock and seccomp for an unprivileged caller, and it keeps
+        // setuid binaries from regaining privileges inside the sandbox.
+        sys::set_no_new_privs().map_err(SetupFailure::at(SetupStep::NoNewPrivs))?;
         if let Some(fd) = ruleset {
-            // SAFETY: landlock_restrict_self(fd, flags) reads no memory of ours; the fd was
-            // created in the parent and is open in this child (it is closed only at exec,
-            // where Landlock no longer needs it: the domain is attached to the process).
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_landlock_restrict_self,
-                    fd.as_raw_fd(),
-                    RESTRICT_SELF_FLAGS,
-                )
-            };
-            if rc != 0 {
-                return Err(SetupFailure::last(SetupStep::LandlockRestrictSelf));
-            }
+            // The fd was created in the parent and is open in this child (it is closed only
+            // at exec, where Landlock no longer needs it: the domain is attached to the
+            // process).
+            sys::landlock_restrict_self(fd.as_raw_fd())
+                .map_err(SetupFailure::at(SetupStep::LandlockRestrictSelf))?;
         }
         // Seccomp must stay the last step: it denies mount, unshare, setns and namespace
         // clones, so any setup of that kind (a private mount namespace) has to happen above.

@@ -10,7 +10,7 @@
 //! descriptors go out with `sendmsg(2)` and a control buffer on the stack; nix's `sendmsg`
 //! allocates its buffer, so the child does not use it).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,9 +19,10 @@ use sandbox_net::{Connection, Proxy};
 
 use crate::backends::native::net::NetPlan;
 use crate::error::HostError;
+use crate::sys;
 
 mod sockets;
-pub(crate) use sockets::{connect_loopback, listen_loopback, loopback_up, send_fds};
+pub(crate) use sockets::{connect_loopback, listen_loopback, loopback_up};
 
 /// The most listeners one command hands over (the proxy's and every `--allow-port`).
 pub const MAX_LISTENERS: usize = 64;
@@ -65,27 +66,31 @@ impl ChildNet {
         }
         let mut count = self.count;
         if result.is_ok() && self.anchor {
-            // SAFETY: socket(2) with constant arguments.
-            let fd =
-                unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-            if fd < 0 {
-                result = Err(SetupFailure::last(SetupStep::NetListeners));
-            } else {
-                fds[count] = fd;
-                count += 1;
+            match sys::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC) {
+                Ok(fd) => {
+                    fds[count] = fd;
+                    count += 1;
+                }
+                Err(errno) => {
+                    result = Err(SetupFailure {
+                        step: SetupStep::NetListeners,
+                        errno,
+                        detail: 0,
+                    })
+                }
             }
         }
         if result.is_ok() {
-            result = send_fds(self.socket.as_raw_fd(), &fds[..count])
+            result = sys::send_fds(self.socket.as_raw_fd(), &fds[..count])
                 .map_err(SetupFailure::at(SetupStep::NetListeners));
         }
         for fd in fds.iter().filter(|fd| **fd >= 0) {
-            // SAFETY: close(2) of a listener made above; the supervisor holds its own copy.
-            unsafe { libc::close(*fd) };
+            // A listener made above; the supervisor holds its own copy.
+            let _ = sys::close(*fd);
         }
-        // SAFETY: close(2) of our copy of the pair's child end: the command must not hold it.
-        // The OwnedFd in the parent's memory keeps its number; the parent closes its own copy.
-        unsafe { libc::close(self.socket.as_raw_fd()) };
+        // Our copy of the pair's child end: the command must not hold it. The OwnedFd in the
+        // parent's memory keeps its number; the parent closes its own copy.
+        let _ = sys::close(self.socket.as_raw_fd());
         result
     }
 }
@@ -427,31 +432,10 @@ pub(crate) async fn receive(
     socket: &tokio::net::UnixDatagram,
     count: usize,
 ) -> std::io::Result<Vec<OwnedFd>> {
-    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
     loop {
         socket.readable().await?;
         let got = socket.try_io(tokio::io::Interest::READABLE, || {
-            let mut byte = [0u8; 1];
-            let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-            let mut space = nix::cmsg_space!([RawFd; MAX_LISTENERS]);
-            let msg = recvmsg::<()>(
-                socket.as_raw_fd(),
-                &mut iov,
-                Some(&mut space),
-                MsgFlags::MSG_CMSG_CLOEXEC,
-            )
-            .map_err(std::io::Error::from)?;
-            let mut fds = Vec::new();
-            for cmsg in msg.cmsgs().map_err(std::io::Error::from)? {
-                if let ControlMessageOwned::ScmRights(raw) = cmsg {
-                    for fd in raw {
-                        // SAFETY: the kernel just installed this descriptor for us; nothing
-                        // else owns it.
-                        fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
-                    }
-                }
-            }
-            Ok(fds)
+            sys::recv_fds::<MAX_LISTENERS>(socket.as_raw_fd())
         });
         match got {
             Ok(fds) if fds.len() == count => return Ok(fds),

@@ -20,15 +20,17 @@
 //! user namespace from that (`NS_GET_USERNS`): no path the command can reach is involved.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::errno::Errno;
+use nix::unistd::ForkResult;
 use sandbox_net::{Connection, Kind};
 use sandbox_policy::Publish;
 
 use crate::error::HostError;
+use crate::sys;
 
 /// How long a connection may wait for the connector's socket and for the connect inside
 /// (a full backlog drops SYNs): past it the host's client is reset and others go on.
@@ -76,20 +78,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Connector {
     /// Starts the connector of the namespace `anchor` (a socket made inside) belongs to.
     pub(crate) fn start(anchor: &OwnedFd) -> std::io::Result<Connector> {
-        // SAFETY: ioctl(SIOCGSKNS) on a socket we own returns a new descriptor (or -1).
-        let net = unsafe { libc::ioctl(anchor.as_raw_fd(), libc::SIOCGSKNS as _) };
-        if net < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: the kernel just installed this descriptor for us.
-        let net = unsafe { OwnedFd::from_raw_fd(net) };
-        // SAFETY: ioctl(NS_GET_USERNS) on a namespace descriptor we own: a new descriptor.
-        let user = unsafe { libc::ioctl(net.as_raw_fd(), libc::NS_GET_USERNS as _) };
-        if user < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: as above.
-        let user = unsafe { OwnedFd::from_raw_fd(user) };
+        let net = sys::socket_namespace(anchor.as_raw_fd())?;
+        let user = sys::owning_user_namespace(net.as_raw_fd())?;
         let (ours, theirs) = nix::sys::socket::socketpair(
             nix::sys::socket::AddressFamily::Unix,
             nix::sys::socket::SockType::SeqPacket,
@@ -98,25 +88,21 @@ impl Connector {
         )
         .map_err(std::io::Error::from)?;
         let parent = nix::unistd::getpid().as_raw();
-        // SAFETY: fork(2); the child runs only `connector_main`, which makes async-signal-safe
-        // system calls on descriptors and stack buffers and never returns.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            connector_main(
+        // SAFETY: the child runs only `connector_main`, which makes async-signal-safe system
+        // calls (the wrappers of `crate::sys`) on descriptors and stack buffers and never
+        // returns.
+        let pid = match unsafe { sys::fork() }? {
+            ForkResult::Child => connector_main(
                 parent,
                 theirs.as_raw_fd(),
                 user.as_raw_fd(),
                 net.as_raw_fd(),
-            );
-        }
+            ),
+            ForkResult::Parent { child } => child.as_raw(),
+        };
         drop(theirs);
-        // SAFETY: pidfd_open(2) of our child, which nothing but a sweep of orphans reaps.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        // SAFETY: on success the kernel installed a new descriptor for us.
-        let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) });
+        // Of our child, which nothing but a sweep of orphans reaps.
+        let pidfd = sys::pidfd_open(pid).ok();
         let std = std::os::unix::net::UnixDatagram::from(ours);
         std.set_nonblocking(true)?;
         Ok(Connector {
@@ -153,16 +139,7 @@ impl Drop for Connector {
         let reaped = std::thread::Builder::new()
             .name("sandbox-connector-reap".into())
             .spawn(move || {
-                // SAFETY: waitid(2) on our pidfd with a siginfo on this stack.
-                unsafe {
-                    let mut info: libc::siginfo_t = std::mem::zeroed();
-                    libc::waitid(
-                        libc::P_PIDFD,
-                        pidfd.as_raw_fd() as libc::id_t,
-                        &mut info,
-                        libc::WEXITED,
-                    );
-                }
+                let _ = sys::wait_pidfd(pidfd.as_raw_fd());
             });
         if let Err(e) = reaped {
             tracing::warn!(error = %e, "the connector will not be reaped until the next sweep");
@@ -172,64 +149,63 @@ impl Drop for Connector {
 
 /// The connector process (see the module comment). Async-signal safe; never returns.
 fn connector_main(parent: libc::pid_t, pair: RawFd, user: RawFd, net: RawFd) -> ! {
-    // SAFETY: system calls on integers, our descriptors and stack buffers only.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        // Not dumpable: its memory, descriptors and root (the host's file system, which it
-        // never uses) are closed to ptrace and /proc by anyone without CAP_SYS_PTRACE in the
-        // host's user namespace — the command included, even in a run without a pid
-        // namespace, where it could name this process.
-        libc::prctl(libc::PR_SET_DUMPABLE, 0);
-        if libc::getppid() != parent {
-            libc::_exit(1);
+    let _ = sys::set_parent_death_signal(libc::SIGKILL);
+    // Not dumpable: its memory, descriptors and root (the host's file system, which it never
+    // uses) are closed to ptrace and /proc by anyone without CAP_SYS_PTRACE in the host's
+    // user namespace — the command included, even in a run without a pid namespace, where it
+    // could name this process.
+    let _ = sys::set_dumpable(false);
+    if sys::getppid() != parent {
+        sys::exit(1);
+    }
+    // Nothing of the supervisor's but the three descriptors stays open here.
+    let mut keep = [pair, user, net];
+    keep.sort_unstable();
+    let mut from = 0u32;
+    for fd in keep {
+        if fd as u32 > from {
+            close_range(from, fd as u32 - 1);
         }
-        // Nothing of the supervisor's but the three descriptors stays open here.
-        let mut keep = [pair, user, net];
-        keep.sort_unstable();
-        let mut from = 0u32;
-        for fd in keep {
-            if fd as u32 > from {
-                close_range(from, fd as u32 - 1);
-            }
-            from = fd as u32 + 1;
+        from = fd as u32 + 1;
+    }
+    close_range(from, u32::MAX);
+    if sys::setns(user, libc::CLONE_NEWUSER).is_err()
+        || sys::setns(net, libc::CLONE_NEWNET).is_err()
+    {
+        sys::exit(2);
+    }
+    let _ = sys::close(user);
+    let _ = sys::close(net);
+    loop {
+        let mut byte = [0u8; 1];
+        match sys::recv(pair, &mut byte, 0) {
+            Ok(0) => sys::exit(0),
+            Ok(_) => {}
+            Err(Errno::EINTR) => continue,
+            Err(_) => sys::exit(0),
         }
-        close_range(from, u32::MAX);
-        if libc::setns(user, libc::CLONE_NEWUSER) != 0 || libc::setns(net, libc::CLONE_NEWNET) != 0
-        {
-            libc::_exit(2);
-        }
-        libc::close(user);
-        libc::close(net);
-        loop {
-            let mut byte = 0u8;
-            let n = libc::recv(pair, std::ptr::addr_of_mut!(byte).cast(), 1, 0);
-            if n == 0 || (n < 0 && Errno::last() != Errno::EINTR) {
-                libc::_exit(0);
+        match sys::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC) {
+            Ok(fd) => {
+                if sys::send_fds(pair, &[fd]).is_err() {
+                    send_none(pair);
+                }
+                let _ = sys::close(fd);
             }
-            if n < 0 {
-                continue;
-            }
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            if fd < 0 || super::netns::send_fds(pair, &[fd]).is_err() {
-                // No socket: an empty message, which the supervisor reads as a failure.
-                let none = 0u8;
-                libc::send(pair, std::ptr::addr_of!(none).cast(), 1, libc::MSG_NOSIGNAL);
-            }
-            if fd >= 0 {
-                libc::close(fd);
-            }
+            Err(_) => send_none(pair),
         }
     }
 }
 
+/// No socket: an empty message, which the supervisor reads as a failure.
+fn send_none(pair: RawFd) {
+    let _ = sys::send(pair, &[0u8], libc::MSG_NOSIGNAL);
+}
+
 /// close_range(2), or one by one before Linux 5.9.
 fn close_range(from: u32, to: u32) {
-    // SAFETY: close_range(2)/close(2) with integer arguments.
-    unsafe {
-        if libc::syscall(libc::SYS_close_range, from, to, 0u32) != 0 {
-            for fd in from..to.min(4096).saturating_add(1) {
-                libc::close(fd as RawFd);
-            }
+    if sys::close_range(from, to, 0).is_err() {
+        for fd in from..to.min(4096).saturating_add(1) {
+            let _ = sys::close(fd as RawFd);
         }
     }
 }

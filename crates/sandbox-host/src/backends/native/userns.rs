@@ -12,6 +12,9 @@
 use std::path::Path;
 
 use nix::errno::Errno;
+use nix::unistd::ForkResult;
+
+use crate::sys;
 
 /// Whether the private view can be built, and if not, why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,47 +146,25 @@ pub fn net_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
 /// themselves), `/` made private and a tmpfs on `/tmp`. `Err` names the first failing step
 /// (`STEP_*`), with `errno` set.
 ///
-/// # Safety
-///
 /// Only for a child of `fork` that exits with `_exit` when done: it changes the process's
 /// namespaces and mounts. Async-signal safe (system calls on the given buffers only).
-unsafe fn enter_probe_namespaces(
-    extra: libc::c_int,
-    uid_map: &[u8],
-    gid_map: &[u8],
-) -> Result<(), u8> {
-    // SAFETY: unshare(2) takes flags; mount(2) gets NUL-terminated constants; write_file
-    // writes the given buffers. The caller is a forked child (see above).
-    unsafe {
-        if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | extra) != 0 {
-            return Err(STEP_UNSHARE);
+fn enter_probe_namespaces(extra: libc::c_int, uid_map: &[u8], gid_map: &[u8]) -> Result<(), u8> {
+    if sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | extra).is_err() {
+        return Err(STEP_UNSHARE);
+    }
+    for (path, data) in [
+        (c"/proc/self/setgroups", &b"deny"[..]),
+        (c"/proc/self/uid_map", uid_map),
+        (c"/proc/self/gid_map", gid_map),
+    ] {
+        if crate::backends::native::view::write_file(path, data).is_err() {
+            return Err(STEP_ID_MAP);
         }
-        for (path, data) in [
-            (c"/proc/self/setgroups", &b"deny"[..]),
-            (c"/proc/self/uid_map", uid_map),
-            (c"/proc/self/gid_map", gid_map),
-        ] {
-            if crate::backends::native::view::write_file(path, data).is_err() {
-                return Err(STEP_ID_MAP);
-            }
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-            || libc::mount(
-                c"tmpfs".as_ptr(),
-                c"/tmp".as_ptr(),
-                c"tmpfs".as_ptr(),
-                0,
-                std::ptr::null(),
-            ) != 0
-        {
-            return Err(STEP_MOUNT);
-        }
+    }
+    if sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None).is_err()
+        || sys::mount(Some(c"tmpfs"), c"/tmp", Some(c"tmpfs"), 0, None).is_err()
+    {
+        return Err(STEP_MOUNT);
     }
     Ok(())
 }
@@ -199,53 +180,54 @@ fn id_maps() -> (Vec<u8>, Vec<u8>) {
 fn pid_probe() -> Result<(), String> {
     let (uid_map, gid_map) = id_maps();
     // SAFETY: the child and its child make only async-signal-safe system calls (unshare,
-    // open, write, mount, mkdir, fork, waitpid, _exit) on data prepared before the fork.
-    match unsafe { nix::unistd::fork() } {
-        // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
-        Ok(nix::unistd::ForkResult::Child) => unsafe {
+    // open, write, mount, mkdir, fork, waitpid, _exit: the wrappers of `crate::sys`) on data
+    // prepared before the fork.
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
             let ok = enter_probe_namespaces(libc::CLONE_NEWPID, &uid_map, &gid_map).is_ok()
-                && libc::mkdir(c"/tmp/proc".as_ptr(), 0o700) == 0;
+                && sys::mkdir(c"/tmp/proc", 0o700).is_ok();
             if !ok {
-                libc::_exit(100 + (Errno::last() as i32 & 0x1f));
+                sys::exit(100 + (Errno::last() as i32 & 0x1f));
             }
             // The first child is the namespace's pid 1: it mounts the namespace's proc.
-            let pid = libc::fork();
-            if pid == 0 {
-                let mounted = libc::mount(
-                    c"proc".as_ptr(),
-                    c"/tmp/proc".as_ptr(),
-                    c"proc".as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
-                    std::ptr::null(),
-                ) == 0;
-                libc::_exit(if mounted {
-                    0
-                } else {
-                    Errno::last() as i32 & 0x7f
-                });
-            }
-            let mut status = 0;
-            if pid < 0 || libc::waitpid(pid, &mut status, 0) != pid || !libc::WIFEXITED(status) {
-                libc::_exit(99);
-            }
-            libc::_exit(libc::WEXITSTATUS(status))
-        },
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            match nix::sys::wait::waitpid(child, None) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
-                    "a pid namespace cannot be created beside the view's user and mount \
-                     namespaces (errno {})",
-                    code - 100
-                )),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
-                    "the pid namespace's /proc cannot be mounted ({}): the host's /proc is \
-                     not fully visible here (a container masking parts of it)",
-                    Errno::from_raw(code)
-                )),
-                other => Err(format!("the pid namespace probe did not finish: {other:?}")),
+            // SAFETY: as above; this child is single-threaded.
+            match unsafe { sys::fork() } {
+                Ok(ForkResult::Child) => {
+                    let mounted = sys::mount(
+                        Some(c"proc"),
+                        c"/tmp/proc",
+                        Some(c"proc"),
+                        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                        None,
+                    );
+                    sys::exit(match mounted {
+                        Ok(()) => 0,
+                        Err(errno) => errno as i32 & 0x7f,
+                    });
+                }
+                Ok(ForkResult::Parent { child }) => match sys::waitpid(child.as_raw(), 0) {
+                    Ok((pid, status)) if pid == child.as_raw() && libc::WIFEXITED(status) => {
+                        sys::exit(libc::WEXITSTATUS(status))
+                    }
+                    _ => sys::exit(99),
+                },
+                Err(_) => sys::exit(99),
             }
         }
+        Ok(ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
+                "a pid namespace cannot be created beside the view's user and mount \
+                 namespaces (errno {})",
+                code - 100
+            )),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                "the pid namespace's /proc cannot be mounted ({}): the host's /proc is \
+                 not fully visible here (a container masking parts of it)",
+                Errno::from_raw(code)
+            )),
+            other => Err(format!("the pid namespace probe did not finish: {other:?}")),
+        },
         Err(e) => Err(format!("could not fork the pid namespace probe: {e}")),
     }
 }
@@ -255,15 +237,15 @@ fn pid_probe() -> Result<(), String> {
 fn net_probe() -> Result<(), String> {
     let (uid_map, gid_map) = id_maps();
     // SAFETY: the child makes only async-signal-safe system calls (unshare, open, write,
-    // mount, socket, ioctl, bind, listen, connect, _exit) on data prepared before the fork.
-    match unsafe { nix::unistd::fork() } {
-        // SAFETY: as above.
-        Ok(nix::unistd::ForkResult::Child) => unsafe {
+    // mount, socket, ioctl, bind, listen, connect, _exit: the wrappers of `crate::sys`) on
+    // data prepared before the fork.
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
             if enter_probe_namespaces(libc::CLONE_NEWNET, &uid_map, &gid_map).is_err() {
-                libc::_exit(100 + (Errno::last() as i32 & 0x1f));
+                sys::exit(100 + (Errno::last() as i32 & 0x1f));
             }
             if crate::backends::native::netns::loopback_up().is_err() {
-                libc::_exit(Errno::last() as i32 & 0x3f);
+                sys::exit(Errno::last() as i32 & 0x3f);
             }
             let code = match crate::backends::native::netns::listen_loopback(0) {
                 Err(errno) => 64 + (errno as i32 & 0x1f),
@@ -276,36 +258,34 @@ fn net_probe() -> Result<(), String> {
                     }
                 }
             };
-            libc::_exit(code)
-        },
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            match nix::sys::wait::waitpid(child, None) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
-                    "a network namespace cannot be created beside the view's user and mount \
-                     namespaces ({})",
-                    Errno::from_raw(code - 100)
-                )),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 96)) => Err(
-                    "a connection to a listener on 127.0.0.1 inside a new network namespace \
-                     failed"
-                        .into(),
-                ),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 64 => Err(format!(
-                    "a TCP listener cannot be bound on 127.0.0.1 inside a new network \
-                     namespace ({})",
-                    Errno::from_raw(code - 64)
-                )),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
-                    "the loopback interface of a new network namespace cannot be brought up \
-                     ({})",
-                    Errno::from_raw(code)
-                )),
-                other => Err(format!(
-                    "the network namespace probe did not finish: {other:?}"
-                )),
-            }
+            sys::exit(code)
         }
+        Ok(ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 100 => Err(format!(
+                "a network namespace cannot be created beside the view's user and mount \
+                 namespaces ({})",
+                Errno::from_raw(code - 100)
+            )),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 96)) => Err(
+                "a connection to a listener on 127.0.0.1 inside a new network namespace \
+                 failed"
+                    .into(),
+            ),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) if code >= 64 => Err(format!(
+                "a TCP listener cannot be bound on 127.0.0.1 inside a new network \
+                 namespace ({})",
+                Errno::from_raw(code - 64)
+            )),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                "the loopback interface of a new network namespace cannot be brought up \
+                 ({})",
+                Errno::from_raw(code)
+            )),
+            other => Err(format!(
+                "the network namespace probe did not finish: {other:?}"
+            )),
+        },
         Err(e) => Err(format!("could not fork the network namespace probe: {e}")),
     }
 }
@@ -324,32 +304,22 @@ pub fn probe() -> ViewSupport {
     };
     let (uid_map, gid_map) = id_maps();
     // SAFETY: the child only makes system calls on data prepared above (unshare, open,
-    // write, mount, _exit), all async-signal safe, so forking a multi-threaded process is
-    // sound.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
+    // write, mount, _exit: the wrappers of `crate::sys`), all async-signal safe, so forking
+    // a multi-threaded process is sound.
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
             use std::os::fd::AsRawFd;
-            let report = |step: u8| -> ! {
+            if let Err(step) = enter_probe_namespaces(0, &uid_map, &gid_map) {
                 let errno = Errno::last() as i32;
                 let mut bytes = [0u8; 5];
                 bytes[0] = step;
                 bytes[1..].copy_from_slice(&errno.to_ne_bytes());
-                // SAFETY: write(2) of a stack buffer to the pipe, then _exit(2).
-                unsafe {
-                    libc::write(write_end.as_raw_fd(), bytes.as_ptr().cast(), bytes.len());
-                    libc::_exit(1)
-                }
-            };
-            // SAFETY: as above; every call takes flags, NUL-terminated constants or the
-            // buffers prepared above.
-            unsafe {
-                if let Err(step) = enter_probe_namespaces(0, &uid_map, &gid_map) {
-                    report(step);
-                }
-                libc::_exit(0)
+                let _ = sys::write(write_end.as_raw_fd(), &bytes);
+                sys::exit(1)
             }
+            sys::exit(0)
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
+        Ok(ForkResult::Parent { child }) => {
             drop(write_end);
             let mut bytes = [0u8; 5];
             let n = nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&read_end), &mut bytes)
@@ -378,36 +348,32 @@ pub fn probe() -> ViewSupport {
 pub fn overlay_probe() -> Result<(), String> {
     let (uid_map, gid_map) = id_maps();
     // SAFETY: the child makes only async-signal-safe system calls (unshare, open, write,
-    // mount, mkdir, _exit) on data prepared before the fork.
-    match unsafe { nix::unistd::fork() } {
-        // SAFETY: as above; every pointer is a NUL-terminated constant or a prepared buffer.
-        Ok(nix::unistd::ForkResult::Child) => unsafe {
+    // mount, mkdir, _exit: the wrappers of `crate::sys`) on data prepared before the fork.
+    match unsafe { sys::fork() } {
+        Ok(ForkResult::Child) => {
             let ok = enter_probe_namespaces(0, &uid_map, &gid_map).is_ok()
                 && [c"/tmp/l", c"/tmp/u", c"/tmp/w", c"/tmp/m"]
                     .iter()
-                    .all(|d| libc::mkdir(d.as_ptr(), 0o700) == 0)
-                && libc::mount(
-                    c"overlay".as_ptr(),
-                    c"/tmp/m".as_ptr(),
-                    c"overlay".as_ptr(),
+                    .all(|d| sys::mkdir(d, 0o700).is_ok())
+                && sys::mount(
+                    Some(c"overlay"),
+                    c"/tmp/m",
+                    Some(c"overlay"),
                     0,
-                    c"lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr"
-                        .as_ptr()
-                        .cast(),
-                ) == 0;
-            libc::_exit(if ok { 0 } else { Errno::last() as i32 & 0x7f })
-        },
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            match nix::sys::wait::waitpid(child, None) {
-                Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-                Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
-                    "this kernel cannot mount an overlay in a user namespace ({}; Linux 5.11 \
-                     and later can), so the git store quarantine cannot be built",
-                    Errno::from_raw(code)
-                )),
-                other => Err(format!("the overlay probe did not finish: {other:?}")),
-            }
+                    Some(c"lowerdir=/tmp/l,upperdir=/tmp/u,workdir=/tmp/w,userxattr"),
+                )
+                .is_ok();
+            sys::exit(if ok { 0 } else { Errno::last() as i32 & 0x7f })
         }
+        Ok(ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
+                "this kernel cannot mount an overlay in a user namespace ({}; Linux 5.11 \
+                 and later can), so the git store quarantine cannot be built",
+                Errno::from_raw(code)
+            )),
+            other => Err(format!("the overlay probe did not finish: {other:?}")),
+        },
         Err(e) => Err(format!("could not fork the overlay probe: {e}")),
     }
 }

@@ -19,22 +19,11 @@ use sandbox_policy::compile::view::{self, EntryKind, GitStoreLayers, MountOp, Vi
 use sandbox_policy::Policy;
 
 use crate::error::HostError;
+use crate::sys;
 
 mod mounts;
 pub(crate) use mounts::write_file;
 use mounts::{enter, run, set_readonly, tmpfs, view_failure, write_proc};
-
-/// `struct mount_attr` of mount_setattr(2).
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
-const MOUNT_ATTR_RDONLY: u64 = 0x1;
-const AT_RECURSIVE: libc::c_uint = 0x8000;
 
 /// One system-call-level step of building the view. Paths are under the staging directory.
 #[derive(Debug)]
@@ -470,19 +459,14 @@ impl PreparedView {
         if !self.proc {
             return Ok(());
         }
-        // SAFETY: mount(2) with NUL-terminated constants and no data.
-        let rc = unsafe {
-            libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
-                std::ptr::null(),
-            )
-        };
-        if rc != 0 {
-            return Err(SetupFailure::last(SetupStep::ProcMount));
-        }
+        sys::mount(
+            Some(c"proc"),
+            c"/proc",
+            Some(c"proc"),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+            None,
+        )
+        .map_err(SetupFailure::at(SetupStep::ProcMount))?;
         Ok(())
     }
 
@@ -509,10 +493,7 @@ impl PreparedView {
     /// inside the view.
     pub fn apply_in_child(&self) -> Result<(), SetupFailure> {
         let mut cwd = [0u8; libc::PATH_MAX as usize];
-        // SAFETY: getcwd(2) writes at most `cwd.len()` bytes into our stack buffer.
-        if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
-            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
-        }
+        let cwd = sys::getcwd(&mut cwd).map_err(SetupFailure::at(SetupStep::WorkingDirectory))?;
         let pid = if self.pid_namespace {
             libc::CLONE_NEWPID
         } else {
@@ -523,31 +504,19 @@ impl PreparedView {
         } else {
             0
         };
-        // SAFETY: unshare(2) takes flags only. The child is single-threaded (fresh from fork),
-        // as CLONE_NEWUSER requires. CLONE_NEWPID moves only the children made from here on
-        // (the prelude starts them: sandbox_exec's pid namespace split). CLONE_NEWNET: the
-        // new network namespace is owned by the new user namespace, so its `lo` can be
-        // brought up with the capabilities that namespace grants.
-        if unsafe { libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid | net) } != 0 {
-            return Err(SetupFailure::last(SetupStep::UserNamespace));
-        }
+        // The child is single-threaded (fresh from fork), as CLONE_NEWUSER requires.
+        // CLONE_NEWPID moves only the children made from here on (the prelude starts them:
+        // sandbox_exec's pid namespace split). CLONE_NEWNET: the new network namespace is
+        // owned by the new user namespace, so its `lo` can be brought up with the
+        // capabilities that namespace grants.
+        sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid | net)
+            .map_err(SetupFailure::at(SetupStep::UserNamespace))?;
         write_proc(c"/proc/self/setgroups", b"deny")?;
         write_proc(c"/proc/self/uid_map", &self.uid_map)?;
         write_proc(c"/proc/self/gid_map", &self.gid_map)?;
         // Nothing done from here on propagates back to the host's mount namespace.
-        // SAFETY: mount(2) with NULL source/type/data and constant flags.
-        if unsafe {
-            libc::mount(
-                std::ptr::null(),
-                c"/".as_ptr(),
-                std::ptr::null(),
-                libc::MS_REC | libc::MS_PRIVATE,
-                std::ptr::null(),
-            )
-        } != 0
-        {
-            return Err(SetupFailure::last(SetupStep::ViewMount));
-        }
+        sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
+            .map_err(SetupFailure::at(SetupStep::ViewMount))?;
         tmpfs(&self.staging, c"mode=0755").map_err(|errno| view_failure(errno, u32::MAX))?;
         for (i, step) in self.steps.iter().enumerate() {
             run(step).map_err(|errno| view_failure(errno, i as u32))?;
@@ -555,10 +524,7 @@ impl PreparedView {
         // The root itself is read-only: nothing can be created beside the policy's paths.
         set_readonly(&self.staging, false).map_err(|errno| view_failure(errno, u32::MAX))?;
         enter(&self.staging)?;
-        // SAFETY: chdir(2) on the NUL-terminated path getcwd wrote into our buffer.
-        if unsafe { libc::chdir(cwd.as_ptr().cast()) } != 0 {
-            return Err(SetupFailure::last(SetupStep::WorkingDirectory));
-        }
+        sys::chdir(cwd).map_err(SetupFailure::at(SetupStep::WorkingDirectory))?;
         Ok(())
     }
 }
