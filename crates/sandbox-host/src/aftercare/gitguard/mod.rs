@@ -24,8 +24,10 @@
 //! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
 mod gitdir;
+mod nested;
 
 pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport};
+pub use nested::{audit_nested, NestedAtStart, NestedReport};
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
