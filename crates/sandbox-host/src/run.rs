@@ -272,11 +272,11 @@ impl Run {
         let journal = match (&self.journal, command.journal_parts()) {
             (Some(dir), Some(checks)) => Some(
                 crate::aftercare::journal::begin(dir, &self.policy.workspace.root, checks)
-                .map_err(|e| HostError::PrivateDir {
-                    backend: "run journal",
-                    path: dir.clone(),
-                    cause: format!("writing the record of the command's after-run checks: {e}"),
-                })?,
+                    .map_err(|e| HostError::PrivateDir {
+                        backend: "run journal",
+                        path: dir.clone(),
+                        cause: format!("writing the record of the command's after-run checks: {e}"),
+                    })?,
             ),
             _ => None,
         };

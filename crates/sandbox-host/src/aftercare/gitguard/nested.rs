@@ -19,8 +19,10 @@
 //!   else is put back ([`super::restore`]). With the grant each new one is only reported.
 //!
 //! What was there before the run is never touched: submodules' `.git` files, vendored
-//! repositories, fixtures. Only the worktree's own `.git` is skipped (the git dir audit and
-//! the pointer checks own it). The walk goes everywhere else, ignored trees (`target/`,
+//! repositories, fixtures. The walk does not enter `.git` directories: the worktree's own
+//! belongs to the git dir audit and the pointer checks, a nested one is recorded whole (a
+//! new one is set aside whole; what a run writes inside one that was there is a known limit,
+//! `docs/security.md`). It goes everywhere else, ignored trees (`target/`,
 //! `node_modules/`) included — an editor opens files there and runs git in their folder —
 //! relative to descriptors opened `O_NOFOLLOW` (a link is an entry, never followed), reading
 //! directory entries only (their types from `getdents`, no `stat` per file). Deeper than
@@ -120,7 +122,11 @@ impl std::fmt::Display for NestedRepo {
         }
         if self.change == NestedChange::Repointed {
             return match &self.error {
-                None => write!(f, "git: the run re-pointed {at} ({}); restored it", self.found),
+                None => write!(
+                    f,
+                    "git: the run re-pointed {at} ({}); restored it",
+                    self.found
+                ),
                 Some(e) => write!(
                     f,
                     "git: the run re-pointed {at} ({}); could NOT restore it ({e}): fix it \
@@ -324,7 +330,9 @@ fn walk(
         }
         let depth = rel.components().count();
         for (name, k) in entries.iter().rev() {
-            if *k != Some(SFlag::S_IFDIR) || (top_level && name == ".git") {
+            // A `.git` directory is a repository's own data, recorded above as one entry:
+            // what is inside it (a submodule's git dir in `modules/`) is that repository's.
+            if *k != Some(SFlag::S_IFDIR) || name == ".git" {
                 continue;
             }
             let child = rel.join(name);
@@ -392,7 +400,8 @@ pub fn audit_nested(start: &NestedAtStart) -> NestedReport {
             moved_to: None,
             error: None,
         };
-        if let (Some(Seen::PointerFile { content }), NestedChange::Repointed) = (before, repo.change)
+        if let (Some(Seen::PointerFile { content }), NestedChange::Repointed) =
+            (before, repo.change)
         {
             // A submodule's `.git` (or any `.git` file) that was there: its bytes go back.
             let mut t = Tampering {

@@ -270,7 +270,9 @@ fn a_commondir_created_in_a_main_git_dir_is_moved_aside() {
     l.pointers.clear();
     l.common_dir = git.clone();
     l.worktree_gitdir = git.clone();
-    l.absent_pointers = ["commondir", "gitdir", "locked"].map(|n| git.join(n)).into();
+    l.absent_pointers = ["commondir", "gitdir", "locked"]
+        .map(|n| git.join(n))
+        .into();
     assert!(check_and_restore(&l).is_empty());
 
     let evil = dir.path().join("evil");
@@ -283,10 +285,16 @@ fn a_commondir_created_in_a_main_git_dir_is_moved_aside() {
     for t in &found {
         assert!(t.created && t.restored, "{t}");
         assert!(t.to_string().contains("moved it aside"), "{t}");
-        assert!(t.path.symlink_metadata().is_err(), "{t}: gone from git's sight");
+        assert!(
+            t.path.symlink_metadata().is_err(),
+            "{t}: gone from git's sight"
+        );
         assert!(t.quarantined.as_ref().unwrap().symlink_metadata().is_ok());
     }
-    assert!(found[0].found.contains(&evil.display().to_string()), "{found:?}");
+    assert!(
+        found[0].found.contains(&evil.display().to_string()),
+        "{found:?}"
+    );
     assert!(found[1].found.contains("symlink"), "{found:?}");
     assert!(evil.is_dir(), "the link's target is untouched");
     assert!(check_and_restore(&l).is_empty(), "nothing left to find");

@@ -43,7 +43,10 @@ fn what_was_there_before_is_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let l = layout(root, false);
+    // A vendored repository with a submodule of its own (a bare-looking git dir inside).
     mkdirs(root, "vendor/v/.git/hooks");
+    bare(&mkdirs(root, "vendor/v/.git"));
+    bare(&mkdirs(root, "vendor/v/.git/modules/m"));
     mkdirs(root, "sub");
     std::fs::write(root.join("sub/.git"), "gitdir: ../.git/modules/sub\n").unwrap();
     bare(&mkdirs(root, "fixtures/r.git"));
@@ -52,6 +55,7 @@ fn what_was_there_before_is_left_alone() {
     // The run works in them and around them.
     std::fs::write(root.join("vendor/v/.git/hooks/x"), "data").unwrap();
     std::fs::write(root.join("vendor/v/README"), "data").unwrap();
+    bare(&mkdirs(root, "vendor/v/.git/modules/new"));
     std::fs::write(root.join("fixtures/r.git/HEAD"), "ref: refs/heads/other\n").unwrap();
     mkdirs(root, "target/debug/build");
     let report = audit_nested(&start);
@@ -112,7 +116,10 @@ fn repositories_the_run_creates_are_set_aside_and_reported() {
     }
     assert!(outside.is_dir(), "a link's target is not touched");
     assert!(dir.path().join("elsewhere/y/.git").is_dir());
-    assert!(audit_nested(&start).repos.is_empty(), "nothing left to find");
+    assert!(
+        audit_nested(&start).repos.is_empty(),
+        "nothing left to find"
+    );
 }
 
 #[test]
@@ -179,7 +186,6 @@ fn too_deep_to_search_is_reported_once() {
 }
 
 fn open_subdir_creating(dir: &File, name: &str) -> File {
-    nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755))
-        .unwrap();
+    nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755)).unwrap();
     open_subdir(dir, OsStr::new(name)).unwrap()
 }
