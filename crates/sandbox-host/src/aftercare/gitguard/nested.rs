@@ -225,12 +225,16 @@ fn open_subdir(dir: &File, name: &OsStr) -> io::Result<File> {
     open_at(dir, name, flags, Mode::empty())
 }
 
+/// The device and inode of `st` (`st_dev` is an `i32` on macOS).
+#[allow(clippy::unnecessary_cast)]
+fn inode(st: &FileStat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
 /// What git would find at `.git` in `dir`.
 fn seen_dot_git(dir: &File, st: &FileStat) -> Seen {
-    let by_inode = Seen::Entry {
-        dev: st.st_dev as u64,
-        ino: st.st_ino as u64,
-    };
+    let (dev, ino) = inode(st);
+    let by_inode = Seen::Entry { dev, ino };
     if file_type(st) != SFlag::S_IFREG {
         return by_inode;
     }
@@ -291,13 +295,13 @@ impl Visit<'_> {
     }
 }
 
+/// What [`walk`] calls with each repository it finds.
+type Found<'a> = dyn FnMut(&File, &Path, &OsStr, Seen, Option<SFlag>) + 'a;
+
 /// Walks the worktree under `root` (its own `.git` left out), calling `found` with each
 /// repository: the directory it is in (open), its path relative to the root, the name of its
 /// entry there (`.git`, or the bare repository's `HEAD`), what it is, and its kind.
-fn walk(
-    root: &Path,
-    found: &mut dyn FnMut(&File, &Path, &OsStr, Seen, Option<SFlag>),
-) -> io::Result<()> {
+fn walk(root: &Path, found: &mut Found<'_>) -> io::Result<()> {
     let top = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
@@ -321,10 +325,8 @@ fn walk(
         }
         if here.is_bare() {
             if let Ok(st) = nix::sys::stat::fstat(dir.as_raw_fd()) {
-                let seen = Seen::Bare {
-                    dev: st.st_dev as u64,
-                    ino: st.st_ino as u64,
-                };
+                let (dev, ino) = inode(&st);
+                let seen = Seen::Bare { dev, ino };
                 found(&dir, &rel, OsStr::new("HEAD"), seen, Some(SFlag::S_IFDIR));
             }
         }
