@@ -285,6 +285,14 @@ pub struct SandboxArgs {
     #[arg(long = "allow-push", value_name = "REMOTE")]
     pub allow_push: Vec<String>,
 
+    /// Keep the git repositories the command creates in the worktree (`git init sub/x`, a
+    /// clone, a bare repository, a submodule's `.git` checked out inside). Without it each
+    /// is reported after the run and set aside (its `.git`, or a bare repository's `HEAD`,
+    /// renamed to `….sandbox-set-aside-<random>`, never deleted): git run later in that
+    /// folder — yours, an editor's, a prompt's — would run its hooks and `core.fsmonitor`.
+    #[arg(long)]
+    pub allow_nested_git: bool,
+
     /// Run even if this kernel cannot enforce part of the policy (printed as a warning).
     #[arg(long)]
     pub allow_degraded: bool,

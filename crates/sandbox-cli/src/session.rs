@@ -305,6 +305,7 @@ impl Session {
             resources: args.resources(),
             unprotected_git: args.unprotected_git,
             push_remotes: args.allow_push.clone(),
+            allow_nested_git: args.allow_nested_git,
             tmpdir: runs_command.then(|| TmpdirRequest {
                 prefix: "sandbox-run-".into(),
                 root: None,

@@ -270,19 +270,13 @@ impl Run {
         command.cgroups = groups.as_ref().and_then(|g| g.join());
         // The record exists before any process of the command does.
         let journal = match (&self.journal, command.journal_parts()) {
-            (Some(dir), Some((layout, gitdir, quarantined))) => Some(
-                crate::aftercare::journal::begin(
-                    dir,
-                    &self.policy.workspace.root,
-                    layout,
-                    gitdir,
-                    quarantined,
-                )
-                .map_err(|e| HostError::PrivateDir {
-                    backend: "run journal",
-                    path: dir.clone(),
-                    cause: format!("writing the record of the command's after-run checks: {e}"),
-                })?,
+            (Some(dir), Some(checks)) => Some(
+                crate::aftercare::journal::begin(dir, &self.policy.workspace.root, checks)
+                    .map_err(|e| HostError::PrivateDir {
+                        backend: "run journal",
+                        path: dir.clone(),
+                        cause: format!("writing the record of the command's after-run checks: {e}"),
+                    })?,
             ),
             _ => None,
         };

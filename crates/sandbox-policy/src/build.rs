@@ -77,6 +77,9 @@ pub struct PolicyRequest {
     /// `--allow-push`: local remotes (paths or remote names) a push from inside may reach
     /// through a quarantine of their own.
     pub push_remotes: Vec<String>,
+    /// `--allow-nested-git`: keep the repositories the run creates in the worktree (a nested
+    /// `.git`, a bare repository) instead of setting them aside after the run.
+    pub allow_nested_git: bool,
 }
 
 fn canonical_grant(path: &Path, flag: &'static str) -> Result<PathBuf, PolicyError> {
@@ -125,6 +128,9 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         Some(d) => (d.root, Some(d.layout), d.identity),
         None => (workdir.clone(), None, None),
     };
+    if let Some(layout) = layout.as_mut() {
+        layout.allow_nested_git = req.allow_nested_git;
+    }
     for arg in &req.push_remotes {
         let Some(layout) = layout.as_mut() else {
             return Err(PolicyError::Conflict(format!(

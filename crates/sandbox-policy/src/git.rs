@@ -120,6 +120,27 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             }
         }
     }
+    let mut absent_pointers = Vec::new();
+    if !is_linked {
+        // A main worktree's `.git` is written by the run (in the view, all but hooks, config
+        // and info), and git reads `commondir` in any git dir, not only a linked worktree's
+        // (`setup.c`: `get_common_dir_noenv`): one the run creates re-points the host's next
+        // git at a repository of the run's. `gitdir` and `locked` are a linked worktree's
+        // names too (read by `git worktree` once `commondir` makes this git dir one). Each is
+        // recorded as it is, or as absent, and checked after the run like every pointer.
+        for name in ["commondir", "gitdir", "locked"] {
+            let path = gitdir.join(name);
+            match std::fs::symlink_metadata(&path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => absent_pointers.push(path),
+                Ok(meta) if meta.is_file() => {
+                    if let Ok(content) = std::fs::read_to_string(&path) {
+                        pointers.push(PointerFile { path, content });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
     // The task branch: what HEAD names now (a linked worktree's own HEAD). Read from the
     // file, not resolved: an unborn branch is still the task's.
     let task_branch = std::fs::read_to_string(gitdir.join("HEAD"))
@@ -153,6 +174,8 @@ pub fn discover(workdir: &Path) -> Result<Option<Discovered>, PolicyError> {
             task_branch,
             hooks_path,
             push_remotes: Vec::new(),
+            absent_pointers,
+            allow_nested_git: false,
         },
     }))
 }
@@ -280,6 +303,19 @@ mod tests {
         assert!(problem.contains("main worktree"), "{problem}");
         assert!(problem.contains("--unprotected-git"), "{problem}");
         assert!(found.layout.writable_dirs().is_empty());
+        let common = std::fs::canonicalize(main.join(".git")).unwrap();
+        assert_eq!(
+            found.layout.absent_pointers,
+            ["commondir", "gitdir", "locked"].map(|n| common.join(n)),
+            "a main git dir's worktree pointers are recorded as absent"
+        );
+        assert!(found.layout.pointers.is_empty());
+        std::fs::write(common.join("locked"), "mine\n").unwrap();
+        let found = discover(&main).unwrap().unwrap();
+        assert_eq!(found.layout.pointers.len(), 1);
+        assert_eq!(found.layout.pointers[0].path, common.join("locked"));
+        assert_eq!(found.layout.pointers[0].content, "mine\n");
+        assert_eq!(found.layout.absent_pointers.len(), 2);
     }
 
     #[test]

@@ -114,6 +114,17 @@ pub struct GitLayout {
     /// their own that the host reads back by the same rules.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub push_remotes: Vec<PathBuf>,
+    /// Pointer files that were absent before the run and must stay so: in a main worktree,
+    /// `commondir`, `gitdir` and `locked` in `.git`. Git reads `<gitdir>/commondir` in *any*
+    /// git dir (`setup.c`'s `get_common_dir_noenv`), so one the run creates there sends the
+    /// host's next git to a repository of the run's. Whatever is found at one after the run
+    /// is moved aside ([`PointerFile`]s that existed are restored instead).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub absent_pointers: Vec<PathBuf>,
+    /// New repositories the run creates in the worktree (a nested `.git`, a bare repository)
+    /// are kept (`--allow-nested-git`) instead of set aside after the run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_nested_git: bool,
 }
 
 /// A file whose content must not change during a run.

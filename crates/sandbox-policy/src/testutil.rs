@@ -25,6 +25,8 @@ pub fn linked_policy(block: bool) -> Policy {
                 task_branch: Some("refs/heads/task".into()),
                 hooks_path: None,
                 push_remotes: Vec::new(),
+                absent_pointers: Vec::new(),
+                allow_nested_git: false,
             }),
         },
         fs: FsPolicy {

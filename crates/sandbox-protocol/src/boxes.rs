@@ -44,6 +44,10 @@ pub struct BoxCreateParams {
     pub timeout_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub unprotected_git: bool,
+    /// `--allow-nested-git`: keep the repositories the box's commands create in the
+    /// worktree (a nested `.git`, a bare repository) instead of setting them aside.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_nested_git: bool,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub allow_degraded: bool,
     /// Image-based backends (boxlite): a registry reference for the box's root file system.

@@ -99,6 +99,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         "mounts": mounts, "allowNet": allow_net, "env": env,
         "blockNet": args.sandbox.block_net,
         "unprotectedGit": args.sandbox.unprotected_git,
+        "allowNestedGit": args.sandbox.allow_nested_git,
     });
     // Refused by boxlite (no proxy of the host's in the VM yet), loudly rather than dropped.
     if !args.sandbox.credential.is_empty() {

@@ -112,6 +112,9 @@ fn write_report(
         "gitStore": git_store,
         "gitStoreError": git_store_error,
         "gitDir": finished.git_dir,
+        // Repositories the run created in the worktree (set aside unless
+        // --allow-nested-git), and `.git` files it re-pointed (restored).
+        "nestedGit": finished.nested_git,
         "gitPush": git_push,
         // Every connection the domain proxy answered (--allow-domain), allowed or refused.
         "connections": finished.connections,

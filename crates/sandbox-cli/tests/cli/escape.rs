@@ -122,13 +122,6 @@ const GIT_STORE_ATTACKS: &[&str] = &[
     escape::HEAD_PARKED_THEN_KILLED,
 ];
 
-/// Every backend: the worktree is writable, and a `.git` directory is a directory like any
-/// other to Landlock and to mounts. docs/security.md, "Known limits". (Once `sub` is a
-/// gitlink in the index, the check after every run sets its `.git` aside: that row holds.)
-const PLANTED_REPOSITORY_GAP: &str = "a run can create `sub/.git` with `core.fsmonitor` or a \
-     hook in its worktree; git run on the host in that directory uses that repository. No \
-     file rule can refuse a name, and no check after the run walks the whole tree";
-
 /// Before Landlock ABI 6 no layer of the native backend scopes abstract unix sockets (the
 /// network namespace will), nor signals without the view (with it the pid namespace does);
 /// the run reports it at its start, every time (`sandbox_host::report::layers`). Seen in Debian 12's
@@ -147,9 +140,6 @@ fn known_gap(backend: &str, attack: &str) -> Option<&'static str> {
         && sandbox_host::backends::native::abi::landlock_abi() < 6
     {
         return Some(NO_SCOPING);
-    }
-    if attack == escape::PLANTED_REPOSITORY {
-        return Some(PLANTED_REPOSITORY_GAP);
     }
     if matches!(backend, "nono" | escape::NATIVE_NOUSERNS) && GIT_STORE_ATTACKS.contains(&attack) {
         return Some(NO_QUARANTINE);

@@ -31,7 +31,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::aftercare::gitguard::WorktreeConfigEnabled;
-use crate::aftercare::gitguard::{self, GitDirAtStart, GitDirReport, Tampering};
+use crate::aftercare::gitguard::{
+    self, GitDirAtStart, GitDirReport, NestedAtStart, NestedReport, Tampering,
+};
 
 /// The journal's directory inside the private directory.
 pub const DIR: &str = "journal";
@@ -48,6 +50,22 @@ struct Record {
     quarantined: bool,
     layout: GitLayout,
     gitdir: Option<GitDirAtStart>,
+    /// The repositories inside the worktree at the start (absent in an older record).
+    #[serde(default)]
+    nested: Option<NestedAtStart>,
+}
+
+/// What a command's after-run checks compare with ([`begin`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Checks<'a> {
+    /// The layout whose pointers are checked.
+    pub layout: &'a GitLayout,
+    /// The worktree's git dir at the start.
+    pub gitdir: Option<&'a GitDirAtStart>,
+    /// The repositories inside the worktree at the start.
+    pub nested: Option<&'a NestedAtStart>,
+    /// Whether the command has a git store quarantine (none for `host`).
+    pub quarantined: bool,
 }
 
 /// A record of a running command, locked by this process; removed when dropped.
@@ -158,6 +176,7 @@ pub struct Recovered {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub worktree_config_enabled: Option<WorktreeConfigEnabled>,
     pub git_dir: GitDirReport,
+    pub nested_git: NestedReport,
     /// The run had a git store quarantine, whose last writes were lost with it.
     pub quarantined: bool,
 }
@@ -199,6 +218,12 @@ impl Recovered {
                 .into_iter()
                 .map(|w| format!("killed run: {w}")),
         );
+        lines.extend(
+            self.nested_git
+                .warnings()
+                .into_iter()
+                .map(|w| format!("killed run: {w}")),
+        );
         lines
     }
 }
@@ -214,13 +239,7 @@ fn key(worktree: &Path) -> String {
 }
 
 /// Writes and locks the record of a command about to start in `worktree`.
-pub fn begin(
-    dir: &Path,
-    worktree: &Path,
-    layout: &GitLayout,
-    gitdir: Option<&GitDirAtStart>,
-    quarantined: bool,
-) -> std::io::Result<Entry> {
+pub fn begin(dir: &Path, worktree: &Path, checks: Checks<'_>) -> std::io::Result<Entry> {
     let record = Record {
         version: 1,
         worktree: worktree.to_path_buf(),
@@ -229,9 +248,10 @@ pub fn begin(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
-        quarantined,
-        layout: layout.clone(),
-        gitdir: gitdir.cloned(),
+        quarantined: checks.quarantined,
+        layout: checks.layout.clone(),
+        gitdir: checks.gitdir.cloned(),
+        nested: checks.nested.cloned(),
     };
     write_locked(dir, &key(worktree), &record).map(Entry)
 }
@@ -267,12 +287,18 @@ fn check(record: &Record) -> Recovered {
             gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(layout, name, None))
         })
         .unwrap_or_default();
+    let nested_git = record
+        .nested
+        .as_ref()
+        .map(gitguard::audit_nested)
+        .unwrap_or_default();
     Recovered {
         pid: record.pid,
         started: record.started,
         tampering,
         worktree_config_enabled,
         git_dir,
+        nested_git,
         quarantined: record.quarantined,
     }
 }
@@ -295,6 +321,8 @@ mod tests {
             task_branch: None,
             hooks_path: None,
             push_remotes: Vec::new(),
+            absent_pointers: Vec::new(),
+            allow_nested_git: false,
         }
     }
 
@@ -310,7 +338,13 @@ mod tests {
         std::fs::write(&pointer, "gitdir: /the/original\n").unwrap();
         let layout = layout(tmp.path(), &pointer);
 
-        let live = begin(&journal, &worktree, &layout, None, true).unwrap();
+        let checks = Checks {
+            layout: &layout,
+            gitdir: None,
+            nested: None,
+            quarantined: true,
+        };
+        let live = begin(&journal, &worktree, checks).unwrap();
         // The killed run's record: the same bytes under another name, locked by nobody.
         let dead = journal.join(format!("{}-1-0.json", key(&worktree)));
         std::fs::copy(&live.0.path, &dead).unwrap();

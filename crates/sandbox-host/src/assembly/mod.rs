@@ -67,6 +67,8 @@ pub struct Request {
     pub unprotected_git: bool,
     /// `--allow-push`: local remotes (paths or names) a push from inside may reach.
     pub push_remotes: Vec<String>,
+    /// `--allow-nested-git`: keep the repositories the run creates in the worktree.
+    pub allow_nested_git: bool,
     /// Create a private TMPDIR for the commands (only callers that run something do).
     pub tmpdir: Option<TmpdirRequest>,
     /// An agent profile's paths (`--agent`, or detected from the command).
@@ -161,6 +163,7 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         resources: sandbox_policy::compile::limits::resolve(request.resources, defaults.resources),
         unprotected_git: request.unprotected_git,
         push_remotes: request.push_remotes.clone(),
+        allow_nested_git: request.allow_nested_git,
         tmpdir: tmpdir.as_ref().map(|t| t.path().to_path_buf()),
         ..PolicyRequest::default()
     })?;

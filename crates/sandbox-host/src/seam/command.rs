@@ -66,6 +66,8 @@ pub struct PreparedCommand {
     head: Option<gitguard::HeadAtStart>,
     /// The worktree's own git dir when the command was prepared (a linked worktree's).
     gitdir: Option<gitguard::GitDirAtStart>,
+    /// The repositories inside the worktree when the command was prepared.
+    nested: Option<gitguard::NestedAtStart>,
     /// The supervisor's side of the command's network namespace (native), ended in
     /// [`Self::finish`] once its processes are gone.
     net: Option<Box<dyn CommandNetwork>>,
@@ -117,6 +119,9 @@ pub struct Finished {
     pub git_push: Vec<(PathBuf, Result<StoreReport, QuarantineError>)>,
     /// What the check of the worktree's own git dir set aside and noticed.
     pub git_dir: gitguard::GitDirReport,
+    /// The repositories the run created in the worktree (set aside unless
+    /// `--allow-nested-git`), and `.git` files it re-pointed (restored).
+    pub nested_git: gitguard::NestedReport,
     /// What to check again once the orphans are gone: set when other commands still ran as
     /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
@@ -144,6 +149,7 @@ pub struct GuestNote(pub Option<String>);
 pub struct Recheck {
     pub git: GitLayout,
     gitdir: Option<gitguard::GitDirAtStart>,
+    nested: Option<gitguard::NestedAtStart>,
     /// The run's store report (which refs a stopped rebase may move).
     store: Option<StoreReport>,
 }
@@ -161,6 +167,9 @@ impl Recheck {
                 gitguard::may_own_ref(&self.git, name, report)
             });
             lines.extend(audit.warnings());
+        }
+        if let Some(start) = &self.nested {
+            lines.extend(gitguard::audit_nested(start).warnings());
         }
         lines
     }
@@ -209,6 +218,7 @@ impl Finished {
             }
         }
         lines.extend(self.git_dir.warnings());
+        lines.extend(self.nested_git.warnings());
         lines.extend(self.notes.iter().cloned());
         lines
     }
@@ -254,6 +264,7 @@ impl PreparedCommand {
             pushes: Vec::new(),
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
+            nested: git.as_ref().and_then(gitguard::NestedAtStart::scan),
             git,
             net: None,
             cgroups: None,
@@ -292,11 +303,14 @@ impl PreparedCommand {
     /// What the run journal keeps of this command's after-run checks: the layout whose
     /// pointers are checked, the git dir at the start, whether it has a git store quarantine
     /// (none for `host`, which checks nothing).
-    pub(crate) fn journal_parts(
-        &self,
-    ) -> Option<(&GitLayout, Option<&gitguard::GitDirAtStart>, bool)> {
+    pub(crate) fn journal_parts(&self) -> Option<crate::aftercare::journal::Checks<'_>> {
         let git = self.git.as_ref()?;
-        Some((git, self.gitdir.as_ref(), self.store.is_some()))
+        Some(crate::aftercare::journal::Checks {
+            layout: git,
+            gitdir: self.gitdir.as_ref(),
+            nested: self.nested.as_ref(),
+            quarantined: self.store.is_some(),
+        })
     }
 
     /// The git layout whose pointers [`Self::finish`] checks (none for `host`).
@@ -446,6 +460,12 @@ impl PreparedCommand {
             }
             _ => gitguard::GitDirReport::default(),
         };
+        // After the git dir's own checks: a gitlink they set aside is not found again here.
+        let nested_git = self
+            .nested
+            .as_ref()
+            .map(gitguard::audit_nested)
+            .unwrap_or_default();
         drop(self.keep);
         // Every process of the command is gone: no new connection can come.
         let connections = self.net.map(|net| net.finish()).unwrap_or_default();
@@ -453,6 +473,7 @@ impl PreparedCommand {
             (Some(git), false) => Some(Recheck {
                 git: git.clone(),
                 gitdir: self.gitdir.clone(),
+                nested: self.nested.clone(),
                 store: report.cloned(),
             }),
             _ => None,
@@ -464,6 +485,7 @@ impl PreparedCommand {
             git_store,
             git_push,
             git_dir,
+            nested_git,
             recheck,
             connections,
             limits: None,
@@ -494,6 +516,7 @@ mod tests {
         let git = policy.workspace.git.clone().unwrap();
         let recheck = Recheck {
             gitdir: gitguard::GitDirAtStart::read(&git),
+            nested: None,
             git: git.clone(),
             store: None,
         };

@@ -240,6 +240,8 @@ mod tests {
                     task_branch: None,
                     hooks_path: None,
                     push_remotes: Vec::new(),
+                    absent_pointers: Vec::new(),
+                    allow_nested_git: false,
                 }),
             },
             fs: FsPolicy {

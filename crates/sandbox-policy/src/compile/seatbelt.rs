@@ -101,6 +101,11 @@ pub fn compile(policy: &Policy) -> String {
             for pointer in &git.pointers {
                 let _ = write!(p, "\n  (literal {})", quote(&pointer.path));
             }
+            // A name that does not exist yet (a main git dir's `commondir`): SBPL matches the
+            // path, so its creation is refused too.
+            for absent in &git.absent_pointers {
+                let _ = write!(p, "\n  (literal {})", quote(absent));
+            }
             p.push_str(")\n\n");
         }
     }

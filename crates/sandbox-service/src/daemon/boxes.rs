@@ -167,6 +167,7 @@ fn policy_ask(
         ],
         unprotected_git: p.unprotected_git,
         push_remotes: Vec::new(),
+        allow_nested_git: p.allow_nested_git,
         tmpdir: Some(TmpdirRequest {
             prefix: format!("sandbox-box-{}-", p.name),
             root: state.opts.box_tmp_root.clone(),

@@ -284,8 +284,9 @@ impl Audit<'_> {
         if self.start.main && matches!(kind, Kept::Unknown | Kept::Tree | Kept::SetAside) {
             return;
         }
-        // The main worktree's worktree-bound pointers (`gitdir`, `commondir`) are a linked
-        // worktree's names; in the common dir they mean nothing to git: left alone.
+        // `gitdir`, `commondir` and `locked` in a main git dir are pointers (git reads
+        // `commondir` in any git dir): recorded before the run and restored, or moved aside,
+        // by `check_and_restore` (`GitLayout::absent_pointers`), not judged here.
         if self.start.main && matches!(name.to_str(), Some("gitdir" | "commondir" | "locked")) {
             return;
         }

@@ -4,6 +4,11 @@
 //! directory of its own whose config or hooks run code the next time *the host* uses git in
 //! that worktree; `commondir` and `gitdir` in the worktree's private git dir are writable for
 //! the same reason. Each is compared with the bytes recorded before the run and restored.
+//! In a main worktree `.git` is the writable git dir itself, and git reads `commondir` in any
+//! git dir (`setup.c`'s `get_common_dir_noenv` does not ask whether it is a linked
+//! worktree's): `commondir`, `gitdir` and `locked` there are recorded too, as they were or as
+//! absent, and whatever the run left at an absent one is moved aside (the view cannot keep
+//! the name from being created: see `docs/security.md`).
 //!
 //! The repair runs with the user's rights in directories the agent could write, so it trusts
 //! no name there. Every step works relative to the pointer's directory, opened with
@@ -19,8 +24,10 @@
 //! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
 mod gitdir;
+mod nested;
 
 pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport};
+pub use nested::{audit_nested, NestedAtStart, NestedReport};
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
@@ -47,9 +54,14 @@ pub struct Tampering {
     pub found: String,
     /// Whether the original was put back.
     pub restored: bool,
-    /// Where a replaced directory was moved, so nothing is deleted.
+    /// Where a replaced directory was moved, so nothing is deleted — or, for a pointer that
+    /// did not exist before the run ([`Self::created`]), whatever the run left there.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub quarantined: Option<PathBuf>,
+    /// The pointer did not exist before the run (a main git dir's `commondir`): restoring it
+    /// means moving what the run created aside.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub created: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -58,6 +70,23 @@ impl std::fmt::Display for Tampering {
     /// "the sandboxed command changed git pointer P (found "…"); restored it[; …]" — the one
     /// wording `sandbox run` and the daemon both report.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.created {
+            write!(
+                f,
+                "the sandboxed command created git pointer {} (found {:?}), which git reads \
+                 to find the repository; {}",
+                self.path.display(),
+                self.found.trim(),
+                match &self.quarantined {
+                    Some(q) if self.restored => format!("moved it aside to {}", q.display()),
+                    _ => "could NOT move it aside: remove it before running git here".into(),
+                }
+            )?;
+            if let Some(e) = &self.error {
+                write!(f, ": {e}")?;
+            }
+            return Ok(());
+        }
         write!(
             f,
             "the sandboxed command changed git pointer {} (found {:?}); {}",
@@ -204,17 +233,54 @@ fn restore(dir: &File, path: &Path, name: &OsStr, content: &str, t: &mut Tamperi
     }
 }
 
-/// Compares every recorded pointer with the filesystem and restores the changed ones.
+/// Compares every recorded pointer with the filesystem and restores the changed ones; moves
+/// aside what the run left where a pointer was absent.
 pub fn check_and_restore(layout: &GitLayout) -> Vec<Tampering> {
-    layout
-        .pointers
-        .iter()
-        .filter_map(|pointer| {
-            restore_unless(&pointer.path, &pointer.content, |now| {
-                now == pointer.content
-            })
+    let changed = layout.pointers.iter().filter_map(|pointer| {
+        restore_unless(&pointer.path, &pointer.content, |now| {
+            now == pointer.content
         })
-        .collect()
+    });
+    let created = layout.absent_pointers.iter().filter_map(|p| keep_absent(p));
+    changed.chain(created).collect()
+}
+
+/// Moves whatever is at `path` (a file, a link, a directory: not followed, never deleted)
+/// to `<name>.sandbox-quarantine-<random>` beside it; nothing if `path` is still absent.
+fn keep_absent(path: &Path) -> Option<Tampering> {
+    let mut t = Tampering {
+        path: path.to_path_buf(),
+        found: String::new(),
+        restored: false,
+        quarantined: None,
+        created: true,
+        error: None,
+    };
+    let (dir, name) = match open_parent(path) {
+        Ok(parent) => parent,
+        Err(e) => {
+            t.found = format!("(its directory cannot be opened: {e})");
+            t.error = Some(format!("opening its directory: {e}"));
+            return Some(t);
+        }
+    };
+    match lstat_at(&dir, name) {
+        Ok(None) => return None,
+        Ok(Some(_)) => t.found = describe(&dir, name),
+        Err(e) => t.found = format!("(unreadable: {e})"),
+    }
+    let moved = fresh_name("", name, "sandbox-quarantine").and_then(|aside| {
+        let at = Some(dir.as_raw_fd());
+        context("moving it aside", renameat(at, name, at, aside.as_os_str())).map(|()| aside)
+    });
+    match moved {
+        Ok(aside) => {
+            t.restored = true;
+            t.quarantined = Some(path.with_file_name(aside));
+        }
+        Err(e) => t.error = Some(e.to_string()),
+    }
+    Some(t)
 }
 
 /// Reads what is at `path` and, unless `keep` accepts it, puts `content` back there (see the
@@ -233,6 +299,7 @@ fn restore_unless(path: &Path, content: &str, keep: impl Fn(&str) -> bool) -> Op
         found: now,
         restored: false,
         quarantined: None,
+        created: false,
         error: None,
     };
     match parent {

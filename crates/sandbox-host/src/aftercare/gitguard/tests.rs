@@ -16,6 +16,8 @@ fn layout(dir: &Path) -> GitLayout {
         task_branch: None,
         hooks_path: None,
         push_remotes: Vec::new(),
+        absent_pointers: Vec::new(),
+        allow_nested_git: false,
     }
 }
 
@@ -253,4 +255,47 @@ fn config_bool_parsing() {
     assert!(git_config_bool(&cfg, "extensions.worktreeConfig"));
     std::fs::write(&cfg, "[extensions]\n\tworktreeconfig = false\n").unwrap();
     assert!(!git_config_bool(&cfg, "extensions.worktreeConfig"));
+}
+
+/// A main git dir: `commondir`, `gitdir` and `locked` absent before the run. Git reads
+/// `commondir` in any git dir, so one the run creates (a file, a link, a directory) is moved
+/// aside — never deleted, never followed — and reported; a run that leaves none is silent.
+#[test]
+fn a_commondir_created_in_a_main_git_dir_is_moved_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = layout(dir.path());
+    let git = dir.path().join("repo/.git");
+    std::fs::create_dir_all(&git).unwrap();
+    l.is_linked = false;
+    l.pointers.clear();
+    l.common_dir = git.clone();
+    l.worktree_gitdir = git.clone();
+    l.absent_pointers = ["commondir", "gitdir", "locked"]
+        .map(|n| git.join(n))
+        .into();
+    assert!(check_and_restore(&l).is_empty());
+
+    let evil = dir.path().join("evil");
+    std::fs::create_dir(&evil).unwrap();
+    std::fs::write(git.join("commondir"), format!("{}\n", evil.display())).unwrap();
+    std::os::unix::fs::symlink(&evil, git.join("gitdir")).unwrap();
+    std::fs::create_dir(git.join("locked")).unwrap();
+    let found = check_and_restore(&l);
+    assert_eq!(found.len(), 3, "{found:?}");
+    for t in &found {
+        assert!(t.created && t.restored, "{t}");
+        assert!(t.to_string().contains("moved it aside"), "{t}");
+        assert!(
+            t.path.symlink_metadata().is_err(),
+            "{t}: gone from git's sight"
+        );
+        assert!(t.quarantined.as_ref().unwrap().symlink_metadata().is_ok());
+    }
+    assert!(
+        found[0].found.contains(&evil.display().to_string()),
+        "{found:?}"
+    );
+    assert!(found[1].found.contains("symlink"), "{found:?}");
+    assert!(evil.is_dir(), "the link's target is untouched");
+    assert!(check_and_restore(&l).is_empty(), "nothing left to find");
 }

@@ -128,11 +128,27 @@ impl Fixture {
     }
 
     pub fn run_with(&self, backend: &str, flags: &[String], script: &str, stdin: Stdio) -> Output {
+        self.run_at(&self.task, backend, flags, script, stdin)
+    }
+
+    /// [`Self::run`] in `dir` (the main worktree, say) instead of the linked worktree.
+    pub fn run_in(&self, dir: &Path, backend: &str, flags: &[String], script: &str) -> Output {
+        self.run_at(dir, backend, flags, script, Stdio::null())
+    }
+
+    fn run_at(
+        &self,
+        dir: &Path,
+        backend: &str,
+        flags: &[String],
+        script: &str,
+        stdin: Stdio,
+    ) -> Output {
         // The host backend is the control: it enforces nothing, so it takes no policy flags
         // (it refuses --block-net rather than pretend).
         let flags: &[String] = if backend == "host" { &[] } else { flags };
         if let Some(backend) = backend.strip_suffix(DAEMON) {
-            return self.run_in_box(backend, flags, script);
+            return self.run_in_box(dir, backend, flags, script);
         }
         let (mut cmd, backend) = if backend == NATIVE_NOUSERNS {
             // A user namespace whose own limit on nested user namespaces is 0: inside it,
@@ -141,7 +157,7 @@ impl Fixture {
         } else {
             (self.env.cmd(), backend)
         };
-        cmd.current_dir(&self.task)
+        cmd.current_dir(dir)
             .arg("run")
             .arg("--backend")
             .arg(backend)
@@ -153,13 +169,14 @@ impl Fixture {
 
     /// The same run as a `box.exec` in a box of this fixture's daemon (started on first use):
     /// the daemon's path through the backend seam. Commands there get no terminal.
-    fn run_in_box(&self, backend: &str, flags: &[String], script: &str) -> Output {
+    fn run_in_box(&self, dir: &Path, backend: &str, flags: &[String], script: &str) -> Output {
         let daemon = self.daemon();
         let mut params = serde_json::json!({ "backend": backend });
         let mut flags = flags.iter();
         while let Some(flag) = flags.next() {
             match flag.as_str() {
                 "--block-net" => params["blockNet"] = true.into(),
+                "--allow-nested-git" => params["allowNestedGit"] = true.into(),
                 "--allow-port" => {
                     let port: u32 = flags.next().unwrap().parse().unwrap();
                     params["allowPorts"] = serde_json::json!([port]);
@@ -167,7 +184,7 @@ impl Fixture {
                 other => panic!("no box.create parameter for {other} yet"),
             }
         }
-        daemon.run_once(&self.task, params, &["sh", "-c", script])
+        daemon.run_once(dir, params, &["sh", "-c", script])
     }
 
     /// A second task of the repository: worktree `other-task` on branch `other`.

@@ -30,7 +30,6 @@ pub use fixture::{
     git, host_git, nouserns_unavailable, rev_parse, unique, Fixture, DAEMON, NATIVE_NOUSERNS,
     NOUSERNS_WRAPPER,
 };
-pub use git_code::PLANTED_REPOSITORY;
 pub use harness::Verdict;
 pub use killed::{exits_within, OUTLIVES_KILLED_SANDBOX};
 pub use net::{ALLOWED_PORT_ELSEWHERE, FAST_OPEN, LISTEN_WITHOUT_BIND, RAW_SOCKET};

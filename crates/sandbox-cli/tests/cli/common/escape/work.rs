@@ -150,6 +150,47 @@ pub fn normal_work() -> Vec<Work> {
             after: task_branch_reached_the_host,
         },
         Work {
+            name: "git init a new nested repository the user allowed (--allow-nested-git)",
+            flags: |_| vec!["--allow-nested-git".into()],
+            script: "git init -q nested-new && git -C nested-new commit -q --allow-empty -m n \
+                     && echo nested-ok",
+            expect: "nested-ok",
+            needs_quarantine: false,
+            after: |f, _| {
+                let log = host_git(&f.task.join("nested-new"), &["log", "--format=%s", "-1"]);
+                match String::from_utf8_lossy(&log.stdout).trim() {
+                    "n" => Ok(()),
+                    _ => Err(format!("the allowed repository is not kept: {}", crate::common::text(&log))),
+                }
+            },
+        },
+        Work {
+            name: "commit in a nested repository that was there before the run",
+            flags: |f| {
+                // Vendored on the host before the run (a submodule's `.git` file is the same
+                // case: present at the start, left alone).
+                let vendored = f.task.join("vendored");
+                if !vendored.join(".git").exists() {
+                    std::fs::create_dir_all(&vendored).unwrap();
+                    super::fixture::git(&vendored, &["init", "-q", "-b", "main"]);
+                    super::fixture::git(&vendored, &["config", "user.name", "V"]);
+                    super::fixture::git(&vendored, &["config", "user.email", "v@x.invalid"]);
+                    super::fixture::git(&vendored, &["commit", "-q", "--allow-empty", "-m", "v0"]);
+                }
+                vec![]
+            },
+            script: "git -C vendored commit -q --allow-empty -m inside && echo vendored-ok",
+            expect: "vendored-ok",
+            needs_quarantine: false,
+            after: |f, _| {
+                let log = host_git(&f.task.join("vendored"), &["log", "--format=%s", "-1"]);
+                match String::from_utf8_lossy(&log.stdout).trim() {
+                    "inside" => Ok(()),
+                    _ => Err(format!("the vendored repository was touched: {}", crate::common::text(&log))),
+                }
+            },
+        },
+        Work {
             name: "open a new pseudo-terminal (script)",
             flags: |_| vec![],
             script: "script -qc 'echo in-a-pty' /dev/null",
