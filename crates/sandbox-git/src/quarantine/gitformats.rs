@@ -154,13 +154,12 @@ pub fn todo_list(bytes: &[u8], may_own: &dyn Fn(&str) -> bool) -> Result<(), Str
                 return Err(format!("{name} takes no arguments: {line:?}"))
             }
             "break" | "noop" => {}
-            "update-ref" => {
-                if !args.starts_with("refs/heads/") || !may_own(args) {
-                    return Err(format!(
-                        "would move {args:?} at the end of the rebase, which the run may not move"
-                    ));
-                }
+            "update-ref" if !args.starts_with("refs/heads/") || !may_own(args) => {
+                return Err(format!(
+                    "would move {args:?} at the end of the rebase, which the run may not move"
+                ))
             }
+            "update-ref" => {}
             _ if args.is_empty() || rest.len() == args.len() => {
                 return Err(format!("{name} without its argument: {line:?}"))
             }
@@ -226,15 +225,16 @@ pub fn config_entries(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| format!("git config cannot run: {e}"))?;
-    let mut stdin = child.stdin.take().expect("piped");
-    let writer = {
+    let writer = child.stdin.take().map(|mut stdin| {
         let bytes = bytes.to_vec();
         std::thread::spawn(move || stdin.write_all(&bytes))
-    };
+    });
     let out = child
         .wait_with_output()
         .map_err(|e| format!("git config: {e}"))?;
-    let _ = writer.join();
+    if let Some(writer) = writer {
+        let _ = writer.join();
+    }
     if !out.status.success() {
         return Err(format!(
             "git does not read it as config: {}",
