@@ -12,7 +12,9 @@
 //! for gitlinks whose `.git` could hold a planted repository ([`gitlink_pointer_allowed`]).
 
 use std::collections::BTreeSet;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
+
+use super::gitformats;
 
 /// What a top-level name of the worktree's git dir is to the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,72 +76,36 @@ pub fn classify(name: &str) -> Kept {
     }
 }
 
-/// git's own merge strategies: a strategy of another name is a `git-merge-<name>` program
-/// looked up on the host.
-const STRATEGIES: &[&str] = &["ort", "recursive", "resolve", "octopus", "ours", "subtree"];
-
 /// Why a later `git rebase --continue` (or `cherry-pick --continue`, `am --continue`) on the
-/// host must not pick up file `file` of the sequencer state `dir` with `content`, if so:
-/// a todo line that runs a command (`exec`), a ref the rebase would move at its end
-/// (`head-name`, `update-ref`, `update-refs`) that the run may not own (`may_own` says which
-/// branches it may), or a merge strategy that is not git's own. Pure.
+/// host must not pick up file `file` of the sequencer state `dir` with `content`, if so. Each
+/// file git reads back as more than text is parsed whole under the grammar git writes it in
+/// ([`gitformats`]): a todo list of git's commands with no `exec`; `head-name`, `update-ref`
+/// lines and `update-refs` naming only branches the run may own (`may_own`); a merge strategy
+/// exactly one of git's own; `sequencer/opts` read by git's own config parser; the object ids
+/// git keeps there as object ids. Anything else in the directory is data git shows or copies
+/// (messages, `author-script`, `rewritten-list`). Pure but for `opts` (git parses it).
 pub fn sequencer_problem(
     dir: &str,
     file: &str,
-    content: &str,
+    content: &[u8],
     may_own: &dyn Fn(&str) -> bool,
 ) -> Option<String> {
-    let todo = matches!(
-        (dir, file),
-        ("rebase-merge", "git-rebase-todo") | ("sequencer", "todo")
-    );
-    for line in content.lines() {
-        let line = line.trim();
-        let mut words = line.split_whitespace();
-        let first = words.next().unwrap_or_default();
-        if todo && !line.starts_with('#') {
-            if matches!(first, "exec" | "x") {
-                return Some(format!(
-                    "{dir}/{file} would run `{}` on the host's next `--continue`",
-                    line.chars().take(80).collect::<String>()
-                ));
-            }
-            if matches!(first, "update-ref" | "u") {
-                let name = words.next().unwrap_or_default();
-                if !may_own(name) {
-                    return Some(format!(
-                        "{dir}/{file} would move {name}, which the run may not move"
-                    ));
-                }
-            }
+    let result = match (dir, file) {
+        (_, "git-rebase-todo" | "done") | ("sequencer", "todo") => {
+            gitformats::todo_list(content, may_own)
         }
-        if file == "update-refs" && first.starts_with("refs/") && !may_own(first) {
-            return Some(format!(
-                "{dir}/update-refs would move {first}, which the run may not move"
-            ));
-        }
-        if file == "head-name" && first != "detached" && !may_own(first) {
-            return Some(format!(
-                "{dir}/head-name would move {first} at the end of the rebase, which the run \
-                 may not move"
-            ));
-        }
-        let strategy = match file {
-            "strategy" => Some(first),
-            "opts" => line
-                .split_once('=')
-                .filter(|(k, _)| k.trim() == "strategy")
-                .map(|(_, v)| v.trim()),
-            _ => None,
-        };
-        if let Some(s) = strategy.filter(|s| !s.is_empty() && !STRATEGIES.contains(s)) {
-            return Some(format!(
-                "{dir}/{file} names the merge strategy {s:?}, which would run git-merge-{s} on \
-                 the host"
-            ));
-        }
-    }
-    None
+        (_, "update-refs") => gitformats::update_refs(content, may_own),
+        (_, "head-name") => gitformats::head_name(content, may_own),
+        (_, "strategy") => gitformats::strategy_file(content),
+        ("sequencer", "opts") => gitformats::sequencer_opts(content),
+        ("sequencer", "head" | "abort-safety")
+        | (_, "onto" | "orig-head" | "amend" | "squash-onto") => (content.is_empty()
+            || gitformats::object_id_file(content))
+        .then_some(())
+        .ok_or_else(|| "not an object id".to_string()),
+        _ => Ok(()),
+    };
+    result.err().map(|why| format!("{dir}/{file} {why}"))
 }
 
 /// What an index holds that the user's `git status` would not show or would follow.
@@ -210,42 +176,21 @@ pub fn may_hold_gitlinks(index: &[u8]) -> bool {
     memchr::memmem::find(index, &[0, 0, 0xe0, 0]).is_some()
 }
 
-/// Whether a gitlink's `.git` file reading `text`, in the submodule directory `dir`, leads to
-/// git's own layout for submodules of the repository: `<common>/modules/<name>`. Anything else
-/// — a directory of the run's, `<worktree git dir>/modules` (the run writes it), a path with
-/// `..` out of `modules/` — may be a repository the run planted, whose `core.fsmonitor` the
-/// user's `git status` at the top would run. Pure (lexical; `dir` must have no link in it).
-pub fn gitlink_pointer_allowed(text: &str, dir: &Path, common: &Path) -> bool {
-    let Some(target) = text
-        .strip_prefix("gitdir:")
-        .map(str::trim)
-        .filter(|t| !t.is_empty() && !t.contains('\n'))
-    else {
-        return false;
-    };
-    let Some(resolved) = normalize(&dir.join(target)) else {
-        return false;
-    };
-    resolved
-        .strip_prefix(common.join("modules"))
-        .is_ok_and(|rest| rest.components().next().is_some())
-}
-
-/// `path` with `.` and `..` taken lexically; `None` if it climbs above the root.
-fn normalize(path: &Path) -> Option<PathBuf> {
-    let mut out = PathBuf::new();
-    for part in path.components() {
-        match part {
-            Component::ParentDir => {
-                if !out.pop() || out.as_os_str().is_empty() {
-                    return None;
-                }
-            }
-            Component::CurDir => {}
-            other => out.push(other),
-        }
-    }
-    Some(out)
+/// The path a gitlink's `.git` file holds, when it is in the exact form git writes it
+/// (`submodule.c`, `connect_work_tree_and_git_dir`: relative): `gitdir: `, one or more `../`,
+/// then plain names (no `.`, no `..`, no empty one), a newline, nothing else. git takes the
+/// bytes after `gitdir: ` as they are (`setup.c`, `read_gitfile_gently`: only the newline is
+/// dropped) and resolves them through the filesystem, links included; the host resolves the
+/// components this returns one by one, by descriptor, following no link, and keeps the
+/// pointer only when that lands beneath `<common>/modules/` (`gitguard`). Pure.
+pub fn gitlink_pointer_components(bytes: &[u8]) -> Option<Vec<&str>> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let path = text.strip_prefix("gitdir: ")?.strip_suffix('\n')?;
+    let parts: Vec<&str> = path.split('/').collect();
+    let ups = parts.iter().take_while(|p| **p == "..").count();
+    let names = &parts[ups..];
+    let plain = |p: &&str| !p.is_empty() && *p != "." && *p != ".." && !p.contains(['\n', '\0']);
+    (ups > 0 && !names.is_empty() && names.iter().all(plain)).then_some(parts)
 }
 
 #[cfg(test)]
@@ -273,53 +218,55 @@ mod tests {
     #[test]
     fn sequencer_state_that_runs_or_moves_what_it_may_not() {
         let own = |name: &str| name == "refs/heads/task";
+        let problem =
+            |dir: &str, file: &str, text: &str| sequencer_problem(dir, file, text.as_bytes(), &own);
         let todo = "pick 1234 a\nbreak\nexec touch /tmp/x\n";
-        assert!(sequencer_problem("rebase-merge", "git-rebase-todo", todo, &own).is_some());
-        assert!(sequencer_problem("sequencer", "todo", "x make\n", &own).is_some());
-        assert!(sequencer_problem(
-            "rebase-merge",
-            "git-rebase-todo",
-            "# exec is a command\npick 1 a\nbreak\n",
-            &own
-        )
-        .is_none());
-        assert!(
-            sequencer_problem("rebase-merge", "done", todo, &own).is_none(),
-            "done is never run again"
-        );
+        assert!(problem("rebase-merge", "git-rebase-todo", todo).is_some());
+        assert!(problem("sequencer", "todo", "x make\n").is_some());
+        let comment = "# exec is a command\npick 1 a\nbreak\n";
+        assert!(problem("rebase-merge", "git-rebase-todo", comment).is_none());
+        assert!(problem("rebase-merge", "done", todo).is_some());
+        assert!(problem("rebase-merge", "done", "pick 1 a\n").is_none());
         let update = "pick 1 a\nupdate-ref refs/heads/main\n";
-        assert!(sequencer_problem("rebase-merge", "git-rebase-todo", update, &own).is_some());
+        assert!(problem("rebase-merge", "git-rebase-todo", update).is_some());
         let update = "pick 1 a\nupdate-ref refs/heads/task\n";
-        assert!(sequencer_problem("rebase-merge", "git-rebase-todo", update, &own).is_none());
-        assert!(
-            sequencer_problem("rebase-merge", "head-name", "refs/heads/main\n", &own).is_some()
-        );
-        assert!(
-            sequencer_problem("rebase-merge", "head-name", "refs/heads/task\n", &own).is_none()
-        );
-        assert!(sequencer_problem("rebase-apply", "head-name", "detached HEAD\n", &own).is_none());
+        assert!(problem("rebase-merge", "git-rebase-todo", update).is_none());
+        assert!(problem("rebase-merge", "head-name", "refs/heads/main\n").is_some());
+        assert!(problem("rebase-merge", "head-name", "refs/heads/task\n").is_none());
+        assert!(problem("rebase-apply", "head-name", "detached HEAD\n").is_none());
         let refs = "refs/heads/main\n1234\n5678\n";
-        assert!(sequencer_problem("rebase-merge", "update-refs", refs, &own).is_some());
-        assert!(sequencer_problem("rebase-merge", "strategy", "evil\n", &own).is_some());
-        assert!(sequencer_problem("rebase-merge", "strategy", "ort\n", &own).is_none());
-        let opts = "[options]\n\tstrategy = evil\n";
-        assert!(sequencer_problem("sequencer", "opts", opts, &own).is_some());
+        assert!(problem("rebase-merge", "update-refs", refs).is_some());
+        assert!(problem("rebase-merge", "strategy", "evil\n").is_some());
+        assert!(problem("rebase-merge", "strategy", "ort /../evil\n").is_some());
+        assert!(problem("rebase-merge", "strategy", "ort\n").is_none());
+        assert!(problem("sequencer", "opts", "[options]\n\tstrategy = evil\n").is_some());
+        assert!(problem("sequencer", "opts", "[options] strategy = evil\n").is_some());
+        assert!(problem("rebase-merge", "onto", "ref: refs/heads/main\n").is_some());
+        assert!(problem("rebase-merge", "message", "anything").is_none());
     }
 
     #[test]
-    fn gitlinks_lead_only_into_the_common_dirs_modules() {
-        let common = Path::new("/repo/.git");
-        let dir = Path::new("/work/task/sub");
-        let ok = |text: &str| gitlink_pointer_allowed(text, dir, common);
-        assert!(ok("gitdir: /repo/.git/modules/sub\n"));
-        assert!(ok("gitdir: ../../../repo/.git/modules/sub"));
-        assert!(!ok("gitdir: /repo/.git/worktrees/task/modules/sub\n"));
-        assert!(!ok(
-            "gitdir: /repo/.git/modules/../worktrees/task/modules/sub"
-        ));
-        assert!(!ok("gitdir: /repo/.git/modules"));
-        assert!(!ok("gitdir: .planted"));
-        assert!(!ok("gitdir: /tmp/evil"));
-        assert!(!ok("not a pointer"));
+    fn gitlink_pointers_only_in_gits_relative_form() {
+        let ok = |text: &'static str| gitlink_pointer_components(text.as_bytes());
+        assert_eq!(
+            ok("gitdir: ../.git/modules/sub\n"),
+            Some(vec!["..", ".git", "modules", "sub"])
+        );
+        assert!(ok("gitdir: ../../../repo/.git/modules/a/b\n").is_some());
+        for bad in [
+            "gitdir: ../.git/modules/sub",
+            "gitdir:../.git/modules/sub\n",
+            "gitdir: /repo/.git/modules/sub\n",
+            "gitdir: ../.git/modules/sub/..\n",
+            "gitdir: ../.git/modules/./sub\n",
+            "gitdir: ../.git//modules/sub\n",
+            "gitdir: ../.git/modules/sub/\n",
+            "gitdir: ..\n",
+            "gitdir: .planted\n",
+            "gitdir: ../x\n\n",
+            "not a pointer\n",
+        ] {
+            assert!(ok(bad).is_none(), "{bad:?}");
+        }
     }
 }

@@ -30,6 +30,7 @@ mod bounded;
 mod error;
 pub mod generation;
 pub mod gitdir;
+pub mod gitformats;
 mod layout;
 mod live;
 mod objects;

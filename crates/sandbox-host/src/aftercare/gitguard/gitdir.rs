@@ -19,12 +19,15 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use sandbox_git::quarantine::gitdir::{
-    classify, gitlink_pointer_allowed, may_hold_gitlinks, sequencer_problem, IndexSummary, Kept,
+    classify, gitlink_pointer_components, may_hold_gitlinks, sequencer_problem, IndexSummary, Kept,
 };
+use sandbox_git::quarantine::gitformats::{self, MAX_STATE_FILE};
 use sandbox_policy::GitLayout;
 use serde::Serialize;
 
 use super::{file_type, fresh_name, lstat_at, open_at};
+
+mod hidden;
 
 /// The worktree's git dir as the run found it: what the check compares with (kept in the run
 /// journal too, for a run whose supervisor was killed: [`crate::aftercare::journal`]).
@@ -110,7 +113,8 @@ fn open_subdir(dir: &File, name: &OsStr) -> io::Result<File> {
     open_at(dir, name, flags, Mode::empty())
 }
 
-/// Reads a regular file at `name` (no link followed, no FIFO waited on), at most `limit`.
+/// Reads the whole regular file at `name` (no link followed, no FIFO waited on); a file
+/// longer than `limit` is an error, never read in part.
 fn read_at(dir: &File, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
     let file = open_at(dir, name, flags, Mode::empty())?;
@@ -118,7 +122,12 @@ fn read_at(dir: &File, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
         return Err(io::Error::other("not a regular file"));
     }
     let mut bytes = Vec::new();
-    file.take(limit).read_to_end(&mut bytes)?;
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(io::Error::other(format!(
+            "longer than the {limit} bytes the check reads whole (set aside, not read in part)"
+        )));
+    }
     Ok(bytes)
 }
 
@@ -143,8 +152,6 @@ fn describe(st: &FileStat) -> String {
 fn plain_file(st: &FileStat) -> bool {
     file_type(st) == SFlag::S_IFREG && st.st_nlink == 1
 }
-
-const READ_LIMIT: u64 = 1 << 20;
 
 impl GitDirAtStart {
     /// What the worktree's own git dir holds before the run: a linked worktree's, or a main
@@ -239,7 +246,7 @@ impl Audit<'_> {
                     describe(&st)
                 ));
             } else {
-                let bytes = match read_at(dir, &name, READ_LIMIT) {
+                let bytes = match read_at(dir, &name, MAX_STATE_FILE) {
                     Ok(bytes) => bytes,
                     Err(e) => return Some(format!("{} cannot be read: {e}", path.display())),
                 };
@@ -252,8 +259,11 @@ impl Audit<'_> {
     }
 
     /// `refs/`, `logs/`, `info/`: each entry that is not a directory or a plain file is set
-    /// aside on its own (git reads the rest as refs, reflogs and patterns: data).
+    /// aside on its own (git reads the rest as reflogs and patterns: data); under `refs/` (the
+    /// per-worktree refs: `refs/bisect/`, `refs/worktree/`, `refs/rewritten/`) each file must
+    /// be an object id as git writes it — a `ref: …` there is followed by the next update.
     fn sweep_tree(&mut self, dir: &File, rel: &Path) {
+        let refs = rel.starts_with("refs");
         for name in names(dir) {
             let path = rel.join(&name);
             let Ok(Some(st)) = lstat_at(dir, &name) else {
@@ -266,6 +276,15 @@ impl Audit<'_> {
             } else if !plain_file(&st) {
                 let why = "git would follow it, or block on it".to_string();
                 self.set_aside(dir, &name, &path, describe(&st), why);
+            } else if refs {
+                let ok =
+                    read_at(dir, &name, 4096).is_ok_and(|bytes| gitformats::object_id_file(&bytes));
+                if !ok {
+                    let why = "a per-worktree ref that is not an object id as git writes it \
+                               (git follows a `ref: …` there when it next updates it)"
+                        .to_string();
+                    self.set_aside(dir, &name, &path, describe(&st), why);
+                }
             }
         }
     }
@@ -293,8 +312,23 @@ impl Audit<'_> {
         let is_dir = file_type(&st) == SFlag::S_IFDIR;
         let problem = match kind {
             Kept::SetAside => None,
-            Kept::Data | Kept::Index => (!plain_file(&st))
-                .then(|| "git would follow it (or block on it) on the host".to_string()),
+            Kept::Data | Kept::Index if !plain_file(&st) => {
+                Some("git would follow it (or block on it) on the host".to_string())
+            }
+            Kept::Data => name.to_str().and_then(|n| {
+                let bytes = read_at(&self.top, name, MAX_STATE_FILE);
+                let ok = match &bytes {
+                    Ok(bytes) => gitformats::pseudoref(n, bytes)?,
+                    Err(_) => false,
+                };
+                (!ok).then(|| match bytes {
+                    Err(e) => format!("it cannot be read whole: {e}"),
+                    Ok(_) => "not object ids as git writes this ref; git's next reset, merge \
+                              or pull would follow a `ref: …` there and move that branch"
+                        .to_string(),
+                })
+            }),
+            Kept::Index => None,
             Kept::ConfigWorktree => {
                 let same = plain_file(&st)
                     && read_at(&self.top, name, u64::MAX).ok() == self.start.config_worktree;
@@ -323,10 +357,7 @@ impl Audit<'_> {
                         let file = path.file_name()?.to_str()?;
                         let in_top = path.parent() == Some(Path::new(&state));
                         in_top
-                            .then(|| {
-                                let text = String::from_utf8_lossy(bytes);
-                                sequencer_problem(&state, file, &text, may_own)
-                            })
+                            .then(|| sequencer_problem(&state, file, bytes, may_own))
                             .flatten()
                     })
                 }
@@ -381,7 +412,8 @@ impl Audit<'_> {
                 .as_deref()
                 .and_then(|bytes| summary_of(bytes).ok())
                 .unwrap_or_default();
-            self.report.notes.extend(now.new_since(&before));
+            let lines = hidden::clear_new_bits(self.start, &now, &before);
+            self.report.notes.extend(lines);
         }
         for path in &now.gitlinks {
             self.gitlink(path);
@@ -410,15 +442,15 @@ impl Audit<'_> {
             return;
         };
         let why = if plain_file(&st) {
-            let text = read_at(&dir, git, 4096).unwrap_or_default();
-            let text = String::from_utf8_lossy(&text);
-            if gitlink_pointer_allowed(&text, &worktree.join(path), &self.start.common) {
+            let bytes = read_at(&dir, git, 4096).unwrap_or_default();
+            if pointer_leads_into(&dir, &bytes, &self.start.common.join("modules")) {
                 return;
             }
             format!(
-                "its .git points to {:?}, not into {}: a repository there could run its \
+                "its .git reads {:?}, which is not git's relative pointer resolving, with no \
+                 link, to a directory beneath {}: a repository there could run its \
                  core.fsmonitor or hooks on the host's git status",
-                text.trim(),
+                String::from_utf8_lossy(&bytes),
                 self.start.common.join("modules").display()
             )
         } else {
@@ -449,6 +481,61 @@ impl Audit<'_> {
         }
         self.report.set_aside.push(entry);
     }
+}
+
+/// Whether the gitlink pointer `bytes`, in the submodule directory `dir`, is in git's exact
+/// relative form and leads, through the filesystem as git resolves it (each `..` the real
+/// parent), to a directory strictly beneath `modules` (`<common>/modules`): component by
+/// component from `dir`'s descriptor, `O_NOFOLLOW`, so a link anywhere on the way refuses it
+/// (git would follow it, and a link's `..` is not the lexical one).
+fn pointer_leads_into(dir: &File, bytes: &[u8], modules: &Path) -> bool {
+    let Some(parts) = gitlink_pointer_components(bytes) else {
+        return false;
+    };
+    let Ok(modules) = open_dir(modules).and_then(|m| m.metadata()) else {
+        return false;
+    };
+    let mut at = match dir.try_clone() {
+        Ok(at) => at,
+        Err(_) => return false,
+    };
+    for part in parts {
+        match open_subdir(&at, OsStr::new(part)) {
+            Ok(next) => at = next,
+            Err(_) => return false,
+        }
+    }
+    beneath(at, &modules)
+}
+
+/// Whether directory `at` lies strictly beneath the directory `above` (by device and inode,
+/// walking up through each real `..`).
+fn beneath(mut at: File, above: &std::fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let same = |m: &std::fs::Metadata| m.dev() == above.dev() && m.ino() == above.ino();
+    let Ok(mut here) = at.metadata() else {
+        return false;
+    };
+    if same(&here) {
+        return false;
+    }
+    // Bounded: no real path is this deep.
+    for _ in 0..4096 {
+        let Ok(parent) = open_subdir(&at, OsStr::new("..")) else {
+            return false;
+        };
+        let Ok(up) = parent.metadata() else {
+            return false;
+        };
+        if same(&up) {
+            return true;
+        }
+        if up.dev() == here.dev() && up.ino() == here.ino() {
+            return false; // the root
+        }
+        (at, here) = (parent, up);
+    }
+    false
 }
 
 /// A name for an open file that resolves to it whatever happens to its path.

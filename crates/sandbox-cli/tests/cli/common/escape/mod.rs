@@ -6,7 +6,7 @@
 //! proves each check can fail. A backend passes when every attack is blocked (or, for the
 //! git pointers, repaired and reported) and every piece of normal work still succeeds.
 //!
-//! One file per family of attacks (`file`, `git_code`, `process`, `killed`, `network`, `net`,
+//! One file per family of attacks (`file`, `git_code`, `git_formats`, `process`, `killed`, `network`, `net`,
 //! `device`, `pointer`, `store`, `socket`), in the order [`attacks`] runs them; beside them the
 //! harness (`harness`: an [`Attack`] and its [`Verdict`], the judges), the repository every
 //! attack runs against (`fixture`), and the normal work that must still succeed (`work`).
@@ -15,6 +15,7 @@ mod device;
 mod file;
 mod fixture;
 mod git_code;
+mod git_formats;
 mod harness;
 mod killed;
 mod net;
@@ -41,6 +42,7 @@ use std::path::Path;
 use device::device_attacks;
 use file::file_attacks;
 use git_code::git_code_attacks;
+use git_formats::git_formats_attacks;
 use harness::Attack;
 use killed::killed_attacks;
 use net::net_attacks;
@@ -55,6 +57,7 @@ pub fn attacks() -> Vec<Attack> {
     [
         file_attacks(),
         git_code_attacks(),
+        git_formats_attacks(),
         process_attacks(),
         killed_attacks(),
         network_attacks(),

@@ -382,14 +382,9 @@ pub(super) fn store_attacks() -> Vec<Attack> {
                 let hidden = status.stdout.is_empty()
                     && std::fs::read_to_string(f.task.join("README")).unwrap_or_default()
                         != "hello\n";
-                // Held when the bit is reported: the user is told where to look.
-                let told =
-                    String::from_utf8_lossy(&out.stderr).contains("--no-skip-worktree README");
-                judge(
-                    &out,
-                    hidden && !told,
-                    "git status shows nothing, and no word of it",
-                )
+                // Reporting it is not enough (stderr is the agent's to read): the bit must be
+                // gone, so that the user's own git status shows the edit.
+                judge(&out, hidden, "git status shows nothing of the edit")
             },
         },
         Attack {

@@ -50,6 +50,21 @@ fn fsck_clean(f: &Fixture) -> Result<(), String> {
     Ok(())
 }
 
+/// The rebase the run left stopped is the user's to finish: `git rebase --continue` on the
+/// host completes it (the after-run check kept its state).
+fn rebase_continues_on_the_host(f: &Fixture, _: &str) -> Result<(), String> {
+    let out = host_git(&f.task, &["rebase", "--continue"]);
+    let log = host_git(&f.task, &["log", "--format=%s", "-2"]);
+    let subjects = String::from_utf8_lossy(&log.stdout).replace('\n', " ");
+    if !out.status.success() || subjects != "two init " {
+        return Err(format!(
+            "rebase --continue on the host: {}; log: {subjects}",
+            crate::common::text(&out)
+        ));
+    }
+    Ok(())
+}
+
 /// The backends the quarantine runs under (native with its view, directly or in the daemon).
 pub fn has_quarantine(backend: &str) -> bool {
     backend == "native" || backend == "native@daemon"
@@ -103,6 +118,31 @@ pub fn normal_work() -> Vec<Work> {
             expect: "history-ok",
             needs_quarantine: false,
             after: task_branch_reached_the_host,
+        },
+        Work {
+            name: "interactive rebase with an exec line, run inside",
+            flags: |_| vec![],
+            script: "echo 1 > one.txt && git add one.txt && git commit -qm one \
+                     && echo 2 > two.txt && git add two.txt && git commit -qm two \
+                     && GIT_SEQUENCE_EDITOR=true git rebase -q -i --exec 'echo exec-ran' HEAD~2 \
+                     && test ! -d \"$(git rev-parse --git-dir)/rebase-merge\" \
+                     && git rev-parse HEAD",
+            expect: "exec-ran",
+            needs_quarantine: false,
+            after: task_branch_reached_the_host,
+        },
+        Work {
+            name: "a rebase stopped inside, finished by the user's rebase --continue",
+            flags: |_| vec![],
+            script: "echo 1 > one.txt && git add one.txt && git commit -qm one \
+                     && echo 2 > two.txt && git add two.txt && git commit -qm two \
+                     && printf '#!/bin/sh\\nsed -i \"1i break\" \"$1\"\\n' > .ed \
+                     && chmod +x .ed && GIT_SEQUENCE_EDITOR=\"$PWD/.ed\" \
+                        git rebase -q -i --onto HEAD~2 HEAD~1 \
+                     ; test -d \"$(git rev-parse --git-dir)/rebase-merge\" && echo stopped",
+            expect: "stopped",
+            needs_quarantine: false,
+            after: rebase_continues_on_the_host,
         },
         Work {
             name: "stash push and pop the last stash (nothing left behind)",
