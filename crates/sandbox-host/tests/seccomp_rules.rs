@@ -568,6 +568,21 @@ fn always_rows() -> Vec<Row> {
             control: Control::Always,
             why_control: "no terminal behind fd -1: EBADF",
         },
+        Row {
+            syscall: "ioctl",
+            what: "ioctl(-1, TIOCSETD)",
+            prepare: Prepare::Nothing,
+            // SAFETY: raw ioctl(2); its pointers are NULL: the kernel has nothing of ours to write
+            // to (it answers EFAULT if it reaches one).
+            call: || {
+                errno_of(unsafe {
+                    syscall(SYS_ioctl, -1, consts::TIOCSETD as c_long, null::<c_void>())
+                })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no terminal behind fd -1: EBADF",
+        },
     ]
 }
 
