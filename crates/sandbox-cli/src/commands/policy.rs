@@ -208,6 +208,10 @@ fn describe_mount(op: &compile::view::MountOp, own_proc: Option<&Path>) -> Strin
             upper.display()
         ),
         MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
+        MountOp::Empty { target, why } => format!(
+            "empty  {}  ({why}; read-only, the host's file is not shown)",
+            target.display()
+        ),
         MountOp::Devpts { target } => format!(
             "devpts {}  (a private instance: new ptys only, none of the host's)",
             target.display()
