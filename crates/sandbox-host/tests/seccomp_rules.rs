@@ -572,12 +572,11 @@ fn always_rows() -> Vec<Row> {
             syscall: "ioctl",
             what: "ioctl(-1, TIOCSETD)",
             prepare: Prepare::Nothing,
-            // SAFETY: raw ioctl(2); its pointers are NULL: the kernel has nothing of ours to write
-            // to (it answers EFAULT if it reaches one).
             call: || {
-                errno_of(unsafe {
-                    syscall(SYS_ioctl, -1, consts::TIOCSETD as c_long, null::<c_void>())
-                })
+                let request = consts::TIOCSETD as c_long;
+                // SAFETY: raw ioctl(2); its pointer is NULL: the kernel has nothing of ours to
+                // read (it answers EFAULT if it reaches one).
+                errno_of(unsafe { syscall(SYS_ioctl, -1, request, null::<c_void>()) })
             },
             expect: EPERM,
             control: Control::Always,

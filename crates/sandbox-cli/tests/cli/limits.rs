@@ -643,7 +643,10 @@ fn without_a_cgroup_an_unprivileged_users_fork_loop_stops_at_rlimit_nproc() {
         );
         // While the run sits at its limit, the same user still starts processes outside.
         let outside = common::unprivileged(&["/bin/true"]).status().unwrap();
-        assert!(outside.success(), "nobody could not start a process outside");
+        assert!(
+            outside.success(),
+            "nobody could not start a process outside"
+        );
         std::fs::write(work.join("release"), "").unwrap();
         let out = child.wait_with_output().unwrap();
         let count = std::fs::read_to_string(work.join("count")).unwrap();

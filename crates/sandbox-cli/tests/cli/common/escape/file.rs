@@ -32,7 +32,11 @@ pub(super) fn file_attacks() -> Vec<Attack> {
                         "/etc/shadow is missing or empty here".into(),
                     );
                 };
-                let out = f.run(b, &[], &format!("echo {MARK}; cat /etc/shadow /etc/gshadow"));
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; cat /etc/shadow /etc/gshadow"),
+                );
                 judge(
                     &out,
                     String::from_utf8_lossy(&out.stdout).contains(&first),

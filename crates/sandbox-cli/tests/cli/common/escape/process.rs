@@ -101,8 +101,7 @@ pub(super) fn process_attacks() -> Vec<Attack> {
                 if b.ends_with(DAEMON) {
                     return Verdict::Skipped(
                         "box-exec-no-terminal",
-                        "box.exec gives a command no terminal, so there is none to change"
-                            .into(),
+                        "box.exec gives a command no terminal, so there is none to change".into(),
                     );
                 }
                 let pty = nix::pty::openpty(None, None).unwrap();
