@@ -207,6 +207,7 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         ExecImage::new(spec, &resolved)?,
     );
     prelude.cgroups = options.cgroups.clone();
+    prelude.process_rlimit = options.process_rlimit;
     let handoff = std::sync::Arc::new(Handoff::default());
     prelude.handoff = Some(handoff.clone());
     let context = ChildContext {

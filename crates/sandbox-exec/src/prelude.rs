@@ -9,7 +9,11 @@
 //! 2. when asked, `PR_SET_PDEATHSIG` (SIGKILL), then the check that the parent still lives:
 //!    it may have died between fork and prctl, and then no signal would ever come;
 //! 3. for a pty run, the pty (already on stdin) becomes the controlling terminal;
-//! 4. the caller's [`ChildSetup`] hook (Landlock, seccomp, the private view…);
+//! 4. the caller's [`ChildSetup`] hook (Landlock, seccomp, the private view…); when the run's
+//!    process limit is an rlimit ([`Prelude::process_rlimit`]), `RLIMIT_NPROC` right after
+//!    it, which must have moved the child into a user namespace of its own
+//!    ([`ChildSetup::user_namespace`]: the kernel counts the limit per user namespace, so
+//!    it bounds only the run);
 //!    when the hook moved the child into a new pid namespace ([`ChildSetup::pid_namespace`],
 //!    Linux), the namespace's init and the command are started as processes of it
 //!    ([`crate::pidns`]): the command runs the hook's [`ChildSetup::apply_in_namespace`]
@@ -141,6 +145,9 @@ pub(crate) struct Prelude {
     pub handoff: Option<Arc<Handoff>>,
     /// The run's cgroups, joined first.
     pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
+    /// The run's process limit as `RLIMIT_NPROC`, set after the setup hook, inside the user
+    /// namespace it made (where no cgroup can be had: docs/limits.md).
+    pub process_rlimit: Option<u64>,
 }
 
 impl Prelude {
@@ -160,6 +167,7 @@ impl Prelude {
             exec,
             handoff: None,
             cgroups: None,
+            process_rlimit: None,
         }
     }
 
@@ -182,8 +190,22 @@ impl Prelude {
         // command's host pid after the split.
         let host_proc = if splits { open_host_proc() } else { -1 };
         let mut passed: &[RawFd] = &[];
+        if self.process_rlimit.is_some() {
+            // Outside a user namespace of the run's own the limit would count every process
+            // of the user, in and outside the run: fail rather than set it there.
+            if !self.setup.as_ref().is_some_and(|s| s.user_namespace()) {
+                return Err(SetupFailure {
+                    step: SetupStep::ProcessRlimit,
+                    errno: nix::errno::Errno::EINVAL,
+                    detail: 0,
+                });
+            }
+        }
         if let Some(setup) = &self.setup {
             setup.apply_in_child()?;
+            if let Some(limit) = self.process_rlimit {
+                process_rlimit(limit)?;
+            }
             if splits {
                 return Err(split(self, host_proc));
             }
@@ -209,6 +231,21 @@ impl Prelude {
             cmd.pre_exec(move || self.run_reporting());
         }
     }
+}
+
+/// `RLIMIT_NPROC` (Linux; a setup never has a user namespace elsewhere). Async-signal safe.
+#[cfg(target_os = "linux")]
+fn process_rlimit(limit: u64) -> Result<(), SetupFailure> {
+    sys::set_process_rlimit(limit).map_err(SetupFailure::at(SetupStep::ProcessRlimit))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn process_rlimit(_limit: u64) -> Result<(), SetupFailure> {
+    Err(SetupFailure {
+        step: SetupStep::ProcessRlimit,
+        errno: nix::errno::Errno::ENOSYS,
+        detail: 0,
+    })
 }
 
 /// Makes stdin (the pty slave) the controlling terminal of this session leader.

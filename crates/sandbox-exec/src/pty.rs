@@ -41,6 +41,8 @@ pub struct PtyOptions {
     pub die_with_parent: bool,
     /// The run's cgroups, as [`crate::SpawnOptions::cgroups`].
     pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
+    /// As [`crate::SpawnOptions::process_rlimit`].
+    pub process_rlimit: Option<u64>,
 }
 
 /// Puts our stdin (a terminal) in raw mode and restores it when dropped.
@@ -128,6 +130,7 @@ pub async fn run_interactive(
         ExecImage::new(spec, &resolved)?,
     );
     prelude.cgroups = options.cgroups.clone();
+    prelude.process_rlimit = options.process_rlimit;
     // stdin is the pty slave; the child makes it its controlling terminal.
     prelude.controlling_terminal = true;
     prelude.install(&mut cmd);

@@ -37,6 +37,13 @@ pub trait ChildSetup: Send + Sync {
         None
     }
 
+    /// Whether [`ChildSetup::apply_in_child`] moves the child into a user namespace of its
+    /// own (Linux): only then may the prelude set the run's process limit as `RLIMIT_NPROC`,
+    /// which the kernel counts per user namespace ([`crate::prelude`]).
+    fn user_namespace(&self) -> bool {
+        false
+    }
+
     /// Whether [`ChildSetup::apply_in_child`] moves the command into a new pid namespace
     /// (it unshares `CLONE_NEWPID`; Linux). The prelude then starts the namespace's init
     /// and the command as processes of their own ([`crate::prelude`]), and runs
@@ -100,6 +107,8 @@ pub enum SetupStep {
     NetListeners = 20,
     /// Writing the child into the run's cgroups (`cgroup.procs`).
     JoinCgroup = 21,
+    /// Setting the process limit as `RLIMIT_NPROC` in the child's own user namespace.
+    ProcessRlimit = 22,
     /// A setup step of a caller's own.
     Other = 9,
 }
@@ -129,6 +138,9 @@ impl SetupStep {
                 "binding the network namespace's listeners and handing them over"
             }
             SetupStep::JoinCgroup => "joining the run's cgroup (the resource limits)",
+            SetupStep::ProcessRlimit => {
+                "setting RLIMIT_NPROC in the run's user namespace (the process limit)"
+            }
             SetupStep::Other => "child setup",
         }
     }
@@ -155,6 +167,7 @@ impl SetupStep {
             SetupStep::NetLoopback,
             SetupStep::NetListeners,
             SetupStep::JoinCgroup,
+            SetupStep::ProcessRlimit,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)

@@ -64,6 +64,9 @@ pub struct SpawnOptions {
     pub die_with_parent: bool,
     /// The run's cgroups, joined by the child before any other step (the resource limits).
     pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
+    /// The run's process limit as `RLIMIT_NPROC` in the user namespace of the setup
+    /// (where no cgroup can be had: [`crate::prelude`]).
+    pub process_rlimit: Option<u64>,
 }
 
 impl Default for SpawnOptions {
@@ -77,6 +80,7 @@ impl Default for SpawnOptions {
             drain_timeout: Duration::from_millis(500),
             die_with_parent: false,
             cgroups: None,
+            process_rlimit: None,
         }
     }
 }
@@ -90,6 +94,7 @@ impl std::fmt::Debug for SpawnOptions {
             .field("kill_grace", &self.kill_grace)
             .field("drain_timeout", &self.drain_timeout)
             .field("cgroups", &self.cgroups)
+            .field("process_rlimit", &self.process_rlimit)
             .finish()
     }
 }
@@ -154,6 +159,7 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
         ExecImage::new(spec, &resolved)?,
     );
     prelude.cgroups = options.cgroups.clone();
+    prelude.process_rlimit = options.process_rlimit;
     prelude.install(&mut cmd);
 
     let mut tokio_cmd = tokio::process::Command::from(cmd);

@@ -183,7 +183,7 @@ impl Run {
             // The groups of killed runs whose journal is gone (another project's, a deleted
             // state directory): their names say whose they were.
             crate::limits::sweep(&machine);
-            machine
+            crate::limits::for_run(machine, kind, options)
         } else {
             Default::default()
         };
@@ -268,6 +268,8 @@ impl Run {
         let groups =
             crate::limits::Groups::create(&self.limits, &self.machine, self.journal.as_deref())?;
         command.cgroups = groups.as_ref().and_then(|g| g.join());
+        // Where no cgroup can be had: RLIMIT_NPROC in the command's own user namespace.
+        command.process_rlimit = self.limits.process_rlimit();
         // The record exists before any process of the command does.
         let journal = match (&self.journal, command.journal_parts()) {
             (Some(dir), Some(checks)) => Some(

@@ -568,6 +568,20 @@ fn always_rows() -> Vec<Row> {
             control: Control::Always,
             why_control: "no terminal behind fd -1: EBADF",
         },
+        Row {
+            syscall: "ioctl",
+            what: "ioctl(-1, TIOCSETD)",
+            prepare: Prepare::Nothing,
+            call: || {
+                let request = consts::TIOCSETD as c_long;
+                // SAFETY: raw ioctl(2); its pointer is NULL: the kernel has nothing of ours to
+                // read (it answers EFAULT if it reaches one).
+                errno_of(unsafe { syscall(SYS_ioctl, -1, request, null::<c_void>()) })
+            },
+            expect: EPERM,
+            control: Control::Always,
+            why_control: "no terminal behind fd -1: EBADF",
+        },
     ]
 }
 

@@ -144,6 +144,15 @@ fn through_view(plan: &ViewPlan, path: &Path) -> (bool, bool, String) {
             false,
             format!("pinned read-only: {} ({why})", target.display()),
         ),
+        Some(MountOp::Empty { target, why }) => (
+            true,
+            false,
+            format!(
+                "an empty read-only file of the view's own at {} ({why}); the host's file is \
+                 not shown",
+                target.display()
+            ),
+        ),
         Some(MountOp::Overlay {
             target, upper, why, ..
         }) => (

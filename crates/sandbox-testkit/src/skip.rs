@@ -53,7 +53,7 @@ pub const ALLOWED_IN_CI: &[AllowedSkip] = &[
     AllowedSkip {
         id: "box-exec-no-terminal",
         reason: "by design, not by machine: box.exec gives a command no terminal, so there is \
-                 none to push keystrokes into",
+                 none to push keystrokes into or set a line discipline on",
     },
     AllowedSkip {
         id: "backend-without-quarantine",

@@ -100,7 +100,13 @@ pub fn run(args: DoctorArgs, ctx: &Context) -> anyhow::Result<i32> {
     };
     let boxlite = boxlite_report(ctx);
     // Which resource limits this machine can enforce for native, nono and custom, and how.
-    let machine = sandbox_host::limits::probe();
+    // The native backend's view (a user namespace per command) can hold the process limit
+    // where no cgroup can.
+    let machine = sandbox_host::limits::for_run(
+        sandbox_host::limits::probe(),
+        sandbox_host::BackendKind::Native,
+        &options,
+    );
     let limits_lines = sandbox_host::limits::describe_machine(&machine);
     let report = json!({
         "limits": {"machine": machine, "lines": limits_lines},

@@ -41,8 +41,12 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
     // The resource limits, each with the mechanism a run here gets (or why none).
-    let limits =
-        sandbox_host::limits::plan_for(policy, session.kind, &sandbox_host::limits::probe());
+    let machine = sandbox_host::limits::for_run(
+        sandbox_host::limits::probe(),
+        session.kind,
+        &session.options,
+    );
+    let limits = sandbox_host::limits::plan_for(policy, session.kind, &machine);
     let limits_refused =
         sandbox_host::limits::check(&limits, session.kind, args.sandbox.allow_degraded).err();
     let refused = match &enforcement {
@@ -208,6 +212,10 @@ fn describe_mount(op: &compile::view::MountOp, own_proc: Option<&Path>) -> Strin
             upper.display()
         ),
         MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
+        MountOp::Empty { target, why } => format!(
+            "empty  {}  ({why}; read-only, the host's file is not shown)",
+            target.display()
+        ),
         MountOp::Devpts { target } => format!(
             "devpts {}  (a private instance: new ptys only, none of the host's)",
             target.display()

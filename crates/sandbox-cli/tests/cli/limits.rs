@@ -2,8 +2,9 @@
 //! and a CPU hog, each bounded by the test itself, under `--pids`, `--memory` and `--cpus`,
 //! with `--backend host` (no limits) as the control that shows the attack gets further
 //! there. As root the kernel enforces them through cgroups (v1 on this kind of machine, v2
-//! where delegated); as `nobody` a limit asked for is refused (125) unless this machine
-//! delegates a cgroup to the user.
+//! where delegated); as `nobody` a memory or CPU limit asked for is refused (125) unless this
+//! machine delegates a cgroup to the user, and the process limit is `RLIMIT_NPROC` in each
+//! command's own user namespace (Linux 5.14 and later, the native view).
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -478,10 +479,11 @@ fn a_killed_runs_groups_are_removed_without_its_journal_and_a_live_runs_are_kept
     assert!(live_groups.iter().all(|g| !g.exists()), "{live_groups:?}");
 }
 
-/// As `nobody`: where this machine delegates no cgroup to the user, a limit asked for is
-/// refused (125) with the mechanism that is missing and how to get it; `--allow-degraded`
-/// runs without it, saying so; the default process limit is said to be missing, and the run
-/// goes on. Where a cgroup is delegated, the fork loop is stopped as it is for root.
+/// As `nobody`: where this machine delegates no cgroup to the user, a memory limit asked for
+/// is refused (125) with the mechanism that is missing and how to get it; `--allow-degraded`
+/// runs without it, saying so; the default process limit, where not even `RLIMIT_NPROC` in
+/// the command's user namespace can hold it, is said to be missing, and the run goes on.
+/// Where a cgroup is delegated, the fork loop is stopped as it is for root.
 #[test]
 fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
     let is_root = nix::unistd::geteuid().is_root();
@@ -498,16 +500,19 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
     };
     let doctor = as_nobody(&["doctor", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let pids_line = report["limits"]["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|l| l.as_str())
-        .find(|l| l.starts_with("pids"))
-        .unwrap()
-        .to_string();
-    let asked = as_nobody(&["run", "--pids", "32", "--", "true"]);
-    if !pids_line.contains("cannot be enforced") {
+    let line = |name: &str| {
+        report["limits"]["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.as_str())
+            .find(|l| l.starts_with(name))
+            .unwrap()
+            .to_string()
+    };
+    let (memory_line, pids_line) = (line("memory"), line("pids"));
+    let asked = as_nobody(&["run", "--memory", "64M", "--", "true"]);
+    if !memory_line.contains("cannot be enforced") {
         // A delegated group: the limit holds for the unprivileged user.
         assert_eq!(asked.status.code(), Some(0), "{}", text(&asked));
         let loop_ = as_nobody(&[
@@ -520,13 +525,14 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
     common::skip(
         "limits-unprivileged-cgroup",
         format_args!(
-            "as nobody no limit is enforced here (the refusal is tested instead): {pids_line}"
+            "as nobody no cgroup limit is enforced here (the refusal is tested instead): \
+             {memory_line}"
         ),
     );
     assert_eq!(asked.status.code(), Some(125), "{}", text(&asked));
     let message = stderr(&asked);
     assert!(
-        message.contains("--pids 32 processes (flag) cannot be enforced"),
+        message.contains("--memory 64 MiB (flag) cannot be enforced"),
         "{message}"
     );
     assert!(
@@ -536,21 +542,157 @@ fn an_unprivileged_user_is_refused_a_limit_the_machine_cannot_enforce() {
     assert!(message.contains("delegation"), "how to get it: {message}");
     assert!(message.contains("--allow-degraded"), "{message}");
 
-    let degraded = as_nobody(&["run", "--allow-degraded", "--pids", "32", "--", "true"]);
+    let degraded = as_nobody(&["run", "--allow-degraded", "--memory", "64M", "--", "true"]);
     assert_eq!(degraded.status.code(), Some(0), "{}", text(&degraded));
     assert!(
-        stderr(&degraded).contains("running degraded: --pids 32 processes"),
+        stderr(&degraded).contains("running degraded: --memory 64 MiB"),
         "{}",
         text(&degraded)
     );
-    // The default limit is said to be missing, and the run goes on.
+    // The default process limit: held by RLIMIT_NPROC where it can be (the next test), else
+    // said to be missing, and the run goes on.
     let default = as_nobody(&["run", "--", "true"]);
     assert_eq!(default.status.code(), Some(0), "{}", text(&default));
-    assert!(
-        stderr(&default).contains("the default process limit (4096) is not enforced"),
-        "{}",
+    let notice = stderr(&default).contains("the default process limit (4096) is not enforced");
+    assert_eq!(
+        notice,
+        pids_line.contains("cannot be enforced"),
+        "{pids_line}\n{}",
         text(&default)
     );
+}
+
+/// Starts threads (each a task the process limit counts, as a fork is) until 4200 or the
+/// first refusal, writes `count`, then `at-limit`, and waits for `release`.
+const THREAD_LOOP: &str = r#"
+import os, threading, time
+threading.stack_size(65536)
+hold = threading.Event()
+n, why = 0, ''
+try:
+    while n < 4200:
+        threading.Thread(target=hold.wait, daemon=True).start()
+        n += 1
+except RuntimeError as e:
+    why = str(e)
+open('count', 'w').write(f'{n} {why}')
+open('at-limit', 'w').close()
+while not os.path.exists('release'):
+    time.sleep(0.01)
+hold.set()
+"#;
+
+/// As `nobody` where no cgroup is delegated (the CI machine, this one): the default process
+/// limit (4096) is `RLIMIT_NPROC` in the command's own user namespace, and a loop of threads
+/// stops there while the same user still starts processes outside; `--pids 32` stops a fork
+/// loop with EAGAIN; `--backend host` (no limit) lets the same loops run to their own bound.
+#[test]
+fn without_a_cgroup_an_unprivileged_users_fork_loop_stops_at_rlimit_nproc() {
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root && !Path::new("/usr/bin/setpriv").exists() {
+        common::skip("setpriv", "as nobody: /usr/bin/setpriv is missing");
+        return;
+    }
+    if !Path::new(PYTHON).exists() {
+        common::skip("python3", "python3 is missing");
+        return;
+    }
+    let env = Env::new();
+    let user = common::UserDirs::new(env.path(), "nobody", common::BIN, true);
+    let as_nobody = |args: &[&str]| {
+        let mut argv = vec![user.bin_str()];
+        argv.extend_from_slice(args);
+        user.command(&argv)
+    };
+    let doctor = as_nobody(&["doctor", "--json"]).output().unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let pids_line = report["limits"]["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.as_str())
+        .find(|l| l.starts_with("pids"))
+        .unwrap()
+        .to_string();
+    if !pids_line.contains("RLIMIT_NPROC") {
+        common::skip(
+            "limits-nproc-not-the-mechanism",
+            format_args!(
+                "as nobody the process limit is not RLIMIT_NPROC here (a delegated cgroup, a \
+                 kernel before 5.14 or no user namespaces): {pids_line}"
+            ),
+        );
+        return;
+    }
+    let work = &user.work;
+    let threads = |backend: &[&str]| -> (Output, u32, String) {
+        for f in ["count", "at-limit", "release"] {
+            let _ = std::fs::remove_file(work.join(f));
+        }
+        let mut args = vec!["run"];
+        args.extend_from_slice(backend);
+        args.extend(["--", PYTHON, "-c", THREAD_LOOP]);
+        let child = as_nobody(&args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        assert!(
+            wait_for(&work.join("at-limit"), Duration::from_secs(120)),
+            "the thread loop never finished"
+        );
+        // While the run sits at its limit, the same user still starts processes outside.
+        let outside = common::unprivileged(&["/bin/true"]).status().unwrap();
+        assert!(
+            outside.success(),
+            "nobody could not start a process outside"
+        );
+        std::fs::write(work.join("release"), "").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let count = std::fs::read_to_string(work.join("count")).unwrap();
+        let (n, why) = count.split_once(' ').unwrap();
+        (out, n.parse().unwrap(), why.to_string())
+    };
+    let (control, n, why) = threads(&["--backend", "host"]);
+    assert_eq!((n, why.as_str()), (4200, ""), "control: {}", text(&control));
+    let (limited, n, why) = threads(&[]);
+    assert_eq!(limited.status.code(), Some(0), "{}", text(&limited));
+    assert!(
+        (4000..4096).contains(&n) && why.contains("can't start new thread"),
+        "the default limit stops the loop below 4096: {n} {why}\n{}",
+        text(&limited)
+    );
+    assert!(
+        !stderr(&limited).contains("not enforced"),
+        "{}",
+        text(&limited)
+    );
+    // An asked-for limit, and the plan in the report.
+    let report = user.work.join("report.json");
+    let loop_ = as_nobody(&[
+        "run", "--pids", "32", "--report-json", report.to_str().unwrap(), "--", PYTHON, "-c",
+        "import os\nn=0\ntry:\n    while n < 200:\n        if os.fork() == 0:\n            import time; time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)\n",
+    ])
+    .output()
+    .unwrap();
+    let said = stdout(&loop_);
+    let stopped: Vec<&str> = said.split_whitespace().collect();
+    assert!(
+        matches!(stopped.as_slice(), ["stopped", n, errno]
+            if n.parse::<u32>().unwrap() < 32 && errno.parse::<i32>() == Ok(libc::EAGAIN)),
+        "{}",
+        text(&loop_)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let pids = report["limits"]["plan"]["enforced"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["controller"] == "pids")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(pids["mechanism"], "rlimit-nproc", "{report}");
 }
 
 /// The groups a run journal's cgroup record names.

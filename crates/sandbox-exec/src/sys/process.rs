@@ -22,6 +22,19 @@ pub(crate) fn set_parent_death_signal(signal: libc::c_int) -> nix::Result<()> {
     Errno::result(rc).map(drop)
 }
 
+/// `RLIMIT_NPROC`, soft and hard, to `limit`: in a user namespace of the caller's own on
+/// Linux 5.14 and later, how many processes and threads of its uid may exist in that
+/// namespace (docs/limits.md).
+#[cfg(target_os = "linux")]
+pub(crate) fn set_process_rlimit(limit: u64) -> nix::Result<()> {
+    let rlimit = libc::rlimit {
+        rlim_cur: limit as libc::rlim_t,
+        rlim_max: limit as libc::rlim_t,
+    };
+    // SAFETY: setrlimit(2) reads one `rlimit` from our stack.
+    Errno::result(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &rlimit) }).map(drop)
+}
+
 /// `PR_SET_CHILD_SUBREAPER`: orphaned descendants are re-parented to the caller.
 #[cfg(target_os = "linux")]
 pub(crate) fn set_child_subreaper() -> nix::Result<()> {

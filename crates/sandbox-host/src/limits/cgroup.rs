@@ -470,7 +470,8 @@ impl RunGroups {
             // an agent's do. v2 has no such file for a process: `cgroup.procs`.
             let file = match group.mechanism {
                 Mechanism::CgroupV1 => "tasks",
-                Mechanism::CgroupV2 => "cgroup.procs",
+                // (No group is planned for an rlimit.)
+                Mechanism::CgroupV2 | Mechanism::RlimitNproc => "cgroup.procs",
             };
             let path = dir.join(file);
             let file = std::fs::OpenOptions::new()
@@ -514,6 +515,8 @@ impl RunGroups {
                         usage.peak_memory_bytes =
                             read(dir, "memory.max_usage_in_bytes").and_then(|t| limits::single(&t));
                     }
+                    // No group is planned for an rlimit.
+                    (Mechanism::RlimitNproc, Controller::Memory) => {}
                     (_, Controller::Pids) => {
                         usage.peak_processes =
                             read(dir, "pids.peak").and_then(|t| limits::single(&t));

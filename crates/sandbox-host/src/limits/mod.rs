@@ -40,6 +40,36 @@ pub fn probe() -> Machine {
     }
 }
 
+/// Whether this kernel counts `RLIMIT_NPROC` per user namespace (Linux 5.14 and later), so
+/// that set in a command's own user namespace it bounds only that command's processes.
+pub fn nproc_counts_per_user_namespace() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        crate::backends::native::plans::kernel_at_least(5, 14)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// `machine` as a run of `kind` gets it: [`Machine::nproc_in_userns`] where the process
+/// limit can be `RLIMIT_NPROC` in each command's own user namespace — the native backend
+/// with its private view (the cached probe its run uses), not root (the kernel exempts uid
+/// 0), Linux 5.14 and later. (The child refuses to start rather than set the rlimit outside
+/// a user namespace of its own, should the run go without the view after all.)
+pub fn for_run(
+    mut machine: Machine,
+    kind: BackendKind,
+    options: &crate::seam::BackendOptions,
+) -> Machine {
+    machine.nproc_in_userns = kind == BackendKind::Native
+        && !machine.root
+        && nproc_counts_per_user_namespace()
+        && crate::backends::native::private_view(options).is_ok();
+    machine
+}
+
 /// The limits of `policy` as a run of `kind` gets them on `machine`.
 pub fn plan_for(policy: &Policy, kind: BackendKind, machine: &Machine) -> LimitsPlan {
     if on_host_kernel(kind) {
@@ -104,8 +134,9 @@ impl LimitsReport {
 /// One command's groups (Linux); none elsewhere.
 #[derive(Debug)]
 pub struct Groups {
+    /// None when no limit of the run is a cgroup (the process limit as an rlimit alone).
     #[cfg(target_os = "linux")]
-    inner: crate::limits::cgroup::RunGroups,
+    inner: Option<crate::limits::cgroup::RunGroups>,
     plan: LimitsPlan,
 }
 
@@ -121,8 +152,14 @@ impl Groups {
         }
         #[cfg(target_os = "linux")]
         {
+            let cgroups = plan.enforced.iter().any(|e| e.mechanism.is_cgroup());
             Ok(Some(Groups {
-                inner: crate::limits::cgroup::RunGroups::create(plan, machine, journal)?,
+                inner: match cgroups {
+                    true => Some(crate::limits::cgroup::RunGroups::create(
+                        plan, machine, journal,
+                    )?),
+                    false => None,
+                },
                 plan: plan.clone(),
             }))
         }
@@ -137,7 +174,7 @@ impl Groups {
     pub fn join(&self) -> Option<std::sync::Arc<sandbox_exec::JoinCgroups>> {
         #[cfg(target_os = "linux")]
         {
-            Some(self.inner.join())
+            self.inner.as_ref().map(|g| g.join())
         }
         #[cfg(not(target_os = "linux"))]
         {
@@ -151,7 +188,7 @@ impl Groups {
         LimitsReport {
             plan: self.plan.clone(),
             #[cfg(target_os = "linux")]
-            usage: self.inner.usage(),
+            usage: self.inner.as_ref().map(|g| g.usage()).unwrap_or_default(),
             #[cfg(not(target_os = "linux"))]
             usage: Usage::default(),
         }
@@ -223,6 +260,9 @@ pub fn describe_plan(policy: &Policy, kind: BackendKind, plan: &LimitsPlan) -> V
                     plan.get(controller),
                     plan.unenforced.iter().find(|u| u.controller == controller),
                 ) {
+                    (Some(e), _) if !e.mechanism.is_cgroup() => {
+                        format!("{what}: {}", e.mechanism.as_str())
+                    }
                     (Some(e), _) => format!(
                         "{what}: {} group below {}",
                         e.mechanism.as_str(),
@@ -262,6 +302,19 @@ pub fn describe_machine(machine: &Machine) -> Vec<String> {
             }
             let plan = limits::plan(&l, machine);
             match (plan.enforced.first(), plan.unenforced.first()) {
+                (Some(e), _) if !e.mechanism.is_cgroup() => format!(
+                    "{} ({}): {}, for the native backend (its private view gives each command \
+                     a user namespace, where Linux 5.14 and later count the limit); no cgroup \
+                     here ({}), so nono and custom runs go without it",
+                    controller.name(),
+                    controller.flag(),
+                    e.mechanism.as_str(),
+                    if machine.v2_why_not.is_empty() {
+                        "the controller is not delegated"
+                    } else {
+                        machine.v2_why_not.as_str()
+                    }
+                ),
                 (Some(e), _) => format!(
                     "{} ({}): {}, groups below {}",
                     controller.name(),

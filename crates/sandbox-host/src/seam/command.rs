@@ -74,6 +74,9 @@ pub struct PreparedCommand {
     /// The run's cgroups (the resource limits), joined by the child first
     /// ([`crate::run::Run::arm`] sets them).
     pub(crate) cgroups: Option<Arc<sandbox_exec::JoinCgroups>>,
+    /// The run's process limit as `RLIMIT_NPROC` in the command's own user namespace, where
+    /// no cgroup can be had ([`crate::run::Run::arm`] sets it from the limits plan).
+    pub(crate) process_rlimit: Option<u64>,
     /// Where a command of a VM box is started instead of being forked here: its guest.
     guest: Option<Arc<dyn GuestLaunch>>,
 }
@@ -268,6 +271,7 @@ impl PreparedCommand {
             git,
             net: None,
             cgroups: None,
+            process_rlimit: None,
             guest: None,
         }
     }
@@ -339,6 +343,7 @@ impl PreparedCommand {
         self.on_host()?;
         options.setup = self.setup.clone();
         options.cgroups = self.cgroups.clone();
+        options.process_rlimit = self.process_rlimit;
         sandbox_exec::spawn(&self.spec, options)
     }
 
@@ -348,6 +353,7 @@ impl PreparedCommand {
         self.on_host()?;
         options.setup = self.setup.clone();
         options.cgroups = self.cgroups.clone();
+        options.process_rlimit = self.process_rlimit;
         sandbox_exec::spawn_direct(&self.spec, options)
     }
 
@@ -404,6 +410,7 @@ impl PreparedCommand {
                 kill_grace,
                 die_with_parent: true,
                 cgroups: self.cgroups.clone(),
+                process_rlimit: self.process_rlimit,
             },
         )
         .await

@@ -5,11 +5,13 @@
 //!
 //! The order of mechanisms (docs/limits.md): a cgroup v2 group this process may create
 //! children in with the controller enabled for them; else the cgroup v1 hierarchy of that
-//! controller where this process's own group there is writable (root); else nothing. No
-//! rlimit means the same thing: `RLIMIT_AS` bounds one process's address space (not the
-//! run's memory, and not resident memory), `RLIMIT_CPU` CPU seconds (not a share of a core),
-//! and `RLIMIT_NPROC` counts every process of the user's uid, in and outside the run, so a
-//! per-run number would either stop the user's session's own forks or not bound the run.
+//! controller where this process's own group there is writable (root); else, for the process
+//! limit only, `RLIMIT_NPROC` set in each command's own user namespace, where the kernel
+//! counts it per user namespace (Linux 5.14 and later: [`Machine::nproc_in_userns`]); else
+//! nothing. No other rlimit means the same thing as its cgroup: `RLIMIT_AS` bounds one
+//! process's address space (not the run's memory, and not resident memory), `RLIMIT_CPU` CPU
+//! seconds (not a share of a core); and `RLIMIT_NPROC` outside a user namespace of the run's
+//! own counts every process of the user's uid, in and outside the run.
 
 use std::path::PathBuf;
 
@@ -234,6 +236,13 @@ pub struct Machine {
     pub systemd_user: bool,
     /// This process runs as root.
     pub root: bool,
+    /// `RLIMIT_NPROC` set in each command's own user namespace bounds exactly the command's
+    /// processes and threads: the kernel counts it per user namespace (Linux 5.14 and later),
+    /// the run's commands get one (the native backend's private view), and the user is not
+    /// root (the kernel exempts uid 0 from the limit). Set by the host for a run, not by the
+    /// cgroup probe.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nproc_in_userns: bool,
 }
 
 /// A cgroup v2 group of this process's own (or delegated to it), writable by it.
@@ -271,6 +280,8 @@ pub struct V1Parent {
 pub enum Mechanism {
     CgroupV2,
     CgroupV1,
+    /// `RLIMIT_NPROC` in each command's own user namespace (the process limit only).
+    RlimitNproc,
 }
 
 impl Mechanism {
@@ -278,7 +289,13 @@ impl Mechanism {
         match self {
             Mechanism::CgroupV2 => "cgroup v2",
             Mechanism::CgroupV1 => "cgroup v1",
+            Mechanism::RlimitNproc => "RLIMIT_NPROC in the command's own user namespace",
         }
+    }
+
+    /// Whether it is a cgroup (then the run has a group of it, below [`Enforced::parent`]).
+    pub fn is_cgroup(self) -> bool {
+        matches!(self, Mechanism::CgroupV2 | Mechanism::CgroupV1)
     }
 }
 
@@ -289,7 +306,7 @@ pub struct Enforced {
     pub controller: Controller,
     pub limit: Limit,
     pub mechanism: Mechanism,
-    /// The group the run's group is created below.
+    /// The group the run's group is created below (empty for an rlimit).
     pub parent: PathBuf,
 }
 
@@ -366,7 +383,8 @@ fn how_to_get(controller: Controller, machine: &Machine) -> String {
 
 /// Which mechanism enforces each limit of `limits` on `machine`: cgroup v2 when the v2
 /// parent has the controller enabled for its children, else cgroup v1 when this process's
-/// group of that controller is writable, else none.
+/// group of that controller is writable, else, for the process limit, `RLIMIT_NPROC` in the
+/// command's own user namespace where [`Machine::nproc_in_userns`], else none.
 pub fn plan(limits: &Limits, machine: &Machine) -> LimitsPlan {
     let mut out = LimitsPlan::default();
     for controller in Controller::ALL {
@@ -390,6 +408,13 @@ pub fn plan(limits: &Limits, machine: &Machine) -> LimitsPlan {
                 limit,
                 mechanism: Mechanism::CgroupV1,
                 parent: v1.dir.clone(),
+            });
+        } else if controller == Controller::Pids && machine.nproc_in_userns {
+            out.enforced.push(Enforced {
+                controller,
+                limit,
+                mechanism: Mechanism::RlimitNproc,
+                parent: PathBuf::new(),
             });
         } else {
             let v1 = machine
@@ -433,6 +458,13 @@ impl LimitsPlan {
         self.enforced.iter().find(|e| e.controller == controller)
     }
 
+    /// The process limit, when `RLIMIT_NPROC` in the command's user namespace enforces it.
+    pub fn process_rlimit(&self) -> Option<u64> {
+        self.get(Controller::Pids)
+            .filter(|e| e.mechanism == Mechanism::RlimitNproc)
+            .map(|e| e.limit.value)
+    }
+
     /// The groups to create: one in the v2 hierarchy for every v2 limit, one per v1
     /// controller. `machine` says whether v1 swap is accounted.
     pub fn groups(&self, machine: &Machine) -> Vec<GroupPlan> {
@@ -457,6 +489,8 @@ impl LimitsPlan {
                     controllers: vec![e.controller],
                     files,
                 }),
+                // Set in the child, no group.
+                Mechanism::RlimitNproc => {}
             }
         }
         v2.into_iter().chain(out).collect()
@@ -492,6 +526,7 @@ fn files(e: &Enforced, machine: &Machine) -> Vec<(&'static str, String, bool)> {
             files
         }
         (Mechanism::CgroupV1, Controller::Pids) => vec![("pids.max", v.to_string(), true)],
+        (Mechanism::RlimitNproc, _) => Vec::new(),
         (Mechanism::CgroupV1, Controller::Cpu) => vec![
             ("cpu.cfs_period_us", CPU_PERIOD_US.to_string(), true),
             (
@@ -719,6 +754,36 @@ mod tests {
             plan2.groups(&v2_only)[0].files,
             vec![("cpu.max", "150000 100000".to_string(), true)]
         );
+    }
+
+    #[test]
+    fn without_a_cgroup_the_process_limit_is_an_rlimit_in_the_commands_user_namespace() {
+        let machine = Machine {
+            v2_why_not: "no group of this process is writable".into(),
+            nproc_in_userns: true,
+            ..Machine::default()
+        };
+        let plan = plan(&limits(Some(1 << 30), Some(64), None), &machine);
+        let pids = plan.get(Controller::Pids).unwrap();
+        assert_eq!(pids.mechanism, Mechanism::RlimitNproc);
+        assert_eq!(plan.process_rlimit(), Some(64));
+        // Memory has no such fallback; the rlimit makes no group.
+        assert_eq!(plan.unenforced.len(), 1);
+        assert_eq!(plan.unenforced[0].controller, Controller::Memory);
+        assert!(plan.groups(&machine).is_empty());
+        // A cgroup comes first.
+        let mut with_v1 = v1_machine();
+        with_v1.nproc_in_userns = true;
+        let plan = super::plan(&limits(None, Some(64), None), &with_v1);
+        assert_eq!(
+            plan.get(Controller::Pids).unwrap().mechanism,
+            Mechanism::CgroupV1
+        );
+        assert_eq!(plan.process_rlimit(), None);
+        // Without the user namespace (or before Linux 5.14, or as root) it is not one.
+        let plan = super::plan(&limits(None, Some(64), None), &Machine::default());
+        assert_eq!(plan.process_rlimit(), None);
+        assert_eq!(plan.unenforced.len(), 1);
     }
 
     #[test]

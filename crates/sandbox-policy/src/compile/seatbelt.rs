@@ -64,6 +64,11 @@ pub fn compile(policy: &Policy) -> String {
         let _ = write!(p, "\n  (subpath {})", quote(Path::new(dir)));
     }
     p.push_str(")\n");
+    // Root owns the password hashes, and owner bits need no privilege: as in the Linux view,
+    // the system read list does not show them (a later grant still may).
+    p.push_str(
+        "(deny file-read* (literal \"/private/etc/master.passwd\") (literal \"/etc/master.passwd\"))\n",
+    );
     p.push_str("(allow file-read* file-write*\n  (literal \"/dev/null\") (literal \"/dev/zero\")\n  (literal \"/dev/random\") (literal \"/dev/urandom\")\n  (literal \"/dev/tty\") (literal \"/dev/ptmx\") (regex #\"^/dev/ttys[0-9]+$\"))\n");
     p.push_str("(allow file-ioctl (literal \"/dev/tty\") (regex #\"^/dev/ttys[0-9]+$\"))\n\n");
 
@@ -181,6 +186,16 @@ mod tests {
         assert!(sbpl.contains("(remote tcp \"localhost:3000\")"));
         assert!(sbpl.contains("(remote tcp \"localhost:7465\")"));
         assert!(sbpl.contains("(deny network-outbound (remote udp))"));
+    }
+
+    #[test]
+    fn the_password_hashes_are_denied_after_the_system_read_list() {
+        let sbpl = compile(&linked_policy(false));
+        let allow = sbpl.find("(subpath \"/private/etc\")").unwrap();
+        let deny = sbpl
+            .find("(deny file-read* (literal \"/private/etc/master.passwd\")")
+            .unwrap();
+        assert!(deny > allow, "last match wins:\n{sbpl}");
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub mod consts {
     pub const IPPROTO_TCP: u64 = 6;
     pub const TIOCSTI: u64 = 0x5412;
     pub const TIOCLINUX: u64 = 0x541C;
+    /// Sets a terminal's line discipline (`tty_set_ldisc`): allowed on any terminal a process
+    /// holds a descriptor of but its controlling one, and no capability is asked for.
+    pub const TIOCSETD: u64 = 0x5423;
     pub const AF_VSOCK: u64 = 40;
     /// `sendto`/`sendmsg` flag: connect and send in one call (TCP fast open).
     pub const MSG_FASTOPEN: u64 = 0x2000_0000;
@@ -309,9 +312,13 @@ pub fn fast_open_rules() -> Vec<SyscallRule> {
         .collect()
 }
 
-pub fn compile(policy: &Policy) -> SeccompPlan {
+/// The ioctls that act on a terminal beyond the run: the user's terminal is often the run's
+/// stdin, and a new session does not stop them (TIOCSTI as root, TIOCSETD for anyone on a
+/// terminal that is not the caller's controlling one). Every native run gets them, and so does
+/// nono's child before nono starts (the one seccomp rule set both backends share).
+pub fn terminal_rules() -> Vec<SyscallRule> {
     use consts::*;
-    let mut rules = vec![
+    vec![
         SyscallRule {
             syscall: "ioctl",
             when: vec![dword_eq(1, TIOCSTI)],
@@ -324,7 +331,20 @@ pub fn compile(policy: &Policy) -> SeccompPlan {
             errno: EPERM,
             why: "TIOCLINUX can inject console input",
         },
-    ];
+        SyscallRule {
+            syscall: "ioctl",
+            when: vec![dword_eq(1, TIOCSETD)],
+            errno: EPERM,
+            // The user's terminal, left dead after the run; and line-discipline code the
+            // kernel may load on demand.
+            why: "TIOCSETD would change the line discipline of the user's terminal",
+        },
+    ]
+}
+
+pub fn compile(policy: &Policy) -> SeccompPlan {
+    use consts::*;
+    let mut rules = terminal_rules();
     for &syscall in MACHINE_SYSCALLS {
         rules.push(SyscallRule {
             syscall,
@@ -465,7 +485,11 @@ fn arg_names(syscall: &str) -> &'static [&'static str] {
 fn value_name(syscall: &str, arg: &str, value: u64) -> String {
     use consts::*;
     let named: &[(u64, &str)] = match (syscall, arg) {
-        ("ioctl", "request") => &[(TIOCSTI, "TIOCSTI"), (TIOCLINUX, "TIOCLINUX")],
+        ("ioctl", "request") => &[
+            (TIOCSTI, "TIOCSTI"),
+            (TIOCLINUX, "TIOCLINUX"),
+            (TIOCSETD, "TIOCSETD"),
+        ],
         ("socket", "domain") => &[
             (AF_UNIX, "AF_UNIX"),
             (AF_INET, "AF_INET"),
@@ -599,6 +623,7 @@ mod tests {
         let all = lines.join("\n");
         for want in [
             "ioctl(TIOCSTI): TIOCSTI would push keystrokes",
+            "ioctl(TIOCSETD): TIOCSETD would change the line discipline",
             "chmod(mode & S_ISUID), chmod(mode & S_ISGID),",
             "openat(flags & O_CREAT, mode & S_ISUID)",
             "openat(flags & O_TMPFILE, mode & S_ISGID)",
@@ -629,12 +654,17 @@ mod tests {
     fn always_denies_terminal_injection_and_machine_changes() {
         let plan = compile(&linked_policy(false));
         let ioctl = rules_for(&plan, "ioctl");
-        assert!(ioctl.iter().any(|r| r.when
-            == vec![ArgCheck::Eq {
-                arg: 1,
-                value: TIOCSTI,
-                dword: true
-            }]));
+        for request in [TIOCSTI, TIOCLINUX, TIOCSETD] {
+            assert!(
+                ioctl.iter().any(|r| r.when
+                    == vec![ArgCheck::Eq {
+                        arg: 1,
+                        value: request,
+                        dword: true
+                    }]),
+                "{request:#x}"
+            );
+        }
         for sys in ["mount", "open_by_handle_at", "init_module", "bpf"] {
             let r = rules_for(&plan, sys);
             assert_eq!(r.len(), 1, "{sys}");

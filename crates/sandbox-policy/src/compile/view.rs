@@ -76,6 +76,9 @@ pub enum MountOp {
         dir: bool,
         why: &'static str,
     },
+    /// An empty file of the view's own, read-only, over the host's file at `target` (which
+    /// a bind of its directory shows): the run sees the name and no content.
+    Empty { target: PathBuf, why: &'static str },
 }
 
 impl MountOp {
@@ -85,17 +88,19 @@ impl MountOp {
             | MountOp::Bind { target, .. }
             | MountOp::Overlay { target, .. }
             | MountOp::Pin { target, .. }
+            | MountOp::Empty { target, .. }
             | MountOp::Devpts { target } => target,
             MountOp::Symlink { link, .. } => link,
         }
     }
 
     /// Among mounts at the same depth: binds first, then an overlay over what they bound,
-    /// then pins inside it.
+    /// then pins inside it, then the empty files over what all of them show.
     fn rank(&self) -> u8 {
         match self {
             MountOp::Overlay { .. } => 1,
             MountOp::Pin { .. } => 2,
+            MountOp::Empty { .. } => 3,
             _ => 0,
         }
     }
@@ -147,6 +152,16 @@ const DEV_LINKS: &[(&str, &str)] = &[
 /// private devpts instance instead, with `/dev/ptmx` a link to its own `ptmx`.
 const DEVPTS: &str = "/dev/pts";
 const PTMX: &str = "/dev/ptmx";
+
+/// The password and group hashes. Their owner is root, so a run as root reads them through the
+/// system bind of `/etc` whatever its capabilities (owner bits need none); the view shows each
+/// as an empty file instead, unless a grant names the file itself.
+pub const SHADOW_FILES: &[&str] = &[
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/shadow-",
+    "/etc/gshadow-",
+];
 
 fn depth(path: &Path) -> usize {
     path.components().count()
@@ -281,6 +296,7 @@ pub fn compile(
     if let Some(home) = home {
         binds.extend(home_ops(home));
     }
+    binds.extend(shadow_ops(policy, &binds, classify));
     if policy.fs.devices.iter().any(is_pty) {
         binds.push(MountOp::Devpts {
             target: DEVPTS.into(),
@@ -292,6 +308,37 @@ pub fn compile(
     binds.sort_by_key(|op| (depth(op.target()), op.rank()));
     ops.extend(binds);
     Ok(ViewPlan { ops })
+}
+
+/// An empty file over each of [`SHADOW_FILES`] that a directory bind of `binds` shows (and
+/// that is a file on the host), unless a grant names it.
+fn shadow_ops(
+    policy: &Policy,
+    binds: &[MountOp],
+    classify: &dyn Fn(&Path) -> EntryKind,
+) -> Vec<MountOp> {
+    let named = |path: &Path| {
+        policy
+            .fs
+            .read
+            .iter()
+            .chain(&policy.fs.write)
+            .any(|g| g.path == path)
+    };
+    SHADOW_FILES
+        .iter()
+        .map(Path::new)
+        .filter(|file| {
+            binds.iter().any(|op| {
+                matches!(op, MountOp::Bind { target, dir: true, .. } if file.starts_with(target))
+            })
+        })
+        .filter(|file| !named(file) && classify(file) == EntryKind::File)
+        .map(|file| MountOp::Empty {
+            target: file.to_path_buf(),
+            why: "password hashes: an empty file in their place",
+        })
+        .collect()
 }
 
 /// The private home at the real home's path (the toolchains' read-only binds stack on it:
@@ -534,6 +581,48 @@ mod tests {
         let bare = crate::compile::landlock::compile(&p).unwrap();
         assert!(access(&bare, &copy).is_empty());
         assert_eq!(access(&bare, &real), [Access::ReadExec]);
+    }
+
+    #[test]
+    fn the_password_hashes_are_empty_files_unless_a_grant_names_them() {
+        let classify = |path: &Path| match path.to_str().unwrap() {
+            "/etc/shadow" | "/etc/gshadow" | "/etc/shadow-" => EntryKind::File,
+            "/etc/gshadow-" => EntryKind::Missing,
+            other => classify(Path::new(other)),
+        };
+        let empty = |plan: &ViewPlan| -> Vec<String> {
+            plan.ops
+                .iter()
+                .filter_map(|op| match op {
+                    MountOp::Empty { target, .. } => Some(target.display().to_string()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let mut p = linked_policy(false);
+        let plan = compile(&p, &classify, None).unwrap();
+        assert_eq!(
+            empty(&plan),
+            ["/etc/shadow", "/etc/gshadow", "/etc/shadow-"]
+        );
+        // After the bind of /etc that shows them (parents first).
+        let at = |target: &str| {
+            plan.ops
+                .iter()
+                .position(|op| op.target() == Path::new(target))
+        };
+        assert!(at("/etc").unwrap() < at("/etc/shadow").unwrap());
+        // A grant of the file itself is the user's word.
+        p.fs.read.push(Grant {
+            path: "/etc/shadow".into(),
+            reason: GrantReason::User,
+        });
+        let plan = compile(&p, &classify, None).unwrap();
+        assert_eq!(empty(&plan), ["/etc/gshadow", "/etc/shadow-"]);
+        // Nothing to hide where /etc is not in the view.
+        p.fs.system_read.retain(|d| d != Path::new("/etc"));
+        let plan = compile(&p, &classify, None).unwrap();
+        assert!(empty(&plan).is_empty(), "{:?}", plan.ops);
     }
 
     #[test]

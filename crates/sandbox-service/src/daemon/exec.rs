@@ -226,8 +226,10 @@ pub(super) async fn box_exec(
         drain_timeout: DRAIN,
         // Safe here: the spawner thread lives as long as the daemon.
         die_with_parent: true,
-        // The run's cgroups, like the child setup, are attached by `PreparedCommand::spawn`.
+        // The run's cgroups and process rlimit, like the child setup, are attached by
+        // `PreparedCommand::spawn`.
         cgroups: None,
+        process_rlimit: None,
     };
     let spawned = state
         .executor

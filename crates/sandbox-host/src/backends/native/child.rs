@@ -85,6 +85,11 @@ impl ChildSetup for NativeChild {
         self.view.as_ref().is_some_and(|view| view.pid_namespace())
     }
 
+    /// The view's unshare makes the user namespace.
+    fn user_namespace(&self) -> bool {
+        self.view.is_some()
+    }
+
     fn apply_in_namespace(&self) -> Result<(), SetupFailure> {
         if let Some(view) = &self.view {
             view.apply_in_namespace()?;

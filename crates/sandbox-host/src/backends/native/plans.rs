@@ -120,7 +120,7 @@ pub(super) fn caches_unsupported(policy: &Policy) -> Option<String> {
 }
 
 /// Whether the running kernel is at least `major.minor` (`uname -r`).
-pub(super) fn kernel_at_least(major: u32, minor: u32) -> bool {
+pub(crate) fn kernel_at_least(major: u32, minor: u32) -> bool {
     let Ok(uts) = nix::sys::utsname::uname() else {
         return false;
     };

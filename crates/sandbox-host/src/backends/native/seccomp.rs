@@ -179,6 +179,54 @@ fn compile_programs(plan: &SeccompPlan) -> Result<Vec<BpfProgram>, HostError> {
     Ok(programs)
 }
 
+/// The native backend's terminal rules ([`sandbox_policy::compile::seccomp::terminal_rules`])
+/// for a backend whose own enforcer does not have them (nono): installed in the child right
+/// before it executes that enforcer, so the enforcer and everything it starts inherit them.
+#[derive(Debug)]
+pub struct TerminalFilter {
+    filters: Vec<BpfProgram>,
+}
+
+impl TerminalFilter {
+    pub fn new() -> Result<Self, HostError> {
+        let plan = SeccompPlan {
+            rules: sandbox_policy::compile::seccomp::terminal_rules(),
+        };
+        Ok(TerminalFilter {
+            filters: compile(&plan)?,
+        })
+    }
+}
+
+impl sandbox_exec::ChildSetup for TerminalFilter {
+    /// no_new_privs (seccomp requires it of a caller without `CAP_SYS_ADMIN`; the enforcer
+    /// sets it anyway for Landlock), then the filter. Async-signal safe: prctl(2) and
+    /// seccomp(2) on programs compiled in the parent.
+    fn apply_in_child(&self) -> Result<(), sandbox_exec::SetupFailure> {
+        use sandbox_exec::{SetupFailure, SetupStep};
+        nix::sys::prctl::set_no_new_privs().map_err(SetupFailure::at(SetupStep::NoNewPrivs))?;
+        for filter in &self.filters {
+            if seccompiler::apply_filter(filter).is_err() {
+                let errno = nix::errno::Errno::last();
+                return Err(SetupFailure {
+                    step: SetupStep::SeccompLoad,
+                    errno: if errno == nix::errno::Errno::UnknownErrno {
+                        nix::errno::Errno::EINVAL
+                    } else {
+                        errno
+                    },
+                    detail: 0,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &str {
+        "terminal ioctl filter"
+    }
+}
+
 /// Classic BPF opcodes `merge` reads and writes.
 const BPF_RET_K: u16 = 0x06;
 const BPF_JMP_JA: u16 = 0x05;

@@ -52,6 +52,9 @@ enum Step {
     },
     /// A bind of a path of the view over itself, read-only.
     Pin(CString),
+    /// Removes a file of the view's root tmpfs: the source of the empty files, once bound
+    /// (each bind keeps the file it shows).
+    Unlink(CString),
     /// A private devpts instance.
     Devpts(CString),
     /// A size-limited tmpfs of the git store's writable layer (`data`: its options).
@@ -94,6 +97,10 @@ pub struct PreparedView {
     /// mount namespaces): only `lo`, brought up by the native child (`crate::backends::native::netns`).
     net_namespace: bool,
 }
+
+/// The file of the view's root tmpfs that [`MountOp::Empty`] binds (removed once bound, so
+/// the run never sees it at this name).
+const EMPTY_SOURCE: &str = "/.sandbox-empty";
 
 /// Where the pid namespace's proc is mounted in the view.
 /// The view's proc: with a pid namespace, the namespace's own is mounted here in place of
@@ -220,6 +227,7 @@ impl PreparedView {
         let mut steps = Vec::new();
         let mut labels = Vec::new();
         let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
+        let mut empty_source: Option<CString> = None;
         // What is mounted where so far (`true`: a bind of the host's tree, in which every
         // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
         // mount points must be made). The root is the view's own tmpfs.
@@ -394,6 +402,30 @@ impl PreparedView {
                         format!("read-only pin of {} ({why})", target.display()),
                     );
                 }
+                // The host's file stays under the bind of its directory; an empty file of the
+                // root tmpfs is bound read-only over it (made once, removed after the loop).
+                MountOp::Empty { target, why } => {
+                    let source = inside(Path::new(EMPTY_SOURCE))?;
+                    if empty_source.is_none() {
+                        push(
+                            &mut steps,
+                            Step::Touch(source.clone()),
+                            "the empty file of the view's own".into(),
+                        );
+                        empty_source = Some(source.clone());
+                    }
+                    made.insert(target.clone());
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Bind {
+                            source,
+                            target: inside(target)?,
+                            readonly: true,
+                        },
+                        format!("an empty file over {} ({why})", target.display()),
+                    );
+                }
                 MountOp::Devpts { target } => {
                     made.insert(target.clone());
                     if let Some((step, label)) = mount_point(&mounted, target, true)? {
@@ -418,6 +450,13 @@ impl PreparedView {
                     );
                 }
             }
+        }
+        if let Some(source) = empty_source {
+            push(
+                &mut steps,
+                Step::Unlink(source),
+                "removing the empty file's source from the view's root".into(),
+            );
         }
         let uid = nix::unistd::geteuid().as_raw();
         let gid = nix::unistd::getegid().as_raw();

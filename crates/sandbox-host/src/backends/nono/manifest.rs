@@ -305,10 +305,17 @@ pub fn enforcement(policy: &Policy, nono: &Nono) -> Result<Enforcement, HostErro
         nono.version,
         plan.invocation.flags().join(" ")
     )];
+    if cfg!(target_os = "linux") {
+        enforced.push(
+            "terminal ioctls: TIOCSTI, TIOCLINUX and TIOCSETD denied by the native backend's \
+             seccomp rules, installed before nono starts"
+                .into(),
+        );
+    }
     notes.push(
-        "not applied (the native backend's extra seccomp rules): the TIOCSTI/TIOCLINUX ioctl \
-         filter and the deny list of machine-changing syscalls; the new session, Landlock \
-         (which forbids mounts) and, as root, the dropped capabilities cover them"
+        "not applied (the native backend's other seccomp rules): the deny list of \
+         machine-changing syscalls; Landlock (which forbids mounts) and, as root, the dropped \
+         capabilities cover them"
             .into(),
     );
     notes.push(
@@ -453,15 +460,16 @@ impl StartMarker {
 }
 
 /// What runs in the child between fork and exec of nono: as root, every capability is dropped
-/// (nono would keep them); the start-marker pipe is put on fd 3.
+/// (nono would keep them), and the terminal ioctl filter is installed (Linux); the
+/// start-marker pipe is put on fd 3.
 pub struct NonoChildSetup {
     pub marker: Arc<StartMarker>,
-    pub before: Option<Box<dyn ChildSetup>>,
+    pub before: Vec<Box<dyn ChildSetup>>,
 }
 
 impl ChildSetup for NonoChildSetup {
     fn apply_in_child(&self) -> Result<(), SetupFailure> {
-        if let Some(before) = &self.before {
+        for before in &self.before {
             before.apply_in_child()?;
         }
         self.marker.apply_in_child()

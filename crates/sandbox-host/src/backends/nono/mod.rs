@@ -76,12 +76,22 @@ impl BackendSession for NonoSession {
         let marker = Arc::new(nono::start_marker(&self.policy, &self.manifest)?);
         let wrapped = nono::wrap(&spec, &self.nono, &self.manifest, &marker)?;
         // As root, nono would keep every capability; they are dropped before it starts (the
-        // enforcement report says so).
+        // enforcement report says so). Then the native backend's terminal ioctl rules, which
+        // nono's own seccomp baseline lacks: nono and the command inherit them.
         #[cfg(target_os = "linux")]
-        let before = crate::backends::native::capabilities::DropCapabilities::when_root()
-            .map(|drop| Box::new(drop) as Box<dyn ChildSetup>);
+        let before = {
+            let mut before: Vec<Box<dyn ChildSetup>> = Vec::new();
+            if let Some(drop) = crate::backends::native::capabilities::DropCapabilities::when_root()
+            {
+                before.push(Box::new(drop));
+            }
+            before.push(Box::new(
+                crate::backends::native::seccomp::TerminalFilter::new()?,
+            ));
+            before
+        };
         #[cfg(not(target_os = "linux"))]
-        let before: Option<Box<dyn ChildSetup>> = None;
+        let before: Vec<Box<dyn ChildSetup>> = Vec::new();
         let setup = NonoChildSetup {
             marker: marker.clone(),
             before,

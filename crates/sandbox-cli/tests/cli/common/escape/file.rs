@@ -3,11 +3,47 @@
 use std::path::Path;
 
 use super::fixture::SECRET;
-use super::harness::{judge, Attack, MARK};
+use super::harness::{judge, Attack, Verdict, MARK};
+
+/// The password-hash attack's name.
+pub const READ_SHADOW: &str = "read the password hashes in /etc/shadow (as root)";
 
 /// Writing, reading and linking past the filesystem grants.
 pub(super) fn file_attacks() -> Vec<Attack> {
     vec![
+        Attack {
+            name: READ_SHADOW,
+            needs: None,
+            run: |f, b| {
+                // Root owns the file: dropped capabilities do not matter for owner bits. Any
+                // other user cannot read it on the host either, which proves nothing.
+                if !nix::unistd::geteuid().is_root() {
+                    return Verdict::Skipped(
+                        "shadow-as-root",
+                        "only root reads /etc/shadow, on the host as inside".into(),
+                    );
+                }
+                let first = std::fs::read_to_string("/etc/shadow")
+                    .ok()
+                    .and_then(|t| t.lines().find(|l| !l.trim().is_empty()).map(str::to_string));
+                let Some(first) = first else {
+                    return Verdict::Skipped(
+                        "shadow-missing",
+                        "/etc/shadow is missing or empty here".into(),
+                    );
+                };
+                let out = f.run(
+                    b,
+                    &[],
+                    &format!("echo {MARK}; cat /etc/shadow /etc/gshadow"),
+                );
+                judge(
+                    &out,
+                    String::from_utf8_lossy(&out.stdout).contains(&first),
+                    "password hashes read",
+                )
+            },
+        },
         Attack {
             name: "write a new file outside the worktree",
             needs: None,

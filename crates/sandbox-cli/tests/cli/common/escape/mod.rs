@@ -27,6 +27,7 @@ mod store;
 mod work;
 
 pub use device::TERMINAL_DEVICE_MODE;
+pub use file::READ_SHADOW;
 pub use fixture::{
     git, host_git, nouserns_unavailable, rev_parse, unique, Fixture, DAEMON, NATIVE_NOUSERNS,
     NOUSERNS_WRAPPER,

@@ -95,6 +95,36 @@ pub(super) fn process_attacks() -> Vec<Attack> {
             },
         },
         Attack {
+            name: TIOCSETD_ATTACK,
+            needs: Some("/usr/bin/python3"),
+            run: |f, b| {
+                if b.ends_with(DAEMON) {
+                    return Verdict::Skipped(
+                        "box-exec-no-terminal",
+                        "box.exec gives a command no terminal, so there is none to change".into(),
+                    );
+                }
+                let pty = nix::pty::openpty(None, None).unwrap();
+                // A discipline other than N_TTY that this kernel has registered (no module
+                // is loaded for it), so the change shows from outside; else N_TTY again,
+                // and only the attacker's word shows the call went through.
+                let disc = other_line_discipline().unwrap_or(0);
+                let script = format!(
+                    "echo {MARK}; /usr/bin/python3 -c \"import fcntl,termios,struct\n\
+                     fcntl.ioctl(0, termios.TIOCSETD, struct.pack('i', {disc}))\n\
+                     print('discipline-set')\""
+                );
+                let out = f.run_with(b, &[], &script, Stdio::from(pty.slave.try_clone().unwrap()));
+                let now = line_discipline(&pty.slave);
+                let said = String::from_utf8_lossy(&out.stdout).contains("discipline-set");
+                judge(
+                    &out,
+                    now != 0 || said,
+                    &format!("line discipline of the terminal set to {disc} (now {now})"),
+                )
+            },
+        },
+        Attack {
             name: "read a key from the user's keyring (@u)",
             needs: Some("/usr/bin/keyctl"),
             run: |f, b| {
@@ -143,6 +173,27 @@ pub(super) fn process_attacks() -> Vec<Attack> {
             },
         },
     ]
+}
+
+/// The line-discipline attack's name. TIOCSETD needs no capability and the new session does
+/// not stop it (the terminal is not the run's controlling one): the control must let it
+/// through as root and as any other user.
+const TIOCSETD_ATTACK: &str = "set a line discipline on the terminal (TIOCSETD)";
+
+/// A registered line discipline other than N_TTY (`/proc/tty/ldiscs`: `name number`).
+fn other_line_discipline() -> Option<i32> {
+    let text = std::fs::read_to_string("/proc/tty/ldiscs").ok()?;
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<i32>().ok())
+        .find(|n| *n != 0)
+}
+
+/// The terminal's line discipline (TIOCGETD), -1 if it cannot be read.
+fn line_discipline(tty: &OwnedFd) -> i32 {
+    let mut disc: libc::c_int = -1;
+    // SAFETY: TIOCGETD writes one int to the pointed-to stack value.
+    unsafe { libc::ioctl(tty.as_raw_fd(), libc::TIOCGETD, &mut disc) };
+    disc
 }
 
 /// Bytes waiting in a terminal's input queue (FIONREAD on the slave).

@@ -92,6 +92,8 @@ pub(super) fn run(step: &Step) -> Result<(), Errno> {
             Some(data.as_c_str()),
         ),
         Step::LayerTmpfs { target, data } => tmpfs(target, data),
+        // unlink(2) only (nix passes a `CStr` through without allocating).
+        Step::Unlink(path) => nix::unistd::unlink(path.as_c_str()),
         Step::SendLayer { dir, fd } => send_dir(dir, *fd),
         Step::Devpts(target) => sys::mount(
             Some(c"devpts"),
