@@ -16,7 +16,7 @@ impl Context {
         let dirs = Dirs::from_env();
         let loaded = config::load(&dirs.system_config_file(), &dirs.user_config_file())?;
         tracing::debug!(sources = ?loaded.sources, "configuration loaded");
-        let backends = crate::session::backends(&dirs, &loaded.config);
+        let backends = crate::registry::backends(&dirs, &loaded.config);
         Ok(Context {
             dirs,
             loaded,

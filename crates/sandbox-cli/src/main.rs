@@ -7,6 +7,7 @@ mod config;
 mod context;
 mod exit;
 mod paths;
+mod registry;
 mod session;
 mod state;
 mod text;

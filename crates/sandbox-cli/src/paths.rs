@@ -58,3 +58,12 @@ impl Dirs {
         self.system_config.join("config.yaml")
     }
 }
+
+/// The views root (`commands::view::views_root`) from the directories and configuration
+/// themselves: `views.root`, else `$XDG_DATA_HOME/sandbox/views`.
+pub fn views_root_in(dirs: &Dirs, config: &crate::config::Config) -> std::path::PathBuf {
+    match &config.views.root {
+        Some(r) => crate::config::expand_home(r),
+        None => dirs.data.join("views"),
+    }
+}

@@ -13,11 +13,11 @@ use sandbox_host::assembly::{
 };
 use sandbox_host::backends::custom::LauncherConfig;
 use sandbox_host::backends::nono::NonoLocation;
-use sandbox_host::seam::{self, BackendKind, BackendOptions, Backends, LogProgress};
+use sandbox_host::seam::{self, BackendKind, BackendOptions, LogProgress};
 use sandbox_host::{Armed, Finished, HostError, Invocation, Run, RunEnd};
 use sandbox_policy::{EnvPolicy, Policy};
 
-use crate::cli::SandboxArgs;
+use crate::cli::args::SandboxArgs;
 use crate::config::expand_home;
 use crate::context::Context;
 use crate::exit::Failure;
@@ -93,7 +93,7 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
         env.set_var(name, value.clone());
     }
     let timeout = match &config.timeout {
-        Some(text) => Some(crate::cli::parse_duration(text).map_err(Failure::setup)?),
+        Some(text) => Some(crate::cli::args::parse_duration(text).map_err(Failure::setup)?),
         None => None,
     };
     Ok(Defaults {
@@ -187,41 +187,11 @@ pub fn backend_options(ctx: &Context, kind: Option<BackendKind>) -> BackendOptio
     }
 }
 
-/// The backends this binary links, for the CLI and the daemon alike: this crate's four, Lima,
-/// and BoxLite when built with the cargo feature `boxlite`.
-pub fn backends(dirs: &crate::paths::Dirs, config: &crate::config::Config) -> Backends {
-    let dirs = dirs.clone();
-    let views_root = crate::commands::view::views_root_in(&dirs, config);
-    let linked = Backends::builtin().with(sandbox_lima::LimaProvider(move || {
-        lima_settings_in(&dirs, &views_root)
-    }));
-    #[cfg(feature = "boxlite")]
-    let linked = linked.with(sandbox_boxlite::BoxliteProvider::refusing());
-    linked
-}
-
 /// The Lima backend's trusted settings: `limactl` (`SANDBOX_LIMACTL`, the package's, `PATH`),
 /// the private `LIMA_HOME` (`SANDBOX_LIMA_HOME`, else `~/.sandbox-lima`: short, for Lima's
 /// socket paths), the views root, the flake's NixOS image, the per-project overrides.
 pub fn lima_settings(ctx: &Context) -> sandbox_lima::LimaSettings {
-    lima_settings_in(&ctx.dirs, &crate::commands::view::views_root(ctx))
-}
-
-fn lima_settings_in(dirs: &crate::paths::Dirs, views_root: &Path) -> sandbox_lima::LimaSettings {
-    let home = std::env::var_os("SANDBOX_LIMA_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| expand_home(Path::new("~/.sandbox-lima")));
-    sandbox_lima::LimaSettings {
-        limactl: crate::tools::LIMACTL.resolve(None).path,
-        home,
-        views_root: views_root.to_path_buf(),
-        runtime_dir: dirs.runtime.clone(),
-        nix_image: crate::tools::LIMA_IMAGE.resolve(None).path,
-        overrides_dir: dirs.user_config.join("lima"),
-        private_dir: dirs.runtime.clone(),
-        vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
-    }
+    crate::registry::lima_settings_in(&ctx.dirs, &crate::commands::view::views_root(ctx))
 }
 
 /// The canonical workdir given by `-C` (or the current directory).

@@ -3,7 +3,7 @@
 use sandbox_host::seam::{self, BackendKind};
 use serde_json::json;
 
-use crate::cli::DoctorArgs;
+use crate::cli::args::DoctorArgs;
 use crate::context::Context;
 use crate::tools;
 

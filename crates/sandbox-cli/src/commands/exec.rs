@@ -24,7 +24,7 @@ use sandbox_host::run::NotStarted;
 use sandbox_host::seam::BackendKind;
 use sandbox_host::{ExitStatus, Reaper, Run};
 
-use crate::cli::ExecArgs;
+use crate::cli::args::ExecArgs;
 use crate::context::Context;
 use crate::exit::Failure;
 use crate::session::Session;

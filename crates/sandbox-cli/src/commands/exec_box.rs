@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use sandbox_host::ExitStatus;
 
 use super::exec::{ensure_ready, Readiness, StepEnd};
-use crate::cli::ExecArgs;
+use crate::cli::args::ExecArgs;
 use crate::context::Context;
 use crate::exit::Failure;
 

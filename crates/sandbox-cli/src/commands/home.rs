@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_host::assembly::home;
 
-use crate::cli::{HomeAction, HomeArgs};
+use crate::cli::args::{HomeAction, HomeArgs};
 use crate::context::Context;
 use crate::exit::Failure;
 use crate::session::workdir;

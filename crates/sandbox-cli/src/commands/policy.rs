@@ -10,7 +10,7 @@ use sandbox_policy::compile;
 use sandbox_policy::{NetPolicy, Policy};
 use serde_json::json;
 
-use crate::cli::PolicyShowArgs;
+use crate::cli::args::PolicyShowArgs;
 use crate::context::Context;
 use crate::session::Session;
 

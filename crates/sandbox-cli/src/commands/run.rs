@@ -8,7 +8,7 @@ use anyhow::Context as _;
 use sandbox_exec::{ExecError, ExitOutcome, SignalPipe, SpawnOptions};
 use sandbox_host::{Finished, Reaper};
 
-use crate::cli::{RunArgs, ShellArgs};
+use crate::cli::args::{RunArgs, ShellArgs};
 use crate::context::Context;
 use crate::session::Session;
 

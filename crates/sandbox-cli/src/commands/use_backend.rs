@@ -1,6 +1,6 @@
 //! `sandbox use [BACKEND]`: remember the backend for a task worktree.
 
-use crate::cli::UseArgs;
+use crate::cli::args::UseArgs;
 use crate::context::Context;
 use crate::exit::Failure;
 use crate::session::{choose_backend, task_root, workdir};

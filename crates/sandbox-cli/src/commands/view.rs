@@ -159,18 +159,7 @@ pub fn run(cmd: ViewCommand, ctx: &Context) -> anyhow::Result<i32> {
 /// The views root: `views.root`, else `$XDG_DATA_HOME/sandbox/views` (a relative
 /// `views.root` is refused by [`manager`]).
 pub fn views_root(ctx: &Context) -> std::path::PathBuf {
-    views_root_in(&ctx.dirs, ctx.config())
-}
-
-/// [`views_root`] from the directories and configuration themselves.
-pub fn views_root_in(
-    dirs: &crate::paths::Dirs,
-    config: &crate::config::Config,
-) -> std::path::PathBuf {
-    match &config.views.root {
-        Some(r) => crate::config::expand_home(r),
-        None => dirs.data.join("views"),
-    }
+    crate::paths::views_root_in(&ctx.dirs, ctx.config())
 }
 
 fn manager(ctx: &Context) -> anyhow::Result<ViewManager> {

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use sandbox_host::seam::BackendKind;
 use sandbox_policy::why::{explain, Explanation};
 
-use crate::cli::WhyArgs;
+use crate::cli::args::WhyArgs;
 use crate::config::expand_home;
 use crate::context::Context;
 use crate::session::Session;
