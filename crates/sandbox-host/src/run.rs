@@ -46,7 +46,7 @@
 //! finishes — and the types allow no other order.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -263,6 +263,14 @@ impl Run {
         };
         spec.timeout = command.timeout.or(self.policy.limits.timeout);
         let mut command = self.session.command(spec)?;
+        // The repositories in the worktree before the command: beside the journal, the last
+        // command's walk, so only what changed since is read again.
+        let walks = self
+            .journal
+            .as_deref()
+            .and_then(Path::parent)
+            .map(|dir| dir.join(crate::aftercare::gitguard::NESTED_WALKS));
+        command.scan_nested(walks.as_deref());
         // The command's cgroups, named in the journal before they exist; its child joins
         // them before anything else.
         let groups =

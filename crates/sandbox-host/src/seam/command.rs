@@ -1,7 +1,7 @@
 //! One command armed for a backend: spawned with pipes or on a pseudo-terminal, then finished
 //! once every process of it is gone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandbox_exec::{
@@ -267,7 +267,8 @@ impl PreparedCommand {
             pushes: Vec::new(),
             head: None,
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
-            nested: git.as_ref().and_then(gitguard::NestedAtStart::scan),
+            // Scanned once the run arms it ([`Self::scan_nested`]), with its cache.
+            nested: None,
             git,
             net: None,
             cgroups: None,
@@ -302,6 +303,17 @@ impl PreparedCommand {
     pub fn keeping(mut self, value: Arc<dyn Send + Sync>) -> Self {
         self.keep.push(value);
         self
+    }
+
+    /// Records the repositories inside the worktree before the command starts (what
+    /// [`Self::finish`] compares with), reading only what changed since the last command's
+    /// audit kept in `cache` (a directory of [`crate::privdir`]). [`crate::run::Run::arm`]
+    /// calls it for every command, before the journal's record.
+    pub(crate) fn scan_nested(&mut self, cache: Option<&Path>) {
+        self.nested = self
+            .git
+            .as_ref()
+            .and_then(|git| gitguard::NestedAtStart::scan(git, cache));
     }
 
     /// What the run journal keeps of this command's after-run checks: the layout whose

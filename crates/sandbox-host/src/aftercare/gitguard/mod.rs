@@ -27,7 +27,7 @@ mod gitdir;
 mod nested;
 
 pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport};
-pub use nested::{audit_nested, NestedAtStart, NestedReport};
+pub use nested::{audit_nested, NestedAtStart, NestedReport, CACHE_DIR as NESTED_WALKS};
 
 use std::ffi::{OsStr, OsString};
 use std::fs::File;

@@ -27,8 +27,19 @@
 //! relative to descriptors opened `O_NOFOLLOW` (a link is an entry, never followed), reading
 //! directory entries only (their types from `getdents`, no `stat` per file). Deeper than
 //! [`MAX_DEPTH`] it stops, and a new directory there is reported as not searched.
+//!
+//! Reading every directory twice per command cost more than the rest of a run in a Rust
+//! project with its `target/` (`BENCHMARKS.md`). So each walk records each directory it read
+//! (its device, inode and change time, whether it holds a `.git` or is a bare repository,
+//! its subdirectories: [`index`]), and the next walk reads again only the directories whose
+//! change time or inode differ — a directory with nothing to visit below it costs one
+//! `fstatat`, one with subdirectories an `open` and `fstat`; every directory is still
+//! checked, and each `.git` found is inspected again. The audit walks after the scan's
+//! record; the scan of the next command after the audit's, kept in the private directory
+//! ([`CACHE_DIR`], mode 0600) when the run has one. A record from the journal has none:
+//! that audit reads everything.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, Read};
@@ -37,6 +48,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
 
 use nix::dir::{Dir, Type};
 use nix::fcntl::{renameat, OFlag};
@@ -45,6 +58,12 @@ use sandbox_policy::GitLayout;
 use serde::{Deserialize, Serialize};
 
 use super::{file_type, fresh_name, lstat_at, open_at, restore, Tampering};
+
+mod index;
+use index::{Index, Listing};
+
+/// The directory of the private directory where each worktree's last walk is kept.
+pub const CACHE_DIR: &str = "nested-walk";
 
 /// How deep the walk goes below the worktree root (each level holds one descriptor).
 pub const MAX_DEPTH: usize = 256;
@@ -74,6 +93,24 @@ pub struct NestedAtStart {
     allowed: bool,
     /// By path relative to the root: a `.git` entry's own path, a bare repository's directory.
     seen: BTreeMap<PathBuf, Seen>,
+    /// The scan's record of each directory, which the audit reads again only where it
+    /// changed. Not in the journal: an audit from there reads every directory.
+    #[serde(skip)]
+    index: Option<Arc<Index>>,
+    /// Where the audit leaves its walk for the next command's scan.
+    #[serde(skip)]
+    cache: Option<PathBuf>,
+    /// How long ago a directory must have changed for a walk to record it.
+    #[serde(skip, default = "racy")]
+    racy: Duration,
+    /// How the scan's walk went.
+    #[serde(skip)]
+    #[cfg_attr(not(test), allow(dead_code))]
+    stats: WalkStats,
+}
+
+fn racy() -> Duration {
+    index::RACY
 }
 
 /// What the run did that the check found.
@@ -199,8 +236,8 @@ fn kind(dir: &File, name: &OsStr, from_listing: Option<Type>) -> Option<SFlag> {
     }
 }
 
-/// The entries of `dir` and their kinds.
-fn list(dir: &File) -> io::Result<Vec<(OsString, Option<SFlag>)>> {
+/// The entries of `dir`: their names, kinds and inodes.
+fn list(dir: &File) -> io::Result<Vec<(OsString, Option<SFlag>, u64)>> {
     let mut listing = Dir::from(dir.try_clone()?)?;
     let mut out = Vec::new();
     for entry in listing.iter() {
@@ -209,13 +246,14 @@ fn list(dir: &File) -> io::Result<Vec<(OsString, Option<SFlag>)>> {
         if name == "." || name == ".." {
             continue;
         }
-        out.push((name.to_os_string(), entry.file_type()));
+        #[allow(clippy::unnecessary_cast)]
+        out.push((name.to_os_string(), entry.file_type(), entry.ino() as u64));
     }
     Ok(out
         .into_iter()
-        .map(|(name, t)| {
+        .map(|(name, t, ino)| {
             let k = kind(dir, &name, t);
-            (name, k)
+            (name, k, ino)
         })
         .collect())
 }
@@ -274,14 +312,14 @@ fn describe(seen: &Seen, kind: Option<SFlag>) -> String {
 
 /// The entries of one directory of the walk.
 struct Visit<'a> {
-    entries: &'a [(OsString, Option<SFlag>)],
+    entries: &'a [(OsString, Option<SFlag>, u64)],
 }
 
 impl Visit<'_> {
     fn has(&self, name: &str, kinds: &[SFlag]) -> bool {
         self.entries
             .iter()
-            .any(|(n, k)| n == name && k.is_some_and(|k| kinds.contains(&k)))
+            .any(|(n, k, _)| n == name && k.is_some_and(|k| kinds.contains(&k)))
     }
 
     /// Whether git takes this directory for a repository (`setup.c`'s `is_git_directory`:
@@ -293,81 +331,242 @@ impl Visit<'_> {
             && ((self.has("objects", &dirs) && self.has("refs", &dirs))
                 || self.has("commondir", &any))
     }
+
+    /// What the rest of the walk needs of these entries.
+    fn listing(&self, ctime: index::Stamp) -> Listing {
+        Listing {
+            ctime,
+            dot_git: self
+                .entries
+                .iter()
+                .find(|(n, _, _)| n == ".git")
+                .map(|(_, k, _)| *k),
+            bare: self.is_bare(),
+            subdirs: self
+                .entries
+                .iter()
+                // A `.git` directory is a repository's own data, recorded as one entry:
+                // what is inside it (a submodule's git dir in `modules/`) is that
+                // repository's.
+                .filter(|(n, k, _)| *k == Some(SFlag::S_IFDIR) && n != ".git")
+                .map(|(n, _, ino)| (n.clone(), *ino))
+                .collect(),
+        }
+    }
 }
 
 /// What [`walk`] calls with each repository it finds.
 type Found<'a> = dyn FnMut(&File, &Path, &OsStr, Seen, Option<SFlag>) + 'a;
 
+/// How one walk went.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WalkStats {
+    /// Directories whose entries were read.
+    pub read: usize,
+    /// Directories opened, found unchanged since the last walk, and not read.
+    pub reused: usize,
+    /// Directories found unchanged with one `fstatat`, not even opened (nothing below them).
+    pub stat_only: usize,
+}
+
+/// A subdirectory waiting to be visited: its parent (open), the parent's device, listing and
+/// path relative to the root, and which of the listing's subdirectories it is (its own path
+/// is made only if it is opened: most are leaves seen unchanged with one `fstatat`).
+struct Pending {
+    parent: Rc<File>,
+    dev: u64,
+    listing: Arc<Listing>,
+    rel: Rc<PathBuf>,
+    at: usize,
+}
+
+/// One walk: what it takes from the last one, and what it records for the next.
+struct Walker<'p> {
+    prior: Option<&'p Index>,
+    /// A directory that changed at this time or later is not recorded ([`index::RACY`]).
+    settled: index::Stamp,
+    index: Index,
+    /// Per device: whether its filesystem's change times can be trusted.
+    fine: HashMap<u64, bool>,
+    stats: WalkStats,
+}
+
+impl Walker<'_> {
+    /// What the last walk recorded of the directory `st` is, if it has not changed since.
+    fn unchanged(&self, st: &FileStat) -> Option<Arc<Listing>> {
+        let listing = self.prior?.dirs.get(&inode(st))?;
+        (listing.ctime == index::ctime(st)).then(|| listing.clone())
+    }
+
+    /// The entries of `dir`, open, whose `fstat` (taken before anything is read) is `st`.
+    fn listing(&mut self, dir: &File, st: &FileStat) -> Option<Arc<Listing>> {
+        let key = inode(st);
+        if let Some(listing) = self.unchanged(st) {
+            self.stats.reused += 1;
+            self.index.dirs.insert(key, listing.clone());
+            return Some(listing);
+        }
+        let entries = list(dir).ok()?;
+        self.stats.read += 1;
+        let listing = Arc::new(Visit { entries: &entries }.listing(index::ctime(st)));
+        if listing.ctime < self.settled
+            && *self
+                .fine
+                .entry(key.0)
+                .or_insert_with(|| index::fine_timestamps(dir))
+        {
+            self.index.dirs.insert(key, listing.clone());
+        }
+        Some(listing)
+    }
+
+    /// A subdirectory the last walk found with nothing below it to visit and no repository,
+    /// still the same: recorded again, without opening it.
+    fn unchanged_leaf(&mut self, parent: &File, dev: u64, name: &OsStr, hint: u64) -> bool {
+        let Some(prior) = self.prior else {
+            return false;
+        };
+        if !prior.dirs.get(&(dev, hint)).is_some_and(|l| l.is_leaf()) {
+            return false;
+        }
+        let Ok(Some(st)) = lstat_at(parent, name) else {
+            return false;
+        };
+        if file_type(&st) != SFlag::S_IFDIR {
+            return false;
+        }
+        match self.unchanged(&st) {
+            Some(listing) if listing.is_leaf() => {
+                self.stats.stat_only += 1;
+                self.index.dirs.insert(inode(&st), listing);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Walks the worktree under `root` (its own `.git` left out), calling `found` with each
 /// repository: the directory it is in (open), its path relative to the root, the name of its
-/// entry there (`.git`, or the bare repository's `HEAD`), what it is, and its kind.
-fn walk(root: &Path, found: &mut Found<'_>) -> io::Result<()> {
+/// entry there (`.git`, or the bare repository's `HEAD`), what it is, and its kind. Reads only
+/// the directories that changed since the walk `prior` recorded ([`index`]); returns its own
+/// record.
+fn walk(
+    root: &Path,
+    prior: Option<&Index>,
+    racy: Duration,
+    found: &mut Found<'_>,
+) -> io::Result<(Index, WalkStats)> {
+    let started = index::now();
+    let mut walker = Walker {
+        // A clock set back since: no change time can be trusted to differ.
+        prior: prior.filter(|p| p.started <= started),
+        settled: index::before(started, racy),
+        index: Index {
+            started,
+            dirs: index::Dirs::default(),
+        },
+        fine: HashMap::new(),
+        stats: WalkStats::default(),
+    };
     let top = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(root)?;
     // Depth first; a directory's descriptor lives while a child of it waits, so no more
     // are open at once than the walk is deep.
-    let mut pending: Vec<(Rc<File>, OsString, PathBuf)> = Vec::new();
-    let mut visit = |dir: Rc<File>, rel: PathBuf, pending: &mut Vec<_>| {
-        let Ok(entries) = list(&dir) else {
+    let mut pending: Vec<Pending> = Vec::new();
+    let mut visit = |walker: &mut Walker<'_>, dir: Rc<File>, rel: PathBuf, pending: &mut Vec<Pending>| {
+        // The directory's times before its entries: a change after this one shows.
+        let Ok(st) = nix::sys::stat::fstat(dir.as_raw_fd()) else {
             return;
         };
-        let here = Visit { entries: &entries };
+        let Some(listing) = walker.listing(&dir, &st) else {
+            return;
+        };
         let top_level = rel.as_os_str().is_empty();
         if !top_level {
-            if let Some((_, k)) = entries.iter().find(|(n, _)| n == ".git") {
+            if let Some(k) = listing.dot_git {
                 if let Ok(Some(st)) = lstat_at(&dir, OsStr::new(".git")) {
                     let seen = seen_dot_git(&dir, &st);
-                    found(&dir, &rel.join(".git"), OsStr::new(".git"), seen, *k);
+                    found(&dir, &rel.join(".git"), OsStr::new(".git"), seen, k);
                 }
             }
         }
-        if here.is_bare() {
-            if let Ok(st) = nix::sys::stat::fstat(dir.as_raw_fd()) {
-                let (dev, ino) = inode(&st);
-                let seen = Seen::Bare { dev, ino };
-                found(&dir, &rel, OsStr::new("HEAD"), seen, Some(SFlag::S_IFDIR));
-            }
+        let (dev, ino) = inode(&st);
+        if listing.bare {
+            let seen = Seen::Bare { dev, ino };
+            found(&dir, &rel, OsStr::new("HEAD"), seen, Some(SFlag::S_IFDIR));
         }
         let depth = rel.components().count();
-        for (name, k) in entries.iter().rev() {
-            // A `.git` directory is a repository's own data, recorded above as one entry:
-            // what is inside it (a submodule's git dir in `modules/`) is that repository's.
-            if *k != Some(SFlag::S_IFDIR) || name == ".git" {
-                continue;
-            }
-            let child = rel.join(name);
+        let rel = Rc::new(rel);
+        for (at, (name, _)) in listing.subdirs.iter().enumerate().rev() {
             if depth + 1 > MAX_DEPTH {
-                found(&dir, &child, name, Seen::TooDeep, *k);
+                found(&dir, &rel.join(name), name, Seen::TooDeep, Some(SFlag::S_IFDIR));
                 continue;
             }
-            pending.push((dir.clone(), name.clone(), child));
+            pending.push(Pending {
+                parent: dir.clone(),
+                dev,
+                listing: listing.clone(),
+                rel: rel.clone(),
+                at,
+            });
         }
     };
-    visit(Rc::new(top), PathBuf::new(), &mut pending);
-    while let Some((parent, name, rel)) = pending.pop() {
-        if let Ok(dir) = open_subdir(&parent, &name) {
-            drop(parent);
-            visit(Rc::new(dir), rel, &mut pending);
+    visit(&mut walker, Rc::new(top), PathBuf::new(), &mut pending);
+    while let Some(next) = pending.pop() {
+        let (name, hint) = &next.listing.subdirs[next.at];
+        if walker.unchanged_leaf(&next.parent, next.dev, name, *hint) {
+            continue;
+        }
+        if let Ok(dir) = open_subdir(&next.parent, name) {
+            let rel = next.rel.join(name);
+            drop(next);
+            visit(&mut walker, Rc::new(dir), rel, &mut pending);
         }
     }
-    Ok(())
+    Ok((walker.index, walker.stats))
+}
+
+/// The file where the walk of the worktree at `root` is kept between commands, in `dir`.
+fn cache_file(dir: &Path, root: &Path) -> PathBuf {
+    // FNV-1a of the path, as the journal names a worktree's records.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in root.as_os_str().as_encoded_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    dir.join(format!("{hash:016x}.walk"))
 }
 
 impl NestedAtStart {
     /// Records the repositories inside the worktree of `layout` before a command starts.
-    pub fn scan(layout: &GitLayout) -> Option<Self> {
+    /// With `cache` (a directory of [`crate::privdir`]), the walk reads only the directories
+    /// that changed since the last command's audit there, and the audit leaves its own walk
+    /// there for the next command.
+    pub fn scan(layout: &GitLayout, cache: Option<&Path>) -> Option<Self> {
+        Self::scan_with(layout, cache, index::RACY)
+    }
+
+    fn scan_with(layout: &GitLayout, cache: Option<&Path>, racy: Duration) -> Option<Self> {
         let root = worktree_root(layout)?;
+        let cache = cache.map(|dir| cache_file(dir, &root));
+        let prior = cache.as_deref().and_then(Index::load);
         let mut seen = BTreeMap::new();
-        walk(&root, &mut |_, rel, _, what, _| {
+        let (index, stats) = walk(&root, prior.as_ref(), racy, &mut |_, rel, _, what, _| {
             seen.insert(rel.to_path_buf(), what);
         })
         .ok()?;
+        tracing::debug!(?stats, root = %root.display(), "nested repositories: the scan's walk");
         Some(NestedAtStart {
             root,
             allowed: layout.allow_nested_git,
             seen,
+            index: Some(Arc::new(index)),
+            cache,
+            racy,
+            stats,
         })
     }
 
@@ -382,8 +581,14 @@ impl NestedAtStart {
 /// worktree at `start`, and sets it aside unless the run had the grant; puts back a `.git`
 /// file that existed and was rewritten.
 pub fn audit_nested(start: &NestedAtStart) -> NestedReport {
+    audit(start).0
+}
+
+/// [`audit_nested`], and how its walk went.
+fn audit(start: &NestedAtStart) -> (NestedReport, Option<WalkStats>) {
     let mut report = NestedReport::default();
-    let walked = walk(&start.root, &mut |dir, rel, name, now, kind| {
+    let prior = start.index.as_deref();
+    let walked = walk(&start.root, prior, start.racy, &mut |dir, rel, name, now, kind| {
         let before = start.seen.get(rel);
         if before == Some(&now) {
             return;
@@ -445,18 +650,31 @@ pub fn audit_nested(start: &NestedAtStart) -> NestedReport {
         }
         report.repos.push(repo);
     });
-    if let Err(e) = walked {
-        report.repos.push(NestedRepo {
-            path: start.root.clone(),
-            change: NestedChange::Unsearched,
-            found: format!("a worktree that cannot be opened after the run ({e})"),
-            kept: false,
-            restored: false,
-            moved_to: None,
-            error: Some(e.to_string()),
-        });
+    match walked {
+        Ok((index, stats)) => {
+            tracing::debug!(?stats, root = %start.root.display(), "nested repositories: the audit's walk");
+            // A directory where something was set aside changed after it was read: its change
+            // time differs from the one recorded, so the next walk reads it again.
+            if let Some(cache) = &start.cache {
+                if let Err(e) = index.store(cache) {
+                    tracing::debug!(cache = %cache.display(), "the walk not kept: {e}");
+                }
+            }
+            (report, Some(stats))
+        }
+        Err(e) => {
+            report.repos.push(NestedRepo {
+                path: start.root.clone(),
+                change: NestedChange::Unsearched,
+                found: format!("a worktree that cannot be opened after the run ({e})"),
+                kept: false,
+                restored: false,
+                moved_to: None,
+                error: Some(e.to_string()),
+            });
+            (report, None)
+        }
     }
-    report
 }
 
 #[cfg(test)]
