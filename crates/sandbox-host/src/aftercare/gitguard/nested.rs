@@ -476,44 +476,51 @@ fn walk(
     // Depth first; a directory's descriptor lives while a child of it waits, so no more
     // are open at once than the walk is deep.
     let mut pending: Vec<Pending> = Vec::new();
-    let mut visit = |walker: &mut Walker<'_>, dir: Rc<File>, rel: PathBuf, pending: &mut Vec<Pending>| {
-        // The directory's times before its entries: a change after this one shows.
-        let Ok(st) = nix::sys::stat::fstat(dir.as_raw_fd()) else {
-            return;
-        };
-        let Some(listing) = walker.listing(&dir, &st) else {
-            return;
-        };
-        let top_level = rel.as_os_str().is_empty();
-        if !top_level {
-            if let Some(k) = listing.dot_git {
-                if let Ok(Some(st)) = lstat_at(&dir, OsStr::new(".git")) {
-                    let seen = seen_dot_git(&dir, &st);
-                    found(&dir, &rel.join(".git"), OsStr::new(".git"), seen, k);
+    let mut visit =
+        |walker: &mut Walker<'_>, dir: Rc<File>, rel: PathBuf, pending: &mut Vec<Pending>| {
+            // The directory's times before its entries: a change after this one shows.
+            let Ok(st) = nix::sys::stat::fstat(dir.as_raw_fd()) else {
+                return;
+            };
+            let Some(listing) = walker.listing(&dir, &st) else {
+                return;
+            };
+            let top_level = rel.as_os_str().is_empty();
+            if !top_level {
+                if let Some(k) = listing.dot_git {
+                    if let Ok(Some(st)) = lstat_at(&dir, OsStr::new(".git")) {
+                        let seen = seen_dot_git(&dir, &st);
+                        found(&dir, &rel.join(".git"), OsStr::new(".git"), seen, k);
+                    }
                 }
             }
-        }
-        let (dev, ino) = inode(&st);
-        if listing.bare {
-            let seen = Seen::Bare { dev, ino };
-            found(&dir, &rel, OsStr::new("HEAD"), seen, Some(SFlag::S_IFDIR));
-        }
-        let depth = rel.components().count();
-        let rel = Rc::new(rel);
-        for (at, (name, _)) in listing.subdirs.iter().enumerate().rev() {
-            if depth + 1 > MAX_DEPTH {
-                found(&dir, &rel.join(name), name, Seen::TooDeep, Some(SFlag::S_IFDIR));
-                continue;
+            let (dev, ino) = inode(&st);
+            if listing.bare {
+                let seen = Seen::Bare { dev, ino };
+                found(&dir, &rel, OsStr::new("HEAD"), seen, Some(SFlag::S_IFDIR));
             }
-            pending.push(Pending {
-                parent: dir.clone(),
-                dev,
-                listing: listing.clone(),
-                rel: rel.clone(),
-                at,
-            });
-        }
-    };
+            let depth = rel.components().count();
+            let rel = Rc::new(rel);
+            for (at, (name, _)) in listing.subdirs.iter().enumerate().rev() {
+                if depth + 1 > MAX_DEPTH {
+                    found(
+                        &dir,
+                        &rel.join(name),
+                        name,
+                        Seen::TooDeep,
+                        Some(SFlag::S_IFDIR),
+                    );
+                    continue;
+                }
+                pending.push(Pending {
+                    parent: dir.clone(),
+                    dev,
+                    listing: listing.clone(),
+                    rel: rel.clone(),
+                    at,
+                });
+            }
+        };
     visit(&mut walker, Rc::new(top), PathBuf::new(), &mut pending);
     while let Some(next) = pending.pop() {
         let (name, hint) = &next.listing.subdirs[next.at];
@@ -588,68 +595,73 @@ pub fn audit_nested(start: &NestedAtStart) -> NestedReport {
 fn audit(start: &NestedAtStart) -> (NestedReport, Option<WalkStats>) {
     let mut report = NestedReport::default();
     let prior = start.index.as_deref();
-    let walked = walk(&start.root, prior, start.racy, &mut |dir, rel, name, now, kind| {
-        let before = start.seen.get(rel);
-        if before == Some(&now) {
-            return;
-        }
-        let path = start.root.join(rel);
-        let mut repo = NestedRepo {
-            path: path.clone(),
-            change: match (&now, before) {
-                (Seen::TooDeep, _) => NestedChange::Unsearched,
-                (_, Some(Seen::PointerFile { .. })) => NestedChange::Repointed,
-                _ => NestedChange::Created,
-            },
-            found: describe(&now, kind),
-            kept: false,
-            restored: false,
-            moved_to: None,
-            error: None,
-        };
-        if let (Some(Seen::PointerFile { content }), NestedChange::Repointed) =
-            (before, repo.change)
-        {
-            // A submodule's `.git` (or any `.git` file) that was there: its bytes go back.
-            let mut t = Tampering {
+    let walked = walk(
+        &start.root,
+        prior,
+        start.racy,
+        &mut |dir, rel, name, now, kind| {
+            let before = start.seen.get(rel);
+            if before == Some(&now) {
+                return;
+            }
+            let path = start.root.join(rel);
+            let mut repo = NestedRepo {
                 path: path.clone(),
-                found: String::new(),
+                change: match (&now, before) {
+                    (Seen::TooDeep, _) => NestedChange::Unsearched,
+                    (_, Some(Seen::PointerFile { .. })) => NestedChange::Repointed,
+                    _ => NestedChange::Created,
+                },
+                found: describe(&now, kind),
+                kept: false,
                 restored: false,
-                quarantined: None,
-                created: false,
+                moved_to: None,
                 error: None,
             };
-            restore(dir, &path, name, content, &mut t);
-            repo.restored = t.restored;
-            repo.moved_to = t.quarantined;
-            repo.error = t.error;
-            report.repos.push(repo);
-            return;
-        }
-        if repo.change == NestedChange::Unsearched || start.allowed {
-            repo.kept = start.allowed && repo.change == NestedChange::Created;
-            report.repos.push(repo);
-            return;
-        }
-        let moved = fresh_name("", name, "sandbox-set-aside").and_then(|aside| {
-            let at = Some(dir.as_raw_fd());
-            renameat(at, name, at, aside.as_os_str())
-                .map_err(io::Error::from)
-                .map(|()| aside)
-        });
-        match moved {
-            Ok(aside) => {
-                let holder = if name == ".git" {
-                    path.with_file_name(&aside)
-                } else {
-                    path.join(&aside)
+            if let (Some(Seen::PointerFile { content }), NestedChange::Repointed) =
+                (before, repo.change)
+            {
+                // A submodule's `.git` (or any `.git` file) that was there: its bytes go back.
+                let mut t = Tampering {
+                    path: path.clone(),
+                    found: String::new(),
+                    restored: false,
+                    quarantined: None,
+                    created: false,
+                    error: None,
                 };
-                repo.moved_to = Some(holder);
+                restore(dir, &path, name, content, &mut t);
+                repo.restored = t.restored;
+                repo.moved_to = t.quarantined;
+                repo.error = t.error;
+                report.repos.push(repo);
+                return;
             }
-            Err(e) => repo.error = Some(e.to_string()),
-        }
-        report.repos.push(repo);
-    });
+            if repo.change == NestedChange::Unsearched || start.allowed {
+                repo.kept = start.allowed && repo.change == NestedChange::Created;
+                report.repos.push(repo);
+                return;
+            }
+            let moved = fresh_name("", name, "sandbox-set-aside").and_then(|aside| {
+                let at = Some(dir.as_raw_fd());
+                renameat(at, name, at, aside.as_os_str())
+                    .map_err(io::Error::from)
+                    .map(|()| aside)
+            });
+            match moved {
+                Ok(aside) => {
+                    let holder = if name == ".git" {
+                        path.with_file_name(&aside)
+                    } else {
+                        path.join(&aside)
+                    };
+                    repo.moved_to = Some(holder);
+                }
+                Err(e) => repo.error = Some(e.to_string()),
+            }
+            report.repos.push(repo);
+        },
+    );
     match walked {
         Ok((index, stats)) => {
             tracing::debug!(?stats, root = %start.root.display(), "nested repositories: the audit's walk");

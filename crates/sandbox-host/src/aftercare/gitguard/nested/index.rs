@@ -26,9 +26,9 @@
 //!   whole every walk.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::ffi::OsString;
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -107,7 +107,10 @@ pub(super) fn now() -> Stamp {
 /// `at` less `by`.
 pub(super) fn before(at: Stamp, by: Duration) -> Stamp {
     let ns = at.0 as i128 * 1_000_000_000 + at.1 as i128 - by.as_nanos() as i128;
-    (ns.div_euclid(1_000_000_000) as i64, ns.rem_euclid(1_000_000_000) as i64)
+    (
+        ns.div_euclid(1_000_000_000) as i64,
+        ns.rem_euclid(1_000_000_000) as i64,
+    )
 }
 
 /// The change time of `st` (both fields are `i64` on Linux, `time_t`/`long` elsewhere).
@@ -136,8 +139,7 @@ pub(super) fn fine_timestamps(dir: &File) -> bool {
 /// Whether the filesystem of `dir` stamps change times itself, locally, finer than [`RACY`].
 #[cfg(not(target_os = "linux"))]
 pub(super) fn fine_timestamps(dir: &File) -> bool {
-    nix::sys::statfs::fstatfs(dir)
-        .is_ok_and(|s| matches!(s.filesystem_type_name(), "apfs" | "hfs"))
+    nix::sys::statfs::fstatfs(dir).is_ok_and(|s| matches!(s.filesystem_type_name(), "apfs" | "hfs"))
 }
 
 /// The first bytes of a cache file (and its format's version).
@@ -146,6 +148,8 @@ const MAGIC: &[u8; 8] = b"SBXNW\x001\n";
 /// The largest cache file read (a bound on what a damaged one can make us allocate).
 const CACHE_LIMIT: u64 = 256 << 20;
 
+/// A type as mode bits (`mode_t` is a `u16` on macOS).
+#[allow(clippy::useless_conversion)]
 fn kind_bits(kind: Option<SFlag>) -> u32 {
     kind.map_or(0, |k| u32::from(k.bits()))
 }
@@ -191,7 +195,8 @@ impl Index {
         }
         let started = (r.i64()?, r.i64()?);
         let count = r.u64()?;
-        let mut dirs = Dirs::with_capacity_and_hasher(count.min(1 << 20) as usize, Default::default());
+        let mut dirs =
+            Dirs::with_capacity_and_hasher(count.min(1 << 20) as usize, Default::default());
         for _ in 0..count {
             let key = (r.u64()?, r.u64()?);
             let ctime = (r.i64()?, r.i64()?);
@@ -245,7 +250,9 @@ impl Index {
     /// over the old, so a reader sees one whole index or the other.
     pub fn store(&self, path: &Path) -> io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
-        let dir = path.parent().ok_or_else(|| io::Error::other("no directory"))?;
+        let dir = path
+            .parent()
+            .ok_or_else(|| io::Error::other("no directory"))?;
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)

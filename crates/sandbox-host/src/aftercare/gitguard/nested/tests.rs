@@ -325,7 +325,12 @@ fn the_last_walk_is_kept_for_the_next_command_and_checked_there() {
     let second = scan(&l, Some(&private));
     assert_eq!(second.len(), 2, "{second:?}");
     assert_eq!(second.stats.read, 5, "{:?}", second.stats);
-    assert_eq!(second.stats.reused + second.stats.stat_only, 4, "{:?}", second.stats);
+    assert_eq!(
+        second.stats.reused + second.stats.stat_only,
+        4,
+        "{:?}",
+        second.stats
+    );
     assert!(audit_nested(&second).repos.is_empty());
 
     // A damaged cache, or one others may write, is not used: everything is read again.
@@ -339,7 +344,12 @@ fn the_last_walk_is_kept_for_the_next_command_and_checked_there() {
     audit_nested(&second);
     std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o644)).unwrap();
     let again = scan(&l, Some(&private));
-    assert_eq!(again.stats.reused + again.stats.stat_only, 0, "{:?}", again.stats);
+    assert_eq!(
+        again.stats.reused + again.stats.stat_only,
+        0,
+        "{:?}",
+        again.stats
+    );
 }
 
 #[test]
@@ -405,7 +415,10 @@ fn walk_timing() {
             })
         })
         .collect();
-    println!("walk reusing the last: median {:.1} ms ({stats:?})", median(reused));
+    println!(
+        "walk reusing the last: median {:.1} ms ({stats:?})",
+        median(reused)
+    );
     let file = std::env::temp_dir().join(format!("walk-bench-{}", std::process::id()));
     let store: Vec<f64> = (0..runs)
         .map(|_| time(&mut || index.store(&file).unwrap()))
