@@ -23,13 +23,13 @@
 //! No mark after the run means the command never started: nono's message is already on
 //! stderr, and the run ends with exit 125.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::errno::Errno;
-use sandbox_exec::{ChildSetup, CommandSpec, SetupFailure, SetupStep};
+use sandbox_exec::{ChildSetup, SetupFailure, SetupStep};
 use sandbox_policy::compile::nono::{self as compile_nono, NetworkMode, NonoInvocation, NonoPlan};
 use sandbox_policy::Policy;
 
@@ -37,6 +37,9 @@ use crate::backends::placement::{self, PlacementError};
 use crate::error::HostError;
 use crate::report::Enforcement;
 pub use crate::seam::NonoLocation;
+
+mod wrap;
+pub use wrap::wrap;
 
 /// The oldest nono this backend drives: the manifest schema 0.1.0 and every switch in
 /// [`NonoInvocation::flags`] exist from here on (and it is the version CI pins).
@@ -543,53 +546,6 @@ pub fn start_marker(policy: &Policy, manifest: &WrittenManifest) -> Result<Start
             None => Err(HostError::NonoNeedsTmpdir),
         },
     }
-}
-
-/// Rewrites `spec` to run through nono with `manifest`, behind the trampoline that leaves
-/// `marker`. The command is resolved here, on the child's PATH, so "not found" is 127 before
-/// anything starts, and nono runs exactly the file that was found.
-pub fn wrap(
-    spec: &CommandSpec,
-    nono: &Nono,
-    manifest: &WrittenManifest,
-    marker: &StartMarker,
-) -> Result<CommandSpec, HostError> {
-    let program =
-        sandbox_exec::resolve::resolve_program(&spec.program, spec.env_var("PATH"), &spec.cwd)?;
-    let mut args: Vec<OsString> = manifest
-        .plan
-        .invocation
-        .flags()
-        .iter()
-        .map(OsString::from)
-        .collect();
-    args.extend([
-        "-c".into(),
-        manifest.path.clone().into_os_string(),
-        "--".into(),
-        SHELL.into(),
-        "-c".into(),
-    ]);
-    match marker {
-        StartMarker::Pipe { .. } => {
-            args.extend([TRAMPOLINE_FD.into(), TRAMPOLINE_NAME.into()]);
-        }
-        StartMarker::File { path } => {
-            args.extend([
-                TRAMPOLINE_FILE.into(),
-                TRAMPOLINE_NAME.into(),
-                path.clone().into_os_string(),
-            ]);
-        }
-    }
-    args.push(program.into_os_string());
-    args.extend(spec.args.iter().cloned());
-
-    let mut wrapped = spec.clone();
-    wrapped.program = nono.path.clone().into_os_string();
-    wrapped.args = args;
-    wrapped.env.retain(|(name, _)| !is_nono_variable(name));
-    Ok(wrapped)
 }
 
 /// The message for a nono run whose command never started.

@@ -1,5 +1,7 @@
+use super::walk::open_subdir;
 use super::*;
 use sandbox_policy::PointerFile;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 
 /// A linked worktree's layout whose worktree is `root` (only its `.git` pointer matters here).
@@ -187,7 +189,12 @@ fn too_deep_to_search_is_reported_once() {
 }
 
 fn open_subdir_creating(dir: &File, name: &str) -> File {
-    nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), name, Mode::from_bits_truncate(0o755)).unwrap();
+    nix::sys::stat::mkdirat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::sys::stat::Mode::from_bits_truncate(0o755),
+    )
+    .unwrap();
     open_subdir(dir, OsStr::new(name)).unwrap()
 }
 
