@@ -383,7 +383,7 @@ fn the_cache_format_round_trips() {
 /// Times the walks of a tree: `SANDBOX_WALK_BENCH=/path cargo test -p sandbox-host --lib
 /// walk_timing -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a timing probe for BENCHMARKS.md, not a test: run with SANDBOX_WALK_BENCH=<dir> and --ignored"]
 fn walk_timing() {
     let root = PathBuf::from(std::env::var_os("SANDBOX_WALK_BENCH").unwrap());
     let runs = 9;
