@@ -329,16 +329,50 @@ def check_killed():
 
 
 def check_not_in_a_scope():
-    """As `user`, in the session's leaf (which holds the caller too): no group to use."""
-    p = subprocess.run([BIN, "run", "-C", WORK, "--pids", "16", "--", "true"],
+    """As `user`, in the session's leaf (which holds the caller too): no group to use.
+
+    `--memory` has no other mechanism, so it is refused (125) and says which one is missing;
+    `--pids` is held by RLIMIT_NPROC in the command's own user namespace (Linux 5.14 and
+    later count it per namespace), so the fork loop stops at the limit with no group at all.
+    """
+    p = subprocess.run([BIN, "run", "-C", WORK, "--memory", "32M", "--", "true"],
                        capture_output=True)
     err = p.stderr.decode(errors="replace")
-    ok = p.returncode == 125 and "--pids 16 processes (flag) cannot be enforced" in err
-    emit("no-scope", ok,
-         "outside a scope of its own: refused (125), " + next(
-             (line.strip() for line in err.splitlines() if "cannot be enforced" in line),
-             err.strip()[:200])[:300],
-         text(p.returncode, p.stdout.decode(errors="replace"), err))
+    problems = []
+    if p.returncode != 125 or "--memory 32 MiB (flag) cannot be enforced" not in err:
+        problems.append(f"--memory outside a scope: exit {p.returncode}, not refused (125)")
+    detail = text(p.returncode, p.stdout.decode(errors="replace"), err)
+    for f in ["count", "at-limit", "release"]:
+        try:
+            os.remove(os.path.join(WORK, f))
+        except FileNotFoundError:
+            pass
+    rpath = os.path.join(WORK, "noscope.json")
+    loop = spawn(["--pids", "16", "--report-json", rpath, "--", PY, "-c", FORK_LOOP], None)
+    if not wait_for(os.path.join(WORK, "at-limit"), loop, 600):
+        loop.kill()
+        problems.append("--pids outside a scope: the fork loop never reached its end")
+    open(os.path.join(WORK, "release"), "w").close()
+    out, lerr = loop.communicate(timeout=600)
+    detail += "\n" + text(loop.returncode, out.decode(errors="replace"),
+                          lerr.decode(errors="replace"))
+    try:
+        n, errno = (int(x) for x in open(os.path.join(WORK, "count")).read().split())
+    except (OSError, ValueError):
+        n, errno = None, None
+    if loop.returncode != 0 or n is None or not n < 16 or errno != 11:
+        problems.append(f"--pids 16 outside a scope: exit {loop.returncode}, "
+                        f"forked {n} (errno {errno})")
+    plan = report(rpath).get("limits", {}).get("plan", {}).get("enforced", [])
+    mech = next((e.get("mechanism") for e in plan if e.get("controller") == "pids"), None)
+    if mech != "rlimit-nproc":
+        problems.append(f"--pids outside a scope held by {mech!r}, not rlimit-nproc")
+    refusal = next((line.strip() for line in err.splitlines() if "cannot be enforced" in line),
+                   err.strip()[:200])[:200]
+    summary = (f"outside a scope of its own: --memory refused (125: {refusal}); --pids 16 "
+               f"held by RLIMIT_NPROC (fork loop stopped at {n}, EAGAIN)"
+               if not problems else "; ".join(problems))
+    emit("no-scope", not problems, summary, detail)
 
 
 def main():

@@ -184,7 +184,7 @@ fn backends_hold_against_the_escape_suite() {
     let is_root = nix::unistd::geteuid().is_root();
     let mut failures = Vec::new();
     let mut gaps = Vec::new();
-    for (name, verdicts) in &rows {
+    for (name, verdicts, _) in &rows {
         for (backend, verdict) in backends.iter().zip(verdicts).skip(1) {
             match (verdict, known_gap(backend, name)) {
                 (Verdict::Skipped(id, reason), _) => {

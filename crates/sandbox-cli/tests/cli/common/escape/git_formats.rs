@@ -69,9 +69,11 @@ pub(super) fn git_formats_attacks() -> Vec<Attack> {
             name: "hide an exec line past the first MiB of a stopped rebase's todo",
             needs: None,
             run: |f, b| {
+                // 1,100 comment lines of 1 KiB pass the first MiB; many short ones would too,
+                // but git's own sequencer takes minutes over 150,000 lines (the control).
                 let setup = format!(
                     "{STOPPED_REBASE} && t=\"$g/rebase-merge/git-rebase-todo\" && \
-                     {{ cat \"$t\"; yes '# padding' | head -n 150000; \
+                     {{ cat \"$t\"; yes \"# $(printf %01022d 0)\" | head -n 1100; \
                         echo 'exec touch MARKFILE'; }} > \"$t.new\" && mv \"$t.new\" \"$t\""
                 );
                 ran_on_host(

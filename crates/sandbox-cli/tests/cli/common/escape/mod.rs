@@ -73,14 +73,18 @@ pub fn attacks() -> Vec<Attack> {
     .collect()
 }
 
+/// One attack's verdict under each backend, and the seconds the row took (all backends).
+pub type Row = (String, Vec<Verdict>, f64);
+
 /// Runs every attack and every piece of work under each backend; returns the table rows.
-pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
+pub fn run_suite(backends: &[&str]) -> Vec<Row> {
     let mut rows = Vec::new();
     // `SANDBOX_ESCAPE_ONLY=<text>|<text>`: only the attacks whose name contains one of them
     // (a quick look at some rows while working on them; the full table is what counts).
     let only = std::env::var("SANDBOX_ESCAPE_ONLY").unwrap_or_default();
     let picked = |name: &str| only.split('|').any(|part| name.contains(part));
     for attack in attacks().into_iter().filter(|a| picked(a.name)) {
+        let started = std::time::Instant::now();
         let mut verdicts = Vec::new();
         for backend in backends {
             let verdict = match attack.needs {
@@ -91,25 +95,32 @@ pub fn run_suite(backends: &[&str]) -> Vec<(String, Vec<Verdict>)> {
             };
             verdicts.push(verdict);
         }
-        rows.push((attack.name.to_string(), verdicts));
+        rows.push((
+            attack.name.to_string(),
+            verdicts,
+            started.elapsed().as_secs_f64(),
+        ));
     }
     rows
 }
 
-/// Prints the table, one column per backend.
-pub fn print_table(backends: &[&str], rows: &[(String, Vec<Verdict>)]) {
+/// Prints the table, one column per backend, and the row's seconds (where the time goes in
+/// an emulated guest, whose budget is fixed).
+pub fn print_table(backends: &[&str], rows: &[Row]) {
     let width = rows.iter().map(|r| r.0.len()).max().unwrap_or(10);
     let columns: Vec<usize> = backends.iter().map(|b| b.len().max(10)).collect();
     let mut header = format!("{:width$}", "attack");
     for (b, w) in backends.iter().zip(&columns) {
         header.push_str(&format!("  {b:>w$}"));
     }
+    header.push_str("  seconds");
     crate::common::report(header);
-    for (name, verdicts) in rows {
+    for (name, verdicts, seconds) in rows {
         let mut line = format!("{name:width$}");
         for (v, w) in verdicts.iter().zip(&columns) {
             line.push_str(&format!("  {:>w$}", v.short()));
         }
+        line.push_str(&format!("  {seconds:7.1}"));
         crate::common::report(line);
     }
 }
