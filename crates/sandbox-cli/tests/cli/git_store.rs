@@ -192,6 +192,61 @@ fn a_refused_update_is_reported_on_stderr_and_in_the_json_report() {
     assert_eq!(json["exitCode"], 0);
 }
 
+/// Writes the host never applies (the repository's config, a hook) succeed inside and are gone
+/// afterwards: each is named after the run and in the report, never dropped in silence, while
+/// a change to the task branch's own config section (ordinary branch work) is not.
+#[test]
+fn config_and_hooks_written_inside_are_named_after_the_run_as_dropped() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("private-view", why);
+        return;
+    }
+    let report = f.env.path().join("report.json");
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["run", "--backend", "native", "--report-json"])
+        .arg(&report)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "git config --local core.fsmonitor 'touch /tmp/x' && \
+             git remote add other https://example.invalid/x.git && \
+             git config branch.feature.description mine && \
+             g=$(git rev-parse --git-common-dir) && printf '#!/bin/sh\\n' > \"$g/hooks/pre-commit\" && \
+             git config --get remote.other.url && git commit -q --allow-empty -m ok",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", common::text(&out));
+    // Inside, git saw its own writes; on the host none of them is there.
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("example.invalid"),
+        "{}",
+        common::text(&out)
+    );
+    let host = escape::host_git(&f.task, &["config", "--get", "remote.other.url"]);
+    assert!(!host.status.success(), "applied on the host");
+    assert!(!f.common.join("hooks/pre-commit").exists(), "hook applied");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("config (core.fsmonitor, remote.other.fetch, remote.other.url)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hooks/ (pre-commit)"), "{stderr}");
+    assert!(!stderr.contains("branch.feature"), "{stderr}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    let dropped = json["gitStore"]["dropped"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(dropped.len(), 2, "{json:#}");
+    assert_eq!(json["gitStore"]["applied"][0]["name"], "refs/heads/feature");
+}
+
 /// `sandbox run --backend native -- sh -c SCRIPT` in the task worktree, which must succeed.
 fn run_ok(f: &Fixture, script: &str) -> String {
     let out = f

@@ -27,6 +27,7 @@
 
 mod apply;
 mod bounded;
+mod dropped;
 mod error;
 pub mod generation;
 pub mod gitdir;

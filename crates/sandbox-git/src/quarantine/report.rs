@@ -52,6 +52,11 @@ pub struct StoreReport {
     /// on the host.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub pinned_failures: Vec<String>,
+    /// What the run wrote to the store that the host never applies (the repository's config,
+    /// hooks, `info/`, other worktrees' git dirs), one line each: such a write succeeded
+    /// inside and is gone afterwards, so it is said, not dropped in silence.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
 }
 
 impl StoreReport {
@@ -117,6 +122,7 @@ impl StoreReport {
             .chain(rejected)
             .chain(full)
             .chain(self.pinned_failures.iter().cloned())
+            .chain(self.dropped.iter().cloned())
             .collect()
     }
 }

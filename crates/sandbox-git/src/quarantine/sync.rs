@@ -3,7 +3,7 @@
 use git2::Repository;
 
 use super::error::{git, QuarantineError};
-use super::{objects, refs, StoreQuarantine};
+use super::{dropped, objects, refs, StoreQuarantine};
 
 impl StoreQuarantine {
     /// Reads the writable layer back and applies what is allowed: objects first (a ref is
@@ -39,6 +39,19 @@ impl StoreQuarantine {
             if upper.join(name).symlink_metadata().is_err() {
                 changed.push((name.clone(), refs::Wanted::Value(None)));
             }
+        }
+        // Once, at the end: what the host will not apply is said, not dropped in silence. A
+        // box's generation is a whole copy of the common dir, not a layer of changes.
+        if last && !self.copy && state.report.dropped.is_empty() {
+            let task = self.task_branch.as_deref();
+            let (start, created, owned) = (&self.start, &state.created, &state.report.owned);
+            let may_own = |name: &str| {
+                Some(name) == task
+                    || !start.contains_key(name)
+                    || created.contains(name)
+                    || owned.iter().any(|o| o == name)
+            };
+            state.report.dropped = dropped::dropped_writes(upper, &self.common, &may_own);
         }
         // Most commands write nothing to the store: no repository open for them.
         if changed.is_empty() && !objects::any_new(upper, &state) {
