@@ -406,6 +406,27 @@ fn commands_resolve_in_the_view_and_a_host_only_program_gets_the_hint() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
+    // A program named by its path, in a folder of the home no grant shows: the same hint.
+    let mytools = env.home().join("mytools");
+    std::fs::create_dir_all(&mytools).unwrap();
+    let mytool = mytools.join("mytool");
+    std::fs::copy(&hello, &mytool).unwrap();
+    let out = run(&["run", "--", mytool.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("mytool is ~/mytools/mytool, outside the sandbox")
+            && err.contains(&format!("--allow-read {}", mytools.display())),
+        "{err}"
+    );
+    let out = run(&[
+        "run",
+        "--allow-read",
+        mytools.to_str().unwrap(),
+        "--",
+        mytool.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 #[test]

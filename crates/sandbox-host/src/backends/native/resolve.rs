@@ -50,8 +50,11 @@ fn is_executable_file(path: &Path) -> bool {
 /// where it is and what would make it visible.
 pub fn in_view(policy: &Policy, spec: &mut CommandSpec) -> Result<(), HostError> {
     let program = spec.program.clone();
-    if program.as_encoded_bytes().contains(&b'/') || program.is_empty() {
+    if program.is_empty() {
         return Ok(());
+    }
+    if program.as_encoded_bytes().contains(&b'/') {
+        return by_path(policy, spec);
     }
     let Some(path_var) = spec.env_var("PATH").map(|p| p.to_os_string()) else {
         return Ok(());
@@ -106,6 +109,32 @@ pub fn in_view(policy: &Policy, spec: &mut CommandSpec) -> Result<(), HostError>
         })),
         // Nowhere at all: the usual "command not found" of the spawn.
         None => Ok(()),
+    }
+}
+
+/// A program named by its path (`~/mytools/mytool`, `./build.sh`): when the host has a
+/// program there and the view does not (a folder of the home no grant shows, the host's
+/// `/tmp`), the same hint as for a `PATH` name instead of a bare "command not found". Kernel
+/// trees the view mounts itself (`/proc`, `/dev`, `/sys`) are never judged here.
+fn by_path(policy: &Policy, spec: &CommandSpec) -> Result<(), HostError> {
+    let named = Path::new(&spec.program);
+    let path = if named.is_absolute() {
+        named.to_path_buf()
+    } else {
+        spec.cwd.join(named)
+    };
+    let kernel = ["/proc", "/dev", "/sys"]
+        .iter()
+        .any(|tree| path.starts_with(tree));
+    if kernel || !is_executable_file(&path) {
+        return Ok(());
+    }
+    match view_source(policy, &path) {
+        Some(source) if is_executable_file(&source) => Ok(()),
+        _ => Err(HostError::Command(ExecError::NotInSandbox {
+            program: spec.program.to_string_lossy().into_owned(),
+            hint: hint(policy, &path),
+        })),
     }
 }
 
@@ -223,5 +252,36 @@ mod tests {
         exe(&private.join(".cargo/bin/cargo"));
         let mut spec = spec_of();
         in_view(&p, &mut spec).unwrap();
+    }
+
+    #[test]
+    fn a_program_named_by_a_path_only_the_host_has_gets_the_same_hint() {
+        let t = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(t.path()).unwrap();
+        let home = base.join("home");
+        let private = base.join("private");
+        std::fs::create_dir_all(&private).unwrap();
+        let tool = home.join("mytools/mytool");
+        exe(&tool);
+        let p = policy(&home, &private, &home.join(".cargo/bin"), false);
+        let spec_of = |program: &Path| {
+            CommandSpec::new(
+                sandbox_exec::CommandRequest::Argv(vec![program.as_os_str().to_owned()]),
+                &base,
+            )
+            .unwrap()
+        };
+        let err = in_view(&p, &mut spec_of(&tool)).unwrap_err().to_string();
+        assert!(
+            err.contains("mytool is ~/mytools/mytool, outside the sandbox")
+                && err.contains(&format!("--allow-read {}", home.join("mytools").display())),
+            "{err}"
+        );
+        // The view has it (the private home's own copy): it runs.
+        exe(&private.join("mytools/mytool"));
+        in_view(&p, &mut spec_of(&tool)).unwrap();
+        // Nothing there on the host either, or a kernel tree: left to the spawn.
+        in_view(&p, &mut spec_of(&home.join("nothing"))).unwrap();
+        in_view(&p, &mut spec_of(Path::new("/proc/self/exe"))).unwrap();
     }
 }
