@@ -38,7 +38,10 @@ fn main() {
     };
     let cli = match parsed {
         Ok(cli) => cli,
-        Err(err) => {
+        Err(mut err) => {
+            if err.kind() == clap::error::ErrorKind::UnknownArgument {
+                cli::intent::explain(&mut err);
+            }
             // `run` and `shell` wrap a command: like env(1) and timeout(1), a usage error of
             // the wrapper itself is 125 ("nothing ran"), never a code the command could return.
             let wraps = matches!(

@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod args;
+pub mod intent;
 
 pub use args::{
     missing_separator_hint, DoctorArgs, ExecArgs, HomeArgs, PolicyCommand, RunArgs, ShellArgs,

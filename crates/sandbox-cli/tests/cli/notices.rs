@@ -145,6 +145,31 @@ fn a_missing_separator_says_where_to_put_it() {
     assert!(!stderr(&out).contains("put `--`"), "{}", text(&out));
 }
 
+/// A flag people reach for that the sandbox spells another way gets the flag they meant, not
+/// clap's nearest spelling (`--allow-net` is nearest `--allow-unix-sockets`).
+#[test]
+fn a_flag_meant_another_way_names_the_flag_that_does_it() {
+    let f = Fixture::new();
+    let out = sandbox(&f, &["run", "--allow-net", "example.com", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("--block-net closes it, --allow-domain HOST opens only HOST")
+            && !err.contains("--allow-unix-sockets"),
+        "{}",
+        text(&out)
+    );
+    let out = sandbox(&f, &["shell", "--offline"]);
+    assert!(stderr(&out).contains("tip: --block-net gives"), "{}", text(&out));
+    // A plain typo keeps clap's own suggestion.
+    let out = sandbox(&f, &["run", "--allow-rnead", "x", "--", "true"]);
+    assert!(
+        stderr(&out).contains("a similar argument exists: '--allow-read'"),
+        "{}",
+        text(&out)
+    );
+}
+
 fn why(f: &Fixture, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["why", "--json"];
     all.extend_from_slice(args);
