@@ -17,9 +17,15 @@ pub use args::{
     about = "Run an AI coding agent's commands and shells inside an isolation boundary",
     long_about = "Run an AI coding agent's commands, hooks and shells inside an isolation boundary \
 chosen per task worktree, while its edits and commits still land on your real project.\n\n\
-The default backend confines the command with kernel limits (Landlock and seccomp on Linux, \
-Seatbelt on macOS): it may write the worktree and the git data a commit needs, read system \
-directories, and nothing else. If the boundary cannot be set up, nothing runs (exit 125).",
+The default backend (native) gives the command a private view of the machine, built with \
+namespaces, Landlock and seccomp on Linux (Seatbelt on macOS): it writes the worktree and the \
+git data a commit needs, reads the system directories, and has a private home of the project's \
+own in place of yours — your toolchains (rustup, pyenv, nvm…) read-only at their real paths, \
+your package caches as layers it may add to but never change, your secrets absent. Commits \
+land on the task branch; other branches, hooks and config stay as they were, and what the \
+host does not take is said after the run. The network is open unless --block-net or \
+--allow-domain. If the boundary cannot be set up, nothing runs (exit 125); `sandbox why PATH` \
+and `sandbox doctor` explain what a run can reach.",
     after_help = "Examples:\n  sandbox run -- cargo test\n  sandbox run --block-net --allow-port 3000 -- npm run dev\n  sandbox shell -C ~/work/myproj-task1\n  sandbox policy show --json\n\n\
 Exit codes: the command's own; 124 timed out; 125 the sandbox could not be set up; \
 126 not executable; 127 not found; 128+N killed by signal N.\n\
