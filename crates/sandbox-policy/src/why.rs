@@ -22,6 +22,11 @@ pub struct Explanation {
     /// Where the rule comes from, in words (the profile's reason, the toolchain's name, the
     /// grant's flag), when there is more to say.
     pub because: Vec<String>,
+    /// When the run sees another file at this path (the private home's, not the user's): that
+    /// file, and what put it there. The user's own file is then not visible at all, whatever
+    /// `visible` says of the path.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shows_instead: Option<(PathBuf, String)>,
 }
 
 /// Explains `path` (absolute, canonical as far as it exists) under `policy`: through `view`
@@ -85,12 +90,39 @@ pub fn explain(policy: &Policy, view: Option<&ViewPlan>, path: &Path) -> Explana
             at.display()
         );
     }
+    let shows_instead = match (view, &copied) {
+        (Some(plan), None) => seen_instead(plan, path),
+        _ => None,
+    };
     Explanation {
         path: path.to_path_buf(),
         visible,
         writable,
         decided_by,
         because,
+        shows_instead,
+    }
+}
+
+/// The file the run sees at `path` when a bind from elsewhere holds it (the private home's
+/// own directory at the home's path), with the bind's reason.
+fn seen_instead(plan: &ViewPlan, path: &Path) -> Option<(PathBuf, String)> {
+    let innermost = plan
+        .ops
+        .iter()
+        .filter(|op| path.starts_with(op.target()))
+        .max_by_key(|op| op.target().components().count())?;
+    match innermost {
+        MountOp::Bind {
+            target,
+            source,
+            why,
+            ..
+        } if source != target => {
+            let rest = path.strip_prefix(target).ok()?;
+            Some((source.join(rest), why.to_string()))
+        }
+        _ => None,
     }
 }
 

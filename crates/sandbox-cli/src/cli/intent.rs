@@ -5,21 +5,47 @@
 /// `(flags people type, what to say)`: each line is one tip under clap's error.
 const INTENTS: &[(&[&str], &str)] = &[
     (
-        &["--allow-net", "--allow-network", "--net", "--network", "--with-net"],
+        &[
+            "--allow-net",
+            "--allow-network",
+            "--net",
+            "--network",
+            "--with-net",
+        ],
         "the network is open by default; --block-net closes it, --allow-domain HOST opens only \
          HOST (through the supervisor's proxy), --allow-port PORT keeps a host port under \
          --block-net",
     ),
     (
-        &["--no-net", "--no-network", "--offline", "--deny-net", "--disable-network", "--unshare-net"],
+        &[
+            "--no-net",
+            "--no-network",
+            "--offline",
+            "--deny-net",
+            "--disable-network",
+            "--unshare-net",
+        ],
         "--block-net gives the run a network namespace of its own with only loopback",
     ),
     (
-        &["--allow-host", "--allow-hosts", "--allow-url", "--allow-domains", "--domain"],
+        &[
+            "--allow-host",
+            "--allow-hosts",
+            "--allow-url",
+            "--allow-domains",
+            "--domain",
+        ],
         "--allow-domain HOST (repeatable; *.example.com and @github-style groups work)",
     ),
     (
-        &["--write", "--rw", "--bind", "--writable", "--allow-writes", "--allow-rw"],
+        &[
+            "--write",
+            "--rw",
+            "--bind",
+            "--writable",
+            "--allow-writes",
+            "--allow-rw",
+        ],
         "--allow-write PATH grants read-write access to PATH",
     ),
     (

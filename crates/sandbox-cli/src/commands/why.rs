@@ -53,6 +53,7 @@ pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
                 writable: path.symlink_metadata().is_ok(),
                 decided_by: "the host backend: no isolation (your own permissions decide)".into(),
                 because: Vec::new(),
+                shows_instead: None,
             },
             None,
         ),
@@ -87,6 +88,8 @@ pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
             "decidedBy": answer.decided_by,
             "because": answer.because,
             "note": note,
+            "hostFileVisible": answer.shows_instead.is_none() && answer.visible,
+            "insteadShows": answer.shows_instead.as_ref().map(|(at, _)| at),
         });
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(0);
@@ -96,11 +99,26 @@ pub fn run(args: WhyArgs, ctx: &Context) -> anyhow::Result<i32> {
         (true, false) => "visible, read-only",
         (true, true) => "visible and writable",
     };
-    println!(
-        "{}: {state} in the next run ({})",
-        answer.path.display(),
-        session.kind
-    );
+    match &answer.shows_instead {
+        // The user's file first: what matters is that it is not there, not that the path is.
+        Some((instead, why)) => println!(
+            "{}: your file is not visible in the next run ({}); inside, that path is {} ({why}, \
+             {})",
+            answer.path.display(),
+            session.kind,
+            instead.display(),
+            if answer.writable {
+                "writable"
+            } else {
+                "read-only"
+            }
+        ),
+        None => println!(
+            "{}: {state} in the next run ({})",
+            answer.path.display(),
+            session.kind
+        ),
+    }
     println!("  decided by: {}", answer.decided_by);
     for line in &answer.because {
         println!("  because:    {line}");

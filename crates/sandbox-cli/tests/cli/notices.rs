@@ -160,7 +160,11 @@ fn a_flag_meant_another_way_names_the_flag_that_does_it() {
         text(&out)
     );
     let out = sandbox(&f, &["shell", "--offline"]);
-    assert!(stderr(&out).contains("tip: --block-net gives"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("tip: --block-net gives"),
+        "{}",
+        text(&out)
+    );
     // A plain typo keeps clap's own suggestion.
     let out = sandbox(&f, &["run", "--allow-rnead", "x", "--", "true"]);
     assert!(
@@ -224,6 +228,39 @@ fn why_explains_what_decides_a_path_in_the_next_run() {
             .unwrap()
             .contains("not the host's file"),
         "{ssh}"
+    );
+    // The user's file leads: it is not visible; the path inside is the private home's.
+    assert_eq!(ssh["hostFileVisible"], false, "{ssh}");
+    let instead = ssh["insteadShows"].as_str().unwrap();
+    assert!(
+        instead != at(".ssh/id_ed25519") && instead.contains("/sandbox/homes/"),
+        "{ssh}"
+    );
+    let said = sandbox(&f, &["why", &at(".ssh/id_ed25519")]);
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.lines()
+            .next()
+            .is_some_and(|l| l.contains("your file is not visible in the next run")),
+        "{said}"
+    );
+    // And a run agrees: the user's key is not what it reads there.
+    std::fs::create_dir_all(f.home.join(".ssh")).unwrap();
+    std::fs::write(f.home.join(".ssh/id_ed25519"), "the-users-own-key\n").unwrap();
+    let read = sandbox(
+        &f,
+        &[
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("cat '{}' || true", at(".ssh/id_ed25519")),
+        ],
+    );
+    assert!(
+        !String::from_utf8_lossy(&read.stdout).contains("the-users-own-key"),
+        "{}",
+        text(&read)
     );
     let granted = why(
         &f,

@@ -437,9 +437,9 @@ fn quarantined_view(
     // before any command, not as the child's EPERM.
     userns::overlay_probe().map_err(|why| HostError::QuarantineUnsupported {
         reason: format!(
-            "{why}. Nothing was run. Use Linux 5.11 or later, or pass \
-                 --unprotected-git to run without the quarantine (the \
-                 repository's objects and refs are then writable)"
+            "{why}. Nothing was run. Pass --unprotected-git to run \
+                 without the quarantine (the repository's objects and refs \
+                 are then writable)"
         ),
     })?;
     let usable = |dir: &Path| !policy.is_writable(dir);

@@ -367,15 +367,41 @@ pub fn overlay_probe() -> Result<(), String> {
         }
         Ok(ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
             Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => Err(format!(
-                "this kernel cannot mount an overlay in a user namespace ({}; Linux 5.11 \
-                 and later can), so the git store quarantine cannot be built",
-                Errno::from_raw(code)
-            )),
+            Ok(nix::sys::wait::WaitStatus::Exited(_, code)) => {
+                Err(overlay_refusal(Errno::from_raw(code)))
+            }
             other => Err(format!("the overlay probe did not finish: {other:?}")),
         },
         Err(e) => Err(format!("could not fork the overlay probe: {e}")),
     }
+}
+
+/// Why the overlay probe's mount failed, and what fixes it: the overlay module not loaded (the
+/// kernel does not load it for a mount in a user namespace), a kernel before 5.11, or the
+/// error as it is.
+fn overlay_refusal(errno: Errno) -> String {
+    let remedy = if !filesystem_registered("overlay") {
+        "the overlay filesystem is not available: its module is not loaded (`sudo modprobe \
+         overlay`, and `echo overlay | sudo tee /etc/modules-load.d/overlay.conf` to keep it \
+         after a reboot)"
+            .to_string()
+    } else if !super::plans::kernel_at_least(5, 11) {
+        "Linux 5.11 and later can; use a newer kernel".to_string()
+    } else {
+        "the kernel refused it".to_string()
+    };
+    format!(
+        "this kernel cannot mount an overlay in a user namespace ({errno}; {remedy}), so the \
+         git store quarantine cannot be built"
+    )
+}
+
+/// Whether `/proc/filesystems` lists `name` (a module not loaded is not listed).
+fn filesystem_registered(name: &str) -> bool {
+    std::fs::read_to_string("/proc/filesystems").map_or(true, |list| {
+        list.lines()
+            .any(|line| line.split_whitespace().last() == Some(name))
+    })
 }
 
 /// Ubuntu's switch (23.10 and later): unprivileged user namespaces get no capabilities unless
@@ -477,5 +503,26 @@ mod explain_tests {
         assert!(why.contains("unprivileged_userns_clone"), "{why}");
         assert!(!why.contains("apparmor_restrict"), "{why}");
         assert!(explain(STEP_UNSHARE, Errno::ENOSPC, true).contains("max_user_namespaces"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_overlay_refusal_names_the_missing_module_or_the_kernel() {
+        assert!(filesystem_registered("proc"));
+        assert!(!filesystem_registered("no-such-filesystem"));
+        let said = overlay_refusal(Errno::ENODEV);
+        if filesystem_registered("overlay") {
+            assert!(!said.contains("modprobe"), "{said}");
+        } else {
+            assert!(said.contains("sudo modprobe overlay"), "{said}");
+        }
+        assert!(
+            said.contains("git store quarantine cannot be built"),
+            "{said}"
+        );
     }
 }
