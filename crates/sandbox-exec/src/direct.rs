@@ -119,27 +119,22 @@ pub struct DirectChild {
     outcome: Option<ExitOutcome>,
 }
 
-/// A pid namespace handed over by the child ([`crate::pidns`]): the stack init runs on,
-/// which lives in our memory until init is reaped, and where init writes the command's
-/// status.
+/// A pid namespace handed over by the child ([`crate::pidns`]): the read end of the pipe
+/// where init writes the command's wait status before it exits.
 #[derive(Debug)]
 struct Namespace {
-    stack: usize,
-    handoff: std::sync::Arc<Handoff>,
+    status: OwnedFd,
 }
 
 impl Namespace {
-    /// After init was reaped: its stack is unused now.
-    fn release(&self) {
+    /// After init was reaped: the command's wait status, `None` when init was killed before
+    /// it wrote one.
+    fn status(&self) -> Option<libc::c_int> {
         #[cfg(target_os = "linux")]
-        if self.stack != 0 {
-            // SAFETY: init ran on this mapping (made by the child in our memory with
-            // sys::map_stack) and is dead now: nothing uses it.
-            unsafe { sys::unmap_stack(self.stack as *mut libc::c_void, crate::pidns::INIT_STACK) };
-        }
+        return crate::pidns::read_status(self.status.as_raw_fd());
         // Elsewhere there is no pid namespace, so nothing is ever handed over.
         #[cfg(not(target_os = "linux"))]
-        let _ = self.stack;
+        None
     }
 }
 
@@ -210,6 +205,14 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     prelude.process_rlimit = options.process_rlimit;
     let handoff = std::sync::Arc::new(Handoff::default());
     prelude.handoff = Some(handoff.clone());
+    // Where the namespace's init writes the command's status (it has memory of its own).
+    let status_pipe = if options.setup.as_ref().is_some_and(|s| s.pid_namespace()) {
+        let pipe = cloexec_pipe(true).map_err(|e| ExecError::io("creating a pipe", e.into()))?;
+        prelude.status_fd = pipe.1.as_raw_fd();
+        Some(pipe)
+    } else {
+        None
+    };
     let context = ChildContext {
         cwd: &cwd,
         null: null.as_ref().map_or(-1, |f| f.as_raw_fd()),
@@ -217,6 +220,8 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         prelude: &prelude,
     };
     let cloned = clone_vfork(&context);
+    // Our copy of the status pipe's write end: init holds its own.
+    let status_read = status_pipe.map(|(read, _write)| read);
     let reported = report.finish_raw();
     drop(null);
     let starter = cloned.map_err(|e| ExecError::Spawn {
@@ -225,13 +230,13 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
     })?;
     // After a pid namespace split the child (the starter) has exited, leaving us init (our
     // child now), which reports the command's status (crate::pidns).
-    let handed = handoff.init().map(|_| {
-        let _ = nix::sys::wait::waitpid(starter, None);
-        Namespace {
-            stack: handoff.init_stack.load(std::sync::atomic::Ordering::SeqCst),
-            handoff: handoff.clone(),
+    let handed = match (handoff.init(), status_read) {
+        (Some(_), Some(status)) => {
+            let _ = nix::sys::wait::waitpid(starter, None);
+            Some(Namespace { status })
         }
-    });
+        _ => None,
+    };
     let command = handoff.command.load(std::sync::atomic::Ordering::SeqCst);
     // The process we wait for: init after a split, else the command itself.
     let pid = handoff.init().map_or(starter, Pid::from_raw);
@@ -248,9 +253,6 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
             let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         }
         let _ = nix::sys::wait::waitpid(pid, None);
-        if let Some(ns) = &handed {
-            ns.release();
-        }
         let (error, failure) = reported_error(Some(raw));
         return Err(classify_spawn_error(
             error,
@@ -264,11 +266,12 @@ pub fn spawn_direct(spec: &CommandSpec, options: SpawnOptions) -> Result<DirectC
         process_group::signal_group(pgid, Signal::SIGKILL);
         let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(pid, None);
-        if let Some(ns) = &handed {
-            ns.release();
-        }
         ExecError::io(EXIT_WATCH, e.into())
     })?;
+    #[cfg(target_os = "linux")]
+    if handed.is_some() {
+        crate::pidns::protect_init(pid.as_raw());
+    }
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned (direct)");
     Ok(DirectChild {
         pid,
@@ -501,10 +504,9 @@ impl DirectChild {
                 }
             };
             if let Some(ns) = self.namespace.take() {
-                ns.release();
                 // Init wrote the command's status before exiting; killed before that, the
                 // namespace went with it (as by SIGKILL).
-                status = ns.handoff.status().unwrap_or(libc::SIGKILL);
+                status = ns.status().unwrap_or(libc::SIGKILL);
             }
             return Ok(ExitOutcome::from_status(
                 std::process::ExitStatus::from_raw(status),

@@ -2,7 +2,11 @@
 //! [`crate::pty`]) does in the child between fork and exec, in one place and one order.
 //!
 //! 0. when the run has cgroups ([`crate::JoinCgroups`]), the child writes itself into them,
-//!    before anything else (and before a user namespace would take the right to);
+//!    before anything else — after a pid namespace split, the command's process does, first
+//!    of its steps, so that the namespace's init stays out of the run's limits
+//!    ([`crate::pidns`]); the descriptors were opened by the caller, and since Linux 5.16 the
+//!    kernel checks the opener's credentials (before, the writer's: the same user's), so a
+//!    user namespace entered in between changes nothing;
 //! 1. `setsid(2)`: the child leads its own session and process group (no controlling terminal
 //!    of ours, so TIOCSTI on the user's terminal is refused; `killpg` reaches every
 //!    descendant);
@@ -32,37 +36,24 @@
 use std::ffi::{CString, OsStr};
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
 
 use crate::error::ExecError;
 use crate::report::SetupReport;
-use crate::setup::{ChildSetup, SetupFailure, SetupStep, NO_STATUS};
+use crate::setup::{ChildSetup, SetupFailure, SetupStep};
 use crate::spec::CommandSpec;
 use crate::sys;
 
-/// Where the direct path's starter leaves what the caller takes over after a pid namespace
-/// split ([`crate::pidns`]): init's pid (the caller's child now), the command's host pid (it
-/// leads the group the caller signals; 0 when it was already gone), init's stack (it lives
-/// in the caller's memory until init is reaped), and the command's wait status, which init
-/// writes before it exits.
-#[derive(Debug)]
+/// Where the direct path's starter (which shares the caller's memory) leaves what the
+/// caller takes over after a pid namespace split ([`crate::pidns`]): init's pid (the
+/// caller's child now) and the command's host pid (it leads the group the caller signals; 0
+/// when it was already gone). The command's wait status comes through the status pipe
+/// ([`Prelude::status_fd`]): init has memory of its own.
+#[derive(Debug, Default)]
 pub struct Handoff {
     pub init: AtomicI32,
     pub command: AtomicI32,
-    pub init_stack: AtomicUsize,
-    pub status: AtomicI32,
-}
-
-impl Default for Handoff {
-    fn default() -> Self {
-        Handoff {
-            init: AtomicI32::new(0),
-            command: AtomicI32::new(0),
-            init_stack: AtomicUsize::new(0),
-            status: AtomicI32::new(NO_STATUS),
-        }
-    }
 }
 
 impl Handoff {
@@ -70,12 +61,6 @@ impl Handoff {
     pub fn init(&self) -> Option<libc::pid_t> {
         let init = self.init.load(Ordering::SeqCst);
         (init > 0).then_some(init)
-    }
-
-    /// The command's wait status as init saw it, once init has exited.
-    pub fn status(&self) -> Option<i32> {
-        let status = self.status.load(Ordering::SeqCst);
-        (status != NO_STATUS).then_some(status)
     }
 }
 
@@ -143,8 +128,15 @@ pub(crate) struct Prelude {
     /// Set by the direct path: after a pid namespace split, init and the command become the
     /// caller's children and their pids are left here ([`crate::pidns`]).
     pub handoff: Option<Arc<Handoff>>,
-    /// The run's cgroups, joined first.
+    /// The run's cgroups, joined first (after a pid namespace split, by the command's
+    /// process only: init stays out, [`crate::pidns`]).
     pub cgroups: Option<Arc<crate::cgroups::JoinCgroups>>,
+    /// The direct path's status pipe (write end) for a pid namespace split: init writes the
+    /// command's wait status there, the caller reads it. -1: none (the proxy makes its own).
+    pub status_fd: RawFd,
+    /// After a pid namespace split, the command raises its own OOM score, because the caller
+    /// cannot lower init's (no `CAP_SYS_RESOURCE`: [`crate::pidns`]).
+    pub raise_oom_score: bool,
     /// The run's process limit as `RLIMIT_NPROC`, set after the setup hook, inside the user
     /// namespace it made (where no cgroup can be had: docs/limits.md).
     pub process_rlimit: Option<u64>,
@@ -158,6 +150,7 @@ impl Prelude {
         setup: Option<Arc<dyn ChildSetup>>,
         exec: ExecImage,
     ) -> Prelude {
+        let splits = setup.as_ref().is_some_and(|s| s.pid_namespace());
         Prelude {
             report_fd: report.write_fd(),
             die_with_parent,
@@ -167,13 +160,17 @@ impl Prelude {
             exec,
             handoff: None,
             cgroups: None,
+            status_fd: -1,
+            raise_oom_score: splits && !can_lower_oom_score(),
             process_rlimit: None,
         }
     }
 
     /// Child side: runs every step. Async-signal safe.
     pub(crate) fn run(&self) -> Result<(), SetupFailure> {
-        if let Some(cgroups) = &self.cgroups {
+        let splits = self.setup.as_ref().is_some_and(|s| s.pid_namespace());
+        // After a pid namespace split the command's process joins (crate::pidns).
+        if let Some(cgroups) = self.cgroups.as_ref().filter(|_| !splits) {
             cgroups.join()?;
         }
         sys::setsid().map_err(SetupFailure::at(SetupStep::NewSession))?;
@@ -182,7 +179,6 @@ impl Prelude {
         }
         // After a pid namespace split the command takes the terminal in a session of its
         // own inside the namespace (crate::pidns), so its shell sees its foreground group.
-        let splits = self.setup.as_ref().is_some_and(|s| s.pid_namespace());
         if self.controlling_terminal && !splits {
             controlling_terminal()?;
         }
@@ -231,6 +227,17 @@ impl Prelude {
             cmd.pre_exec(move || self.run_reporting());
         }
     }
+}
+
+/// Whether this process may lower another's OOM score (Linux: `CAP_SYS_RESOURCE`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn can_lower_oom_score() -> bool {
+    sys::has_sys_resource()
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn can_lower_oom_score() -> bool {
+    false
 }
 
 /// `RLIMIT_NPROC` (Linux; a setup never has a user namespace elsewhere). Async-signal safe.

@@ -160,6 +160,11 @@ pub async fn run_interactive(
     };
     drop(slave);
     let pid = crate::spawn::child_pid(&child, &program)?;
+    // The child is the proxy of a pid namespace: its init gets the lowest OOM score.
+    #[cfg(target_os = "linux")]
+    if options.setup.as_ref().is_some_and(|s| s.pid_namespace()) {
+        crate::pidns::protect_init_of_proxy(pid.as_raw());
+    }
 
     let raw_guard = if nix::unistd::isatty(stdin_fd).unwrap_or(false) {
         RawModeGuard::enter(std::io::stdin())

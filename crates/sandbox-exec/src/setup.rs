@@ -223,7 +223,3 @@ impl SetupFailure {
 /// The step number sent through the report pipe when `execve` itself failed: the errno is
 /// then the exec's, classified as the command's own (126/127), not the sandbox's.
 pub(crate) const EXEC_FAILED: u32 = u32::MAX;
-
-/// A pid namespace's command status before init wrote one (the prelude's `Handoff::status`,
-/// the proxy's own slot).
-pub(crate) const NO_STATUS: i32 = i32::MIN;

@@ -195,6 +195,11 @@ pub fn spawn(spec: &CommandSpec, options: SpawnOptions) -> Result<Running, ExecE
         }
     };
     let pid = child_pid(&child, &program)?;
+    // The child is the proxy of a pid namespace: its init gets the lowest OOM score.
+    #[cfg(target_os = "linux")]
+    if options.setup.as_ref().is_some_and(|s| s.pid_namespace()) {
+        crate::pidns::protect_init_of_proxy(pid.as_raw());
+    }
     tracing::debug!(%pid, program = %program, path = %resolved.display(), "spawned");
 
     let observer = OutputObserver::new(match options.output {

@@ -229,6 +229,88 @@ fn an_allocation_loop_is_killed_at_the_memory_limit() {
     );
 }
 
+/// Fills the run's private `/tmp` (a tmpfs, charged to the run's memory group) after
+/// planting a repository in the worktree, and notes first where the OOM killer's choice
+/// stands: the OOM scores and memory groups of pid 1 (init) and of the command's shell.
+const FILL_TMPFS: &str = r#"
+{ cat /proc/1/oom_score_adj; cat /proc/self/oom_score_adj
+  grep -E '^[0-9]+:memory:' /proc/1/cgroup; grep -E '^[0-9]+:memory:' /proc/self/cgroup
+} > scores
+git init -q sub/planted
+dd if=/dev/zero of=/tmp/fill bs=1M
+"#;
+
+/// The attack on the supervisor (issue 36): under `--memory`, filling the run's tmpfs makes
+/// the kernel's OOM killer choose among the run's processes. When the namespace's init
+/// shared the `sandbox` process's memory (before), it was the biggest, and the killer took
+/// every process using that memory: `sandbox` died without a word, no report, no after-run
+/// checks (the planted repository stayed live until the next run). Now init has memory of
+/// its own and stays out of the run's group: `sandbox` survives, says 137 and why, writes
+/// its report and sets the planted repository aside.
+#[test]
+fn filling_tmpfs_under_the_memory_limit_kills_the_command_not_sandbox() {
+    let Some(env) = enforcing_env() else { return };
+    let work = env.work();
+    sandbox_testkit::git(&work, &["init", "-q", "-b", "main"]);
+    sandbox_testkit::git(&work, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    let report = env.path().join("report.json");
+    let out = env
+        .cmd()
+        .args(["run", "--memory", "64M", "--report-json"])
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c", FILL_TMPFS])
+        .output()
+        .unwrap();
+    // `sandbox` itself answered: a killed supervisor has no exit code of its own and says
+    // nothing.
+    assert_eq!(out.status.code(), Some(137), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("hit the memory limit (64 MiB"),
+        "{}",
+        text(&out)
+    );
+    let report: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(&report)
+            .unwrap_or_else(|e| panic!("no report ({e}): {}", text(&out))),
+    )
+    .unwrap();
+    assert_eq!(report["exitCode"], 137, "{report}");
+    assert!(
+        report["limits"]["usage"]["oomKills"].as_u64().unwrap() >= 1,
+        "{report}"
+    );
+    // The after-run checks ran: the planted repository is set aside, now, not at the next
+    // run from the journal.
+    let planted = work.join("sub/planted");
+    assert!(!planted.join(".git").exists(), "{}", text(&out));
+    let repos = report["nestedGit"]["repos"].as_array().unwrap();
+    assert!(
+        repos.iter().any(|r| r["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("sub/planted/.git"))
+            && r["kept"] == false),
+        "{report}"
+    );
+    assert_eq!(report["recovered"].as_array().map(Vec::len), Some(0));
+    // Why: init is outside the run's memory group (the killer never considers it there),
+    // and either has the lowest score (with CAP_SYS_RESOURCE) or the command the highest.
+    let scores = std::fs::read_to_string(work.join("scores")).unwrap();
+    let lines: Vec<&str> = scores.lines().collect();
+    assert_eq!(lines.len(), 4, "{scores}");
+    let (init, command) = (lines[0].trim(), lines[1].trim());
+    assert!(
+        init == "-1000" || command == "1000",
+        "init {init}, command {command}"
+    );
+    let group = |line: &str| line.splitn(3, ':').nth(2).unwrap_or("").to_string();
+    let (init_group, command_group) = (group(lines[2]), group(lines[3]));
+    assert!(
+        command_group.starts_with(&init_group) && command_group.len() > init_group.len(),
+        "the command's memory group {command_group} is not the run's own below init's \
+         {init_group}"
+    );
+}
+
 /// A fixed amount of work, then the CPU time the kernel accounted to it (times(2)) over the
 /// wall time it took.
 const CPU_HOG: &str = r#"

@@ -268,3 +268,39 @@ pub(crate) fn exit_watch(pid: libc::pid_t) -> Result<OwnedFd, Errno> {
     }
     Ok(kq)
 }
+
+/// Whether the calling thread has `CAP_SYS_RESOURCE` in its effective set (capget(2)): what
+/// lowering a process's OOM score takes. Root may lack it (a container's bounding set).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn has_sys_resource() -> bool {
+    /// `struct __user_cap_header_struct`, version 3 (`_LINUX_CAPABILITY_VERSION_3`).
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    /// `struct __user_cap_data_struct`: one 32-bit word of each set.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget(2) with a version-3 header (which it may write) and room for its two
+    // data words, all on our stack.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            std::ptr::addr_of_mut!(header),
+            data.as_mut_ptr(),
+        )
+    };
+    // CAP_SYS_RESOURCE is capability 24, in the first word.
+    rc == 0 && data[0].effective & (1 << 24) != 0
+}

@@ -1,7 +1,8 @@
 //! The system calls the pid namespace's init makes (`crate::pidns`), without the C library:
-//! no wrapper of its is called, so no `errno` is written (init shares the starter's thread
-//! pointer and memory, and on the direct path the supervisor's). Each returns the kernel's
-//! answer as it is: the result, or minus the errno.
+//! init is a child of a possibly multi-threaded process (a copy of its memory, where a lock
+//! the C library holds may stay held for good), and the command's process shares init's
+//! memory until it executes, so no wrapper of the C library is called and no `errno` is
+//! written. Each returns the kernel's answer as it is: the result, or minus the errno.
 
 /// # Safety
 /// The arguments must be valid for system call `n` (pointers into live memory).
@@ -71,6 +72,21 @@ pub(crate) fn set_parent_death_signal(signal: libc::c_int) -> isize {
     }
 }
 
+/// `PR_SET_DUMPABLE`: whether the caller's memory can be read through `/proc/PID/mem`,
+/// `environ` and ptrace by a process without `CAP_SYS_PTRACE` where its memory belongs.
+pub(crate) fn set_dumpable(dumpable: bool) -> isize {
+    // SAFETY: prctl(2) with integer arguments.
+    unsafe {
+        syscall(
+            libc::SYS_prctl,
+            libc::PR_SET_DUMPABLE as usize,
+            usize::from(dumpable),
+            0,
+            0,
+        )
+    }
+}
+
 /// close_range(2) from `first` to `last`, closing.
 pub(crate) fn close_range(first: usize, last: usize) -> isize {
     // SAFETY: close_range(2) with integer arguments.
@@ -87,6 +103,12 @@ pub(crate) fn close(fd: usize) -> isize {
 pub(crate) fn write_byte(fd: usize, byte: u8) -> isize {
     // SAFETY: write(2) reads one byte from our stack.
     unsafe { syscall(libc::SYS_write, fd, std::ptr::addr_of!(byte) as usize, 1, 0) }
+}
+
+/// write(2) of `bytes`: the count written, or minus the errno.
+pub(crate) fn write(fd: usize, bytes: &[u8]) -> isize {
+    // SAFETY: write(2) reads `bytes.len()` bytes from the slice we borrow.
+    unsafe { syscall(libc::SYS_write, fd, bytes.as_ptr() as usize, bytes.len(), 0) }
 }
 
 /// wait4(2) for any child (`__WALL`: clones too), its status into `status`: the pid reaped.

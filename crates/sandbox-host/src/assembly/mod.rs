@@ -191,6 +191,9 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
 /// run's proxy reads the secrets again when it starts (`Credentials::for_run`); the base
 /// URLs, which name the proxy's port, are set by the run.
 pub fn apply_credentials(policy: &mut Policy) -> Result<(), HostError> {
+    if !policy.credentials.is_empty() {
+        crate::sys::hold_secrets();
+    }
     let credentials = sandbox_net::Credentials::for_run(&policy.credentials)?;
     for (name, file) in credentials.files() {
         let file = std::fs::canonicalize(&file).unwrap_or(file);

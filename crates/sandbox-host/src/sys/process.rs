@@ -44,6 +44,22 @@ pub(crate) fn set_dumpable(dumpable: bool) -> nix::Result<()> {
         .map(drop)
 }
 
+/// `PR_GET_DUMPABLE`: whether the caller is dumpable. Async-signal safe.
+pub(crate) fn dumpable() -> bool {
+    // SAFETY: prctl(PR_GET_DUMPABLE) takes no pointer; it returns the flag.
+    unsafe { libc::prctl(libc::PR_GET_DUMPABLE) == 1 }
+}
+
+/// Makes the supervisor non-dumpable before it reads a credential's secret: its memory,
+/// environment and descriptors are then closed through `/proc` and ptrace to every process
+/// without `CAP_SYS_PTRACE` in the host's user namespace — a command of a run without the
+/// view, the same user, included. For good: the secret's copies are not all known.
+pub(crate) fn hold_secrets() {
+    if let Err(e) = set_dumpable(false) {
+        tracing::warn!(error = %e, "PR_SET_DUMPABLE 0 failed: the supervisor stays dumpable");
+    }
+}
+
 /// `PR_SET_NO_NEW_PRIVS`: no exec from here on grants privileges (setuid bits, file
 /// capabilities); required by Landlock and seccomp for an unprivileged caller.
 pub(crate) fn set_no_new_privs() -> nix::Result<()> {

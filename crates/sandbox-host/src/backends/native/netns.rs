@@ -139,6 +139,7 @@ impl NetRelay {
         // The secrets are read here, on the host, and held only by the proxy.
         let credentials = match &plan.proxy {
             Some(p) if !p.credentials.is_empty() => {
+                crate::sys::hold_secrets();
                 Some(sandbox_net::Credentials::for_run(&p.credentials)?)
             }
             _ => None,

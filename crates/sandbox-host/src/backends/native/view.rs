@@ -550,9 +550,21 @@ impl PreparedView {
         // capabilities that namespace grants.
         sys::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS | pid | net)
             .map_err(SetupFailure::at(SetupStep::UserNamespace))?;
-        write_proc(c"/proc/self/setgroups", b"deny")?;
-        write_proc(c"/proc/self/uid_map", &self.uid_map)?;
-        write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+        // A supervisor holding a credential is not dumpable (sys::hold_secrets), and on the
+        // direct path this child shares its memory: its /proc files are then root's, closed
+        // to a user writing its own id maps. Dumpable for these writes only: nothing of the
+        // run exists yet.
+        let hidden = !sys::dumpable();
+        if hidden {
+            let _ = sys::set_dumpable(true);
+        }
+        let maps = write_proc(c"/proc/self/setgroups", b"deny")
+            .and_then(|()| write_proc(c"/proc/self/uid_map", &self.uid_map))
+            .and_then(|()| write_proc(c"/proc/self/gid_map", &self.gid_map));
+        if hidden {
+            let _ = sys::set_dumpable(false);
+        }
+        maps?;
         // Nothing done from here on propagates back to the host's mount namespace.
         sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)
             .map_err(SetupFailure::at(SetupStep::ViewMount))?;
