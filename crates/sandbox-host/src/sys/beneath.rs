@@ -97,20 +97,19 @@ pub(crate) fn fd_path(fd: RawFd, buf: &mut [u8; 32]) -> &CStr {
     const PREFIX: &[u8] = b"/proc/self/fd/";
     buf[..PREFIX.len()].copy_from_slice(PREFIX);
     let mut digits = [0u8; 10];
+    let mut start = digits.len();
     let mut n = fd.max(0) as u32;
-    let mut len = 0;
     loop {
-        digits[len] = b'0' + (n % 10) as u8;
-        len += 1;
+        start -= 1;
+        digits[start] = b'0' + (n % 10) as u8;
         n /= 10;
         if n == 0 {
             break;
         }
     }
-    for i in 0..len {
-        buf[PREFIX.len() + i] = digits[len - 1 - i];
-    }
-    buf[PREFIX.len() + len] = 0;
+    let digits = &digits[start..];
+    buf[PREFIX.len()..PREFIX.len() + digits.len()].copy_from_slice(digits);
+    buf[PREFIX.len() + digits.len()] = 0;
     // The prefix and the digits hold no NUL; the one written last ends the string.
     CStr::from_bytes_until_nul(&buf[..]).unwrap_or(c"/proc/self/fd/")
 }

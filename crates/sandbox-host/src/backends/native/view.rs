@@ -39,7 +39,7 @@ enum Step {
         data: CString,
     },
     Bind {
-        source: CString,
+        source: Target,
         target: Target,
         readonly: bool,
     },
@@ -232,6 +232,8 @@ impl PreparedView {
         let mut empty_source: Option<CString> = None;
         // Where a tree the run can write is mounted: a target inside one is opened beneath.
         let mut writable: std::collections::BTreeSet<PathBuf> = Default::default();
+        // The same on the host's side: where those trees are (a bind's source inside one).
+        let mut writable_sources: std::collections::BTreeSet<PathBuf> = Default::default();
         // What is mounted where so far (`true`: a bind of the host's tree, in which every
         // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
         // mount points must be made). The root is the view's own tmpfs.
@@ -357,13 +359,15 @@ impl PreparedView {
                     }
                     mounted.insert(target.clone(), true);
                     let at = target::target(staging, &writable, target)?;
+                    let from = target::target(Path::new("/"), &writable_sources, source)?;
                     if !*readonly {
                         writable.insert(target.clone());
+                        writable_sources.insert(source.clone());
                     }
                     push(
                         &mut steps,
                         Step::Bind {
-                            source: cstring(source)?,
+                            source: from,
                             target: at,
                             readonly: *readonly,
                         },
@@ -429,7 +433,7 @@ impl PreparedView {
                     push(
                         &mut steps,
                         Step::Bind {
-                            source,
+                            source: Target::plain(source),
                             target: target::target(staging, &writable, target)?,
                             readonly: true,
                         },

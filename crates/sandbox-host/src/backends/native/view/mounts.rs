@@ -71,14 +71,9 @@ pub(super) fn run(step: &Step) -> Result<(), Errno> {
             target,
             readonly,
         } => {
-            target.at(|t| {
-                sys::mount(
-                    Some(source.as_c_str()),
-                    t,
-                    None,
-                    libc::MS_BIND | libc::MS_REC,
-                    None,
-                )
+            // The source too: a grant inside the worktree is a path another run can swap.
+            source.at(|s| {
+                target.at(|t| sys::mount(Some(s), t, None, libc::MS_BIND | libc::MS_REC, None))
             })?;
             if *readonly {
                 // Opened anew: the target now leads onto the new mount's root.

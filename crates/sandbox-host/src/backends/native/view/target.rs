@@ -1,4 +1,4 @@
-//! Where a mount of the view lands. Inside a tree a run can write (the private home, the
+//! Where a mount of the view lands, and where a bind's source is taken from. Inside a tree a run can write (the private home, the
 //! worktree, a writable grant, a cache overlay), a run of the same project may swap a
 //! directory for a link between the host's preparation and this child's mount: the target is
 //! then opened beneath the directory above that tree, no link followed in any component
@@ -26,7 +26,8 @@ pub(super) struct Target {
 }
 
 /// The target `path` of the view under `staging`. `writable`: the view's paths where a tree
-/// the run can write was mounted so far (as the plan's operations come, parents first).
+/// the run can write was mounted so far (as the plan's operations come, parents first). With
+/// `staging` `/` and the host's paths of those trees, a bind's source on the host.
 pub(super) fn target(
     staging: &Path,
     writable: &BTreeSet<PathBuf>,
@@ -59,6 +60,14 @@ pub(super) fn target(
 }
 
 impl Target {
+    /// A path of ours (the view's own tmpfs), used as it is.
+    pub(super) fn plain(path: CString) -> Target {
+        Target {
+            path,
+            beneath: None,
+        }
+    }
+
     /// Runs `f` on a path that names this target: its own, or `/proc/self/fd/N` of a
     /// descriptor opened beneath (closed afterwards). Async-signal safe.
     pub(super) fn at<R>(&self, f: impl FnOnce(&CStr) -> Result<R, Errno>) -> Result<R, Errno> {
@@ -100,5 +109,9 @@ mod tests {
             .unwrap()
             .beneath
             .is_none());
+        // A bind's source on the host: the same, without the staging directory.
+        let from = target(Path::new("/"), &writable, Path::new("/home/u/p/sub")).unwrap();
+        let (above, rel) = from.beneath.unwrap();
+        assert_eq!((above.as_c_str(), rel.as_c_str()), (c"/home", c"u/p/sub"));
     }
 }
