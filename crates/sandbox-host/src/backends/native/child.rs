@@ -116,6 +116,10 @@ impl ChildSetup for NativeChild {
         if step == SetupStep::NetListeners && detail != 0 {
             return Some(format!("127.0.0.1:{detail}"));
         }
+        if step == SetupStep::LandlockAddRule {
+            let rule = self.child_rules.get(detail as usize)?;
+            return Some(format!("/{}", rule.path.to_string_lossy()));
+        }
         self.view.as_ref()?.describe(step, detail)
     }
 }
@@ -125,8 +129,11 @@ impl NativeChild {
     pub(super) fn apply_limits(&self) -> Result<(), SetupFailure> {
         let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
         if let Some(ruleset) = &self.own_ruleset {
-            for rule in &self.child_rules {
-                rule.add(ruleset)?;
+            for (i, rule) in self.child_rules.iter().enumerate() {
+                rule.add(ruleset).map_err(|mut failure| {
+                    failure.detail = i as u32;
+                    failure
+                })?;
             }
         }
         self.sandbox.apply_limits(ruleset)
