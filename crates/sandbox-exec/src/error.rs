@@ -42,7 +42,8 @@ pub enum ExecError {
 
     /// The child's pre-exec setup (Landlock, seccomp, session) failed: the command never ran.
     #[error(
-        "sandbox setup failed in the child before exec of {program}: {setup}: {step}: {}",
+        "sandbox setup failed in the child before exec of {program}: {setup}: {step}{}: {}",
+        .what.as_ref().map(|w| format!(" ({w})")).unwrap_or_default(),
         std::io::Error::from_raw_os_error(*.errno)
     )]
     Setup {
@@ -50,6 +51,8 @@ pub enum ExecError {
         /// The [`crate::ChildSetup`] that ran ("landlock+seccomp").
         setup: String,
         step: crate::setup::SetupStep,
+        /// Which item of the step failed, as the setup describes it (a mount of the view).
+        what: Option<String>,
         errno: i32,
     },
 

@@ -129,7 +129,7 @@ impl SetupStep {
             SetupStep::ViewMount => "building the private view",
             SetupStep::PivotRoot => "entering the private view's root",
             SetupStep::WorkingDirectory => "entering the working directory in the view",
-            SetupStep::LandlockAddRule => "landlock_add_rule (the git store overlay)",
+            SetupStep::LandlockAddRule => "landlock_add_rule (for a mount only the view has)",
             SetupStep::CloseDescriptors => "closing the inherited descriptors",
             SetupStep::PidNamespace => "starting the pid namespace's init",
             SetupStep::ProcMount => "mounting the pid namespace's /proc",

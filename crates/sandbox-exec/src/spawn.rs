@@ -312,6 +312,7 @@ pub(crate) fn classify_spawn_error(
                 .unwrap_or("the exec layer")
                 .to_string(),
             step: failure.step,
+            what: setup.and_then(|s| s.describe(failure.step, failure.detail)),
             errno: failure.errno as i32,
         };
     }

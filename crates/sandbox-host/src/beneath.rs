@@ -162,6 +162,55 @@ impl Dir {
         written
     }
 
+    /// Makes the empty file `name` (`0600`): `O_CREAT|O_EXCL|O_NOFOLLOW`, so whatever is in
+    /// its place (a link) is an error, never followed.
+    pub fn create_file(&self, name: &OsStr) -> io::Result<()> {
+        single(name)?;
+        sys::openat(
+            Some(self.0.as_raw_fd()),
+            name,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        Ok(())
+    }
+
+    /// Opens the regular file `name` for reading, never through a link, never blocking on a
+    /// FIFO a run left in its place.
+    pub fn open_file(&self, name: &OsStr) -> io::Result<std::fs::File> {
+        single(name)?;
+        let fd = sys::openat(
+            Some(self.0.as_raw_fd()),
+            name,
+            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let file = std::fs::File::from(fd);
+        if !file.metadata()?.is_file() {
+            return Err(io::Error::other(format!(
+                "{}: not a regular file",
+                Path::new(name).display()
+            )));
+        }
+        Ok(file)
+    }
+
+    /// Makes the link `name` pointing at `target` (`symlinkat`: `name` in this directory).
+    pub fn symlink(&self, target: &Path, name: &OsStr) -> io::Result<()> {
+        single(name)?;
+        nix::unistd::symlinkat(target, Some(self.0.as_raw_fd()), name)?;
+        Ok(())
+    }
+
+    /// Where the link `name` points (`readlinkat`), `None` when `name` is not a link.
+    pub fn read_link(&self, name: &OsStr) -> io::Result<Option<std::path::PathBuf>> {
+        if self.kind(name)? != Some(Kind::Link) {
+            return Ok(None);
+        }
+        let target = nix::fcntl::readlinkat(Some(self.0.as_raw_fd()), name)?;
+        Ok(Some(target.into()))
+    }
+
     /// The names in this directory (not `.` and `..`).
     pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
         // Dir takes its descriptor: read through a new one of the same directory.

@@ -935,3 +935,72 @@ fn a_login_shell_finds_the_runs_toolchains() {
         "# mine\n"
     );
 }
+
+/// The escape suite's `home` row as an unprivileged user (`nobody` when the tests run as
+/// root): a run of the project swaps `~/.cache` of the private home for a link to a directory
+/// of that user outside every grant, over and over, while the next runs of the project
+/// prepare and mount the pip cache's mount point in it. No run creates anything there; each
+/// runs or fails closed (125) saying where.
+#[test]
+fn a_run_swapping_the_private_home_for_links_makes_the_next_touch_nothing_outside_as_nobody() {
+    use common::escape::{race, Verdict, ATTACKER};
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
+        skip("setpriv", "as nobody: /usr/bin/setpriv is missing");
+        return;
+    }
+    if !Path::new("/usr/bin/python3").exists() {
+        skip("python3", "python3 is missing");
+        return;
+    }
+    let env = Env::new();
+    let user = common::UserDirs::new(env.path(), "nobody", common::BIN, true);
+    // The user's own directory, which the runs could write if they reached it.
+    let target = env.path().join("nobody-outside");
+    std::fs::create_dir(&target).unwrap();
+    if is_root {
+        let nobody = sandbox_testkit::nobody::NOBODY;
+        nix::unistd::chown(
+            &target,
+            Some(nix::unistd::Uid::from_raw(nobody)),
+            Some(nix::unistd::Gid::from_raw(nobody)),
+        )
+        .unwrap();
+    }
+    let target_arg = target.to_str().unwrap();
+    let verdict = race(
+        &user.work,
+        &target,
+        |dir| {
+            user.command(&[
+                user.bin_str(),
+                "run",
+                "--backend",
+                "native",
+                "--",
+                "python3",
+                "-c",
+                ATTACKER,
+                target_arg,
+            ])
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+        },
+        || {
+            user.command(&[user.bin_str(), "run", "--", "sh", "-c", "echo ATTEMPTED"])
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        },
+    );
+    assert_eq!(
+        verdict,
+        Verdict::Blocked,
+        "{}",
+        common::escape::SWAP_HOME_DIR
+    );
+}

@@ -20,11 +20,14 @@
 //! calls until it exits). Its callers keep the `SAFETY` comment that says why the contract
 //! holds.
 //!
-//! Files: `fs.rs` (descriptors, paths, locks, extended attributes), `mount.rs` (mounts and the
+//! Files: `fs.rs` (descriptors, paths, locks, extended attributes), `beneath.rs` (a path
+//! opened beneath a directory through no link, for the view's mounts), `mount.rs` (mounts and the
 //! root), `namespace.rs` (entering and naming namespaces), `socket.rs` (sockets and descriptor
 //! passing), `process.rs` (fork, exit, prctl, waiting), `landlock.rs`, `caps.rs`
 //! (capabilities). Everything is re-exported here: callers write `sys::mount(..)`.
 
+#[cfg(target_os = "linux")]
+mod beneath;
 #[cfg(target_os = "linux")]
 mod caps;
 mod fs;
@@ -39,6 +42,8 @@ mod process;
 #[cfg(target_os = "linux")]
 mod socket;
 
+#[cfg(target_os = "linux")]
+pub(crate) use beneath::*;
 #[cfg(target_os = "linux")]
 pub(crate) use caps::*;
 pub(crate) use fs::*;

@@ -32,7 +32,7 @@ use rc::{upgrade_profile, write_shell_rc};
 pub use rc::{PROFILE, RUN_PATH, SHELL_RC};
 
 mod places;
-use places::{place_copies, prepare_mount_points, remove_any};
+use places::{place_copies, prepare_mount_points};
 
 /// The private home's settings, from the trusted configuration and the flags.
 #[derive(Debug, Clone)]
@@ -517,7 +517,8 @@ fn create_home(homes: &Path, dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     let name = dir.file_name().unwrap_or_default().to_string_lossy();
     let staging = homes.join(format!(".new-{name}"));
-    remove_any(&staging)?;
+    // A crashed attempt's leftover (homes/ is ours, out of every run's reach).
+    crate::beneath::Dir::open(homes)?.remove_all(staging.file_name().unwrap_or_default())?;
     std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
     write_shell_rc(&staging)?;
     std::fs::rename(&staging, dir)

@@ -92,78 +92,94 @@ pub(super) fn place_copies(
 /// directory or file — a link the run left in its way is removed, so a mount cannot be
 /// redirected elsewhere in the view. A toolchain's link (`~/.nix-profile`) is recreated.
 /// Returns the mount points, relative to the home, parents first (links not among them).
+///
+/// All through descriptors ([`crate::beneath`]): another run of the project writes this home
+/// while we work, and may swap a directory we just checked for a link; each component is
+/// opened without following one, so such a swap makes a step fail (the run does not start)
+/// instead of creating or removing anything outside the home.
 pub(super) fn prepare_mount_points(policy: &Policy) -> Result<Vec<PathBuf>, (PathBuf, String)> {
+    use crate::beneath::{Dir, Kind};
     let mut made: Vec<PathBuf> = Vec::new();
     let Some(home) = &policy.fs.home else {
         return Ok(made);
     };
-    let mut targets: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    let mut targets: Vec<PathBuf> = Vec::new();
     for grant in policy.fs.read.iter().chain(policy.fs.write.iter()) {
         if grant.reason == GrantReason::Home {
             continue;
         }
-        targets.push((grant.path.clone(), None));
+        targets.push(grant.path.clone());
     }
-    targets.extend(home.caches.iter().map(|c| (c.path.clone(), None)));
-    targets.extend(policy.fs.devices.iter().map(|d| (d.clone(), None)));
-    for (target, _) in targets {
+    targets.extend(home.caches.iter().map(|c| c.path.clone()));
+    targets.extend(policy.fs.devices.iter().cloned());
+    let mut root = None;
+    for target in targets {
         let Ok(rel) = target.strip_prefix(&home.path) else {
             continue;
         };
         if rel.as_os_str().is_empty() {
             continue;
         }
-        let source = std::fs::symlink_metadata(&target);
-        let link = match &source {
+        // The source is the host's own (the real home), read by path as any grant is.
+        let link = match std::fs::symlink_metadata(&target) {
             Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&target).ok(),
             _ => None,
         };
         let is_dir = target.is_dir();
-        let mut at = home.dir.clone();
+        if root.is_none() {
+            root = Some(Dir::open(&home.dir).map_err(|e| (home.dir.clone(), e.to_string()))?);
+        }
+        let Some(root) = &root else {
+            continue;
+        };
+        let mut at = root
+            .dir(std::ffi::OsStr::new("."))
+            .map_err(|e| (home.dir.clone(), e.to_string()))?;
+        let mut relative = PathBuf::new();
         let comps: Vec<_> = rel.components().collect();
         for (i, c) in comps.iter().enumerate() {
-            at.push(c);
+            let std::path::Component::Normal(name) = c else {
+                return Err((target.clone(), "not beneath the home".into()));
+            };
+            relative.push(name);
+            let fail = |e: std::io::Error| {
+                let at = home.dir.join(&relative);
+                (at, format!("preparing a mount point: {e}"))
+            };
             let last = i + 1 == comps.len();
-            let meta = std::fs::symlink_metadata(&at);
             if last {
                 if let Some(link) = &link {
-                    if std::fs::read_link(&at).ok().as_ref() != Some(link) {
-                        remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
-                        std::os::unix::fs::symlink(link, &at)
-                            .map_err(|e| (at.clone(), e.to_string()))?;
+                    if at.read_link(name).map_err(fail)?.as_ref() != Some(link) {
+                        at.remove_all(name).map_err(fail)?;
+                        at.symlink(link, name).map_err(fail)?;
                     }
                     break;
                 }
             }
             let want_dir = !last || is_dir;
-            let relative = at.strip_prefix(&home.dir).unwrap_or(&at).to_path_buf();
             if !made.contains(&relative) {
-                made.push(relative);
+                made.push(relative.clone());
             }
-            let ok = match &meta {
-                Ok(m) => !m.file_type().is_symlink() && m.is_dir() == want_dir,
-                Err(_) => false,
+            let kind = at.kind(name).map_err(fail)?;
+            let ok = match kind {
+                Some(Kind::Dir) => want_dir,
+                Some(Kind::File { .. }) => !want_dir,
+                _ => false,
             };
-            if ok {
-                continue;
+            if !ok {
+                if kind.is_some() {
+                    at.remove_all(name).map_err(fail)?;
+                }
+                if want_dir {
+                    at.mkdir(name, 0o755).map_err(fail)?;
+                } else {
+                    at.create_file(name).map_err(fail)?;
+                }
             }
-            if meta.is_ok() {
-                remove_any(&at).map_err(|e| (at.clone(), e.to_string()))?;
-            }
-            if want_dir {
-                std::fs::create_dir(&at).map_err(|e| (at.clone(), e.to_string()))?;
-            } else {
-                std::fs::File::create(&at).map_err(|e| (at.clone(), e.to_string()))?;
+            if !last {
+                at = at.dir(name).map_err(fail)?;
             }
         }
     }
     Ok(made)
-}
-
-pub(super) fn remove_any(path: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
-        Ok(_) => std::fs::remove_file(path),
-        Err(_) => Ok(()),
-    }
 }

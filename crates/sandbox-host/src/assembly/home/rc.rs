@@ -39,25 +39,19 @@ pub(super) fn write_shell_rc(dir: &Path) -> std::io::Result<()> {
 
 /// A home made before login shells got the run's `PATH` has the shell rc as its `.profile`:
 /// that one (untouched since) becomes [`PROFILE`]. One the user edited stays as it is. Never
-/// through a link the run left in its place (read `O_NOFOLLOW`, replaced by a rename).
+/// through a link the run left in its place (read `O_NOFOLLOW`, replaced by a rename, both
+/// in a descriptor of the home).
 pub(super) fn upgrade_profile(dir: &Path) -> std::io::Result<()> {
     use std::io::Read as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let path = dir.join(".profile");
+    let home = crate::beneath::Dir::open(dir)?;
+    let name = std::ffi::OsStr::new(".profile");
     let mut old = Vec::new();
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
+    match home.open_file(name) {
         Ok(f) => f.take(SHELL_RC.len() as u64 + 1).read_to_end(&mut old)?,
         Err(_) => return Ok(()),
     };
     if old != SHELL_RC.as_bytes() {
         return Ok(());
     }
-    let mut new = tempfile::NamedTempFile::new_in(dir)?;
-    new.write_all(PROFILE.as_bytes())?;
-    new.persist(&path).map_err(|e| e.error)?;
-    Ok(())
+    home.replace_file(name, PROFILE.as_bytes())
 }

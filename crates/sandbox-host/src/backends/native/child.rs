@@ -28,15 +28,25 @@ pub struct NativeChild {
 
 /// A Landlock rule added in the child after the view is built, for a directory mounted only
 /// there: Landlock does not consult a rule on the mount point such a mount covers.
+/// Its directory is opened beneath the view's root through no link: the path may cross a
+/// tree the run writes (a cache overlay in the private home), where another run of the project
+/// could have put a link that would carry the rule elsewhere.
 pub(super) struct ChildRule {
+    /// The path, relative to the view's root.
     pub(super) path: std::ffi::CString,
     pub(super) access: u64,
 }
 
 impl ChildRule {
     pub(super) fn new(path: &std::path::Path, access: u64) -> Result<Self, HostError> {
+        let rel = path.strip_prefix("/").unwrap_or(path);
+        let rel = if rel.as_os_str().is_empty() {
+            std::path::Path::new(".")
+        } else {
+            rel
+        };
         Ok(ChildRule {
-            path: std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| {
+            path: std::ffi::CString::new(rel.as_os_str().as_encoded_bytes()).map_err(|_| {
                 HostError::ViewPath {
                     path: path.to_path_buf(),
                     cause: "contains a NUL byte".into(),
@@ -49,12 +59,7 @@ impl ChildRule {
     pub(super) fn add(&self, ruleset: &OwnedFd) -> Result<(), SetupFailure> {
         let fail = SetupFailure::at(SetupStep::LandlockAddRule);
         // O_PATH: no access to the content.
-        let fd = sys::open(
-            &self.path,
-            libc::O_PATH | libc::O_CLOEXEC | libc::O_DIRECTORY,
-            0,
-        )
-        .map_err(&fail)?;
+        let fd = sys::open_beneath(c"/", &self.path).map_err(&fail)?;
         let result =
             sys::landlock_add_path_rule(ruleset.as_raw_fd(), fd, self.access).map_err(&fail);
         let _ = sys::close(fd);
@@ -111,6 +116,10 @@ impl ChildSetup for NativeChild {
         if step == SetupStep::NetListeners && detail != 0 {
             return Some(format!("127.0.0.1:{detail}"));
         }
+        if step == SetupStep::LandlockAddRule {
+            let rule = self.child_rules.get(detail as usize)?;
+            return Some(format!("/{}", rule.path.to_string_lossy()));
+        }
         self.view.as_ref()?.describe(step, detail)
     }
 }
@@ -120,8 +129,11 @@ impl NativeChild {
     pub(super) fn apply_limits(&self) -> Result<(), SetupFailure> {
         let ruleset = self.own_ruleset.as_ref().or(self.sandbox.ruleset.as_ref());
         if let Some(ruleset) = &self.own_ruleset {
-            for rule in &self.child_rules {
-                rule.add(ruleset)?;
+            for (i, rule) in self.child_rules.iter().enumerate() {
+                rule.add(ruleset).map_err(|mut failure| {
+                    failure.detail = i as u32;
+                    failure
+                })?;
             }
         }
         self.sandbox.apply_limits(ruleset)

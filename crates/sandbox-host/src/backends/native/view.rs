@@ -22,8 +22,10 @@ use crate::error::HostError;
 use crate::sys;
 
 mod mounts;
+mod target;
 pub(crate) use mounts::write_file;
 use mounts::{enter, run, set_readonly, tmpfs, view_failure, write_proc};
+use target::Target;
 
 /// One system-call-level step of building the view. Paths are under the staging directory.
 #[derive(Debug)]
@@ -33,12 +35,12 @@ enum Step {
     /// Create an empty file mount point on a tmpfs of the view.
     Touch(CString),
     Tmpfs {
-        target: CString,
+        target: Target,
         data: CString,
     },
     Bind {
-        source: CString,
-        target: CString,
+        source: Target,
+        target: Target,
         readonly: bool,
     },
     Symlink {
@@ -47,16 +49,16 @@ enum Step {
     },
     /// An overlay; `data` holds its layers as mount options.
     Overlay {
-        target: CString,
+        target: Target,
         data: CString,
     },
     /// A bind of a path of the view over itself, read-only.
-    Pin(CString),
+    Pin(Target),
     /// Removes a file of the view's root tmpfs: the source of the empty files, once bound
     /// (each bind keeps the file it shows).
     Unlink(CString),
     /// A private devpts instance.
-    Devpts(CString),
+    Devpts(Target),
     /// A size-limited tmpfs of the git store's writable layer (`data`: its options).
     LayerTmpfs {
         target: CString,
@@ -228,6 +230,10 @@ impl PreparedView {
         let mut labels = Vec::new();
         let mut made: std::collections::BTreeSet<PathBuf> = Default::default();
         let mut empty_source: Option<CString> = None;
+        // Where a tree the run can write is mounted: a target inside one is opened beneath.
+        let mut writable: std::collections::BTreeSet<PathBuf> = Default::default();
+        // The same on the host's side: where those trees are (a bind's source inside one).
+        let mut writable_sources: std::collections::BTreeSet<PathBuf> = Default::default();
         // What is mounted where so far (`true`: a bind of the host's tree, in which every
         // ancestor of a granted path already exists; `false`: a tmpfs of the view, where
         // mount points must be made). The root is the view's own tmpfs.
@@ -324,7 +330,7 @@ impl PreparedView {
                     push(
                         &mut steps,
                         Step::Tmpfs {
-                            target: inside(target)?,
+                            target: target::target(staging, &writable, target)?,
                             data: mount_data(format!("mode={mode:o}"), target)?,
                         },
                         format!("tmpfs on {}", target.display()),
@@ -352,11 +358,17 @@ impl PreparedView {
                         push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), true);
+                    let at = target::target(staging, &writable, target)?;
+                    let from = target::target(Path::new("/"), &writable_sources, source)?;
+                    if !*readonly {
+                        writable.insert(target.clone());
+                        writable_sources.insert(source.clone());
+                    }
                     push(
                         &mut steps,
                         Step::Bind {
-                            source: cstring(source)?,
-                            target: inside(target)?,
+                            source: from,
+                            target: at,
                             readonly: *readonly,
                         },
                         format!(
@@ -380,10 +392,12 @@ impl PreparedView {
                         push(&mut steps, step, label);
                     }
                     mounted.insert(target.clone(), true);
+                    let at = target::target(staging, &writable, target)?;
+                    writable.insert(target.clone());
                     push(
                         &mut steps,
                         Step::Overlay {
-                            target: inside(target)?,
+                            target: at,
                             data: overlay_options(lower, upper, work)?,
                         },
                         format!(
@@ -398,7 +412,7 @@ impl PreparedView {
                     mounted.insert(target.clone(), true);
                     push(
                         &mut steps,
-                        Step::Pin(inside(target)?),
+                        Step::Pin(target::target(staging, &writable, target)?),
                         format!("read-only pin of {} ({why})", target.display()),
                     );
                 }
@@ -419,8 +433,8 @@ impl PreparedView {
                     push(
                         &mut steps,
                         Step::Bind {
-                            source,
-                            target: inside(target)?,
+                            source: Target::plain(source),
+                            target: target::target(staging, &writable, target)?,
                             readonly: true,
                         },
                         format!("an empty file over {} ({why})", target.display()),
@@ -434,7 +448,7 @@ impl PreparedView {
                     mounted.insert(target.clone(), false);
                     push(
                         &mut steps,
-                        Step::Devpts(inside(target)?),
+                        Step::Devpts(target::target(staging, &writable, target)?),
                         format!("private devpts on {}", target.display()),
                     );
                 }

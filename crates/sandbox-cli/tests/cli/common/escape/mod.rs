@@ -7,7 +7,7 @@
 //! git pointers, repaired and reported) and every piece of normal work still succeeds.
 //!
 //! One file per family of attacks (`file`, `git_code`, `git_formats`, `process`, `killed`, `network`, `net`,
-//! `device`, `pointer`, `store`, `socket`), in the order [`attacks`] runs them; beside them the
+//! `device`, `pointer`, `store`, `socket`, `home`), in the order [`attacks`] runs them; beside them the
 //! harness (`harness`: an [`Attack`] and its [`Verdict`], the judges), the repository every
 //! attack runs against (`fixture`), and the normal work that must still succeed (`work`).
 
@@ -17,6 +17,7 @@ mod fixture;
 mod git_code;
 mod git_formats;
 mod harness;
+mod home;
 mod killed;
 mod net;
 mod network;
@@ -33,6 +34,7 @@ pub use fixture::{
     NOUSERNS_WRAPPER,
 };
 pub use harness::Verdict;
+pub use home::{race, ATTACKER, SWAP_HOME_DIR};
 pub use killed::{exits_within, OUTLIVES_KILLED_SANDBOX};
 pub use net::{ALLOWED_PORT_ELSEWHERE, FAST_OPEN, LISTEN_WITHOUT_BIND, RAW_SOCKET};
 pub use store::{HEAD_ON_A_FUTURE_BRANCH, HEAD_PARKED_THEN_KILLED, REPLACE_OBJECT, SHADOW_REF};
@@ -45,6 +47,7 @@ use file::file_attacks;
 use git_code::git_code_attacks;
 use git_formats::git_formats_attacks;
 use harness::Attack;
+use home::home_attacks;
 use killed::killed_attacks;
 use net::net_attacks;
 use network::network_attacks;
@@ -67,6 +70,7 @@ pub fn attacks() -> Vec<Attack> {
         pointer_attacks(),
         store_attacks(),
         socket_attacks(),
+        home_attacks(),
     ]
     .into_iter()
     .flatten()

@@ -65,47 +65,49 @@ pub(super) fn run(step: &Step) -> Result<(), Errno> {
                 }
             }
         }
-        Step::Tmpfs { target, data } => tmpfs(target, data),
+        Step::Tmpfs { target, data } => target.at(|t| tmpfs(t, data)),
         Step::Bind {
             source,
             target,
             readonly,
         } => {
-            sys::mount(
-                Some(source.as_c_str()),
-                target,
-                None,
-                libc::MS_BIND | libc::MS_REC,
-                None,
-            )?;
+            // The source too: a grant inside the worktree is a path another run can swap.
+            source.at(|s| {
+                target.at(|t| sys::mount(Some(s), t, None, libc::MS_BIND | libc::MS_REC, None))
+            })?;
             if *readonly {
-                set_readonly(target, true)?;
+                // Opened anew: the target now leads onto the new mount's root.
+                target.at(|t| set_readonly(t, true))?;
             }
             Ok(())
         }
         Step::Symlink { target, link } => sys::symlink(target, link),
-        Step::Overlay { target, data } => sys::mount(
-            Some(c"overlay"),
-            target,
-            Some(c"overlay"),
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(data.as_c_str()),
-        ),
+        Step::Overlay { target, data } => target.at(|t| {
+            sys::mount(
+                Some(c"overlay"),
+                t,
+                Some(c"overlay"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(data.as_c_str()),
+            )
+        }),
         Step::LayerTmpfs { target, data } => tmpfs(target, data),
         // unlink(2) only (nix passes a `CStr` through without allocating).
         Step::Unlink(path) => nix::unistd::unlink(path.as_c_str()),
         Step::SendLayer { dir, fd } => send_dir(dir, *fd),
-        Step::Devpts(target) => sys::mount(
-            Some(c"devpts"),
-            target,
-            Some(c"devpts"),
-            libc::MS_NOSUID | libc::MS_NOEXEC,
-            Some(DEVPTS_OPTIONS),
-        ),
-        Step::Pin(path) => {
-            // The path bound over itself.
-            sys::mount(Some(path.as_c_str()), path, None, libc::MS_BIND, None)?;
-            set_readonly(path, false)
+        Step::Devpts(target) => target.at(|t| {
+            sys::mount(
+                Some(c"devpts"),
+                t,
+                Some(c"devpts"),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                Some(DEVPTS_OPTIONS),
+            )
+        }),
+        Step::Pin(target) => {
+            // The path bound over itself, then (opened anew, onto the new mount) read-only.
+            target.at(|t| sys::mount(Some(t), t, None, libc::MS_BIND, None))?;
+            target.at(|t| set_readonly(t, false))
         }
     }
 }
