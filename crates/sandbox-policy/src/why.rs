@@ -273,6 +273,7 @@ mod tests {
             access,
             why: why.into(),
             status: "granted".into(),
+            audit: None,
         };
         p.agent = Some(AgentGrants {
             agent: "claude".into(),
