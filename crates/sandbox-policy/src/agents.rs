@@ -431,6 +431,54 @@ mod tests {
         assert_eq!(access("codex", ".codex/shell_snapshots"), None);
     }
 
+    /// The repositories the host's agent runs git in stay writable (checkpoints made inside
+    /// restore on the host) and are audited after every run; an audit on a path that is
+    /// not writable means nothing and is refused.
+    #[test]
+    fn the_agents_git_repositories_are_audited() {
+        let all = profiles();
+        let home = Path::new("/home/u");
+        let audited: Vec<(String, PathBuf)> = BUILTIN
+            .iter()
+            .flat_map(|(name, _)| {
+                compile(all.get(name).unwrap(), home)
+                    .unwrap()
+                    .paths
+                    .into_iter()
+                    .filter(|p| p.audit == Some(AgentAudit::Git))
+                    .map(move |p| {
+                        assert_eq!(p.access, AgentAccess::Write, "{}", p.path.display());
+                        (name.to_string(), p.path)
+                    })
+            })
+            .collect();
+        assert_eq!(
+            audited,
+            [
+                ("gemini".into(), home.join(".gemini/history")),
+                ("opencode".into(), home.join(".local/share/opencode/snapshot")),
+            ]
+        );
+        let mut bad = profile(&[("~/.x", AgentAccess::Read)]);
+        bad.paths[0].audit = Some(AgentAudit::Git);
+        let err = compile(&bad, home).unwrap_err().to_string();
+        assert!(err.contains("writable path only"), "{err}");
+        // Every writable path of a shipped profile says what the host's agent does with it,
+        // in a comment right above its entry.
+        for (name, text) in BUILTIN {
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, line) in lines.iter().enumerate() {
+                if *line == "access: write" {
+                    assert!(
+                        i >= 2 && lines[i - 2].starts_with('#'),
+                        "{name}: {} has no finding above it",
+                        lines[i - 1]
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_command_name_selects_the_profile() {
         let all = profiles();

@@ -332,6 +332,7 @@ impl PreparedCommand {
             layout: git,
             gitdir: self.gitdir.as_ref(),
             nested: self.nested.as_ref(),
+            agent_repos: &self.agent_repos,
             quarantined: self.store.is_some(),
         })
     }
