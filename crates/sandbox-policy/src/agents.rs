@@ -456,7 +456,10 @@ mod tests {
             audited,
             [
                 ("gemini".into(), home.join(".gemini/history")),
-                ("opencode".into(), home.join(".local/share/opencode/snapshot")),
+                (
+                    "opencode".into(),
+                    home.join(".local/share/opencode/snapshot")
+                ),
             ]
         );
         let mut bad = profile(&[("~/.x", AgentAccess::Read)]);

@@ -555,7 +555,12 @@ fn gemini_next_checkpoint(
     std::fs::write(work.join("a.txt"), "host\n").unwrap();
     let add = gemini_git(user, &repo, work, &["add", "."]);
     let _ = gemini_git(user, &repo, work, &["status", "--porcelain"]);
-    let commit = gemini_git(user, &repo, work, &["commit", "-q", "--no-verify", "-m", "host"]);
+    let commit = gemini_git(
+        user,
+        &repo,
+        work,
+        &["commit", "-q", "--no-verify", "-m", "host"],
+    );
     let bashrc = std::fs::read_to_string(home.join(".bashrc")).unwrap();
     if backend == "host" {
         assert!(
@@ -593,7 +598,10 @@ fn gemini_next_checkpoint(
     );
     let restore = gemini_git(user, &repo, work, &["restore", "--source", "HEAD~1", "."]);
     assert!(restore.status.success(), "{}", text(&restore));
-    assert_eq!(std::fs::read_to_string(work.join("a.txt")).unwrap(), "inside\n");
+    assert_eq!(
+        std::fs::read_to_string(work.join("a.txt")).unwrap(),
+        "inside\n"
+    );
     assert!(!marker.exists());
 }
 
