@@ -245,6 +245,19 @@ impl Walk {
         }
     }
 
+    /// A directory git reads data from: anything but a plain file is set aside.
+    fn plain_only(&mut self, dir: &File, path: &Path) {
+        for name in names(dir).into_iter().filter(|n| !set_aside_before(n)) {
+            let Ok(Some(st)) = lstat_at(dir, &name) else {
+                continue;
+            };
+            if !plain_file(&st) {
+                let why = "git would follow it, or block on it".to_string();
+                self.set_aside(dir, &name, &path.join(&name), describe(&st), why);
+            }
+        }
+    }
+
     /// `objects/`: only `info/` is judged (the objects and packs are data).
     fn objects(&mut self, dir: &File, path: &Path) {
         let info = OsStr::new("info");
@@ -264,7 +277,13 @@ impl Walk {
             let Ok(Some(st)) = lstat_at(&sub, &name) else {
                 continue;
             };
-            let problem = if !plain_file(&st) {
+            let problem = if file_type(&st) == SFlag::S_IFDIR {
+                // `commit-graphs/` (a split commit-graph `git gc` may write): plain files only.
+                if let Ok(inner) = open_subdir(&sub, &name) {
+                    self.plain_only(&inner, &at.join(&name));
+                }
+                None
+            } else if !plain_file(&st) {
                 Some("git would follow it, or block on it".to_string())
             } else {
                 match name.to_str() {

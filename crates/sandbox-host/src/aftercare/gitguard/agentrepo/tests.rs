@@ -88,8 +88,21 @@ fn a_checkpoint_repository_as_the_agent_leaves_it_is_kept_whole() {
         format!("{}\n", repo.join(".git/objects").display()),
     )
     .unwrap();
+    // What `git gc` leaves there (opencode runs it to prune): a split commit-graph.
+    std::fs::create_dir_all(snap.join("objects/info/commit-graphs")).unwrap();
+    std::fs::write(
+        snap.join("objects/info/commit-graphs/commit-graph-chain"),
+        "",
+    )
+    .unwrap();
     let report = audit_agent_repos(&[root.clone(), dir.path().join("snapshot")]);
     assert_eq!(report, GitDirReport::default());
+    // A link in it is set aside.
+    let chain = snap.join("objects/info/commit-graphs/graph-x.graph");
+    symlink("/dev/zero", &chain).unwrap();
+    let report = audit_agent_repos(&[dir.path().join("snapshot")]);
+    assert_eq!(report.set_aside.len(), 1, "{report:?}");
+    assert!(chain.symlink_metadata().is_err());
     let out = shadow_git(&repo, &work, &["rev-parse", "HEAD~1"]);
     assert!(
         out.status.success(),
