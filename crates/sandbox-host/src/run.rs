@@ -271,6 +271,16 @@ impl Run {
             .and_then(Path::parent)
             .map(|dir| dir.join(crate::aftercare::gitguard::NESTED_WALKS));
         command.scan_nested(walks.as_deref());
+        // The git repositories the agent profile keeps writable and the host's agent runs git
+        // in: audited after the command (not under `host`, which confines nothing).
+        if self.kind != BackendKind::Host {
+            command.agent_repos = self
+                .policy
+                .agent
+                .as_ref()
+                .map(|a| a.git_audited())
+                .unwrap_or_default();
+        }
         // The command's cgroups, named in the journal before they exist; its child joins
         // them before anything else.
         let groups =

@@ -94,6 +94,30 @@ impl schemars::JsonSchema for PathKind {
     }
 }
 
+/// What the host checks after every run in a writable path: `git` — the path holds git
+/// repositories the host's agent runs git in (Gemini CLI's checkpoints, opencode's
+/// snapshots), so each is audited like the worktree's own git dir (no hook, no code-running
+/// config key, no link, no pointer out) and what fails is set aside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum AgentAudit {
+    Git,
+}
+
+impl schemars::JsonSchema for AgentAudit {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "AgentAudit".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        string_pattern(
+            "git",
+            "`git`: the writable path holds git repositories the host's agent runs git in; \
+             each is audited after every run and what could run code on the host is set aside",
+        )
+    }
+}
+
 /// One path of a profile, as written in its file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -106,6 +130,9 @@ pub struct ProfilePath {
     /// always a file.
     #[serde(default)]
     pub kind: PathKind,
+    /// Only for `write`: what the host checks in it after every run (`git`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AgentAudit>,
     /// Why the agent needs it, and why this access (shown by `policy show`).
     pub why: String,
 }
@@ -229,6 +256,8 @@ pub struct AgentPath {
     pub path: PathBuf,
     pub access: AgentAccess,
     pub kind: PathKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AgentAudit>,
     pub why: String,
 }
 
@@ -275,6 +304,13 @@ pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, A
     let mut paths = Vec::new();
     for entry in &profile.paths {
         let path = expand(&profile.name, &entry.path, home)?;
+        if entry.audit.is_some() && entry.access != AgentAccess::Write {
+            return Err(AgentError::Path {
+                agent: profile.name.clone(),
+                path: path.display().to_string(),
+                cause: "an `audit` is for a writable path only".into(),
+            });
+        }
         paths.push(AgentPath {
             path,
             access: entry.access,
@@ -284,6 +320,7 @@ pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, A
             } else {
                 entry.kind
             },
+            audit: entry.audit,
             why: entry.why.clone(),
         });
     }
@@ -394,6 +431,57 @@ mod tests {
         assert_eq!(access("codex", ".codex/shell_snapshots"), None);
     }
 
+    /// The repositories the host's agent runs git in stay writable (checkpoints made inside
+    /// restore on the host) and are audited after every run; an audit on a path that is
+    /// not writable means nothing and is refused.
+    #[test]
+    fn the_agents_git_repositories_are_audited() {
+        let all = profiles();
+        let home = Path::new("/home/u");
+        let audited: Vec<(String, PathBuf)> = BUILTIN
+            .iter()
+            .flat_map(|(name, _)| {
+                compile(all.get(name).unwrap(), home)
+                    .unwrap()
+                    .paths
+                    .into_iter()
+                    .filter(|p| p.audit == Some(AgentAudit::Git))
+                    .map(move |p| {
+                        assert_eq!(p.access, AgentAccess::Write, "{}", p.path.display());
+                        (name.to_string(), p.path)
+                    })
+            })
+            .collect();
+        assert_eq!(
+            audited,
+            [
+                ("gemini".into(), home.join(".gemini/history")),
+                (
+                    "opencode".into(),
+                    home.join(".local/share/opencode/snapshot")
+                ),
+            ]
+        );
+        let mut bad = profile(&[("~/.x", AgentAccess::Read)]);
+        bad.paths[0].audit = Some(AgentAudit::Git);
+        let err = compile(&bad, home).unwrap_err().to_string();
+        assert!(err.contains("writable path only"), "{err}");
+        // Every writable path of a shipped profile says what the host's agent does with it,
+        // in a comment right above its entry.
+        for (name, text) in BUILTIN {
+            let lines: Vec<&str> = text.lines().map(str::trim).collect();
+            for (i, line) in lines.iter().enumerate() {
+                if *line == "access: write" {
+                    assert!(
+                        i >= 2 && lines[i - 2].starts_with('#'),
+                        "{name}: {} has no finding above it",
+                        lines[i - 1]
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_command_name_selects_the_profile() {
         let all = profiles();
@@ -429,6 +517,7 @@ mod tests {
                     path: p.to_string(),
                     access: *a,
                     kind: PathKind::Dir,
+                    audit: None,
                     why: "test".into(),
                 })
                 .collect(),

@@ -59,6 +59,10 @@ pub struct AgentGrantPath {
     /// `granted`, `created` (a writable path made on the host), `copied` (a private copy
     /// made), or `missing` (a read-only or copied path that does not exist: nothing granted).
     pub status: String,
+    /// What the host checks in this writable path after every run (`git`: the git
+    /// repositories the host's agent runs git in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<crate::agents::AgentAudit>,
 }
 
 impl AgentGrants {
@@ -68,6 +72,19 @@ impl AgentGrants {
             .iter()
             .filter(|p| path.starts_with(&p.path) && p.status != "missing")
             .max_by_key(|p| p.path.components().count())
+    }
+
+    /// The writable paths whose git repositories are audited after every run.
+    pub fn git_audited(&self) -> Vec<PathBuf> {
+        self.paths
+            .iter()
+            .filter(|p| {
+                p.audit == Some(crate::agents::AgentAudit::Git)
+                    && p.access == crate::agents::AgentAccess::Write
+                    && p.status != "missing"
+            })
+            .map(|p| p.path.clone())
+            .collect()
     }
 }
 

@@ -305,6 +305,7 @@ mod tests {
             access,
             why: why.into(),
             status: "granted".into(),
+            audit: None,
         };
         p.agent = Some(AgentGrants {
             agent: "claude".into(),

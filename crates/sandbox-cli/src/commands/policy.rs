@@ -249,9 +249,15 @@ fn describe_agent(
             },
             _ => String::new(),
         };
+        let audit = match entry.audit {
+            Some(sandbox_policy::agents::AgentAudit::Git) => {
+                " [its git repositories are audited after every run]"
+            }
+            None => "",
+        };
         let _ = writeln!(
             s,
-            "          {:<12}  {}  ({}){state}",
+            "          {:<12}  {}  ({}){state}{audit}",
             entry.access.as_str(),
             entry.path.display(),
             entry.why

@@ -444,3 +444,298 @@ fn every_private_copy_takes_a_rename_over_it_and_a_delete_and_create() {
     }
     assert!(tried.len() >= 3, "{tried:?}");
 }
+
+/// `git` as Gemini CLI 0.61.0 runs it for a checkpoint (packages/core/src/services/
+/// gitService.ts, `shadowGitRepository`: `getSafeGitEnv`'s command-line overrides, the
+/// repository's own `.gitconfig` as the global config, `GIT_DIR`, `GIT_WORK_TREE`), as
+/// `user` when given (the host's agent runs as the user whose home it is).
+fn gemini_git(user: Option<&common::UserDirs>, repo: &Path, work: &Path, args: &[&str]) -> Output {
+    let mut argv = vec!["git"];
+    argv.extend_from_slice(args);
+    let mut cmd = match user {
+        Some(_) => common::unprivileged(&argv),
+        None => {
+            let mut c = Command::new("git");
+            c.args(args);
+            c
+        }
+    };
+    cmd.current_dir(work)
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_COUNT", "8");
+    for (i, (k, v)) in [
+        ("credential.helper", ""),
+        ("core.fsmonitor", ""),
+        ("core.hooksPath", ""),
+        ("core.sshCommand", ""),
+        ("core.pager", "cat"),
+        ("core.editor", ""),
+        ("sequence.editor", ""),
+        ("diff.external", ""),
+    ]
+    .iter()
+    .enumerate()
+    {
+        cmd.env(format!("GIT_CONFIG_KEY_{i}"), k)
+            .env(format!("GIT_CONFIG_VALUE_{i}"), v);
+    }
+    cmd.env("GIT_CONFIG_GLOBAL", repo.join(".gitconfig"))
+        .env("GIT_CONFIG_SYSTEM", repo.join(".gitconfig_system_empty"))
+        .env("GIT_AUTHOR_NAME", "Gemini CLI")
+        .env("GIT_AUTHOR_EMAIL", "gemini-cli@google.com")
+        .env("GIT_COMMITTER_NAME", "Gemini CLI")
+        .env("GIT_COMMITTER_EMAIL", "gemini-cli@google.com")
+        .env("GIT_DIR", repo.join(".git"))
+        .env("GIT_WORK_TREE", work)
+        .output()
+        .unwrap()
+}
+
+/// A program in the worktree that leaves `marker` when run (as a filter it passes its input).
+fn evil_script(marker: &Path) -> String {
+    format!(
+        "printf '#!/bin/sh\\necho ran >> {0}\\ncat\\n' > \"$W/.evil\" && chmod +x \"$W/.evil\"",
+        marker.display()
+    )
+}
+
+/// From inside, in the project `$PWD`: Gemini CLI's checkpoint repository `repo` set up and
+/// one checkpoint made as the agent does, then a filter driver, `gpg.program` with
+/// `commit.gpgSign`, a `core.fsmonitor` and a hook in its config, the project's
+/// `.gitignore` made shell code, and the repository's `.gitignore` a link to `~/.bashrc`.
+fn gemini_plant(repo: &Path, marker: &Path) -> String {
+    let gitconfig = "[user]\\n  name = Gemini CLI\\n  email = gemini-cli@google.com\\n\
+                     [commit]\\n  gpgsign = false\\n";
+    format!(
+        "set -e; R='{repo}'; W=\"$PWD\"; export GIT_CONFIG_NOSYSTEM=1 \
+         GIT_AUTHOR_NAME=g GIT_AUTHOR_EMAIL=g@x GIT_COMMITTER_NAME=g GIT_COMMITTER_EMAIL=g@x; \
+         mkdir -p \"$R\"; printf '{gitconfig}' > \"$R/.gitconfig\"; \
+         : > \"$R/.gitconfig_system_empty\"; \
+         (cd \"$R\" && GIT_CONFIG_GLOBAL=\"$R/.gitconfig\" git init -q --initial-branch main \
+          && GIT_CONFIG_GLOBAL=\"$R/.gitconfig\" git commit -q --allow-empty -m 'Initial commit'); \
+         echo inside > a.txt; \
+         GIT_DIR=\"$R/.git\" GIT_WORK_TREE=\"$W\" GIT_CONFIG_GLOBAL=\"$R/.gitconfig\" git add . ; \
+         GIT_DIR=\"$R/.git\" GIT_WORK_TREE=\"$W\" GIT_CONFIG_GLOBAL=\"$R/.gitconfig\" \
+           git commit -q --no-verify -m inside; \
+         {evil}; C=\"$R/.git/config\"; \
+         git config --file \"$C\" filter.x.clean \"$W/.evil\"; \
+         git config --file \"$C\" commit.gpgSign true; \
+         git config --file \"$C\" gpg.program \"$W/.evil\"; \
+         git config --file \"$C\" core.fsmonitor \"$W/.evil\"; \
+         mkdir -p \"$R/.git/info\"; echo '* filter=x' > \"$R/.git/info/attributes\"; \
+         cp \"$W/.evil\" \"$R/.git/hooks/post-commit\"; \
+         printf 'touch {marker}.bashrc\\n' > \"$W/.gitignore\"; \
+         rm -f \"$R/.gitignore\"; ln -s \"$HOME/.bashrc\" \"$R/.gitignore\"",
+        repo = repo.display(),
+        evil = evil_script(marker),
+        marker = marker.display(),
+    )
+}
+
+/// The user's next host step after [`gemini_plant`]: the agent's next start and checkpoint
+/// — `setupShadowGitRepository` copies the project's `.gitignore` to the repository's with
+/// `fs.writeFile` (which follows a link), then `git add .`, `status`, `commit --no-verify`
+/// exactly as 0.61.0 runs them. Checks the outcome: under `host` (the control) the planted
+/// program ran and `~/.bashrc` took the project's `.gitignore`; otherwise neither, the run
+/// reported what it set aside, and the checkpoint made inside restores.
+fn gemini_next_checkpoint(
+    backend: &str,
+    user: Option<&common::UserDirs>,
+    home: &Path,
+    work: &Path,
+    marker: &Path,
+    out: &Output,
+) {
+    let repo = home.join(".gemini/history/task");
+    let bashrc_before = std::fs::read_to_string(home.join(".bashrc")).unwrap();
+    let ignore = std::fs::read(work.join(".gitignore")).unwrap();
+    std::fs::write(repo.join(".gitignore"), ignore).unwrap();
+    std::fs::write(work.join("a.txt"), "host\n").unwrap();
+    let add = gemini_git(user, &repo, work, &["add", "."]);
+    let _ = gemini_git(user, &repo, work, &["status", "--porcelain"]);
+    let commit = gemini_git(
+        user,
+        &repo,
+        work,
+        &["commit", "-q", "--no-verify", "-m", "host"],
+    );
+    let bashrc = std::fs::read_to_string(home.join(".bashrc")).unwrap();
+    if backend == "host" {
+        assert!(
+            marker.exists(),
+            "the control: the planted program did not run: {}{}",
+            text(&add),
+            text(&commit)
+        );
+        assert!(bashrc.contains("touch"), "the control: {bashrc:?}");
+        return;
+    }
+    assert!(
+        !marker.exists(),
+        "the host's checkpoint ran the run's program: {}",
+        text(out)
+    );
+    assert_eq!(bashrc, bashrc_before, "the link was written through");
+    assert!(
+        add.status.success() && commit.status.success(),
+        "{}{}",
+        text(&add),
+        text(&commit)
+    );
+    assert!(
+        text(out).contains("set aside"),
+        "the run's report names what it set aside: {}",
+        text(out)
+    );
+    // Legitimate work: the checkpoint made inside is there and restores (`/restore`).
+    let log = gemini_git(user, &repo, work, &["log", "--format=%s"]);
+    assert!(
+        String::from_utf8_lossy(&log.stdout).contains("inside"),
+        "{}",
+        text(&log)
+    );
+    let restore = gemini_git(user, &repo, work, &["restore", "--source", "HEAD~1", "."]);
+    assert!(restore.status.success(), "{}", text(&restore));
+    assert_eq!(
+        std::fs::read_to_string(work.join("a.txt")).unwrap(),
+        "inside\n"
+    );
+    assert!(!marker.exists());
+}
+
+/// Gemini CLI's checkpoint repository (`~/.gemini/history/<project>`, writable so checkpoints
+/// made inside reach the host's `/restore`), attacked from inside ([`gemini_plant`]), then
+/// the agent's next checkpoint on the host ([`gemini_next_checkpoint`]), with `--backend
+/// host` as the control.
+#[test]
+fn a_gemini_checkpoint_repository_carries_no_code_to_the_host() {
+    for backend in ["native", "host"] {
+        let f = Fixture::new();
+        let repo = f.home.join(".gemini/history/task");
+        let marker = f.outside.join("marker");
+        let out = run(
+            &f,
+            &["--backend", backend, "--agent", "gemini"],
+            &["sh", "-c", &gemini_plant(&repo, &marker)],
+        );
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        gemini_next_checkpoint(backend, None, &f.home, &f.task, &marker, &out);
+    }
+}
+
+/// The same as an unprivileged user (`nobody` when the tests run as root), in a lived-in
+/// home: the audit runs with the user's rights only.
+#[test]
+fn a_gemini_checkpoint_repository_carries_no_code_to_the_host_as_a_user() {
+    if nix::unistd::geteuid().is_root() && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
+        common::skip("setpriv", "setpriv is missing");
+        return;
+    }
+    for backend in ["native", "host"] {
+        let env = common::Env::new();
+        let user = common::UserDirs::new(env.path(), "user", common::BIN, true);
+        let init = user.command(&["git", "init", "-q"]).output().unwrap();
+        assert!(init.status.success(), "{}", text(&init));
+        let repo = user.home.join(".gemini/history/task");
+        let marker = user.run.join("marker");
+        let out = user
+            .command(&[
+                user.bin_str(),
+                "run",
+                "--backend",
+                backend,
+                "--agent",
+                "gemini",
+                "--",
+                "sh",
+                "-c",
+                &gemini_plant(&repo, &marker),
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        gemini_next_checkpoint(backend, Some(&user), &user.home, &user.work, &marker, &out);
+    }
+}
+
+/// opencode's snapshot repository (`~/.local/share/opencode/snapshot/<project>/<worktree>`,
+/// a git dir): from inside, a snapshot as opencode's `Snapshot.track` takes it, then a
+/// `core.fsmonitor` and a hook in its config. The user's next host step is opencode's next
+/// snapshot: `git --git-dir … --work-tree … diff-files`, `add`, `write-tree` with its `-c`
+/// options (packages/opencode/src/snapshot/index.ts). Under `--backend host` the program
+/// runs; under native it does not, and the tree snapshotted inside is still there.
+#[test]
+fn an_opencode_snapshot_repository_carries_no_code_to_the_host() {
+    for backend in ["native", "host"] {
+        let f = Fixture::new();
+        let gitdir = f.home.join(".local/share/opencode/snapshot/proj/0123abcd");
+        let marker = f.outside.join("marker");
+        let script = format!(
+            "set -e; G='{gitdir}'; W=\"$PWD\"; export GIT_CONFIG_NOSYSTEM=1; \
+             mkdir -p \"$G\"; GIT_DIR=\"$G\" GIT_WORK_TREE=\"$W\" git init -q; \
+             for kv in core.autocrlf=false core.longpaths=true core.symlinks=true \
+               core.fsmonitor=false feature.manyFiles=true index.version=4 index.threads=true \
+               core.untrackedCache=true; do git --git-dir \"$G\" config \"${{kv%%=*}}\" \"${{kv#*=}}\"; done; \
+             echo inside > a.txt; \
+             git -c core.autocrlf=false --git-dir \"$G\" --work-tree \"$W\" add --all . ; \
+             git --git-dir \"$G\" --work-tree \"$W\" write-tree > \"$W/.tree\"; \
+             {evil}; git --git-dir \"$G\" config core.fsmonitor \"$W/.evil\"; \
+             cp \"$W/.evil\" \"$G/hooks/reference-transaction\"",
+            gitdir = gitdir.display(),
+            evil = evil_script(&marker),
+        );
+        let out = run(
+            &f,
+            &["--backend", backend, "--agent", "opencode"],
+            &["sh", "-c", &script],
+        );
+        assert_eq!(out.status.code(), Some(0), "{backend}: {}", text(&out));
+        let git = |args: &[&str]| {
+            Command::new("git")
+                .args([
+                    "-c",
+                    "core.autocrlf=false",
+                    "-c",
+                    "core.longpaths=true",
+                    "-c",
+                    "core.symlinks=true",
+                    "-c",
+                    "core.quotepath=false",
+                    "--git-dir",
+                ])
+                .arg(&gitdir)
+                .arg("--work-tree")
+                .arg(&f.task)
+                .args(args)
+                .current_dir(&f.task)
+                .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+                .output()
+                .unwrap()
+        };
+        std::fs::write(f.task.join("a.txt"), "host\n").unwrap();
+        let _ = git(&["diff-files", "--name-only", "-z", "--", "."]);
+        let _ = git(&["add", "--all", "."]);
+        let tree = git(&["write-tree"]);
+        if backend == "host" {
+            assert!(marker.exists(), "the control: {}", text(&tree));
+            continue;
+        }
+        assert!(
+            !marker.exists(),
+            "the host's snapshot ran the run's program: {}",
+            text(&out)
+        );
+        assert!(tree.status.success(), "{}", text(&tree));
+        // Legitimate work: the tree snapshotted inside is there for undo.
+        let inside = std::fs::read_to_string(f.task.join(".tree")).unwrap();
+        let kind = git(&["cat-file", "-t", inside.trim()]);
+        assert_eq!(
+            String::from_utf8_lossy(&kind.stdout),
+            "tree\n",
+            "{}",
+            text(&kind)
+        );
+    }
+}

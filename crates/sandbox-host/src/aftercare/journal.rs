@@ -53,6 +53,9 @@ struct Record {
     /// The repositories inside the worktree at the start (absent in an older record).
     #[serde(default)]
     nested: Option<NestedAtStart>,
+    /// The agent profile's `audit: git` paths (absent in an older record).
+    #[serde(default)]
+    agent_repos: Vec<PathBuf>,
 }
 
 /// What a command's after-run checks compare with ([`begin`]).
@@ -64,6 +67,8 @@ pub struct Checks<'a> {
     pub gitdir: Option<&'a GitDirAtStart>,
     /// The repositories inside the worktree at the start.
     pub nested: Option<&'a NestedAtStart>,
+    /// The git repositories of the agent's state audited after the run.
+    pub agent_repos: &'a [PathBuf],
     /// Whether the command has a git store quarantine (none for `host`).
     pub quarantined: bool,
 }
@@ -252,6 +257,7 @@ pub fn begin(dir: &Path, worktree: &Path, checks: Checks<'_>) -> std::io::Result
         layout: checks.layout.clone(),
         gitdir: checks.gitdir.cloned(),
         nested: checks.nested.cloned(),
+        agent_repos: checks.agent_repos.to_vec(),
     };
     write_locked(dir, &key(worktree), &record).map(Entry)
 }
@@ -280,13 +286,16 @@ fn check(record: &Record) -> Recovered {
     let layout = &record.layout;
     let tampering = gitguard::check_and_restore(layout);
     let worktree_config_enabled = gitguard::worktree_config_enabled(layout);
-    let git_dir = record
+    let mut git_dir = record
         .gitdir
         .as_ref()
         .map(|start| {
             gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(layout, name, None))
         })
         .unwrap_or_default();
+    let agent = gitguard::audit_agent_repos(&record.agent_repos);
+    git_dir.set_aside.extend(agent.set_aside);
+    git_dir.notes.extend(agent.notes);
     let nested_git = record
         .nested
         .as_ref()
@@ -337,11 +346,17 @@ mod tests {
         let pointer = tmp.path().join("dot-git");
         std::fs::write(&pointer, "gitdir: /the/original\n").unwrap();
         let layout = layout(tmp.path(), &pointer);
+        // An agent's checkpoint repository (`audit: git`), given a hook by the killed run.
+        let repos = tmp.path().join("history");
+        std::fs::create_dir_all(repos.join("p/.git/hooks")).unwrap();
+        std::fs::write(repos.join("p/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let agent_repos = [repos.clone()];
 
         let checks = Checks {
             layout: &layout,
             gitdir: None,
             nested: None,
+            agent_repos: &agent_repos,
             quarantined: true,
         };
         let live = begin(&journal, &worktree, checks).unwrap();
@@ -349,6 +364,7 @@ mod tests {
         let dead = journal.join(format!("{}-1-0.json", key(&worktree)));
         std::fs::copy(&live.0.path, &dead).unwrap();
         std::fs::write(&pointer, "gitdir: /the/agents\n").unwrap();
+        std::fs::write(repos.join("p/.git/hooks/post-commit"), "#!/bin/sh\n").unwrap();
         // Another worktree's record is not this one's business.
         assert!(recover(&journal, &tmp.path().join("other")).is_empty());
 
@@ -367,6 +383,8 @@ mod tests {
             "gitdir: /the/original\n"
         );
         assert!(r.lines()[0].contains("was killed before its after-run checks"));
+        assert_eq!(r.git_dir.set_aside.len(), 1, "{:?}", r.git_dir);
+        assert!(!repos.join("p/.git/hooks/post-commit").exists());
         assert!(!dead.exists());
         assert!(live.0.path.exists(), "the live run's record stays");
 

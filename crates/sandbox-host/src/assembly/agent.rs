@@ -113,6 +113,7 @@ pub fn materialize(request: &AgentRequest) -> Result<Materialized, HostError> {
             access: entry.access,
             why: entry.why.clone(),
             status: status.to_string(),
+            audit: entry.audit,
         });
     }
     out.record = Some(AgentGrants {
@@ -177,6 +178,7 @@ mod tests {
             path: p.into(),
             access,
             kind,
+            audit: None,
             why: "test".into(),
         };
         let profile = AgentProfile {

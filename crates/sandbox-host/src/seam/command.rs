@@ -68,6 +68,10 @@ pub struct PreparedCommand {
     gitdir: Option<gitguard::GitDirAtStart>,
     /// The repositories inside the worktree when the command was prepared.
     nested: Option<gitguard::NestedAtStart>,
+    /// The agent profile's `audit: git` paths: the git repositories the host's agent runs git
+    /// in, audited in [`Self::finish`] ([`crate::run::Run::arm`] sets them, except for the
+    /// host backend, which confines nothing).
+    pub(crate) agent_repos: Vec<PathBuf>,
     /// The supervisor's side of the command's network namespace (native), ended in
     /// [`Self::finish`] once its processes are gone.
     net: Option<Box<dyn CommandNetwork>>,
@@ -153,6 +157,7 @@ pub struct Recheck {
     pub git: GitLayout,
     gitdir: Option<gitguard::GitDirAtStart>,
     nested: Option<gitguard::NestedAtStart>,
+    agent_repos: Vec<PathBuf>,
     /// The run's store report (which refs a stopped rebase may move).
     store: Option<StoreReport>,
 }
@@ -174,6 +179,7 @@ impl Recheck {
         if let Some(start) = &self.nested {
             lines.extend(gitguard::audit_nested(start).warnings());
         }
+        lines.extend(gitguard::audit_agent_repos(&self.agent_repos).warnings());
         lines
     }
 }
@@ -269,6 +275,7 @@ impl PreparedCommand {
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             // Scanned once the run arms it ([`Self::scan_nested`]), with its cache.
             nested: None,
+            agent_repos: Vec::new(),
             git,
             net: None,
             cgroups: None,
@@ -325,6 +332,7 @@ impl PreparedCommand {
             layout: git,
             gitdir: self.gitdir.as_ref(),
             nested: self.nested.as_ref(),
+            agent_repos: &self.agent_repos,
             quarantined: self.store.is_some(),
         })
     }
@@ -473,12 +481,16 @@ impl PreparedCommand {
         if let (Some(git), Some(head), Some(report)) = (&self.git, &self.head, report) {
             tampering.extend(gitguard::check_head(head, git, report));
         }
-        let git_dir = match (&self.git, &self.gitdir) {
+        let mut git_dir = match (&self.git, &self.gitdir) {
             (Some(git), Some(start)) => {
                 gitguard::audit_gitdir(start, &|name| gitguard::may_own_ref(git, name, report))
             }
             _ => gitguard::GitDirReport::default(),
         };
+        // The agent's own repositories (its checkpoints, its snapshots), under the same report.
+        let agent = gitguard::audit_agent_repos(&self.agent_repos);
+        git_dir.set_aside.extend(agent.set_aside);
+        git_dir.notes.extend(agent.notes);
         // After the git dir's own checks: a gitlink they set aside is not found again here.
         let nested_git = self
             .nested
@@ -493,6 +505,7 @@ impl PreparedCommand {
                 git: git.clone(),
                 gitdir: self.gitdir.clone(),
                 nested: self.nested.clone(),
+                agent_repos: self.agent_repos.clone(),
                 store: report.cloned(),
             }),
             _ => None,
@@ -536,6 +549,7 @@ mod tests {
         let recheck = Recheck {
             gitdir: gitguard::GitDirAtStart::read(&git),
             nested: None,
+            agent_repos: Vec::new(),
             git: git.clone(),
             store: None,
         };

@@ -104,21 +104,21 @@ impl GitDirReport {
     }
 }
 
-fn open_dir(path: &Path) -> io::Result<File> {
+pub(super) fn open_dir(path: &Path) -> io::Result<File> {
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(path)
 }
 
-fn open_subdir(dir: &File, name: &OsStr) -> io::Result<File> {
+pub(super) fn open_subdir(dir: &File, name: &OsStr) -> io::Result<File> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW;
     open_at(dir, name, flags, Mode::empty())
 }
 
 /// Reads the whole regular file at `name` (no link followed, no FIFO waited on); a file
 /// longer than `limit` is an error, never read in part.
-fn read_at(dir: &File, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
+pub(super) fn read_at(dir: &File, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
     let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
     let file = open_at(dir, name, flags, Mode::empty())?;
     if !file.metadata()?.is_file() {
@@ -135,13 +135,13 @@ fn read_at(dir: &File, name: &OsStr, limit: u64) -> io::Result<Vec<u8>> {
 }
 
 /// The names in `dir` (without `.` and `..`), listed through its descriptor's name.
-fn names(dir: &File) -> Vec<OsString> {
+pub(super) fn names(dir: &File) -> Vec<OsString> {
     std::fs::read_dir(fd_path(dir))
         .map(|listing| listing.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default()
 }
 
-fn describe(st: &FileStat) -> String {
+pub(super) fn describe(st: &FileStat) -> String {
     match file_type(st) {
         SFlag::S_IFLNK => "(a symbolic link)".into(),
         SFlag::S_IFDIR => "(a directory)".into(),
@@ -152,7 +152,7 @@ fn describe(st: &FileStat) -> String {
 }
 
 /// A regular file with no other name: what git may read and write in place.
-fn plain_file(st: &FileStat) -> bool {
+pub(super) fn plain_file(st: &FileStat) -> bool {
     file_type(st) == SFlag::S_IFREG && st.st_nlink == 1
 }
 

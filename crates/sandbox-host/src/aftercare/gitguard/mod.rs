@@ -23,8 +23,11 @@
 //!
 //! `<random>` is 128 bits from the OS: nothing can be planted at those names in advance.
 
+mod agentrepo;
 mod gitdir;
 mod nested;
+
+pub use agentrepo::audit_agent_repos;
 
 pub use gitdir::{audit_gitdir, GitDirAtStart, GitDirReport};
 pub use nested::{audit_nested, NestedAtStart, NestedReport, CACHE_DIR as NESTED_WALKS};
