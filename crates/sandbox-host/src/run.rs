@@ -271,6 +271,9 @@ impl Run {
             .and_then(Path::parent)
             .map(|dir| dir.join(crate::aftercare::gitguard::NESTED_WALKS));
         command.scan_nested(walks.as_deref());
+        if self.kind != BackendKind::Host {
+            command.scan_host_files(&self.policy);
+        }
         // The command's cgroups, named in the journal before they exist; its child joins
         // them before anything else.
         let groups =

@@ -13,6 +13,7 @@ use super::guest::{GuestExit, GuestFuture, GuestGit, GuestLaunch, GuestProcess};
 use super::BackendKind;
 pub use crate::aftercare::gitguard::WorktreeConfigEnabled;
 use crate::aftercare::gitguard::{self, Tampering};
+use crate::aftercare::hostfiles::{self, HostFilesAtStart, HostFilesReport};
 use crate::error::HostError;
 use sandbox_git::quarantine::{LiveQuarantine, QuarantineError, StoreReport};
 
@@ -68,6 +69,8 @@ pub struct PreparedCommand {
     gitdir: Option<gitguard::GitDirAtStart>,
     /// The repositories inside the worktree when the command was prepared.
     nested: Option<gitguard::NestedAtStart>,
+    /// The files host tools run, as they were when the command was armed.
+    hostfiles: Option<HostFilesAtStart>,
     /// The supervisor's side of the command's network namespace (native), ended in
     /// [`Self::finish`] once its processes are gone.
     net: Option<Box<dyn CommandNetwork>>,
@@ -125,6 +128,9 @@ pub struct Finished {
     /// The repositories the run created in the worktree (set aside unless
     /// `--allow-nested-git`), and `.git` files it re-pointed (restored).
     pub nested_git: gitguard::NestedReport,
+    /// The files host tools run that the run created (set aside), changed or removed (put
+    /// back), each naming the grant that would have allowed it.
+    pub host_files: HostFilesReport,
     /// What to check again once the orphans are gone: set when other commands still ran as
     /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
@@ -153,6 +159,7 @@ pub struct Recheck {
     pub git: GitLayout,
     gitdir: Option<gitguard::GitDirAtStart>,
     nested: Option<gitguard::NestedAtStart>,
+    hostfiles: Option<HostFilesAtStart>,
     /// The run's store report (which refs a stopped rebase may move).
     store: Option<StoreReport>,
 }
@@ -173,6 +180,9 @@ impl Recheck {
         }
         if let Some(start) = &self.nested {
             lines.extend(gitguard::audit_nested(start).warnings());
+        }
+        if let Some(start) = &self.hostfiles {
+            lines.extend(hostfiles::audit_host_files(start).warnings());
         }
         lines
     }
@@ -222,6 +232,7 @@ impl Finished {
         }
         lines.extend(self.git_dir.warnings());
         lines.extend(self.nested_git.warnings());
+        lines.extend(self.host_files.warnings());
         lines.extend(self.notes.iter().cloned());
         lines
     }
@@ -269,6 +280,7 @@ impl PreparedCommand {
             gitdir: git.as_ref().and_then(gitguard::GitDirAtStart::read),
             // Scanned once the run arms it ([`Self::scan_nested`]), with its cache.
             nested: None,
+            hostfiles: None,
             git,
             net: None,
             cgroups: None,
@@ -314,6 +326,13 @@ impl PreparedCommand {
             .git
             .as_ref()
             .and_then(|git| gitguard::NestedAtStart::scan(git, cache));
+    }
+
+    /// Records the files host tools run in `policy`'s worktree before the command starts
+    /// (what [`Self::finish`] compares with). [`crate::run::Run::arm`] calls it for every
+    /// backend but `host`, which confines nothing.
+    pub(crate) fn scan_host_files(&mut self, policy: &sandbox_policy::Policy) {
+        self.hostfiles = HostFilesAtStart::scan(policy);
     }
 
     /// What the run journal keeps of this command's after-run checks: the layout whose
@@ -485,6 +504,11 @@ impl PreparedCommand {
             .as_ref()
             .map(gitguard::audit_nested)
             .unwrap_or_default();
+        let host_files = self
+            .hostfiles
+            .as_ref()
+            .map(hostfiles::audit_host_files)
+            .unwrap_or_default();
         drop(self.keep);
         // Every process of the command is gone: no new connection can come.
         let connections = self.net.map(|net| net.finish()).unwrap_or_default();
@@ -493,6 +517,7 @@ impl PreparedCommand {
                 git: git.clone(),
                 gitdir: self.gitdir.clone(),
                 nested: self.nested.clone(),
+                hostfiles: self.hostfiles.clone(),
                 store: report.cloned(),
             }),
             _ => None,
@@ -505,6 +530,7 @@ impl PreparedCommand {
             git_push,
             git_dir,
             nested_git,
+            host_files,
             recheck,
             connections,
             limits: None,
@@ -536,6 +562,7 @@ mod tests {
         let recheck = Recheck {
             gitdir: gitguard::GitDirAtStart::read(&git),
             nested: None,
+            hostfiles: None,
             git: git.clone(),
             store: None,
         };
