@@ -89,6 +89,9 @@ struct Watched {
     /// Relative to the worktree root.
     rel: PathBuf,
     before: Option<Tree>,
+    /// What stood on the way when no directory did (a project's own `.claude` link to a
+    /// shared directory): left alone while it stays the same.
+    blocker: Option<(PathBuf, Node)>,
 }
 
 /// The protected paths of a worktree when a command started: what [`audit_host_files`]
@@ -295,6 +298,19 @@ fn list(dir: &File) -> Vec<OsString> {
     names
 }
 
+/// The entry that is not a directory on the way to `rel`, and what it is.
+fn blocker(root: &File, rel: &Path) -> Option<(PathBuf, Node)> {
+    let Ok(Reach::Blocked(at)) = reach(root, rel) else {
+        return None;
+    };
+    let mut b = Budget {
+        bytes: FILE_CAP,
+        entries: 1,
+    };
+    let node = snapshot(root, &at, &mut b)?.remove(Path::new(""))?;
+    Some((at, node))
+}
+
 fn snapshot(root: &File, rel: &Path, b: &mut Budget) -> Option<Tree> {
     match reach(root, rel) {
         Ok(Reach::At(dir, name)) => {
@@ -344,10 +360,12 @@ impl HostFilesAtStart {
             .filter_map(|file| {
                 let rel = file.path.strip_prefix(&root).ok()?.to_path_buf();
                 let before = snapshot(&dir, &rel, &mut budget);
+                let blocker = blocker(&dir, &rel);
                 Some(Watched {
                     file: file.clone(),
                     rel,
                     before,
+                    blocker,
                 })
             })
             .collect();
@@ -389,9 +407,9 @@ fn audit_one(root: &File, start: &HostFilesAtStart, w: &Watched, report: &mut Ho
     };
     // A link or file put where a directory on the way was (`.claude` → elsewhere): the host
     // tool would follow it.
-    if let Ok(Reach::Blocked(at)) = reach(root, &w.rel) {
-        let mut c = change(&at, HostFileChangeKind::Created);
-        set_aside(root, &start.root, &at, &mut c);
+    if let Some(now) = blocker(root, &w.rel).filter(|now| w.blocker.as_ref() != Some(now)) {
+        let mut c = change(&now.0, HostFileChangeKind::Created);
+        set_aside(root, &start.root, &now.0, &mut c);
         report.changes.push(c);
     }
     let mut budget = Budget {

@@ -155,3 +155,15 @@ fn a_file_too_large_to_keep_is_set_aside_and_said_not_restored() {
     assert!(!root.join(".gitattributes").exists());
     assert!(report.warnings()[0].contains("too large"), "{report:?}");
 }
+
+#[test]
+fn a_link_the_project_had_on_the_way_is_left_alone() {
+    let (_d, root) = project();
+    let shared = tempfile::tempdir().unwrap();
+    fs::write(shared.path().join("settings.json"), "{}").unwrap();
+    fs::remove_dir_all(root.join(".claude")).unwrap();
+    std::os::unix::fs::symlink(shared.path(), root.join(".claude")).unwrap();
+    let start = HostFilesAtStart::scan(&policy(&root, &[])).unwrap();
+    assert_eq!(audit_host_files(&start), HostFilesReport::default());
+    assert!(root.join(".claude").is_symlink(), "the user's link stays");
+}
