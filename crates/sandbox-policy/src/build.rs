@@ -284,9 +284,7 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
     let mut missing_host_grants: Vec<PathBuf> = Vec::new();
     for (path, reason) in &req.allow_write {
         let path = match canonical_grant(path, "--allow-write") {
-            Err(PolicyError::MissingGrant { .. })
-                if missing_host_file(&root, path).is_some() =>
-            {
+            Err(PolicyError::MissingGrant { .. }) if missing_host_file(&root, path).is_some() => {
                 missing_host_grants.extend(missing_host_file(&root, path));
                 continue;
             }

@@ -157,7 +157,12 @@ mod tests {
         let root = Path::new("/w/task");
         let files = host_files(
             root,
-            &[root, Path::new("/w"), Path::new("/w/task/.vscode"), Path::new("/w/task/.claude")],
+            &[
+                root,
+                Path::new("/w"),
+                Path::new("/w/task/.vscode"),
+                Path::new("/w/task/.claude"),
+            ],
         );
         let granted = |name: &str| {
             files

@@ -27,11 +27,21 @@ fn stdout(out: &Output) -> String {
 /// `--allow-write .mcp.json`. With `--allow-write .vscode --allow-write .mcp.json` (one
 /// existing, one not yet): both are written and kept, nothing reported.
 fn grants_open_them(run: &dyn Fn(&[&str]) -> Output, work: &Path, report: &Path) {
-    let out = run(&["--report-json", report.to_str().unwrap(), "--", "sh", "-c", WRITES]);
+    let out = run(&[
+        "--report-json",
+        report.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        WRITES,
+    ]);
     let text = common::text(&out);
     assert!(out.status.success(), "{text}");
     assert!(!work.join(".vscode/tasks.json").exists(), "{text}");
-    assert!(!stdout(&out).contains("vscode=0"), "the write was refused: {text}");
+    assert!(
+        !stdout(&out).contains("vscode=0"),
+        "the write was refused: {text}"
+    );
     assert!(!work.join(".mcp.json").exists(), "set aside: {text}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -39,13 +49,16 @@ fn grants_open_them(run: &dyn Fn(&[&str]) -> Output, work: &Path, report: &Path)
             && stderr.contains("--allow-write .mcp.json"),
         "{stderr}"
     );
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
     let change = &json["hostFiles"]["changes"][0];
     assert_eq!(change["grant"], "--allow-write .mcp.json", "{json:#}");
     assert_eq!(change["change"], "created", "{json:#}");
     let aside = Path::new(change["movedTo"].as_str().unwrap());
-    assert_eq!(std::fs::read_to_string(aside).unwrap(), "{}\n", "kept aside");
+    assert_eq!(
+        std::fs::read_to_string(aside).unwrap(),
+        "{}\n",
+        "kept aside"
+    );
 
     let out = run(&[
         "--allow-write",
@@ -61,13 +74,19 @@ fn grants_open_them(run: &dyn Fn(&[&str]) -> Output, work: &Path, report: &Path)
     ]);
     let text = common::text(&out);
     assert!(out.status.success(), "{text}");
-    assert!(stdout(&out).contains("vscode=0") && stdout(&out).contains("mcp=0"), "{text}");
+    assert!(
+        stdout(&out).contains("vscode=0") && stdout(&out).contains("mcp=0"),
+        "{text}"
+    );
     assert!(work.join(".vscode/tasks.json").exists(), "{text}");
     assert!(work.join(".mcp.json").exists(), "{text}");
     assert!(!text.contains("host files:"), "{text}");
-    let json: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
-    assert_eq!(json["hostFiles"]["changes"], serde_json::json!([]), "{json:#}");
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(report).unwrap()).unwrap();
+    assert_eq!(
+        json["hostFiles"]["changes"],
+        serde_json::json!([]),
+        "{json:#}"
+    );
 }
 
 #[test]
@@ -91,8 +110,7 @@ fn a_grant_opens_a_protected_path_and_the_report_names_it() {
 /// whose after-run check works with its own rights.
 #[test]
 fn a_grant_opens_a_protected_path_for_an_unprivileged_user() {
-    if nix::unistd::geteuid().is_root() && !Path::new(sandbox_testkit::nobody::SETPRIV).exists()
-    {
+    if nix::unistd::geteuid().is_root() && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
         common::skip("setpriv", "setpriv is missing");
         return;
     }

@@ -32,7 +32,7 @@ use nix::fcntl::{readlinkat, renameat, OFlag};
 use nix::sys::stat::{mkdirat, Mode, SFlag};
 use nix::unistd::{unlinkat, UnlinkatFlags};
 use sandbox_policy::{HostFile, Policy};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::gitguard::{file_type, fresh_name, lstat_at, open_at};
 
@@ -44,13 +44,15 @@ pub const TOTAL_CAP: u64 = 16 * 1024 * 1024;
 const MAX_DEPTH: usize = 16;
 const MAX_ENTRIES: usize = 20_000;
 
-/// One entry as recorded.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry as recorded (kept in the run journal too: bytes as hex).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 enum Node {
     /// A regular file: its mode, and its bytes when within the caps (else its size and
     /// change time, enough to tell that it changed).
     File {
         mode: u32,
+        #[serde(with = "hex")]
         bytes: Option<Vec<u8>>,
         stamp: (i64, i64, i64, u64),
     },
@@ -83,7 +85,7 @@ impl Node {
 /// A protected path's entries, by path relative to it (`""`: the path itself).
 type Tree = BTreeMap<PathBuf, Node>;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Watched {
     file: HostFile,
     /// Relative to the worktree root.
@@ -95,8 +97,8 @@ struct Watched {
 }
 
 /// The protected paths of a worktree when a command started: what [`audit_host_files`]
-/// compares with.
-#[derive(Debug, Clone)]
+/// compares with (kept in the run journal too).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct HostFilesAtStart {
     root: PathBuf,
     watched: Vec<Watched>,
@@ -180,6 +182,38 @@ impl HostFilesReport {
     }
 }
 
+/// A file's recorded bytes in the journal's JSON: hex, not an array of numbers.
+mod hex {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_some(&b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        let digits = text.as_bytes();
+        if digits.len() % 2 != 0 {
+            return Err(serde::de::Error::custom("an odd number of hex digits"));
+        }
+        digits
+            .chunks(2)
+            .map(|pair| {
+                std::str::from_utf8(pair)
+                    .ok()
+                    .and_then(|p| u8::from_str_radix(p, 16).ok())
+                    .ok_or_else(|| serde::de::Error::custom("not hex"))
+            })
+            .collect::<Result<Vec<u8>, _>>()
+            .map(Some)
+    }
+}
+
 struct Budget {
     bytes: u64,
     entries: usize,
@@ -222,7 +256,11 @@ fn reach_with(root: &File, rel: &Path, make: bool) -> io::Result<Reach> {
         walked.push(name);
         match lstat_at(&dir, name)? {
             None if make => {
-                mkdirat(Some(dir.as_raw_fd()), *name, Mode::from_bits_truncate(0o755))?;
+                mkdirat(
+                    Some(dir.as_raw_fd()),
+                    *name,
+                    Mode::from_bits_truncate(0o755),
+                )?;
                 dir = open_dir(&dir, name)?;
             }
             None => return Ok(Reach::Missing),
@@ -291,7 +329,10 @@ fn record(dir: &File, name: &OsStr, rel: PathBuf, depth: usize, tree: &mut Tree,
 fn list(dir: &File) -> Vec<OsString> {
     let mut names: Vec<OsString> =
         match std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
-            Ok(entries) => entries.filter_map(|e| e.ok()).map(|e| e.file_name()).collect(),
+            Ok(entries) => entries
+                .filter_map(|e| e.ok())
+                .map(|e| e.file_name())
+                .collect(),
             Err(_) => Vec::new(),
         };
     names.sort();
@@ -515,8 +556,7 @@ fn put_back(root: &File, rel: &Path, old: &Node, c: &mut HostFileChange) {
                     .write_all(bytes)
                     .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(*mode)))
                     .and_then(|()| {
-                        renameat(at, tmp.as_os_str(), at, name.as_os_str())
-                            .map_err(io::Error::from)
+                        renameat(at, tmp.as_os_str(), at, name.as_os_str()).map_err(io::Error::from)
                     });
                 if written.is_err() {
                     let _ = unlinkat(at, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);

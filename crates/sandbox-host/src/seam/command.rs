@@ -344,6 +344,7 @@ impl PreparedCommand {
             layout: git,
             gitdir: self.gitdir.as_ref(),
             nested: self.nested.as_ref(),
+            hostfiles: self.hostfiles.as_ref(),
             quarantined: self.store.is_some(),
         })
     }

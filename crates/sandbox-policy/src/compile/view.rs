@@ -502,7 +502,12 @@ fn host_file_binds(
     let root = &policy.workspace.root;
     let mut binds = Vec::new();
     let mut holders = BTreeSet::new();
-    for file in policy.workspace.host_files.iter().filter(|f| f.granted.is_none()) {
+    for file in policy
+        .workspace
+        .host_files
+        .iter()
+        .filter(|f| f.granted.is_none())
+    {
         if !matches!(classify(&file.path), EntryKind::Dir | EntryKind::File) {
             continue;
         }
@@ -884,10 +889,8 @@ mod tests {
     #[test]
     fn host_files_that_exist_are_bound_read_only_and_a_granted_one_is_not() {
         let mut p = linked_policy(false);
-        p.workspace.host_files = crate::hostfiles::host_files(
-            Path::new("/work/task"),
-            &[Path::new("/work/task/.idea")],
-        );
+        p.workspace.host_files =
+            crate::hostfiles::host_files(Path::new("/work/task"), &[Path::new("/work/task/.idea")]);
         let classify = |path: &Path| match path.to_str().unwrap() {
             "/work/task/.vscode" | "/work/task/.claude" | "/work/task/.idea" => EntryKind::Dir,
             "/work/task/.claude/settings.json" | "/work/task/.gitattributes" => EntryKind::File,
@@ -906,9 +909,17 @@ mod tests {
         ] {
             assert!(b.contains(&(ro.to_string(), true)), "{ro} in {b:?}");
         }
-        assert!(b.contains(&("/work/task/.claude".to_string(), false)), "{b:?}");
-        assert!(!b.iter().any(|(t, _)| t == "/work/task/.idea"), "granted: {b:?}");
-        assert!(!b.iter().any(|(t, _)| t.contains(".mcp.json") || t.contains(".envrc")));
+        assert!(
+            b.contains(&("/work/task/.claude".to_string(), false)),
+            "{b:?}"
+        );
+        assert!(
+            !b.iter().any(|(t, _)| t == "/work/task/.idea"),
+            "granted: {b:?}"
+        );
+        assert!(!b
+            .iter()
+            .any(|(t, _)| t.contains(".mcp.json") || t.contains(".envrc")));
         let at = |t: &str| plan.ops.iter().position(|op| op.target() == Path::new(t));
         assert!(at("/work/task") < at("/work/task/.claude"));
         assert!(at("/work/task/.claude") < at("/work/task/.claude/settings.json"));

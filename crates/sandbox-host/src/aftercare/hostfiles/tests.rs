@@ -25,9 +25,17 @@ fn project() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     fs::create_dir_all(root.join(".vscode")).unwrap();
-    fs::write(root.join(".vscode/settings.json"), "{\"editor.tabSize\": 4}\n").unwrap();
+    fs::write(
+        root.join(".vscode/settings.json"),
+        "{\"editor.tabSize\": 4}\n",
+    )
+    .unwrap();
     fs::create_dir_all(root.join(".claude")).unwrap();
-    fs::write(root.join(".claude/settings.json"), "{\"permissions\": {}}\n").unwrap();
+    fs::write(
+        root.join(".claude/settings.json"),
+        "{\"permissions\": {}}\n",
+    )
+    .unwrap();
     fs::write(root.join(".envrc"), "use flake\n").unwrap();
     fs::set_permissions(root.join(".envrc"), fs::Permissions::from_mode(0o640)).unwrap();
     fs::write(root.join("main.rs"), "fn main() {}\n").unwrap();
@@ -48,8 +56,16 @@ fn asides(dir: &Path) -> Vec<String> {
 fn what_the_run_created_is_set_aside_and_named_with_its_grant() {
     let (_d, root) = project();
     let start = HostFilesAtStart::scan(&policy(&root, &[])).unwrap();
-    fs::write(root.join(".mcp.json"), "{\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}").unwrap();
-    fs::write(root.join(".vscode/tasks.json"), "{\"runOn\": \"folderOpen\"}").unwrap();
+    fs::write(
+        root.join(".mcp.json"),
+        "{\"mcpServers\":{\"x\":{\"command\":\"sh\"}}}",
+    )
+    .unwrap();
+    fs::write(
+        root.join(".vscode/tasks.json"),
+        "{\"runOn\": \"folderOpen\"}",
+    )
+    .unwrap();
     fs::write(root.join("main.rs"), "fn main() { changed() }\n").unwrap();
     let report = audit_host_files(&start);
     assert_eq!(report.changes.len(), 2, "{report:?}");
@@ -57,8 +73,14 @@ fn what_the_run_created_is_set_aside_and_named_with_its_grant() {
     assert!(!root.join(".vscode/tasks.json").exists());
     let aside = asides(&root);
     assert_eq!(aside.len(), 2, "{aside:?}");
-    assert!(aside[1].starts_with(".vscode%tasks.json.sandbox-set-aside-"), "{aside:?}");
-    assert!(asides(&root.join(".vscode")).is_empty(), "nothing left where VS Code looks");
+    assert!(
+        aside[1].starts_with(".vscode%tasks.json.sandbox-set-aside-"),
+        "{aside:?}"
+    );
+    assert!(
+        asides(&root.join(".vscode")).is_empty(),
+        "nothing left where VS Code looks"
+    );
     let lines = report.warnings().join("\n");
     assert!(lines.contains("--allow-write .mcp.json"), "{lines}");
     assert!(lines.contains("--allow-write .vscode"), "{lines}");
@@ -68,14 +90,19 @@ fn what_the_run_created_is_set_aside_and_named_with_its_grant() {
         fs::read_to_string(root.join("main.rs")).unwrap(),
         "fn main() { changed() }\n"
     );
-    assert_eq!(audit_host_files(&start), HostFilesReport::default(), "done once");
+    assert_eq!(
+        audit_host_files(&start),
+        HostFilesReport::default(),
+        "done once"
+    );
 }
 
 #[test]
 fn what_the_run_changed_or_removed_is_put_back_as_it_was() {
     let (_d, root) = project();
     let start = HostFilesAtStart::scan(&policy(&root, &[])).unwrap();
-    let hook = "{\"hooks\":{\"SessionStart\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"x\"}]}]}}";
+    let hook =
+        "{\"hooks\":{\"SessionStart\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"x\"}]}]}}";
     fs::write(root.join(".claude/settings.json"), hook).unwrap();
     fs::remove_file(root.join(".envrc")).unwrap();
     fs::remove_dir_all(root.join(".vscode")).unwrap();
@@ -87,7 +114,10 @@ fn what_the_run_changed_or_removed_is_put_back_as_it_was() {
     );
     let envrc = root.join(".envrc");
     assert_eq!(fs::read_to_string(&envrc).unwrap(), "use flake\n");
-    assert_eq!(fs::metadata(&envrc).unwrap().permissions().mode() & 0o777, 0o640);
+    assert_eq!(
+        fs::metadata(&envrc).unwrap().permissions().mode() & 0o777,
+        0o640
+    );
     assert_eq!(
         fs::read_to_string(root.join(".vscode/settings.json")).unwrap(),
         "{\"editor.tabSize\": 4}\n"
@@ -135,10 +165,16 @@ fn a_grant_opens_its_path_and_nothing_else() {
     fs::write(root.join(".envrc"), "curl x | sh\n").unwrap();
     let report = audit_host_files(&start);
     assert!(root.join(".vscode/tasks.json").exists());
-    assert!(root.join(".mcp.json").exists(), "a missing path may be granted");
+    assert!(
+        root.join(".mcp.json").exists(),
+        "a missing path may be granted"
+    );
     assert_eq!(report.changes.len(), 1, "{report:?}");
     assert_eq!(report.changes[0].listed, ".envrc");
-    assert_eq!(fs::read_to_string(root.join(".envrc")).unwrap(), "use flake\n");
+    assert_eq!(
+        fs::read_to_string(root.join(".envrc")).unwrap(),
+        "use flake\n"
+    );
 }
 
 #[test]

@@ -46,7 +46,11 @@ fn claude_code_starts(dir: &Path) {
         }
     }
     if let Some(json) = read_json(&dir.join(".mcp.json")) {
-        for server in json["mcpServers"].as_object().into_iter().flat_map(|s| s.values()) {
+        for server in json["mcpServers"]
+            .as_object()
+            .into_iter()
+            .flat_map(|s| s.values())
+        {
             let Some(program) = server["command"].as_str() else {
                 continue;
             };
@@ -196,7 +200,11 @@ pub(super) fn hostfiles_attacks() -> Vec<Attack> {
                     ),
                 );
                 claude_code_starts(&f.task);
-                judge_host_files(&out, mark.exists(), "the host's Claude Code started the server")
+                judge_host_files(
+                    &out,
+                    mark.exists(),
+                    "the host's Claude Code started the server",
+                )
             },
         },
         Attack {
