@@ -272,7 +272,8 @@ impl Run {
             .map(|dir| dir.join(crate::aftercare::gitguard::NESTED_WALKS));
         command.scan_nested(walks.as_deref());
         // The git repositories the agent profile keeps writable and the host's agent runs git
-        // in: audited after the command (not under `host`, which confines nothing).
+        // in, and the files host tools run: audited after the command (not under `host`,
+        // which confines nothing).
         if self.kind != BackendKind::Host {
             command.agent_repos = self
                 .policy
@@ -280,6 +281,7 @@ impl Run {
                 .as_ref()
                 .map(|a| a.git_audited())
                 .unwrap_or_default();
+            command.scan_host_files(&self.policy);
         }
         // The command's cgroups, named in the journal before they exist; its child joins
         // them before anything else.

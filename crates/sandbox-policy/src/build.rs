@@ -278,8 +278,18 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         });
         fs.tmpdir = Some(tmp);
     }
+    // A grant of a protected path inside the worktree that does not exist yet (`--allow-write
+    // .mcp.json` before the run makes it) opens it without being a grant of its own: the
+    // worktree is writable already.
+    let mut missing_host_grants: Vec<PathBuf> = Vec::new();
     for (path, reason) in &req.allow_write {
-        let path = canonical_grant(path, "--allow-write")?;
+        let path = match canonical_grant(path, "--allow-write") {
+            Err(PolicyError::MissingGrant { .. }) if missing_host_file(&root, path).is_some() => {
+                missing_host_grants.extend(missing_host_file(&root, path));
+                continue;
+            }
+            other => other?,
+        };
         fs.write.push(Grant {
             path,
             reason: *reason,
@@ -330,11 +340,20 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         }
     }
 
+    let opening: Vec<&Path> = fs
+        .write
+        .iter()
+        .filter(|g| g.reason != GrantReason::Worktree)
+        .map(|g| g.path.as_path())
+        .chain(missing_host_grants.iter().map(PathBuf::as_path))
+        .collect();
+    let host_files = crate::hostfiles::host_files(&root, &opening);
     let policy = Policy {
         workspace: Workspace {
             root,
             cwd,
             git: layout,
+            host_files,
         },
         fs,
         net: if req.block_net {
@@ -359,6 +378,20 @@ pub fn build(req: PolicyRequest) -> Result<Policy, PolicyError> {
         agent: req.agent.clone(),
     };
     Ok(policy)
+}
+
+/// `path` (absolute, missing) spelled canonically when it is a protected path of `root` or
+/// lies in one: its deepest existing ancestor canonicalised, the rest appended.
+fn missing_host_file(root: &Path, path: &Path) -> Option<PathBuf> {
+    let mut base = path;
+    let mut rest = Vec::new();
+    while !base.exists() {
+        rest.push(base.file_name()?);
+        base = base.parent()?;
+    }
+    let mut full = std::fs::canonicalize(base).ok()?;
+    full.extend(rest.iter().rev());
+    crate::hostfiles::is_host_file(root, &full).then_some(full)
 }
 
 fn dedup_grants(grants: &mut Vec<Grant>) {

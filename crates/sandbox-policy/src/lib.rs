@@ -8,6 +8,7 @@ pub mod compile;
 pub mod env;
 pub mod error;
 pub mod git;
+pub mod hostfiles;
 pub mod model;
 pub mod secrets;
 #[cfg(test)]
@@ -18,6 +19,7 @@ pub mod why;
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
+pub use hostfiles::{HostFile, HOST_FILES};
 pub use model::{
     AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
     Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Publish,

@@ -97,6 +97,10 @@ pub struct Workspace {
     /// Where commands start (canonical; inside `root`).
     pub cwd: PathBuf,
     pub git: Option<GitLayout>,
+    /// The paths in the worktree that host tools run or load ([`crate::hostfiles`]):
+    /// read-only inside unless a write grant opens them, checked after every run.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_files: Vec<crate::hostfiles::HostFile>,
 }
 
 /// How a worktree's git data is laid out, as discovered on the host before the run.

@@ -28,6 +28,7 @@ pub fn linked_policy(block: bool) -> Policy {
                 absent_pointers: Vec::new(),
                 allow_nested_git: false,
             }),
+            host_files: Vec::new(),
         },
         fs: FsPolicy {
             read: vec![Grant {

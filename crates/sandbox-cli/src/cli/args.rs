@@ -26,7 +26,12 @@ pub struct SandboxArgs {
     #[arg(long = "allow-read", value_name = "PATH")]
     pub allow_read: Vec<PathBuf>,
 
-    /// Grant read-write access to PATH (repeatable). Must exist.
+    /// Grant read-write access to PATH (repeatable). Must exist, except a file host tools
+    /// run: in the worktree, `.claude/settings.json`, `.claude/settings.local.json`,
+    /// `.claude/{commands,agents,hooks,skills}`, `.mcp.json`, `.vscode`, `.idea`,
+    /// `.devcontainer`, `.envrc`, `.gitmodules`, `.gitattributes` and
+    /// `.pre-commit-config.yaml` are read-only by default (what a run creates there is set
+    /// aside after it, what it changes put back); `--allow-write .vscode` opens one.
     #[arg(long = "allow-write", value_name = "PATH")]
     pub allow_write: Vec<PathBuf>,
 

@@ -323,6 +323,24 @@ fn human(
             );
         }
     }
+    // Files host tools run: read-only inside (the view), checked after every run.
+    let (open, kept): (Vec<_>, Vec<_>) = p
+        .workspace
+        .host_files
+        .iter()
+        .partition(|f| f.granted.is_some());
+    if !kept.is_empty() {
+        let names: Vec<&str> = kept.iter().map(|f| f.name.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "protected {}  (host tools run them: read-only, checked after the run; \
+             --allow-write PATH opens one)",
+            names.join(" ")
+        );
+    }
+    for f in open {
+        let _ = writeln!(s, "          {}  (writable: a grant opened it)", f.name);
+    }
     if let Some(agent) = &p.agent {
         let _ = write!(s, "{}", describe_agent(agent, &p.fs.copies));
     }

@@ -115,6 +115,9 @@ fn write_report(
         // Repositories the run created in the worktree (set aside unless
         // --allow-nested-git), and `.git` files it re-pointed (restored).
         "nestedGit": finished.nested_git,
+        // Files host tools run (`.claude/settings.json`, `.mcp.json`, `.vscode`…) the run
+        // created (set aside) or changed (put back), each with the grant that allows it.
+        "hostFiles": finished.host_files,
         "gitPush": git_push,
         // Every connection the domain proxy answered (--allow-domain), allowed or refused.
         "connections": finished.connections,

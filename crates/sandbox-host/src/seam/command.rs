@@ -13,6 +13,7 @@ use super::guest::{GuestExit, GuestFuture, GuestGit, GuestLaunch, GuestProcess};
 use super::BackendKind;
 pub use crate::aftercare::gitguard::WorktreeConfigEnabled;
 use crate::aftercare::gitguard::{self, Tampering};
+use crate::aftercare::hostfiles::{self, HostFilesAtStart, HostFilesReport};
 use crate::error::HostError;
 use sandbox_git::quarantine::{LiveQuarantine, QuarantineError, StoreReport};
 
@@ -72,6 +73,8 @@ pub struct PreparedCommand {
     /// in, audited in [`Self::finish`] ([`crate::run::Run::arm`] sets them, except for the
     /// host backend, which confines nothing).
     pub(crate) agent_repos: Vec<PathBuf>,
+    /// The files host tools run, as they were when the command was armed.
+    hostfiles: Option<HostFilesAtStart>,
     /// The supervisor's side of the command's network namespace (native), ended in
     /// [`Self::finish`] once its processes are gone.
     net: Option<Box<dyn CommandNetwork>>,
@@ -129,6 +132,9 @@ pub struct Finished {
     /// The repositories the run created in the worktree (set aside unless
     /// `--allow-nested-git`), and `.git` files it re-pointed (restored).
     pub nested_git: gitguard::NestedReport,
+    /// The files host tools run that the run created (set aside), changed or removed (put
+    /// back), each naming the grant that would have allowed it.
+    pub host_files: HostFilesReport,
     /// What to check again once the orphans are gone: set when other commands still ran as
     /// this one ended, so its orphans could not be killed yet
     /// ([`crate::run::Reaper::reap_when_idle`]).
@@ -158,6 +164,7 @@ pub struct Recheck {
     gitdir: Option<gitguard::GitDirAtStart>,
     nested: Option<gitguard::NestedAtStart>,
     agent_repos: Vec<PathBuf>,
+    hostfiles: Option<HostFilesAtStart>,
     /// The run's store report (which refs a stopped rebase may move).
     store: Option<StoreReport>,
 }
@@ -180,6 +187,9 @@ impl Recheck {
             lines.extend(gitguard::audit_nested(start).warnings());
         }
         lines.extend(gitguard::audit_agent_repos(&self.agent_repos).warnings());
+        if let Some(start) = &self.hostfiles {
+            lines.extend(hostfiles::audit_host_files(start).warnings());
+        }
         lines
     }
 }
@@ -228,6 +238,7 @@ impl Finished {
         }
         lines.extend(self.git_dir.warnings());
         lines.extend(self.nested_git.warnings());
+        lines.extend(self.host_files.warnings());
         lines.extend(self.notes.iter().cloned());
         lines
     }
@@ -276,6 +287,7 @@ impl PreparedCommand {
             // Scanned once the run arms it ([`Self::scan_nested`]), with its cache.
             nested: None,
             agent_repos: Vec::new(),
+            hostfiles: None,
             git,
             net: None,
             cgroups: None,
@@ -323,6 +335,13 @@ impl PreparedCommand {
             .and_then(|git| gitguard::NestedAtStart::scan(git, cache));
     }
 
+    /// Records the files host tools run in `policy`'s worktree before the command starts
+    /// (what [`Self::finish`] compares with). [`crate::run::Run::arm`] calls it for every
+    /// backend but `host`, which confines nothing.
+    pub(crate) fn scan_host_files(&mut self, policy: &sandbox_policy::Policy) {
+        self.hostfiles = HostFilesAtStart::scan(policy);
+    }
+
     /// What the run journal keeps of this command's after-run checks: the layout whose
     /// pointers are checked, the git dir at the start, whether it has a git store quarantine
     /// (none for `host`, which checks nothing).
@@ -333,6 +352,7 @@ impl PreparedCommand {
             gitdir: self.gitdir.as_ref(),
             nested: self.nested.as_ref(),
             agent_repos: &self.agent_repos,
+            hostfiles: self.hostfiles.as_ref(),
             quarantined: self.store.is_some(),
         })
     }
@@ -497,6 +517,11 @@ impl PreparedCommand {
             .as_ref()
             .map(gitguard::audit_nested)
             .unwrap_or_default();
+        let host_files = self
+            .hostfiles
+            .as_ref()
+            .map(hostfiles::audit_host_files)
+            .unwrap_or_default();
         drop(self.keep);
         // Every process of the command is gone: no new connection can come.
         let connections = self.net.map(|net| net.finish()).unwrap_or_default();
@@ -506,6 +531,7 @@ impl PreparedCommand {
                 gitdir: self.gitdir.clone(),
                 nested: self.nested.clone(),
                 agent_repos: self.agent_repos.clone(),
+                hostfiles: self.hostfiles.clone(),
                 store: report.cloned(),
             }),
             _ => None,
@@ -518,6 +544,7 @@ impl PreparedCommand {
             git_push,
             git_dir,
             nested_git,
+            host_files,
             recheck,
             connections,
             limits: None,
@@ -550,6 +577,7 @@ mod tests {
             gitdir: gitguard::GitDirAtStart::read(&git),
             nested: None,
             agent_repos: Vec::new(),
+            hostfiles: None,
             git: git.clone(),
             store: None,
         };

@@ -243,6 +243,7 @@ mod tests {
                     absent_pointers: Vec::new(),
                     allow_nested_git: false,
                 }),
+                host_files: Vec::new(),
             },
             fs: FsPolicy {
                 read: vec![Grant {

@@ -271,6 +271,9 @@ pub fn compile(
             }
         }
     }
+    for (path, readonly, why) in host_file_binds(policy, classify) {
+        bind(&path, readonly, why);
+    }
     // A private copy at the real path, writable; the host's file is never bound. One the host
     // put in the private home is there already, a plain file the run may replace.
     for copy in &policy.fs.copies {
@@ -486,6 +489,44 @@ fn git_binds(policy: &Policy, git: &GitLayout) -> Vec<(PathBuf, bool, &'static s
         }
     }
     binds
+}
+
+/// The files host tools run ([`crate::hostfiles`]) that exist and no grant opened, each
+/// bound read-only over itself; a directory holding one inside the worktree (`.claude`)
+/// becomes a writable mount point first, so it cannot be renamed away with them. A link is
+/// not bound (its target is what the host reads; the after-run check judges the link).
+fn host_file_binds(
+    policy: &Policy,
+    classify: &dyn Fn(&Path) -> EntryKind,
+) -> Vec<(PathBuf, bool, &'static str)> {
+    let root = &policy.workspace.root;
+    let mut binds = Vec::new();
+    let mut holders = BTreeSet::new();
+    for file in policy
+        .workspace
+        .host_files
+        .iter()
+        .filter(|f| f.granted.is_none())
+    {
+        if !matches!(classify(&file.path), EntryKind::Dir | EntryKind::File) {
+            continue;
+        }
+        let mut holder = file.path.parent();
+        while let Some(dir) = holder.filter(|d| d.starts_with(root) && *d != root.as_path()) {
+            holders.insert(dir.to_path_buf());
+            holder = dir.parent();
+        }
+        binds.push((
+            file.path.clone(),
+            true,
+            "a file host tools run (read-only; --allow-write opens it)",
+        ));
+    }
+    let holders = holders
+        .into_iter()
+        .filter(|dir| classify(dir) == EntryKind::Dir)
+        .map(|dir| (dir, false, "holds files host tools run (a mount point)"));
+    holders.chain(binds).collect()
 }
 
 /// Why the view cannot keep this worktree's git from being re-pointed: only
@@ -843,6 +884,45 @@ mod tests {
         }
         p.unprotected_git = true;
         assert!(compile(&p, &missing, None).is_ok());
+    }
+
+    #[test]
+    fn host_files_that_exist_are_bound_read_only_and_a_granted_one_is_not() {
+        let mut p = linked_policy(false);
+        p.workspace.host_files =
+            crate::hostfiles::host_files(Path::new("/work/task"), &[Path::new("/work/task/.idea")]);
+        let classify = |path: &Path| match path.to_str().unwrap() {
+            "/work/task/.vscode" | "/work/task/.claude" | "/work/task/.idea" => EntryKind::Dir,
+            "/work/task/.claude/settings.json" | "/work/task/.gitattributes" => EntryKind::File,
+            "/work/task/.envrc" => EntryKind::Symlink("elsewhere".into()),
+            other if other.starts_with("/work/task/.") && other != "/work/task/.git" => {
+                EntryKind::Missing
+            }
+            other => classify(Path::new(other)),
+        };
+        let plan = compile(&p, &classify, None).unwrap();
+        let b = binds(&plan);
+        for ro in [
+            "/work/task/.vscode",
+            "/work/task/.claude/settings.json",
+            "/work/task/.gitattributes",
+        ] {
+            assert!(b.contains(&(ro.to_string(), true)), "{ro} in {b:?}");
+        }
+        assert!(
+            b.contains(&("/work/task/.claude".to_string(), false)),
+            "{b:?}"
+        );
+        assert!(
+            !b.iter().any(|(t, _)| t == "/work/task/.idea"),
+            "granted: {b:?}"
+        );
+        assert!(!b
+            .iter()
+            .any(|(t, _)| t.contains(".mcp.json") || t.contains(".envrc")));
+        let at = |t: &str| plan.ops.iter().position(|op| op.target() == Path::new(t));
+        assert!(at("/work/task") < at("/work/task/.claude"));
+        assert!(at("/work/task/.claude") < at("/work/task/.claude/settings.json"));
     }
 
     #[test]

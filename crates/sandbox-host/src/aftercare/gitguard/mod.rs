@@ -130,13 +130,13 @@ fn open_parent(path: &Path) -> io::Result<(File, &OsStr)> {
     Ok((dir, name))
 }
 
-fn open_at(dir: &File, name: &OsStr, flags: OFlag, mode: Mode) -> io::Result<File> {
+pub(crate) fn open_at(dir: &File, name: &OsStr, flags: OFlag, mode: Mode) -> io::Result<File> {
     let fd = crate::sys::openat(Some(dir.as_raw_fd()), name, flags | OFlag::O_CLOEXEC, mode)?;
     Ok(File::from(fd))
 }
 
 /// What is at `name` itself (a symlink is not followed); `None` if nothing is.
-fn lstat_at(dir: &File, name: &OsStr) -> io::Result<Option<FileStat>> {
+pub(crate) fn lstat_at(dir: &File, name: &OsStr) -> io::Result<Option<FileStat>> {
     match fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
         Err(Errno::ENOENT) => Ok(None),
@@ -144,7 +144,7 @@ fn lstat_at(dir: &File, name: &OsStr) -> io::Result<Option<FileStat>> {
     }
 }
 
-fn file_type(st: &FileStat) -> SFlag {
+pub(crate) fn file_type(st: &FileStat) -> SFlag {
     SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits())
 }
 
@@ -181,7 +181,7 @@ fn describe(dir: &File, name: &OsStr) -> String {
 }
 
 /// `<prefix><name>.<what>-<32 random hex digits>`.
-fn fresh_name(prefix: &str, name: &OsStr, what: &str) -> io::Result<OsString> {
+pub(crate) fn fresh_name(prefix: &str, name: &OsStr, what: &str) -> io::Result<OsString> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
         .map_err(|e| io::Error::other(format!("no randomness for a fresh name: {e}")))?;

@@ -6,8 +6,8 @@
 //! proves each check can fail. A backend passes when every attack is blocked (or, for the
 //! git pointers, repaired and reported) and every piece of normal work still succeeds.
 //!
-//! One file per family of attacks (`file`, `git_code`, `git_formats`, `process`, `killed`, `network`, `net`,
-//! `device`, `pointer`, `store`, `socket`, `home`), in the order [`attacks`] runs them; beside them the
+//! One file per family of attacks (`file`, `git_code`, `git_formats`, `hostfiles`, `process`,
+//! `killed`, `network`, `net`, `device`, `pointer`, `store`, `socket`, `home`), in the order [`attacks`] runs them; beside them the
 //! harness (`harness`: an [`Attack`] and its [`Verdict`], the judges), the repository every
 //! attack runs against (`fixture`), and the normal work that must still succeed (`work`).
 
@@ -18,6 +18,7 @@ mod git_code;
 mod git_formats;
 mod harness;
 mod home;
+mod hostfiles;
 mod killed;
 mod net;
 mod network;
@@ -48,6 +49,7 @@ use git_code::git_code_attacks;
 use git_formats::git_formats_attacks;
 use harness::Attack;
 use home::home_attacks;
+use hostfiles::hostfiles_attacks;
 use killed::killed_attacks;
 use net::net_attacks;
 use network::network_attacks;
@@ -62,6 +64,7 @@ pub fn attacks() -> Vec<Attack> {
         file_attacks(),
         git_code_attacks(),
         git_formats_attacks(),
+        hostfiles_attacks(),
         process_attacks(),
         killed_attacks(),
         network_attacks(),
