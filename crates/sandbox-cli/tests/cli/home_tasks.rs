@@ -65,14 +65,19 @@ fn attack(env: &Env, run: Runner) -> Vec<&'static str> {
     let trees = crate::home::worktrees(env, &["task-a", "task-b"]);
     let marks: PathBuf = env.path().join("granted-to-b");
     std::fs::create_dir_all(&marks).unwrap();
-    let a = run(&trees[0], None, &plant(&marks));
+    attack_in(&trees, &marks, run)
+}
+
+/// [`attack`] in the worktrees `trees` (A's, B's), `marks` existing.
+fn attack_in(trees: &[PathBuf], marks: &Path, run: Runner) -> Vec<&'static str> {
+    let a = run(&trees[0], None, &plant(marks));
     assert!(a.status.success(), "A plants: {}", text(&a));
     assert!(
         String::from_utf8_lossy(&a.stdout).contains("planted"),
         "{}",
         text(&a)
     );
-    let b = run(&trees[1], Some(&marks), &victim());
+    let b = run(&trees[1], Some(marks), &victim());
     assert!(b.status.success(), "B runs: {}", text(&b));
     assert!(
         String::from_utf8_lossy(&b.stdout).contains("python ran"),
@@ -166,4 +171,72 @@ fn a_tasks_start_up_code_does_not_run_in_another_tasks_box() {
         Vec::<&str>::new(),
         "home: per-task"
     );
+}
+
+/// As an unprivileged user (`nobody` when the suite runs as root): the same attack through
+/// `sandbox run`, `home: per-project` the control.
+#[test]
+fn a_tasks_start_up_code_does_not_run_in_another_tasks_run_as_an_unprivileged_user() {
+    let is_root = nix::unistd::geteuid().is_root();
+    if !Path::new(PYTHON).exists()
+        || (is_root && !Path::new(sandbox_testkit::nobody::SETPRIV).exists())
+    {
+        return common::skip("python3", "python3 or setpriv is missing");
+    }
+    let made = |shared: bool| -> Option<Vec<&'static str>> {
+        let env = Env::new();
+        let user = common::UserDirs::new(env.path(), "u", common::BIN, true);
+        let sh = |script: &str| {
+            let out = user.command(&["sh", "-c", script]).output().unwrap();
+            assert!(out.status.success(), "{script}: {}", text(&out));
+        };
+        let doctor = user
+            .command(&[user.bin_str(), "doctor", "--json"])
+            .output()
+            .unwrap();
+        let report: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+        if report["private_view"]["available"] != json!(true) {
+            common::skip(
+                "unprivileged-private-view",
+                format_args!(
+                    "no private view for an unprivileged user here: {}",
+                    report["private_view"]["reason"]
+                ),
+            );
+            return None;
+        }
+        // The user's own repository, worktrees and granted directory.
+        sh(
+            "git init -q -b main main && git -C main commit -q --allow-empty -m init && \
+            git -C main worktree add -q -b task-a ../task-a && \
+            git -C main worktree add -q -b task-b ../task-b && mkdir granted-to-b",
+        );
+        if shared {
+            sh("mkdir -p ~/.config/sandbox && echo 'home: per-project' > ~/.config/sandbox/config.yaml");
+        }
+        let run = |dir: &Path, grant: Option<&Path>, script: &str| {
+            let mut args = vec![user.bin_str().to_string(), "run".into()];
+            if let Some(grant) = grant {
+                args.push(format!("--allow-write={}", grant.display()));
+            }
+            args.extend(["--", "sh", "-c", script].map(String::from));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            user.command(&args)
+                .current_dir(dir)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let trees = [user.work.join("task-a"), user.work.join("task-b")];
+        Some(attack_in(&trees, &user.work.join("granted-to-b"), &run))
+    };
+    let Some(shared) = made(true) else {
+        return;
+    };
+    assert_eq!(
+        shared,
+        ["bashrc-ran", "pth-ran"],
+        "home: per-project shares it"
+    );
+    assert_eq!(made(false).unwrap(), Vec::<&str>::new(), "home: per-task");
 }
