@@ -115,9 +115,12 @@ pub struct Config {
     )]
     #[schemars(with = "Option<BTreeMap<String, sandbox_policy::agents::AgentProfile>>")]
     pub agents: BTreeMap<String, sandbox_policy::agents::AgentProfile>,
-    /// The run's private, persistent home (native, custom): `per-project` (the
-    /// default: every worktree of a repository shares one), `per-task`, or `off` (the
-    /// command gets your HOME string but not its content, no toolchains, no caches).
+    /// The run's private, persistent home (native, custom): `per-task` (the default: one
+    /// per worktree, with its own cache layers), `per-project` (every worktree of a
+    /// repository shares one, and its cache layers: start-up code one task's run leaves there,
+    /// such as a `.bashrc` line or a Python `.pth`, runs in the other tasks' runs, with their
+    /// grants), or `off` (the command gets your HOME string but not its content, no
+    /// toolchains, no caches).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(with = "Option<HomeScopeFormat>")]
     pub home: Option<String>,

@@ -116,6 +116,14 @@ pub fn defaults(ctx: &Context) -> anyhow::Result<Defaults> {
     })
 }
 
+/// Whether the private home is keyed on the worktree (`home: per-task`, the default) rather
+/// than shared by every worktree of the repository (`home: per-project`): a home holds start-up
+/// code (rc files, Python `.pth` files, `~/.npmrc`, shell snapshots, cache sources with build
+/// scripts) that one task's run could leave for another task's run with other grants.
+pub fn home_per_task(ctx: &Context) -> bool {
+    ctx.config().home.as_deref() != Some("per-project")
+}
+
 /// The private home's settings from the configuration (`home:`, `toolchains:`, `caches:`,
 /// `cache_size_mib`) and the flags; `None` with `home: off`.
 pub fn home_settings(
@@ -125,8 +133,7 @@ pub fn home_settings(
 ) -> Option<sandbox_host::assembly::home::HomeSettings> {
     use sandbox_policy::toolchains::Selection;
     let config = ctx.config();
-    let scope = config.home.as_deref().unwrap_or("per-project");
-    if scope == "off" {
+    if config.home.as_deref() == Some("off") {
         return None;
     }
     let toolchains = match config.toolchains.as_deref() {
@@ -137,7 +144,7 @@ pub fn home_settings(
     };
     Some(sandbox_host::assembly::home::HomeSettings {
         state_dir: ctx.dirs.state.clone(),
-        per_task: scope == "per-task",
+        per_task: home_per_task(ctx),
         toolchains,
         add_toolchains: add_toolchains.to_vec(),
         no_toolchains,
@@ -329,12 +336,15 @@ impl Session {
         let hook = runs_command
             .then(|| crate::commands::hook::lease(ctx, &task))
             .flatten();
-        let daemon_port = match &hook {
+        // The hook port is relayed in (under a block or a proxy) only where a hook server
+        // listens on it: the daemon whose token this run holds (its connection keeps that
+        // daemon alive for the run). Without one, whatever else listens on the configured
+        // port of the host's loopback would be reachable from a run that blocks the network.
+        policy.hook_port = match &hook {
             Some(lease) => Some(lease.port),
             None if runs_command => None,
             None => crate::commands::hook::daemon_hook_port(ctx),
         };
-        policy.hook_port = daemon_port.or(policy.hook_port);
         Ok(Session {
             policy,
             kind,

@@ -127,10 +127,10 @@ changed.\n\nExamples:\n  sandbox use native\n  sandbox use            # show\n  
     /// Show the resolved policy and its compiled form for a backend (the dry run).
     #[command(subcommand)]
     Policy(PolicyCommand),
-    /// Show (or reset) the private home of this project: where it is, the disk it and its
-    /// cache layers take, the toolchains found on this machine.
+    /// Show (or reset) the private home of this task (or project): where it is, the disk it
+    /// and its cache layers take, the toolchains found on this machine.
     #[command(
-        after_help = "Each run of the native and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes (per project; `home: per-task` in the configuration for one per worktree). Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
+        after_help = "Each run of the native and custom backends gets HOME in a private, persistent directory under $XDG_STATE_HOME/sandbox/homes, one per task (worktree), with its own cache layers: one task's run cannot leave start-up code (a .bashrc line, a Python .pth) that another task's run executes. `home: per-project` in the configuration shares one between the worktrees of a repository. Under the native view it is mounted at your real home's path, your toolchains read-only on top of it and your package caches copy-on-write.
 
 Examples:
   sandbox home

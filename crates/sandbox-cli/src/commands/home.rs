@@ -1,4 +1,4 @@
-//! `sandbox home`: the private home of this project — where it is, the disk it and its cache
+//! `sandbox home`: the private home of this task (or project) — where it is, the disk it and its cache
 //! layers take, the toolchains this machine has — and `sandbox home reset`.
 
 use std::path::{Path, PathBuf};
@@ -19,8 +19,7 @@ pub(crate) fn locate(
         workdir: dir.to_path_buf(),
         ..Default::default()
     })?;
-    let per_task = ctx.config().home.as_deref() == Some("per-task");
-    let key = home::key_of(&home::project_dir(&policy, per_task));
+    let key = home::home_key(&policy, crate::session::home_per_task(ctx));
     Ok((
         home::homes_dir(&ctx.dirs.state).join(&key),
         home::caches_dir(&ctx.dirs.state).join(&key),
@@ -45,6 +44,12 @@ fn show(
     json: bool,
 ) -> anyhow::Result<i32> {
     let off = ctx.config().home.as_deref() == Some("off");
+    // What the home is shared with: see `session::home_per_task`.
+    let (scope, shared_by) = if crate::session::home_per_task(ctx) {
+        ("per-task", "this worktree's own")
+    } else {
+        ("per-project", "shared by every worktree of the repository")
+    };
     let home_bytes = home_dir.is_dir().then(|| home::disk_usage(home_dir));
     let mut caches: Vec<(String, u64)> = Vec::new();
     if let Ok(entries) = std::fs::read_dir(layers) {
@@ -67,6 +72,7 @@ fn show(
     if json {
         let value = serde_json::json!({
             "home": home_dir,
+            "scope": scope,
             "exists": home_bytes.is_some(),
             "off": off,
             "bytes": home_bytes,
@@ -83,14 +89,14 @@ fn show(
     }
     match home_bytes {
         Some(bytes) => println!(
-            "home      {}  ({}; mounted at {} in the native view)",
+            "home      {}  ({shared_by}; {}; mounted at {} in the native view)",
             home_dir.display(),
             home::human_bytes(bytes),
             real.as_deref()
                 .map_or("-".into(), |h| h.display().to_string())
         ),
         None => println!(
-            "home      {}  (not created yet: the first run makes it)",
+            "home      {}  ({shared_by}; not created yet: the first run makes it)",
             home_dir.display()
         ),
     }

@@ -554,4 +554,17 @@ fn every_step_runs_for_an_unprivileged_user_with_package_caches() {
         !user.home.join(".npm/rounds").exists(),
         "the user's cache was written"
     );
+    // The writes went through the overlay into the project's layer (else the test proved
+    // nothing about the layer's work directory).
+    let layers = user.home.join(".state/sandbox/caches");
+    let found = std::process::Command::new("find")
+        .arg(&layers)
+        .args(["-path", "*/npm/upper/rounds"])
+        .output()
+        .unwrap();
+    assert!(
+        !found.stdout.is_empty(),
+        "no layer holds the rounds: {}",
+        text(&found)
+    );
 }

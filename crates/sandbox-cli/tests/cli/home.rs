@@ -1,9 +1,10 @@
 //! The private home with real tools and real registries (crates.io, npm, PyPI): in a fresh
 //! linked worktree, with no flags, `cargo build`/`cargo test`, `npm install`/`npm test` and a
-//! venv with `pip install`/`pytest` work, twice (the second run reuses the project's cache
-//! layer and downloads nothing), and the user's caches and toolchains are byte-identical
-//! afterwards. The "user" is the test's own home (`Env`), with caches of its own; the rust
-//! toolchain is the machine's rustup, put on that user's `PATH` the way rustup does.
+//! venv with `pip install`/`pytest` work, twice (the second run, in another worktree under
+//! `home: per-project`, reuses the project's cache layer and downloads nothing), and the
+//! user's caches and toolchains are byte-identical afterwards. The "user" is the test's own
+//! home (`Env`), with caches of its own; the rust toolchain is the machine's rustup, put on
+//! that user's `PATH` the way rustup does.
 
 use crate::common;
 
@@ -40,7 +41,7 @@ fn user_env(cmd: &mut Command, env: &Env, rustup: &Path, bin: &Path) {
 }
 
 /// A repository with a linked worktree per name, under the test's work dir.
-fn worktrees(env: &Env, names: &[&str]) -> Vec<PathBuf> {
+pub(crate) fn worktrees(env: &Env, names: &[&str]) -> Vec<PathBuf> {
     let main = env.work().join("main");
     let trees: Vec<PathBuf> = names.iter().map(|name| env.work().join(name)).collect();
     sandbox_testkit::linked_worktree_on(&main, &trees[0], "main", names[0]);
@@ -132,7 +133,7 @@ fn sandbox(
 }
 
 /// Whether the native backend has its private view here (`policy show` says).
-fn has_view(env: &Env) -> bool {
+pub(crate) fn has_view(env: &Env) -> bool {
     let out = env
         .cmd()
         .args(["policy", "show"])
@@ -198,6 +199,9 @@ fn cargo_builds_and_tests_twice_from_the_layer_and_never_writes_the_users_cache(
     let registry = env.home().join(".cargo/registry");
     assert!(registry.is_dir());
 
+    // Two worktrees sharing the project's layers: `home: per-project`, the opt-in (by
+    // default each task has its own home and layers: `home_tasks.rs`).
+    env.write_config("home: per-project\n");
     let trees = worktrees(&env, &["task1", "task2"]);
     for t in &trees {
         std::fs::create_dir_all(t.join("src")).unwrap();
@@ -571,6 +575,9 @@ fn npm_installs_and_tests_twice_the_second_time_offline() {
     // The user has an npm cache (empty): it is layered.
     std::fs::create_dir_all(env.home().join(".npm")).unwrap();
     let user_cache = tree(&env.home().join(".npm"));
+    // Two worktrees sharing the project's layers: `home: per-project`, the opt-in (by
+    // default each task has its own home and layers: `home_tasks.rs`).
+    env.write_config("home: per-project\n");
     let trees = worktrees(&env, &["task1", "task2"]);
     for t in &trees {
         std::fs::write(
@@ -644,6 +651,9 @@ fn a_venv_with_pip_and_pytest_twice_the_second_time_without_the_index() {
     // The user's pip cache exists (empty): it is layered.
     std::fs::create_dir_all(env.home().join(".cache/pip")).unwrap();
     let user_cache = tree(&env.home().join(".cache"));
+    // Two worktrees sharing the project's layers: `home: per-project`, the opt-in (by
+    // default each task has its own home and layers: `home_tasks.rs`).
+    env.write_config("home: per-project\n");
     let trees = worktrees(&env, &["task1", "task2"]);
     for t in &trees {
         std::fs::write(

@@ -18,6 +18,7 @@ mod external;
 mod git_store;
 mod home;
 mod host_files;
+mod home_tasks;
 mod lima;
 mod limits;
 mod native;

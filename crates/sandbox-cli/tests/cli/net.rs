@@ -401,3 +401,42 @@ except OSError:
         );
     }
 }
+
+/// Under `--block-net` the hook port is relayed in only where a hook server listens (the
+/// daemon's, whose token the run holds): with `service.hook_port` configured and no daemon,
+/// a listener of the host's loopback on that port (anyone's) is reachable without a boundary
+/// (the host backend, the control) and with `--allow-port` (the relay the run would have
+/// had), and not from a run that blocks the network. With the daemon the hook still works:
+/// `service::sandbox_run_gets_a_task_token_only_while_a_daemon_runs` posts through it.
+#[test]
+fn the_hook_port_is_not_relayed_when_no_hook_server_listens() {
+    let env = Env::new();
+    if let Some(why) = unavailable(&env) {
+        common::skip("net-namespace", why);
+        return;
+    }
+    let listener = Http::start(Ipv4Addr::LOCALHOST, "a host listener");
+    let p = listener.port;
+    env.write_config(&format!("service:\n  hook_port: {p}\n"));
+    let script = format!("curl -sS --max-time 20 http://127.0.0.1:{p}/ 2>&1; echo; true");
+    let reached = |out: &Output| String::from_utf8_lossy(&out.stdout).contains("a host listener");
+
+    // The host backend refuses `--block-net`: without it, nothing stands in the way.
+    let control = run(&env, "host", &[], 9, &script);
+    assert!(reached(&control), "no boundary: {}", text(&control));
+    assert_eq!(listener.requests(), 1);
+    let relayed = run(
+        &env,
+        "native",
+        &["--block-net", "--allow-port", &p.to_string()],
+        9,
+        &script,
+    );
+    assert!(reached(&relayed), "a relayed port: {}", text(&relayed));
+    assert_eq!(listener.requests(), 2);
+
+    let out = run(&env, "native", &["--block-net"], 9, &script);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!reached(&out), "the hook port was relayed: {}", text(&out));
+    assert_eq!(listener.requests(), 2, "{}", text(&out));
+}

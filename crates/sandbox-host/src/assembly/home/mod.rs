@@ -7,9 +7,16 @@
 //! $XDG_STATE_HOME/sandbox/caches/<key>/<cache>/ {upper,work} of each cache's overlay
 //! ```
 //!
-//! `<key>` names the project (the repository's common dir; `home: per-task`: the worktree).
-//! Both trees are the host's: a run writes the home and, through its overlays, the cache
-//! layers, never the user's own caches or toolchains (read-only, at their real paths).
+//! `<key>` names the task (the worktree, [`home_key`]; `home: per-project`: the repository,
+//! shared by its worktrees). Both trees are the host's: a run writes the home and, through its
+//! overlays, the cache layers, never the user's own caches or toolchains (read-only, at their
+//! real paths).
+//!
+//! Per task by default because both trees hold code later runs execute: rc files, Python
+//! `.pth` files, `~/.npmrc`'s `node-options`, agents' shell snapshots, extracted crate sources
+//! with build scripts. Shared between tasks, one task's run (narrow grants) could leave code
+//! that another task's run (a credential, the network, another worktree) runs. Runs of one
+//! task share its worktree anyway, which holds such code too (a `.venv`, `package.json`).
 
 #[cfg(target_os = "linux")]
 pub(crate) mod caches;
@@ -171,6 +178,21 @@ pub fn project_dir(policy: &Policy, per_task: bool) -> PathBuf {
             .map(Path::to_path_buf)
             .unwrap_or_else(|| git.common_dir.clone()),
         _ => policy.workspace.root.clone(),
+    }
+}
+
+/// The key of the private home and the cache layers of a run of `policy`: the worktree's
+/// ([`key_of`] its directory) when `per_task`, else the project's. A main worktree's own home
+/// gets a `-task` suffix, so that it is never the directory the project's shared home
+/// (`home: per-project`, keyed on that same directory) was or is: a task starts from nothing
+/// other tasks' runs left.
+pub fn home_key(policy: &Policy, per_task: bool) -> String {
+    let dir = project_dir(policy, per_task);
+    let key = key_of(&dir);
+    if per_task && policy.workspace.git.is_some() && dir == project_dir(policy, false) {
+        format!("{key}-task")
+    } else {
+        key
     }
 }
 
@@ -408,7 +430,7 @@ pub fn attach(
         path: path.to_path_buf(),
         cause,
     };
-    let key = key_of(&project_dir(policy, settings.per_task));
+    let key = home_key(policy, settings.per_task);
     let homes = crate::privdir::ensure("native", &homes_dir(&settings.state_dir))?;
     let dir = homes.join(&key);
     // Runs of one project (two boxes created at once, say) prepare its home one at a time:

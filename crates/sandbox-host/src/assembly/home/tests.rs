@@ -69,3 +69,39 @@ fn human_sizes() {
     assert_eq!(human_bytes(2048), "2.0 KiB");
     assert_eq!(human_bytes(3 << 30), "3.0 GiB");
 }
+
+#[test]
+fn each_task_has_its_own_key_and_none_is_the_projects_shared_one() {
+    let t = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(t.path()).unwrap();
+    let (main, a, b) = (root.join("main"), root.join("a"), root.join("b"));
+    sandbox_testkit::linked_worktree(&main, &a);
+    sandbox_testkit::git(
+        &main,
+        &["worktree", "add", "-q", "-b", "b", b.to_str().unwrap()],
+    );
+    let key = |dir: &Path, per_task: bool| {
+        let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
+            workdir: dir.to_path_buf(),
+            ..Default::default()
+        })
+        .unwrap();
+        home_key(&policy, per_task)
+    };
+    let shared = key(&main, false);
+    assert_eq!(
+        shared,
+        key(&a, false),
+        "per-project: one home for the worktrees"
+    );
+    let tasks = [key(&main, true), key(&a, true), key(&b, true)];
+    for (i, k) in tasks.iter().enumerate() {
+        assert_ne!(k, &shared, "a task's home is not the shared one");
+        assert!(tasks[i + 1..].iter().all(|other| other != k), "{tasks:?}");
+        assert_eq!(k, &key([&main, &a, &b][i], true), "stable");
+    }
+    // Outside a repository there is one task: the directory.
+    let plain = root.join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    assert_eq!(key(&plain, true), key_of(&plain));
+}
