@@ -286,6 +286,9 @@ mod tests {
                 ),
                 entry("/home/u/.claude/projects", AgentAccess::Write, "sessions"),
             ],
+            commands: vec![],
+            env: vec![],
+            args: vec![],
         });
         p
     }
