@@ -451,6 +451,18 @@ impl Session {
 
     /// `argv` armed to run in `run`: resolved, with the child's environment and timeout.
     pub fn arm(&self, run: &Run, argv: Vec<OsString>) -> anyhow::Result<Armed> {
+        // An option of the agent that undoes what its profile sets (Codex's own sandbox):
+        // said in one line, before the agent fails on it.
+        if let Some(agent) = &self.policy.agent {
+            for line in sandbox_policy::agents::refused_options(
+                &agent.agent,
+                &agent.commands,
+                &agent.args,
+                &argv,
+            ) {
+                eprintln!("sandbox: warning: {line}");
+            }
+        }
         Ok(run.arm(Invocation {
             argv,
             cwd: None,

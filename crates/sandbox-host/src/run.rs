@@ -250,6 +250,14 @@ impl Run {
             .cwd
             .unwrap_or_else(|| self.policy.workspace.cwd.clone());
         let mut spec = CommandSpec::new(CommandRequest::Argv(command.argv), &cwd)?;
+        if let Some(agent) = &self.policy.agent {
+            crate::assembly::agent::insert_args(
+                agent,
+                &self.policy.credentials,
+                self.session.proxy_address().as_deref(),
+                &mut spec,
+            );
+        }
         spec.env = if self.session.runs_in_guest() {
             assembly::guest_env(command.extra_env)
         } else {

@@ -151,6 +151,42 @@ pub struct AgentProfile {
     pub commands: Vec<String>,
     /// The agent's paths under the home, each with its access and why.
     pub paths: Vec<ProfilePath>,
+    /// Variables every command of the run gets (under `--env`, which may change them).
+    #[serde(default)]
+    pub env: Vec<ProfileEnv>,
+    /// Arguments put right after the program's name when the command is one of `commands`
+    /// (`codex` → `codex -c sandbox_mode=…`): settings the agent reads only from its
+    /// configuration or command line.
+    #[serde(default)]
+    pub args: Vec<ProfileArgs>,
+}
+
+/// A variable a profile sets in the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileEnv {
+    pub name: String,
+    pub value: String,
+    /// Why the agent needs it (shown by `policy show`).
+    pub why: String,
+}
+
+/// Arguments a profile puts after the agent's program name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProfileArgs {
+    /// As given to the program; `{proxy}` stands for the run's proxy (`127.0.0.1:PORT`
+    /// inside), for arguments that apply `when_credential`.
+    pub args: Vec<String>,
+    /// Only in a run with this `--credential` (whose base URL the agent reads only here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when_credential: Option<String>,
+    /// Options of the agent that ask for what these arguments turn off: when the command
+    /// holds one, the run says in one line why it cannot work inside.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
+    /// Why (shown by `policy show`, and in that line).
+    pub why: String,
 }
 
 /// The profiles shipped in the binary, each file as written (comments say where every path
@@ -268,6 +304,13 @@ pub struct CompiledProfile {
     pub agent: String,
     pub title: String,
     pub paths: Vec<AgentPath>,
+    /// The program names whose commands get `args`.
+    #[serde(default)]
+    pub commands: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<ProfileEnv>,
+    #[serde(default)]
+    pub args: Vec<ProfileArgs>,
 }
 
 /// `~/x/y` under `home`, refusing anything that could leave it or name it whole.
@@ -341,11 +384,70 @@ pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, A
             });
         }
     }
+    for var in &profile.env {
+        if var.name.is_empty() || var.name.contains('=') || var.name.contains('\0') {
+            return Err(AgentError::Path {
+                agent: profile.name.clone(),
+                path: var.name.clone(),
+                cause: "is not a variable name".into(),
+            });
+        }
+    }
     Ok(CompiledProfile {
         agent: profile.name.clone(),
         title: profile.title.clone(),
         paths,
+        commands: profile.commands.clone(),
+        env: profile.env.clone(),
+        args: profile.args.clone(),
     })
+}
+
+/// One line for each of the profile's settings that `argv` asks to undo (Codex's `--sandbox
+/// workspace-write`, which cannot start inside): the option, why it cannot work, and the
+/// profile setting that stands instead. Nothing unless `argv[0]` is one of `commands`. An
+/// option's value equal to what the profile sets (`--sandbox danger-full-access`) is no
+/// conflict.
+pub fn refused_options(
+    agent: &str,
+    commands: &[String],
+    args: &[ProfileArgs],
+    argv: &[std::ffi::OsString],
+) -> Vec<String> {
+    let Some((program, rest)) = argv.split_first() else {
+        return Vec::new();
+    };
+    let name = Path::new(program).file_name().and_then(|n| n.to_str());
+    if !name.is_some_and(|n| commands.iter().any(|c| c == n)) {
+        return Vec::new();
+    }
+    let mut lines = Vec::new();
+    for entry in args {
+        let setting = entry.args.join(" ");
+        for (i, arg) in rest.iter().enumerate() {
+            let arg = arg.to_string_lossy();
+            let Some(option) = entry.refused.iter().find(|o| {
+                *arg == **o
+                    || arg
+                        .strip_prefix(o.as_str())
+                        .is_some_and(|v| v.starts_with('='))
+            }) else {
+                continue;
+            };
+            let value = match arg.split_once('=') {
+                Some((_, v)) => Some(v.to_string()),
+                None => rest.get(i + 1).map(|v| v.to_string_lossy().into_owned()),
+            };
+            if value.is_some_and(|v| !v.starts_with('-') && setting.contains(&v)) {
+                continue;
+            }
+            lines.push(format!(
+                "{option} cannot work inside: {}; the profile {agent} sets `{setting}` instead",
+                entry.why
+            ));
+        }
+    }
+    lines
 }
 
 /// Where the private copy of `path` (under `home`) goes in the per-project place `dir`:
@@ -360,6 +462,37 @@ mod tests {
 
     fn profiles() -> Profiles {
         Profiles::load(&BTreeMap::new()).unwrap()
+    }
+
+    #[test]
+    fn an_option_that_undoes_a_profile_setting_is_named_once_with_the_setting() {
+        let all = profiles();
+        let codex = compile(all.get("codex").unwrap(), Path::new("/home/u")).unwrap();
+        let lines = |argv: &[&str]| {
+            let argv: Vec<std::ffi::OsString> = argv.iter().map(Into::into).collect();
+            refused_options("codex", &codex.commands, &codex.args, &argv)
+        };
+        let line = lines(&[
+            "/usr/bin/codex",
+            "exec",
+            "--sandbox",
+            "workspace-write",
+            "hi",
+        ]);
+        assert_eq!(line.len(), 1, "{line:?}");
+        assert!(
+            line[0].starts_with("--sandbox cannot work inside: Codex's own sandbox")
+                && line[0].ends_with(
+                    "the profile codex sets `-c sandbox_mode=\"danger-full-access\"` instead"
+                ),
+            "{line:?}"
+        );
+        assert_eq!(lines(&["codex", "--full-auto", "exec"]).len(), 1);
+        assert_eq!(lines(&["codex", "-s=read-only"]).len(), 1);
+        // What the profile sets anyway, an unrelated option, another program: no line.
+        assert!(lines(&["codex", "-s", "danger-full-access"]).is_empty());
+        assert!(lines(&["codex", "exec", "--skip-git-repo-check"]).is_empty());
+        assert!(lines(&["sh", "-c", "codex --sandbox workspace-write"]).is_empty());
     }
 
     #[test]
@@ -521,6 +654,8 @@ mod tests {
                     why: "test".into(),
                 })
                 .collect(),
+            env: vec![],
+            args: vec![],
         }
     }
 

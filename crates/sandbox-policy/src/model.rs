@@ -47,6 +47,15 @@ pub struct AgentGrants {
     /// `--agent` or `detected from the command name`.
     pub selected_by: String,
     pub paths: Vec<AgentGrantPath>,
+    /// The program names whose commands get `args`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub commands: Vec<String>,
+    /// Variables the profile sets (under `--env`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<crate::agents::ProfileEnv>,
+    /// Arguments the profile puts after the agent's program name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<crate::agents::ProfileArgs>,
 }
 
 /// One path of the profile as it applies to this run.

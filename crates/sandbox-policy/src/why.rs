@@ -319,6 +319,9 @@ mod tests {
                 ),
                 entry("/home/u/.claude/projects", AgentAccess::Write, "sessions"),
             ],
+            commands: vec![],
+            env: vec![],
+            args: vec![],
         });
         p
     }

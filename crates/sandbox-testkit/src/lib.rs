@@ -3,7 +3,8 @@
 //! ([`alive`], [`wait_dead`]), a home as a real user's ([`home::lived_in`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
-//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server). A
+//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server), and a stand-in
+//! for the agents' model APIs ([`model_api`]). A
 //! dev-dependency only (`publish = false`).
 
 // Test code: a panic is how a helper reports that the test's setup failed, as in the tests
@@ -12,6 +13,7 @@
 
 pub mod home;
 pub mod limactl;
+pub mod model_api;
 pub mod net;
 pub mod nobody;
 mod skip;

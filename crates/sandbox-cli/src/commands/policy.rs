@@ -263,6 +263,27 @@ fn describe_agent(
             entry.why
         );
     }
+    for var in &agent.env {
+        let _ = writeln!(
+            s,
+            "          {:<12}  {}={}  ({})",
+            "variable", var.name, var.value, var.why
+        );
+    }
+    for entry in &agent.args {
+        let when = match &entry.when_credential {
+            Some(c) => format!(", with --credential {c}"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "          {:<12}  {} {}  ({}{when})",
+            "arguments",
+            agent.commands.join("|"),
+            entry.args.join(" "),
+            entry.why
+        );
+    }
     s
 }
 

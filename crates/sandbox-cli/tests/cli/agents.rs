@@ -738,4 +738,339 @@ fn an_opencode_snapshot_repository_carries_no_code_to_the_host() {
             text(&kind)
         );
     }
+
+/// The machine's rustup: (`RUSTUP_HOME`, the dir holding the `cargo` proxy) — the toolchain
+/// the agents' tool call runs, as a user's would.
+fn machine_rustup() -> Option<(PathBuf, PathBuf)> {
+    let home = PathBuf::from(std::env::var_os("HOME")?);
+    let rustup = std::env::var_os("RUSTUP_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".rustup"));
+    let bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home.join(".cargo"))
+        .join("bin");
+    (rustup.join("toolchains").is_dir() && bin.join("cargo").is_file()).then_some((rustup, bin))
+}
+
+/// How one agent is started against the stand-in at `url` (`http://127.0.0.1:PORT`): the
+/// variables it gets (`--env`), files its user would have written in the home, its argv.
+struct Agent {
+    name: &'static str,
+    env: fn(&str) -> Vec<(&'static str, String)>,
+    setup: fn(&Path, &str),
+    argv: fn(&str) -> Vec<String>,
+}
+
+const PROMPT: &str = "Run the toolchain and commit";
+
+/// Claude Code with an API key and its base URL; `--dangerously-skip-permissions`, which as
+/// root it accepts only with `IS_SANDBOX=1` — set by the profile, not here.
+const CLAUDE: Agent = Agent {
+    name: "claude",
+    env: |url| {
+        vec![
+            ("ANTHROPIC_BASE_URL", url.to_owned()),
+            ("ANTHROPIC_API_KEY", "sk-ant-standin".into()),
+        ]
+    },
+    setup: |_, _| {},
+    argv: |_| {
+        ["claude", "-p", PROMPT, "--dangerously-skip-permissions"]
+            .map(String::from)
+            .to_vec()
+    },
+};
+
+/// Codex 0.171 reads its base URL only from configuration (`openai_base_url`; it ignores
+/// `OPENAI_BASE_URL`), here given with `-c`. Its own sandbox: none asked, the profile turns
+/// it off (it cannot start inside).
+const CODEX: Agent = Agent {
+    name: "codex",
+    env: |_| vec![("OPENAI_API_KEY", "sk-standin".into())],
+    setup: |_, _| {},
+    argv: |url| {
+        vec![
+            "codex".into(),
+            "exec".into(),
+            "--skip-git-repo-check".into(),
+            "-c".into(),
+            format!("openai_base_url=\"{url}/v1\""),
+            PROMPT.into(),
+        ]
+    },
+};
+
+/// Gemini CLI with an API key, chosen in its settings as a user who uses one has it (with
+/// only `GOOGLE_GEMINI_BASE_URL` it takes the gateway method, which it refuses in `-p`).
+const GEMINI: Agent = Agent {
+    name: "gemini",
+    env: |url| {
+        vec![
+            ("GOOGLE_GEMINI_BASE_URL", url.to_owned()),
+            ("GEMINI_API_KEY", "standin".into()),
+        ]
+    },
+    setup: |home, _| {
+        std::fs::write(
+            home.join(".gemini/settings.json"),
+            r#"{"security":{"auth":{"selectedType":"gemini-api-key"}}}"#,
+        )
+        .unwrap();
+    },
+    argv: |_| {
+        ["gemini", "-p", PROMPT, "--yolo", "--skip-trust"]
+            .map(String::from)
+            .to_vec()
+    },
+};
+
+/// pi with the stand-in as a compatible endpoint in `models.json` (`openai-completions`, its
+/// form for any such server).
+const PI: Agent = Agent {
+    name: "pi",
+    env: |_| vec![],
+    setup: |home, url| {
+        let dir = home.join(".pi/agent");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("models.json"),
+            serde_json::json!({"providers": {"standin": {"baseUrl": format!("{url}/v1"),
+                "api": "openai-completions", "apiKey": "standin",
+                "models": [{"id": "standin-model"}]}}})
+            .to_string(),
+        )
+        .unwrap();
+    },
+    argv: |_| {
+        ["pi", "--print", "--model", "standin/standin-model", PROMPT]
+            .map(String::from)
+            .to_vec()
+    },
+};
+
+/// The agent, started inside by its command's name, makes one tool call against the model
+/// API stand-in: the command runs the user's toolchain and commits. Under the default
+/// network and under `--block-net` with the stand-in's port relayed in. The command's output
+/// reached the stand-in (in the tool result the agent sent), its commit the task branch.
+fn makes_a_tool_call_inside(agent: &Agent) {
+    let Some(_) = cli(agent.name) else { return };
+    let Some((rustup, bin)) = machine_rustup() else {
+        common::skip(
+            "rustup",
+            "no rustup toolchain on this machine (RUSTUP_HOME, ~/.cargo/bin)",
+        );
+        return;
+    };
+    let f = Fixture::new();
+    for (mode, flags) in [("default", false), ("block-net", true)] {
+        let message = format!("{} made this under {mode}", agent.name);
+        let api = sandbox_testkit::model_api::ModelApi::start(&format!(
+            "cargo --version && echo \"inside: $SANDBOX_BACKEND\" && \
+             git commit -q --allow-empty -m '{message}' && echo committed"
+        ));
+        (agent.setup)(&f.home, &api.url());
+        let port = api.port.to_string();
+        let mut cmd = f.env.cmd();
+        cmd.current_dir(&f.task)
+            .env(
+                "PATH",
+                format!(
+                    "{}:{}:/usr/local/bin:/usr/bin:/bin",
+                    clis().join("bin").display(),
+                    bin.display()
+                ),
+            )
+            .env("RUSTUP_HOME", &rustup)
+            .arg("run");
+        if flags {
+            cmd.args(["--block-net", "--allow-port", &port]);
+        }
+        for (name, value) in (agent.env)(&api.url()) {
+            cmd.arg("--env").arg(format!("{name}={value}"));
+        }
+        let out = cmd
+            .arg("--")
+            .args((agent.argv)(&api.url()))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let results = api.tool_results();
+        assert!(
+            out.status.success()
+                && results.iter().any(|r| {
+                    r.contains("cargo 1.")
+                        && r.contains("inside: native")
+                        && r.contains("committed")
+                }),
+            "{} under {mode}: the tool call's output did not come back\n{}\nstand-in saw:\n{}",
+            agent.name,
+            text(&out),
+            api.summary()
+        );
+        assert_eq!(
+            sandbox_testkit::git(&f.main, &["log", "-1", "--format=%s", "feature"]),
+            message,
+            "{} under {mode}: {}",
+            agent.name,
+            text(&out)
+        );
+    }
+}
+
+#[test]
+fn claude_code_makes_a_tool_call_inside() {
+    makes_a_tool_call_inside(&CLAUDE);
+}
+
+#[test]
+fn codex_makes_a_tool_call_inside() {
+    makes_a_tool_call_inside(&CODEX);
+}
+
+#[test]
+fn gemini_cli_makes_a_tool_call_inside() {
+    makes_a_tool_call_inside(&GEMINI);
+}
+
+#[test]
+fn pi_makes_a_tool_call_inside() {
+    makes_a_tool_call_inside(&PI);
+}
+
+/// `--credential openai` and Codex, started with nothing but its prompt: the profile points it
+/// at the run's proxy by what it reads (`-c openai_base_url=…`: it ignores `OPENAI_BASE_URL`),
+/// the proxy puts the host's key in, and the tool call runs and commits as without it. The
+/// stand-in (the credential's upstream, over TLS) saw the real key; inside only the
+/// placeholder was held (the tool call prints the variable).
+#[test]
+fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
+    const SECRET: &str = "sk-host-secret-for-codex-0123456789";
+    let Some(_) = cli("codex") else { return };
+    let Some((rustup, bin)) = machine_rustup() else {
+        common::skip(
+            "rustup",
+            "no rustup toolchain on this machine (RUSTUP_HOME, ~/.cargo/bin)",
+        );
+        return;
+    };
+    let f = Fixture::new();
+    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
+    let message = "codex made this with --credential openai";
+    let api = sandbox_testkit::model_api::ModelApi::start_tls(
+        &format!(
+            "cargo --version && echo \"inside: $SANDBOX_BACKEND key=$OPENAI_API_KEY\" && \
+             git commit -q --allow-empty -m '{message}' && echo committed"
+        ),
+        &ca,
+    );
+    let out = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .env(
+            "PATH",
+            format!(
+                "{}:{}:/usr/local/bin:/usr/bin:/bin",
+                clis().join("bin").display(),
+                bin.display()
+            ),
+        )
+        .env("RUSTUP_HOME", &rustup)
+        .env("OPENAI_API_KEY", SECRET)
+        .env(
+            "SANDBOX_CREDENTIAL_OPENAI_HOST",
+            format!("127.0.0.1:{}", api.port),
+        )
+        .env("SANDBOX_CREDENTIAL_CA", &ca.pem_file)
+        // The stand-in's address is loopback, which the proxy reaches only when listed.
+        .args([
+            "run",
+            "--credential",
+            "openai",
+            "--allow-domain",
+            "127.0.0.1",
+            "--",
+        ])
+        .args(["codex", "exec", "--skip-git-repo-check", PROMPT])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let results = api.tool_results();
+    assert!(
+        out.status.success()
+            && results.iter().any(|r| {
+                r.contains("cargo 1.")
+                    && r.contains("inside: native key=sk-sandbox-placeholder-openai")
+                    && r.contains("committed")
+            }),
+        "the tool call's output did not come back\n{}\nstand-in saw:\n{}",
+        text(&out),
+        api.summary()
+    );
+    let posts: Vec<_> = api
+        .seen()
+        .into_iter()
+        .filter(|s| s.method == "POST")
+        .collect();
+    assert!(
+        !posts.is_empty()
+            && posts
+                .iter()
+                .all(|s| s.header("authorization") == Some(&format!("Bearer {SECRET}"))),
+        "{:?}",
+        posts
+            .iter()
+            .map(|s| s.header("authorization"))
+            .collect::<Vec<_>>()
+    );
+    assert!(!results.iter().any(|r| r.contains(SECRET)));
+    assert_eq!(
+        sandbox_testkit::git(&f.main, &["log", "-1", "--format=%s", "feature"]),
+        message,
+        "{}",
+        text(&out)
+    );
+}
+
+/// A profile's variables reach the run (Claude Code's `IS_SANDBOX=1`), under `--env`: a
+/// value the user sets wins; a run without the profile does not get them.
+#[test]
+fn a_profiles_variables_are_set_and_env_overrides_them() {
+    let f = Fixture::new();
+    let show = |flags: &[&str]| {
+        let out = run(&f, flags, &["sh", "-c", "echo \"[${IS_SANDBOX-unset}]\""]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    assert_eq!(show(&["--agent", "claude"]), "[1]");
+    assert_eq!(show(&["--agent", "claude", "--env", "IS_SANDBOX=0"]), "[0]");
+    assert_eq!(show(&["--agent", "codex"]), "[unset]");
+    assert_eq!(show(&[]), "[unset]");
+}
+
+/// Codex asked for its own sandbox inside ours: one line before it starts says why that
+/// cannot work and what the profile sets instead; the profile's full-access mode (or none
+/// asked) says nothing.
+#[test]
+fn codex_asked_for_its_own_sandbox_is_told_why_in_one_line() {
+    let Some(_) = cli("codex") else { return };
+    let f = Fixture::new();
+    let warned = |argv: &[&str]| {
+        let out = run(&f, &[], argv);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("sandbox: warning: --sandbox cannot work inside"))
+            .count()
+    };
+    assert_eq!(
+        warned(&["codex", "--sandbox", "workspace-write", "--version"]),
+        1
+    );
+    assert_eq!(
+        warned(&["codex", "--sandbox", "danger-full-access", "--version"]),
+        0
+    );
+    assert_eq!(warned(&["codex", "--version"]), 0);
 }

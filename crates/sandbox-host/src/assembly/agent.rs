@@ -121,8 +121,51 @@ pub fn materialize(request: &AgentRequest) -> Result<Materialized, HostError> {
         title: request.profile.title.clone(),
         selected_by: request.selected_by.clone(),
         paths: record,
+        commands: request.profile.commands.clone(),
+        env: request.profile.env.clone(),
+        args: request.profile.args.clone(),
     });
     Ok(out)
+}
+
+/// The profile's arguments, right after the program's name, when the command is one of the
+/// profile's programs (by file name: `/usr/bin/codex` is `codex`): an entry for a credential
+/// only in a run with it, `{proxy}` replaced by `proxy` (an entry that needs a proxy the run
+/// does not have is left out).
+pub fn insert_args(
+    agent: &AgentGrants,
+    credentials: &[String],
+    proxy: Option<&str>,
+    spec: &mut sandbox_exec::CommandSpec,
+) {
+    let name = Path::new(&spec.program)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    if !agent.commands.iter().any(|c| c == name) {
+        return;
+    }
+    let mut added = Vec::new();
+    for entry in &agent.args {
+        if entry
+            .when_credential
+            .as_ref()
+            .is_some_and(|c| !credentials.contains(c))
+        {
+            continue;
+        }
+        let needs_proxy = entry.args.iter().any(|a| a.contains("{proxy}"));
+        let Some(at) = proxy.or((!needs_proxy).then_some("")) else {
+            continue;
+        };
+        added.extend(
+            entry
+                .args
+                .iter()
+                .map(|a| std::ffi::OsString::from(a.replace("{proxy}", at))),
+        );
+    }
+    spec.args.splice(0..0, added);
 }
 
 fn create_file(path: &Path) -> Result<(), HostError> {
@@ -167,6 +210,56 @@ mod tests {
     use sandbox_policy::agents::{compile, AgentProfile, ProfilePath};
 
     #[test]
+    fn the_profiles_arguments_follow_its_programs_name_credential_ones_only_with_it() {
+        use sandbox_policy::agents::ProfileArgs;
+        let entry = |args: &[&str], when: Option<&str>| ProfileArgs {
+            args: args.iter().map(|a| a.to_string()).collect(),
+            when_credential: when.map(Into::into),
+            refused: vec![],
+            why: "test".into(),
+        };
+        let agent = AgentGrants {
+            agent: "codex".into(),
+            title: "Codex".into(),
+            selected_by: "--agent".into(),
+            paths: vec![],
+            commands: vec!["codex".into()],
+            env: vec![],
+            args: vec![
+                entry(&["-c", "a=1"], None),
+                entry(&["-c", "url=http://{proxy}/x"], Some("openai")),
+            ],
+        };
+        let armed = |argv: &[&str], credentials: &[String], proxy: Option<&str>| {
+            let argv = argv.iter().map(std::ffi::OsString::from).collect();
+            let mut spec =
+                sandbox_exec::CommandSpec::new(sandbox_exec::CommandRequest::Argv(argv), "/")
+                    .unwrap();
+            insert_args(&agent, credentials, proxy, &mut spec);
+            spec.args
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            armed(&["/opt/bin/codex", "exec", "hi"], &[], None),
+            ["-c", "a=1", "exec", "hi"]
+        );
+        let openai = ["openai".to_string()];
+        assert_eq!(
+            armed(&["codex", "exec"], &openai, Some("127.0.0.1:61001")),
+            ["-c", "a=1", "-c", "url=http://127.0.0.1:61001/x", "exec"]
+        );
+        // No proxy to name: the entry that needs one is left out.
+        assert_eq!(armed(&["codex"], &openai, None), ["-c", "a=1"]);
+        // Another program (a shell that runs codex): nothing added.
+        assert_eq!(
+            armed(&["sh", "-c", "codex"], &openai, None),
+            ["-c", "codex"]
+        );
+    }
+
+    #[test]
     fn writable_paths_are_created_mixed_files_copied_and_missing_ones_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
@@ -193,6 +286,8 @@ mod tests {
                 path("~/.x.json", AgentAccess::Copy, PathKind::File),
                 path("~/.absent.json", AgentAccess::Copy, PathKind::File),
             ],
+            env: vec![],
+            args: vec![],
         };
         let request = AgentRequest {
             profile: compile(&profile, &home).unwrap(),

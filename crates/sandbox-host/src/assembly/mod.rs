@@ -108,6 +108,12 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
             cause,
         })?;
     }
+    // The profile's variables, under the configuration's and `--env`'s (set or passed).
+    for var in request.agent.iter().flat_map(|a| &a.profile.env) {
+        if !env.pass.contains(&var.name) && !env.set.iter().any(|(n, _)| *n == var.name) {
+            env.set_var(&var.name, var.value.clone());
+        }
+    }
     let tmpdir = match &request.tmpdir {
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,

@@ -214,6 +214,12 @@ pub trait BackendSession: Send + Sync + std::any::Any {
     fn runs_in_guest(&self) -> bool {
         false
     }
+
+    /// Where its commands reach the run's proxy (`127.0.0.1:PORT` inside), when it has one:
+    /// what `{proxy}` stands for in an agent profile's arguments.
+    fn proxy_address(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Refuses a grant that puts the boundary's own state within reach (not for `host`, which

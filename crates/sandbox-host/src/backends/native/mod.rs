@@ -103,6 +103,11 @@ mod platform {
             self.sandbox.enforcement()
         }
 
+        fn proxy_address(&self) -> Option<String> {
+            let proxy = self.sandbox.net_plan()?.proxy.as_ref()?;
+            Some(format!("127.0.0.1:{}", proxy.port))
+        }
+
         fn command(&self, mut spec: CommandSpec) -> Result<PreparedCommand, HostError> {
             if self.sandbox.has_view() {
                 crate::backends::native::resolve::in_view(&self.policy, &mut spec)?;
