@@ -9,6 +9,7 @@ pub mod env;
 pub mod error;
 pub mod git;
 pub mod model;
+pub mod netmode;
 pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -18,6 +19,7 @@ pub mod why;
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
+pub use netmode::{NetMode, NetModeKind};
 pub use model::{
     AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
     Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Publish,
