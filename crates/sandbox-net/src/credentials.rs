@@ -234,6 +234,15 @@ pub fn definition_for_run(spec: &str) -> Result<Definition, CredentialError> {
 }
 
 impl Definition {
+    /// The variable that points the sandbox at this credential's path of the proxy
+    /// (`ANTHROPIC_BASE_URL`).
+    pub fn base_url_var(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(_, v)| v.contains("{proxy}"))
+            .map(|(k, _)| k.as_str())
+    }
+
     /// Where the proxy sends it: `https://api.anthropic.com:443`, `http://127.0.0.1:4000`.
     pub fn upstream_url(&self) -> String {
         crate::upstream::Upstream {

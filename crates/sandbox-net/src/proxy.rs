@@ -603,10 +603,23 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
             return record;
         }
     };
-    let upstream_tls = match tokio_rustls::TlsConnector::from(tls)
-        .connect(server_name, tcp)
-        .await
-    {
+    // Bounded: a server that never answers the hello (a plain-HTTP one waiting for a
+    // request line) would otherwise hold the program's request for as long as it waits.
+    let handshake = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_rustls::TlsConnector::from(tls).connect(server_name, tcp),
+    )
+    .await
+    .unwrap_or_else(|_elapsed| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no TLS answer in {} s (a plain-HTTP server?)",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        ))
+    });
+    let upstream_tls = match handshake {
         Ok(stream) => stream,
         Err(e) => {
             let why = format!("TLS handshake failed: {e}{}", plain_http_hint(&e, name, port));

@@ -797,6 +797,113 @@ mod credentials {
         assert_eq!(*accepted.lock().unwrap(), 0);
     }
 
+    /// An HTTPS server that takes only HTTP Basic credentials, as a git host does: `401`
+    /// with `WWW-Authenticate: Basic` to a request without them (or with a bearer token),
+    /// then `403` (the test needs only what git sent). Keeps every `Authorization` it saw.
+    async fn basic_auth_server(ca: &TestCa) -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let acceptor = ca.acceptor.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let (acceptor, log) = (acceptor.clone(), Arc::clone(&log));
+                tokio::spawn(async move {
+                    let Ok(mut stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let (buf, _, _) = read_request(&mut stream).await;
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let auth = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Authorization: "))
+                        .or_else(|| head.lines().find_map(|l| l.strip_prefix("authorization: ")));
+                    if let Some(auth) = auth {
+                        log.lock().unwrap().push(auth.to_owned());
+                    }
+                    let answer = match auth.filter(|a| a.starts_with("Basic ")) {
+                        None => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic \
+                                 realm=\"git\"\r\nContent-Length: 0\r\n\r\n"
+                            .to_string(),
+                        Some(_) => {
+                            "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n".to_string()
+                        }
+                    };
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    #[tokio::test]
+    async fn git_over_http_sends_basic_credentials_that_reach_the_host_with_the_key() {
+        use base64::engine::general_purpose::STANDARD;
+        use base64::Engine as _;
+        if std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            sandbox_testkit::skip("git", "no git on this machine");
+            return;
+        }
+        let dns = Answerer::start(&[("git.a.test", &[Ipv4Addr::LOCALHOST])]).await;
+        let ca = TestCa::new(&["git.a.test"]);
+        let (port, seen) = basic_auth_server(&ca).await;
+        let mut def = definition("githost", "git.a.test", port);
+        def.header = "authorization".into();
+        def.value = "Bearer {secret}".into();
+        let creds = Credentials::default()
+            .with_secret(def, Secret::new(SECRET))
+            .with_extra_roots(&ca.pem_file)
+            .unwrap();
+        let key = placeholder(&creds, "githost");
+        let proxy = Proxy::new(
+            AllowList::parse(["127.0.0.1"]).unwrap(),
+            Resolver::Server(dns.addr),
+        )
+        .with_credentials(creds);
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { proxy.serve(listener).await });
+        // Real git, with the token in the URL as a credential helper would hand it over: git
+        // asks without credentials, gets 401, and sends them as HTTP Basic.
+        let home = tempfile::tempdir().unwrap();
+        let url = format!("http://x-access-token:{key}@{addr}/cred/githost/o/r.git");
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("git")
+                .args(["ls-remote", &url])
+                .env("HOME", home.path())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(!out.status.success(), "the stand-in refuses after the auth");
+        let seen = seen.lock().unwrap().clone();
+        let want = format!("Basic {}", STANDARD.encode(format!("x-access-token:{SECRET}")));
+        // The proxy's bearer value on git's first request, then git's own Basic credentials
+        // with the key inside: the placeholder never reached the host.
+        assert_eq!(
+            seen.last(),
+            Some(&want),
+            "{seen:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plain_key = STANDARD.encode(format!("x-access-token:{key}"));
+        assert!(
+            seen.iter().all(|a| !a.contains(&key) && !a.contains(&plain_key)),
+            "{seen:?}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
+    }
+
     #[tokio::test]
     async fn a_plain_http_gateway_on_loopback_gets_the_key_without_tls() {
         let (port, accepted) = http_server().await;

@@ -70,7 +70,7 @@ pub fn needs_proxy(policy: &Policy) -> bool {
 fn credential_base_urls(names: &[String]) -> Vec<(String, String)> {
     names
         .iter()
-        .filter_map(|name| sandbox_net::credentials::find(name))
+        .filter_map(|spec| sandbox_net::credentials::find(sandbox_net::upstream::spec_name(spec)))
         .flat_map(|def| def.env)
         .filter(|(_, value)| value.contains("{proxy}") && !value.contains("{placeholder}"))
         .collect()
@@ -90,8 +90,9 @@ impl NetPlan {
         if !mode.namespace {
             return None;
         }
+        let proxied = mode.proxied();
         let ports = mode.ports;
-        let proxy = mode.proxied().then(|| ProxyPlan {
+        let proxy = proxied.then(|| ProxyPlan {
             allow: mode.domains,
             credentials: mode.credentials,
             resolver,

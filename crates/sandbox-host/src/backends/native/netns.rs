@@ -139,7 +139,12 @@ impl NetRelay {
         // The secrets are read here, on the host, and held only by the proxy.
         let credentials = match &plan.proxy {
             Some(p) if !p.credentials.is_empty() => {
-                Some(sandbox_net::Credentials::for_run(&p.credentials)?)
+                // A host that cannot be used is told on the run's stderr, once per
+                // credential: a program that retries would otherwise fail in silence.
+                Some(
+                    sandbox_net::Credentials::for_run(&p.credentials)?
+                        .report_to(|message| eprintln!("{message}")),
+                )
             }
             _ => None,
         };
