@@ -421,10 +421,13 @@ pub struct Credentials {
     reporter: Reporter,
 }
 
+/// Where a failure is told (the run's stderr).
+type Sink = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// Tells the user, once per credential, that its host cannot be used ([`Credentials::report_to`]).
 #[derive(Clone, Default)]
 struct Reporter {
-    sink: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    sink: Option<Sink>,
     told: Arc<std::sync::Mutex<Vec<String>>>,
 }
 

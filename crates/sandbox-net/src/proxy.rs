@@ -622,7 +622,10 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
     let upstream_tls = match handshake {
         Ok(stream) => stream,
         Err(e) => {
-            let why = format!("TLS handshake failed: {e}{}", plain_http_hint(&e, name, port));
+            let why = format!(
+                "TLS handshake failed: {e}{}",
+                plain_http_hint(&e, name, port)
+            );
             report(&why);
             let answer = fail(&mut record, why);
             let _ = client.write_all(&answer).await;

@@ -887,7 +887,10 @@ mod credentials {
         .unwrap();
         assert!(!out.status.success(), "the stand-in refuses after the auth");
         let seen = seen.lock().unwrap().clone();
-        let want = format!("Basic {}", STANDARD.encode(format!("x-access-token:{SECRET}")));
+        let want = format!(
+            "Basic {}",
+            STANDARD.encode(format!("x-access-token:{SECRET}"))
+        );
         // The proxy's bearer value on git's first request, then git's own Basic credentials
         // with the key inside: the placeholder never reached the host.
         assert_eq!(
@@ -898,7 +901,8 @@ mod credentials {
         );
         let plain_key = STANDARD.encode(format!("x-access-token:{key}"));
         assert!(
-            seen.iter().all(|a| !a.contains(&key) && !a.contains(&plain_key)),
+            seen.iter()
+                .all(|a| !a.contains(&key) && !a.contains(&plain_key)),
             "{seen:?}"
         );
         assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
@@ -920,11 +924,17 @@ mod credentials {
         tokio::spawn(async move { serving.serve(listener).await });
         let answer = http_via(
             addr,
-            &format!("GET /cred/gateway/v1/models HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"),
+            &format!(
+                "GET /cred/gateway/v1/models HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"
+            ),
         )
         .await;
         assert!(answer.starts_with("HTTP/1.1 200 OK"), "{}", &answer[..300]);
-        assert!(answer.contains("GET /v1/models HTTP/1.1\r\n"), "{}", &answer[..300]);
+        assert!(
+            answer.contains("GET /v1/models HTTP/1.1\r\n"),
+            "{}",
+            &answer[..300]
+        );
         assert!(answer.contains(&format!("x-api-key: {SECRET}\r\n")));
         assert!(answer.contains(&format!("Host: 127.0.0.1:{port}\r\n")));
         assert_eq!(*accepted.lock().unwrap(), 1);
@@ -954,7 +964,10 @@ mod credentials {
         let told = Arc::new(Mutex::new(Vec::<String>::new()));
         let sink = Arc::clone(&told);
         let creds = Credentials::default()
-            .with_secret(definition("gateway", "127.0.0.1", port), Secret::new(SECRET))
+            .with_secret(
+                definition("gateway", "127.0.0.1", port),
+                Secret::new(SECRET),
+            )
             .report_to(move |m| sink.lock().unwrap().push(m.to_owned()));
         let key = placeholder(&creds, "gateway");
         // Two proxies of one run (two commands) share the credentials.
@@ -969,7 +982,9 @@ mod credentials {
         for addr in [addrs[0], addrs[1], addrs[0]] {
             let answer = http_via(
                 addr,
-                &format!("GET /cred/gateway/v1 HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"),
+                &format!(
+                    "GET /cred/gateway/v1 HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"
+                ),
             )
             .await;
             assert!(answer.starts_with("HTTP/1.1 502 Bad Gateway"), "{answer}");

@@ -19,10 +19,10 @@ pub mod why;
 pub use build::{build, PolicyRequest};
 pub use env::{EnvNameError, EnvPolicy};
 pub use error::PolicyError;
-pub use netmode::{NetMode, NetModeKind};
 pub use model::{
     AgentGrantPath, AgentGrants, CacheLayer, FsPolicy, GitLayout, Grant, GrantReason, HomePolicy,
     Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Publish,
     Toolchain, Workspace,
 };
+pub use netmode::{NetMode, NetModeKind};
 pub use secrets::{is_secret, secrets_under, SecretKind};

@@ -158,7 +158,9 @@ mod tests {
         assert_eq!(cred.mode, NetModeKind::Proxied);
         assert!(cred.namespace && cred.narrowed_by_credential);
         assert_eq!(cred.ports, vec![7]);
-        assert!(cred.summary().contains("narrowed by --credential anthropic"));
+        assert!(cred
+            .summary()
+            .contains("narrowed by --credential anthropic"));
         assert!(cred.summary().contains("no domain"), "{}", cred.summary());
 
         // With a domain list the user asked for a narrow network: not "narrowed".

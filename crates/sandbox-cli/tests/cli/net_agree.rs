@@ -139,15 +139,23 @@ fn why_and_policy_show_agree_with_the_run_in_every_network_mode() {
                 ),
             ),
             probe(format!("a.test:{p}"), format!("{curl} http://a.test:{p}/")),
-            probe(format!("127.0.0.2:{p}"), format!("{curl} http://127.0.0.2:{p}/")),
-            probe(format!("127.0.0.1:{h}"), format!("{curl} http://127.0.0.1:{h}/")),
+            probe(
+                format!("127.0.0.2:{p}"),
+                format!("{curl} http://127.0.0.2:{p}/"),
+            ),
+            probe(
+                format!("127.0.0.1:{h}"),
+                format!("{curl} http://127.0.0.1:{h}/"),
+            ),
         ],
     );
     // The run said so before it started, naming what stays reachable and how to widen it.
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains("--credential anthropic narrows the network")
-            && stderr.contains(&format!("http://127.0.0.1:{g} (through $ANTHROPIC_BASE_URL)"))
+            && stderr.contains(&format!(
+                "http://127.0.0.1:{g} (through $ANTHROPIC_BASE_URL)"
+            ))
             && stderr.contains("--allow-domain HOST"),
         "{}",
         text(&out)
@@ -200,9 +208,18 @@ fn why_and_policy_show_agree_with_the_run_in_every_network_mode() {
         &dns,
         &flags,
         &[
-            probe(format!("127.0.0.1:{h}"), format!("{curl} http://127.0.0.1:{h}/")),
-            probe(format!("127.0.0.1:{g}"), format!("{curl} http://127.0.0.1:{g}/")),
-            probe(format!("127.0.0.2:{p}"), format!("{curl} http://127.0.0.2:{p}/")),
+            probe(
+                format!("127.0.0.1:{h}"),
+                format!("{curl} http://127.0.0.1:{h}/"),
+            ),
+            probe(
+                format!("127.0.0.1:{g}"),
+                format!("{curl} http://127.0.0.1:{g}/"),
+            ),
+            probe(
+                format!("127.0.0.2:{p}"),
+                format!("{curl} http://127.0.0.2:{p}/"),
+            ),
         ],
     );
     assert_eq!(host_port.requests(), 1);

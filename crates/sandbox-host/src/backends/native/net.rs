@@ -92,7 +92,7 @@ impl NetPlan {
         }
         let proxied = mode.proxied();
         let ports = mode.ports;
-        let proxy = proxied.then(|| ProxyPlan {
+        let proxy = proxied.then_some(ProxyPlan {
             allow: mode.domains,
             credentials: mode.credentials,
             resolver,
