@@ -310,6 +310,11 @@ impl Session {
         for exposure in sandbox_host::assembly::notices::exposed_secrets(&policy, &real_home) {
             eprintln!("sandbox: warning: {}", exposure.message(&real_home));
         }
+        if runs_command {
+            if let Some(notice) = sandbox_host::assembly::notices::credential_narrowing(&policy) {
+                eprintln!("sandbox: notice: {notice}");
+            }
+        }
         for name in sandbox_host::assembly::notices::unset_passed_vars(&args.env, |n| {
             std::env::var_os(n).is_some()
         }) {

@@ -56,9 +56,12 @@ pub struct Definition {
     pub name: String,
     /// What it is for (`policy show`, `--help`).
     pub about: String,
-    /// The real host, reached over TLS.
+    /// The real host, reached over TLS (unless `tls` is off: a loopback gateway).
     pub host: String,
     pub port: u16,
+    /// Whether the proxy speaks TLS to the host; off only toward the host's loopback
+    /// (`--credential NAME=http://127.0.0.1:PORT`, [`crate::upstream`]).
+    pub tls: bool,
     /// The request header the secret goes in (lower case).
     pub header: String,
     /// The header's value, `{secret}` standing for the secret (`Bearer {secret}`).
@@ -154,6 +157,7 @@ pub fn builtin() -> Vec<Definition> {
             about: b.about.to_owned(),
             host: b.host.to_owned(),
             port: 443,
+            tls: true,
             header: b.header.to_owned(),
             value: b.value.to_owned(),
             sources: b
@@ -178,6 +182,76 @@ pub fn builtin() -> Vec<Definition> {
 /// The shipped definition called `name`.
 pub fn find(name: &str) -> Option<Definition> {
     builtin().into_iter().find(|d| d.name == name)
+}
+
+/// The definition a run uses for `spec` (`NAME` or `NAME=URL`), with its host as the run's
+/// proxy will reach it: the URL's, else `SANDBOX_CREDENTIAL_<NAME>_HOST` of `env` (the
+/// host's environment), else the definition's own. Reads no secret: `why --net`, `policy
+/// show` and the run ask the same question here.
+pub fn definition(
+    spec: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Definition, CredentialError> {
+    let name = crate::upstream::spec_name(spec);
+    let mut def = find(name).ok_or_else(|| CredentialError::Unknown {
+        name: name.to_owned(),
+        known: known(),
+    })?;
+    let (_, url) = crate::upstream::split_spec(spec).map_err(|why| CredentialError::Url {
+        spec: spec.to_owned(),
+        why,
+    })?;
+    let var = upstream_var(name);
+    let upstream = match url {
+        Some(url) => Some(url),
+        None => match env(&var).filter(|v| !v.trim().is_empty()) {
+            Some(value) => {
+                let (host, port) =
+                    parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
+                        var: var.clone(),
+                        value: value.clone(),
+                    })?;
+                Some(crate::upstream::Upstream {
+                    host,
+                    port,
+                    tls: true,
+                })
+            }
+            None => None,
+        },
+    };
+    if let Some(up) = upstream {
+        def.host = up.host;
+        def.port = up.port;
+        def.tls = up.tls;
+    }
+    Ok(def)
+}
+
+/// [`definition`] with the host's own environment.
+pub fn definition_for_run(spec: &str) -> Result<Definition, CredentialError> {
+    definition(spec, &|name| std::env::var(name).ok())
+}
+
+impl Definition {
+    /// The variable that points the sandbox at this credential's path of the proxy
+    /// (`ANTHROPIC_BASE_URL`).
+    pub fn base_url_var(&self) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(_, v)| v.contains("{proxy}"))
+            .map(|(k, _)| k.as_str())
+    }
+
+    /// Where the proxy sends it: `https://api.anthropic.com:443`, `http://127.0.0.1:4000`.
+    pub fn upstream_url(&self) -> String {
+        crate::upstream::Upstream {
+            host: self.host.clone(),
+            port: self.port,
+            tls: self.tls,
+        }
+        .url()
+    }
 }
 
 /// Where credential files are read from: `$XDG_CONFIG_HOME/sandbox/credentials`
@@ -288,6 +362,12 @@ pub enum CredentialError {
     )]
     Upstream { var: String, value: String },
 
+    #[error(
+        "--credential {spec}: {why} (the form is NAME or NAME=URL: https://HOST[:PORT], or \
+         http://127.0.0.1:PORT for a gateway on this host's loopback)"
+    )]
+    Url { spec: String, why: String },
+
     #[error("the credential proxy's TLS roots: {path}: {why}", path = .path.display())]
     Roots { path: PathBuf, why: String },
 }
@@ -309,6 +389,24 @@ impl Loaded {
     pub(crate) fn header_value(&self) -> String {
         self.def.value.replace("{secret}", self.secret.expose())
     }
+
+    /// `sent` (the program's value of the credential's header) with the placeholder
+    /// replaced by the secret inside HTTP Basic credentials (`Basic base64(user:PLACEHOLDER)`,
+    /// as git sends a token over HTTPS), the user kept; `None` when `sent` is not Basic
+    /// credentials holding this placeholder.
+    pub(crate) fn basic_value(&self, sent: &[u8]) -> Option<String> {
+        let mut user_pass = decode_basic(sent)?;
+        if !contains(&user_pass, self.placeholder.as_bytes()) {
+            user_pass.zeroize();
+            return None;
+        }
+        let mut text = String::from_utf8(user_pass).ok()?;
+        let mut replaced = text.replace(&self.placeholder, self.secret.expose());
+        text.zeroize();
+        let value = format!("Basic {}", BASE64.encode(&replaced));
+        replaced.zeroize();
+        Some(value)
+    }
 }
 
 /// The credentials of one run, their placeholders, and the TLS roots their hosts are
@@ -318,6 +416,27 @@ pub struct Credentials {
     pub(crate) entries: Vec<Loaded>,
     /// `Err`: why TLS cannot be set up (the proxy answers `502` with it).
     pub(crate) tls: Result<Arc<ClientConfig>, String>,
+    /// Where a credential's upstream failure is told, once per credential (shared by every
+    /// clone: every command's proxy of one run).
+    reporter: Reporter,
+}
+
+/// Where a failure is told (the run's stderr).
+type Sink = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Tells the user, once per credential, that its host cannot be used ([`Credentials::report_to`]).
+#[derive(Clone, Default)]
+struct Reporter {
+    sink: Option<Sink>,
+    told: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl fmt::Debug for Reporter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reporter")
+            .field("sink", &self.sink.is_some())
+            .finish()
+    }
 }
 
 impl Default for Credentials {
@@ -325,6 +444,7 @@ impl Default for Credentials {
         Credentials {
             entries: Vec::new(),
             tls: client_config(Vec::new()),
+            reporter: Reporter::default(),
         }
     }
 }
@@ -368,19 +488,7 @@ impl Credentials {
     /// credential's host ([`CA_VAR`]). Both are read on the host only; nothing inside the
     /// sandbox can set them.
     pub fn for_run<S: AsRef<str>>(names: &[S]) -> Result<Credentials, CredentialError> {
-        let mut out = Self::load(names, &default_dir())?;
-        for loaded in &mut out.entries {
-            let var = upstream_var(&loaded.def.name);
-            if let Some(value) = std::env::var(&var).ok().filter(|v| !v.trim().is_empty()) {
-                let (host, port) =
-                    parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
-                        var: var.clone(),
-                        value: value.clone(),
-                    })?;
-                loaded.def.host = host;
-                loaded.def.port = port;
-            }
-        }
+        let out = Self::load(names, &default_dir())?;
         match std::env::var_os(CA_VAR).filter(|v| !v.is_empty()) {
             Some(pem) => out.with_extra_roots(Path::new(&pem)),
             None => Ok(out),
@@ -394,15 +502,16 @@ impl Credentials {
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Credentials, CredentialError> {
         let mut out = Credentials::default();
-        for name in names {
-            let name = name.as_ref();
-            if out.entries.iter().any(|l| l.def.name == name) {
+        for spec in names {
+            let spec = spec.as_ref();
+            if out
+                .entries
+                .iter()
+                .any(|l| l.def.name == crate::upstream::spec_name(spec))
+            {
                 continue;
             }
-            let def = find(name).ok_or_else(|| CredentialError::Unknown {
-                name: name.to_owned(),
-                known: known(),
-            })?;
+            let def = definition(spec, &env)?;
             let (secret, source) = read_secret(&def, credentials_dir, &env)?;
             let file = match &source {
                 Source::File(path) => Some(path.clone()),
@@ -456,6 +565,34 @@ impl Credentials {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Tells `sink` (the run's stderr) when a credential's host cannot be used — not
+    /// reached, TLS refused — once per credential for the life of these credentials and
+    /// their clones: a program that retries does not repeat it, and the user learns why
+    /// its requests fail without reading the report.
+    pub fn report_to(mut self, sink: impl Fn(&str) + Send + Sync + 'static) -> Credentials {
+        self.reporter.sink = Some(Arc::new(sink));
+        self
+    }
+
+    /// Reports `message` about credential `name`, unless it was reported already.
+    pub(crate) fn report_once(&self, name: &str, message: &str) {
+        let Some(sink) = &self.reporter.sink else {
+            return;
+        };
+        {
+            let mut told = self
+                .reporter
+                .told
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if told.iter().any(|n| n == name) {
+                return;
+            }
+            told.push(name.to_owned());
+        }
+        sink(message);
     }
 
     /// The credentials' names, in order.
@@ -533,6 +670,19 @@ impl Credentials {
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+
+/// The decoded `user:password` of an HTTP Basic header value (`Basic dXNlcjpwYXNz`).
+pub(crate) fn decode_basic(value: &[u8]) -> Option<Vec<u8>> {
+    let value = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, encoded) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    BASE64.decode(encoded.trim()).ok()
 }
 
 fn read_secret(

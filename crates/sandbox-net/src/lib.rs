@@ -29,6 +29,7 @@ pub mod groups;
 mod log;
 mod proxy;
 mod resolve;
+pub mod upstream;
 
 pub use addr::is_public;
 pub use allow::{AllowList, Refusal, Target};
@@ -37,3 +38,4 @@ pub use error::NetError;
 pub use log::{Connection, Kind};
 pub use proxy::{relay_tcp, Proxy};
 pub use resolve::Resolver;
+pub use upstream::Upstream;

@@ -459,9 +459,13 @@ fn placeholder_in<'c>(
     credentials
         .placeholder_in(head.target.as_bytes(), except)
         .or_else(|| {
-            head.headers
-                .iter()
-                .find_map(|(_, value)| credentials.placeholder_in(value, except))
+            head.headers.iter().find_map(|(_, value)| {
+                credentials.placeholder_in(value, except).or_else(|| {
+                    // Inside HTTP Basic credentials too (`curl -u x:$GITHUB_TOKEN`).
+                    let decoded = crate::credentials::decode_basic(value)?;
+                    credentials.placeholder_in(&decoded, except)
+                })
+            })
         })
 }
 
@@ -512,27 +516,81 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
             &format!("sandbox: credential {name}: {host}:{port}: {why}"),
         )
     };
-    let candidates = match resolve_checked(inner, &host).await {
-        Ok(candidates) => candidates,
-        Err(refusal) => {
-            let _ = client.write_all(&refusal_response(&refusal)).await;
-            return refused(host, port, Kind::Credential, &refusal);
-        }
+    // A host named by address (a gateway on the host's loopback, `--credential
+    // NAME=http://127.0.0.1:PORT`) was chosen on the host's side: connected to as it is.
+    // A name is resolved and checked like any other.
+    let upstream = crate::upstream::Upstream {
+        host: host.clone(),
+        port,
+        tls: cred.def.tls,
+    };
+    let candidates = match upstream.literal() {
+        Some(ip) => vec![ip],
+        None => match resolve_checked(inner, &host).await {
+            Ok(candidates) => candidates,
+            Err(refusal) => {
+                inner.credentials.report_once(
+                    name,
+                    &format!(
+                        "sandbox: --credential {name}: {}: {refusal}; every request through \
+                         it fails until this is fixed (said once; each is in --report-json)",
+                        upstream.url()
+                    ),
+                );
+                let _ = client.write_all(&refusal_response(&refusal)).await;
+                return refused(host, port, Kind::Credential, &refusal);
+            }
+        },
+    };
+    let report = |why: &str| {
+        inner.credentials.report_once(
+            name,
+            &format!(
+                "sandbox: --credential {name}: {}: {why}; every request through it fails \
+                 (502) until this is fixed (said once; each is in --report-json)",
+                upstream.url()
+            ),
+        );
     };
     let (tcp, address) = match connect(&candidates, port).await {
         Ok(connected) => connected,
         Err(e) => {
-            let answer = fail(&mut record, format!("could not be reached: {e}"));
+            let why = format!("could not be reached: {e}");
+            report(&why);
+            let answer = fail(&mut record, why);
             let _ = client.write_all(&answer).await;
             return record;
         }
     };
     record.address = Some(address);
     let _ = tcp.set_nodelay(true);
+    let first = |value: &[u8]| {
+        let mut first = origin_form(
+            &head,
+            &upstream.host,
+            port,
+            if upstream.tls { 443 } else { 80 },
+            &path,
+            Some((&cred.def.header, value)),
+        );
+        first.extend_from_slice(&head.rest);
+        first
+    };
+    let mut value = auth_value(&head, cred);
+    if !upstream.tls {
+        // Plain HTTP, which `upstream::parse_url` takes only toward the host's loopback.
+        let mut bytes = first(value.as_bytes());
+        zeroize::Zeroize::zeroize(&mut value);
+        let (result, sent) = send(tcp, bytes.as_slice(), client).await;
+        zeroize::Zeroize::zeroize(&mut bytes);
+        return finish(record, result, sent);
+    }
     let tls = match &inner.credentials.tls {
         Ok(config) => Arc::clone(config),
         Err(why) => {
-            let answer = fail(&mut record, format!("TLS cannot be set up: {why}"));
+            let why = format!("TLS cannot be set up: {why}");
+            report(&why);
+            let answer = fail(&mut record, why);
             let _ = client.write_all(&answer).await;
             return record;
         }
@@ -545,40 +603,107 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
             return record;
         }
     };
-    let mut upstream = match tokio_rustls::TlsConnector::from(tls)
-        .connect(server_name, tcp)
-        .await
-    {
+    // Bounded: a server that never answers the hello (a plain-HTTP one waiting for a
+    // request line) would otherwise hold the program's request for as long as it waits.
+    let handshake = tokio::time::timeout(
+        CONNECT_TIMEOUT,
+        tokio_rustls::TlsConnector::from(tls).connect(server_name, tcp),
+    )
+    .await
+    .unwrap_or_else(|_elapsed| {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "no TLS answer in {} s (a plain-HTTP server?)",
+                CONNECT_TIMEOUT.as_secs()
+            ),
+        ))
+    });
+    let upstream_tls = match handshake {
         Ok(stream) => stream,
         Err(e) => {
-            let answer = fail(&mut record, format!("TLS handshake failed: {e}"));
+            let why = format!(
+                "TLS handshake failed: {e}{}",
+                plain_http_hint(&e, name, port)
+            );
+            report(&why);
+            let answer = fail(&mut record, why);
             let _ = client.write_all(&answer).await;
             return record;
         }
     };
-    let mut value = cred.header_value();
-    let mut first = origin_form(
-        &head,
-        &host,
-        port,
-        443,
-        &path,
-        Some((&cred.def.header, value.as_bytes())),
-    );
-    first.extend_from_slice(&head.rest);
-    let written = upstream.write_all(&first).await;
-    let sent = first.len() as u64;
-    // The only copy of the secret outside the credential itself.
-    zeroize::Zeroize::zeroize(&mut first);
+    let mut bytes = first(value.as_bytes());
     zeroize::Zeroize::zeroize(&mut value);
-    if let Err(e) = written {
-        record.error = Some(format!("writing to the server: {e}"));
-        return record;
+    let (result, sent) = send(upstream_tls, bytes.as_slice(), client).await;
+    // The only copy of the secret outside the credential itself.
+    zeroize::Zeroize::zeroize(&mut bytes);
+    finish(record, result, sent)
+}
+
+/// The value of the credential's header toward its host: the program's HTTP Basic
+/// credentials with the placeholder replaced inside (git over HTTPS sends
+/// `Basic base64(user:TOKEN)`), else the definition's value with the secret. Only this one
+/// header is ever rewritten; the rest of the head and the whole body go as the program sent
+/// them, so an endpoint that echoes a request hands back the placeholder, never the key.
+fn auth_value(head: &Head, cred: &Loaded) -> String {
+    head.headers
+        .iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(&cred.def.header))
+        .find_map(|(_, value)| cred.basic_value(value))
+        .unwrap_or_else(|| cred.header_value())
+}
+
+/// Why a TLS handshake with a server that answers in plain HTTP failed, and the form that
+/// names a plain-HTTP gateway on loopback.
+fn plain_http_hint(e: &std::io::Error, name: &str, port: u16) -> String {
+    let plain = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)
+            )
+        });
+    if plain {
+        format!(
+            " (the server does not speak TLS: a plain-HTTP gateway on this host's loopback is \
+             named with --credential {name}=http://127.0.0.1:{port})"
+        )
+    } else {
+        String::new()
     }
-    let (up, down, error) = relay(client, upstream).await;
-    record.bytes_up = sent + up;
-    record.bytes_down = down;
-    record.error = error;
+}
+
+/// Writes the request head (`first`) to the credential's host, then relays both ways.
+/// Returns the relay's outcome and the bytes of `first` sent.
+async fn send<U>(
+    mut upstream: U,
+    first: &[u8],
+    client: TcpStream,
+) -> (Result<(u64, u64, Option<String>), String>, u64)
+where
+    U: AsyncRead + AsyncWrite + Unpin,
+{
+    if let Err(e) = upstream.write_all(first).await {
+        return (Err(format!("writing to the server: {e}")), 0);
+    }
+    (Ok(relay(client, upstream).await), first.len() as u64)
+}
+
+fn finish(
+    mut record: Connection,
+    result: Result<(u64, u64, Option<String>), String>,
+    sent: u64,
+) -> Connection {
+    match result {
+        Ok((up, down, error)) => {
+            record.bytes_up = sent + up;
+            record.bytes_down = down;
+            record.error = error;
+        }
+        Err(e) => record.error = Some(e),
+    }
     record
 }
 

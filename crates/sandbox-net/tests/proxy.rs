@@ -505,6 +505,7 @@ mod credentials {
             about: "a test API".into(),
             host: host.into(),
             port,
+            tls: true,
             header: "x-api-key".into(),
             value: "{secret}".into(),
             sources: vec![],
@@ -717,6 +718,286 @@ mod credentials {
         );
         assert!(answer.contains("--credential nope"), "{answer}");
         assert!(answer.contains("testapi, other"), "{answer}");
+    }
+
+    /// The part of an echoed request after its head: the body the server received.
+    fn echoed_body(answer: &str) -> &str {
+        let (_, echoed) = answer.split_once("\r\n\r\n").unwrap();
+        echoed.split_once("\r\n\r\n").unwrap().1
+    }
+
+    #[tokio::test]
+    async fn the_body_is_never_rewritten_so_an_echo_hands_back_only_the_placeholder() {
+        let s = setup(true).await;
+        let key = placeholder(&s.creds, "testapi");
+        // A prompt that quotes the placeholder (an agent's environment dump), to an endpoint
+        // that echoes what it got: were the body rewritten, the echo would carry the key.
+        let body = format!("{{\"prompt\":\"my key is {key}\"}}");
+        let request = format!(
+            "POST /cred/testapi/v1/echo HTTP/1.1\r\nHost: {}\r\nx-api-key: {key}\r\n\
+             x-note: {key}\r\nContent-Length: {}\r\n\r\n{body}",
+            s.addr,
+            body.len()
+        );
+        let answer = http_via(s.addr, &request).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        let echoed = echoed_body(&answer);
+        assert_eq!(echoed, body, "{answer}");
+        assert!(!echoed.contains(SECRET), "{answer}");
+        let seen = s.api.lock().unwrap().clone();
+        let got = &seen[0];
+        // Only the credential's header carries the key; another header keeps the
+        // placeholder as sent.
+        assert!(got.contains(&format!("x-api-key: {SECRET}\r\n")), "{got}");
+        assert!(got.contains(&format!("x-note: {key}\r\n")), "{got}");
+        assert_eq!(got.matches(SECRET).count(), 1, "{got}");
+    }
+
+    #[tokio::test]
+    async fn http_basic_credentials_get_the_key_inside_their_base64() {
+        use base64::engine::general_purpose::STANDARD;
+        use base64::Engine as _;
+        let s = setup(true).await;
+        let key = placeholder(&s.creds, "testapi");
+        // As git sends a token over HTTPS: `Authorization: Basic base64(user:token)`.
+        let basic = STANDARD.encode(format!("x-access-token:{key}"));
+        let answer = http_via(
+            s.addr,
+            &format!(
+                "GET /cred/testapi/o/r.git/info/refs?service=git-upload-pack HTTP/1.1\r\n\
+                 Host: {}\r\nx-api-key: Basic {basic}\r\n\r\n",
+                s.addr
+            ),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+        let seen = s.api.lock().unwrap().clone();
+        let want = STANDARD.encode(format!("x-access-token:{SECRET}"));
+        assert!(
+            seen[0].contains(&format!("x-api-key: Basic {want}\r\n")),
+            "{seen:?}"
+        );
+        assert!(!seen[0].contains(&basic), "{seen:?}");
+
+        // The same credentials toward another host: the placeholder is found inside the
+        // base64 and refused; the host sees nothing.
+        let (port, accepted) = http_server().await;
+        let answer = http_via(
+            s.addr,
+            &format!(
+                "GET http://b.test:{port}/ HTTP/1.1\r\nHost: b.test\r\n\
+                 Authorization: Basic {basic}\r\n\r\n"
+            ),
+        )
+        .await;
+        assert!(
+            answer.contains("X-Sandbox-Refused: credential-placeholder"),
+            "{answer}"
+        );
+        assert_eq!(*accepted.lock().unwrap(), 0);
+    }
+
+    /// An HTTPS server that takes only HTTP Basic credentials, as a git host does: `401`
+    /// with `WWW-Authenticate: Basic` to a request without them (or with a bearer token),
+    /// then `403` (the test needs only what git sent). Keeps every `Authorization` it saw.
+    async fn basic_auth_server(ca: &TestCa) -> (u16, Arc<Mutex<Vec<String>>>) {
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let acceptor = ca.acceptor.clone();
+        tokio::spawn(async move {
+            loop {
+                let (tcp, _) = listener.accept().await.unwrap();
+                let (acceptor, log) = (acceptor.clone(), Arc::clone(&log));
+                tokio::spawn(async move {
+                    let Ok(mut stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let (buf, _, _) = read_request(&mut stream).await;
+                    let head = String::from_utf8_lossy(&buf).into_owned();
+                    let auth = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Authorization: "))
+                        .or_else(|| head.lines().find_map(|l| l.strip_prefix("authorization: ")));
+                    if let Some(auth) = auth {
+                        log.lock().unwrap().push(auth.to_owned());
+                    }
+                    let answer = match auth.filter(|a| a.starts_with("Basic ")) {
+                        None => "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Basic \
+                                 realm=\"git\"\r\nContent-Length: 0\r\n\r\n"
+                            .to_string(),
+                        Some(_) => {
+                            "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n".to_string()
+                        }
+                    };
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+        });
+        (port, seen)
+    }
+
+    #[tokio::test]
+    async fn git_over_http_sends_basic_credentials_that_reach_the_host_with_the_key() {
+        use base64::engine::general_purpose::STANDARD;
+        use base64::Engine as _;
+        if std::process::Command::new("git")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            sandbox_testkit::skip("git", "no git on this machine");
+            return;
+        }
+        let dns = Answerer::start(&[("git.a.test", &[Ipv4Addr::LOCALHOST])]).await;
+        let ca = TestCa::new(&["git.a.test"]);
+        let (port, seen) = basic_auth_server(&ca).await;
+        let mut def = definition("githost", "git.a.test", port);
+        def.header = "authorization".into();
+        def.value = "Bearer {secret}".into();
+        let creds = Credentials::default()
+            .with_secret(def, Secret::new(SECRET))
+            .with_extra_roots(&ca.pem_file)
+            .unwrap();
+        let key = placeholder(&creds, "githost");
+        let proxy = Proxy::new(
+            AllowList::parse(["127.0.0.1"]).unwrap(),
+            Resolver::Server(dns.addr),
+        )
+        .with_credentials(creds);
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { proxy.serve(listener).await });
+        // Real git, with the token in the URL as a credential helper would hand it over: git
+        // asks without credentials, gets 401, and sends them as HTTP Basic.
+        let home = tempfile::tempdir().unwrap();
+        let url = format!("http://x-access-token:{key}@{addr}/cred/githost/o/r.git");
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("git")
+                .args(["ls-remote", &url])
+                .env("HOME", home.path())
+                .env("GIT_CONFIG_NOSYSTEM", "1")
+                .env("GIT_TERMINAL_PROMPT", "0")
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(!out.status.success(), "the stand-in refuses after the auth");
+        let seen = seen.lock().unwrap().clone();
+        let want = format!(
+            "Basic {}",
+            STANDARD.encode(format!("x-access-token:{SECRET}"))
+        );
+        // The proxy's bearer value on git's first request, then git's own Basic credentials
+        // with the key inside: the placeholder never reached the host.
+        assert_eq!(
+            seen.last(),
+            Some(&want),
+            "{seen:?}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let plain_key = STANDARD.encode(format!("x-access-token:{key}"));
+        assert!(
+            seen.iter()
+                .all(|a| !a.contains(&key) && !a.contains(&plain_key)),
+            "{seen:?}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
+    }
+
+    #[tokio::test]
+    async fn a_plain_http_gateway_on_loopback_gets_the_key_without_tls() {
+        let (port, accepted) = http_server().await;
+        let mut def = definition("gateway", "127.0.0.1", port);
+        def.tls = false;
+        let creds = Credentials::default().with_secret(def, Secret::new(SECRET));
+        let key = placeholder(&creds, "gateway");
+        // No allow-list entry for loopback: the address was named on the host's side.
+        let proxy = Proxy::new(AllowList::parse::<_, &str>([]).unwrap(), Resolver::System)
+            .with_credentials(creds);
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let serving = proxy.clone();
+        tokio::spawn(async move { serving.serve(listener).await });
+        let answer = http_via(
+            addr,
+            &format!(
+                "GET /cred/gateway/v1/models HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"
+            ),
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK"), "{}", &answer[..300]);
+        assert!(
+            answer.contains("GET /v1/models HTTP/1.1\r\n"),
+            "{}",
+            &answer[..300]
+        );
+        assert!(answer.contains(&format!("x-api-key: {SECRET}\r\n")));
+        assert!(answer.contains(&format!("Host: 127.0.0.1:{port}\r\n")));
+        assert_eq!(*accepted.lock().unwrap(), 1);
+        let log = proxy.wait_for_log(1).await;
+        assert_eq!(one(&log).rule, "credential:gateway");
+    }
+
+    #[tokio::test]
+    async fn an_upstream_that_fails_is_told_once_with_what_to_do() {
+        // A plain-HTTP server where the definition expects TLS (a local gateway named
+        // without `=http://`): it answers the TLS hello with a 400, as HTTP servers do.
+        // Every request fails; the user is told once.
+        let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            loop {
+                let (mut stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(async move {
+                    let mut hello = [0u8; 512];
+                    let _ = stream.read(&mut hello).await;
+                    let _ = stream
+                        .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                        .await;
+                });
+            }
+        });
+        let told = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = Arc::clone(&told);
+        let creds = Credentials::default()
+            .with_secret(
+                definition("gateway", "127.0.0.1", port),
+                Secret::new(SECRET),
+            )
+            .report_to(move |m| sink.lock().unwrap().push(m.to_owned()));
+        let key = placeholder(&creds, "gateway");
+        // Two proxies of one run (two commands) share the credentials.
+        let mut addrs = Vec::new();
+        for _ in 0..2 {
+            let proxy = Proxy::new(AllowList::parse::<_, &str>([]).unwrap(), Resolver::System)
+                .with_credentials(creds.clone());
+            let listener = TcpListener::bind((LOOPBACK, 0)).await.unwrap();
+            addrs.push(listener.local_addr().unwrap());
+            tokio::spawn(async move { proxy.serve(listener).await });
+        }
+        for addr in [addrs[0], addrs[1], addrs[0]] {
+            let answer = http_via(
+                addr,
+                &format!(
+                    "GET /cred/gateway/v1 HTTP/1.1\r\nHost: {addr}\r\nx-api-key: {key}\r\n\r\n"
+                ),
+            )
+            .await;
+            assert!(answer.starts_with("HTTP/1.1 502 Bad Gateway"), "{answer}");
+            assert!(answer.contains("does not speak TLS"), "{answer}");
+        }
+        let told = told.lock().unwrap().clone();
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(told[0].contains("--credential gateway"), "{told:?}");
+        assert!(
+            told[0].contains(&format!("--credential gateway=http://127.0.0.1:{port}")),
+            "{told:?}"
+        );
+        assert!(!told[0].contains(SECRET));
     }
 
     #[tokio::test]

@@ -10,6 +10,7 @@ pub mod error;
 pub mod git;
 pub mod hostfiles;
 pub mod model;
+pub mod netmode;
 pub mod secrets;
 #[cfg(test)]
 pub(crate) mod testutil;
@@ -25,4 +26,5 @@ pub use model::{
     Limit, LimitSource, Limits, Masked, NetPolicy, PointerFile, Policy, PrivateCopy, Publish,
     Toolchain, Workspace,
 };
+pub use netmode::{NetMode, NetModeKind};
 pub use secrets::{is_secret, secrets_under, SecretKind};

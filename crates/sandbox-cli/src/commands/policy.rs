@@ -89,6 +89,9 @@ pub fn run(args: PolicyShowArgs, ctx: &Context) -> anyhow::Result<i32> {
             "backend_source": session.choice,
             "task": session.task,
             "policy": policy,
+            // The network the run gets (`policy.net` is only what was asked for: a
+            // credential narrows an open one).
+            "network": sandbox_policy::NetMode::of(policy),
             "env_names": env_names,
             "compiled": compiled,
             "enforcement": enforcement.as_ref().ok(),
@@ -385,20 +388,18 @@ fn human(
             .map(|d| d.display().to_string())
             .collect();
     let _ = writeln!(s, "devices   {}", dev.join(" "));
-    match (&p.net, p.net.open_ports(p.hook_port)) {
-        (NetPolicy::Allow, _) => {
-            let _ = writeln!(s, "network   open");
-        }
-        (NetPolicy::Block { .. }, Some(ports)) => {
-            let _ = writeln!(
-                s,
-                "network   blocked; TCP only to ports {ports:?}{}; no UDP, raw sockets or io_uring",
-                p.hook_port
-                    .map(|h| format!(" (hook port {h})"))
-                    .unwrap_or_default()
-            );
-        }
-        _ => {}
+    // The network the run gets: the value the native backend builds its namespace from.
+    let mode = sandbox_policy::NetMode::of(p);
+    let _ = writeln!(s, "network   {}", mode.summary());
+    if let NetPolicy::Block { .. } = p.net {
+        let _ = writeln!(
+            s,
+            "          TCP only to ports {:?}{}; no UDP, raw sockets or io_uring",
+            mode.ports,
+            p.hook_port
+                .map(|h| format!(" (hook port {h})"))
+                .unwrap_or_default()
+        );
     }
     if !p.allow_domains.is_empty() {
         let _ = writeln!(s, "domains   {}", p.allow_domains.join(" "));
@@ -409,6 +410,21 @@ fn human(
             "credentials {} (secrets stay on the host; the command holds placeholders)",
             p.credentials.join(" ")
         );
+        for spec in &p.credentials {
+            let line = match sandbox_net::credentials::definition_for_run(spec) {
+                Ok(def) => format!(
+                    "{}: {} through ${} (the proxy's /cred/{}); a direct connection to it \
+                     only with --allow-domain {}",
+                    def.name,
+                    def.upstream_url(),
+                    def.base_url_var().unwrap_or("its base URL"),
+                    def.name,
+                    def.host
+                ),
+                Err(e) => format!("{spec}: {e}"),
+            };
+            let _ = writeln!(s, "          {line}");
+        }
     }
     for (i, line) in network_by_backend(p).iter().enumerate() {
         let label = if i == 0 { "net by" } else { "" };
@@ -513,7 +529,8 @@ fn human(
 /// rules, by each one's own mechanism, or a refusal where it has none.
 pub fn network_by_backend(p: &sandbox_policy::Policy) -> Vec<String> {
     let blocked = matches!(p.net, NetPolicy::Block { .. });
-    let domains = !p.allow_domains.is_empty();
+    // A credential's proxy is the way out as a domain list's is (`NetMode`).
+    let domains = sandbox_policy::NetMode::of(p).proxied();
     if !blocked && !domains {
         return Vec::new();
     }
@@ -522,16 +539,24 @@ pub fn network_by_backend(p: &sandbox_policy::Policy) -> Vec<String> {
          port relayed from the host's 127.0.0.1){}; without user namespaces: Landlock TCP \
          ports + seccomp{}",
         if domains {
-            " + the supervisor's proxy for the domain list (HTTP_PROXY/HTTPS_PROXY)"
+            " + the supervisor's proxy for the domain list (HTTP_PROXY/HTTPS_PROXY) and the \
+             credentials' /cred/NAME"
         } else {
             ""
         },
         if domains {
-            ", and --allow-domain is refused"
+            ", and --allow-domain and --credential are refused"
         } else {
             ""
         }
     )];
+    if !p.credentials.is_empty() {
+        lines.push(
+            "others   refused: only the native backend's proxy adds a credential on the way"
+                .to_string(),
+        );
+        return lines;
+    }
     lines.push(if domains {
         "nono     its proxy (network.mode proxy with the domain list)".to_string()
     } else {

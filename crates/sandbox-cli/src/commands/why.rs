@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_host::seam::BackendKind;
 use sandbox_policy::why::{explain, Explanation};
+use sandbox_policy::{NetMode, NetModeKind};
 
 use crate::cli::args::WhyArgs;
 use crate::config::expand_home;
@@ -137,8 +138,8 @@ struct NetAnswer {
     port: Option<u16>,
     allowed: bool,
     /// The rule that decided: an allow-list entry (`a.test`, `*.example.com`, `@github`),
-    /// `--allow-port P`, `open`, or the refusing rule (`not-listed`, `ip-literal`,
-    /// `blocked`).
+    /// `credential:NAME`, `--allow-port P`, `hook-port`, `open`, or the refusing rule
+    /// (`not-listed`, `ip-literal`, `blocked`, `own-loopback`).
     rule: String,
     explanation: String,
 }
@@ -160,8 +161,9 @@ fn split_host(target: &str) -> (String, Option<u16>) {
     }
 }
 
-/// What the next run's policy says of `target`, by the rules the native backend enforces
-/// (its network namespace and proxy; nono's proxy takes the same list).
+/// What the next run's policy says of `target`, by the rules the native backend enforces:
+/// its network is [`NetMode::of`] the policy, the very value the run builds its namespace
+/// and proxy from (nono's proxy takes the same list).
 fn explain_net(policy: &sandbox_policy::Policy, kind: BackendKind, target: &str) -> NetAnswer {
     let (host, port) = split_host(target);
     let answer = |allowed: bool, rule: String, explanation: String| NetAnswer {
@@ -178,69 +180,160 @@ fn explain_net(policy: &sandbox_policy::Policy, kind: BackendKind, target: &str)
             "the host backend confines nothing: every host is reachable".into(),
         );
     }
-    let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]" | "::1");
-    let open_ports = policy.net.open_ports(policy.hook_port);
-    if loopback {
-        if let (Some(ports), Some(port)) = (&open_ports, port) {
-            if ports.contains(&port) {
-                return answer(
-                    true,
-                    format!("--allow-port {port}"),
-                    format!(
-                        "port {port} of the host's loopback is relayed into the run's network \
-                         namespace"
-                    ),
-                );
-            }
+    let mode = NetMode::of(policy);
+    let narrowed = if mode.narrowed_by_credential {
+        format!(
+            "--credential {} narrows the network: the run's only way out is the credential \
+             proxy. ",
+            mode.credentials
+                .iter()
+                .map(|s| sandbox_net::upstream::spec_name(s))
+                .collect::<Vec<_>>()
+                .join(" --credential ")
+        )
+    } else {
+        String::new()
+    };
+    // A credential's host first: the proxy reaches it whatever it is (a loopback gateway too).
+    if mode.proxied() {
+        if let Some(found) = credential_route(&mode, &host, port, &narrowed, &answer) {
+            return found;
         }
     }
-    if !policy.allow_domains.is_empty() {
-        return match sandbox_net::AllowList::parse(&policy.allow_domains) {
-            Err(e) => answer(false, "bad-list".into(), format!("the allow-list: {e}")),
-            Ok(list) => match list.check_host(&host) {
-                Ok(target) => answer(
-                    true,
-                    target.rule().to_string(),
-                    format!(
-                        "allowed by the domain allow-list entry {}, through the run's proxy \
-                         (HTTP_PROXY/HTTPS_PROXY); the proxy resolves the name itself and \
-                         refuses an answer that is not a public address unless the list names \
-                         it",
-                        target.rule()
-                    ),
+    let loopback = matches!(host.as_str(), "localhost" | "127.0.0.1" | "[::1]" | "::1");
+    if loopback && mode.namespace {
+        if let Some(port) = port.filter(|p| mode.ports.contains(p)) {
+            let rule = if policy.hook_port == Some(port) {
+                "hook-port".to_string()
+            } else {
+                format!("--allow-port {port}")
+            };
+            return answer(
+                true,
+                rule,
+                format!(
+                    "port {port} of the host's loopback is relayed into the run's network \
+                     namespace"
                 ),
-                Err(refusal) => answer(false, refusal.rule().to_string(), refusal.to_string()),
-            },
-        };
+            );
+        }
+        return answer(
+            false,
+            "own-loopback".into(),
+            format!(
+                "{narrowed}{host} inside is the run's own loopback (its own servers answer \
+                 there), not the host's; the host's ports relayed in: {}. To reach a host \
+                 port P, run with --block-net --allow-port P",
+                list(&mode.ports)
+            ),
+        );
     }
-    match open_ports {
-        None => answer(
+    match mode.mode {
+        NetModeKind::Open => answer(
             true,
             "open".into(),
-            "the network is open (no --block-net, no --allow-domain): every host is \
-             reachable"
+            "the network is open (no --block-net, no --allow-domain, no --credential): every \
+             host is reachable"
                 .into(),
         ),
-        Some(ports) => {
-            let ports = if ports.is_empty() {
-                "none".to_string()
+        NetModeKind::Blocked => answer(
+            false,
+            "blocked".into(),
+            format!(
+                "--block-net: the run has no route out; only the host's loopback ports \
+                 relayed in are reachable ({}). To reach {host}, run with --allow-domain \
+                 {host}",
+                list(&mode.ports)
+            ),
+        ),
+        NetModeKind::Proxied => through_proxy(&mode, &host, &narrowed, answer),
+    }
+}
+
+/// `host` when it is one of the credentials' hosts: reached through its base URL; directly
+/// only if the allow-list says so.
+fn credential_route(
+    mode: &NetMode,
+    host: &str,
+    port: Option<u16>,
+    narrowed: &str,
+    answer: &impl Fn(bool, String, String) -> NetAnswer,
+) -> Option<NetAnswer> {
+    let bare = host.trim_matches(['[', ']']);
+    let def = mode.credentials.iter().find_map(|spec| {
+        let def = sandbox_net::credentials::definition_for_run(spec).ok()?;
+        (def.host.eq_ignore_ascii_case(bare) && port.is_none_or(|p| p == def.port)).then_some(def)
+    })?;
+    let direct = match sandbox_net::AllowList::parse(&mode.domains).map(|l| l.check_host(host)) {
+        Ok(Ok(target)) => format!(
+            "a direct connection is allowed too (allow-list entry {})",
+            target.rule()
+        ),
+        Ok(Err(refusal)) => format!(
+            "a direct connection to it (HTTPS_PROXY, CONNECT) is refused (rule {}): the key \
+             is only added on the base URL's path",
+            refusal.rule()
+        ),
+        Err(e) => format!("the allow-list: {e}"),
+    };
+    Some(answer(
+        true,
+        format!("credential:{}", def.name),
+        format!(
+            "{narrowed}{} is reached through ${} (the proxy's /cred/{}), which adds the host's \
+             key on the way ({}); {direct}",
+            def.upstream_url(),
+            def.base_url_var().unwrap_or("its base URL"),
+            def.name,
+            if def.tls {
+                "over TLS"
             } else {
-                ports
-                    .iter()
-                    .map(u16::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            answer(
-                false,
-                "blocked".into(),
-                format!(
-                    "--block-net: the run has no route out; only the host's loopback ports \
-                     relayed in are reachable ({ports}). To reach {host}, run with \
-                     --allow-domain {host}"
-                ),
-            )
-        }
+                "plain HTTP on the host's loopback"
+            }
+        ),
+    ))
+}
+
+/// `host` under the proxy: the allow-list's decision for a connection through it
+/// (`CONNECT`, plain HTTP, SOCKS).
+fn through_proxy(
+    mode: &NetMode,
+    host: &str,
+    narrowed: &str,
+    answer: impl Fn(bool, String, String) -> NetAnswer,
+) -> NetAnswer {
+    let list = match sandbox_net::AllowList::parse(&mode.domains) {
+        Ok(list) => list,
+        Err(e) => return answer(false, "bad-list".into(), format!("the allow-list: {e}")),
+    };
+    match list.check_host(host) {
+        Ok(target) => answer(
+            true,
+            target.rule().to_string(),
+            format!(
+                "allowed by the domain allow-list entry {}, through the run's proxy \
+                 (HTTP_PROXY/HTTPS_PROXY); the proxy resolves the name itself and refuses an \
+                 answer that is not a public address unless the list names it",
+                target.rule()
+            ),
+        ),
+        Err(refusal) => answer(
+            false,
+            refusal.rule().to_string(),
+            format!("{narrowed}{refusal}"),
+        ),
+    }
+}
+
+fn list(ports: &[u16]) -> String {
+    if ports.is_empty() {
+        "none".to_string()
+    } else {
+        ports
+            .iter()
+            .map(u16::to_string)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -249,6 +342,10 @@ fn net(session: &Session, target: &str, json: bool) -> anyhow::Result<i32> {
     if json {
         let mut out = serde_json::to_value(&answer)?;
         out["backend"] = serde_json::Value::from(session.kind.as_str());
+        // The network the run would get, as `policy show --json` gives it.
+        if session.kind != BackendKind::Host {
+            out["network"] = serde_json::to_value(NetMode::of(&session.policy))?;
+        }
         println!("{}", serde_json::to_string_pretty(&out)?);
         return Ok(0);
     }

@@ -68,10 +68,13 @@ format!(
     "[A-Za-z0-9_-]+", "a toolchain name (rust, node, python, ...), auto or none"
 );
 
-// The shipped credential definitions (`sandbox_net::credentials`; a test keeps them equal).
+// The shipped credential definitions (`sandbox_net::credentials`; a test keeps them equal),
+// each optionally `=URL` toward another host (`sandbox_net::upstream` checks the URL further:
+// plain http:// only to loopback).
 format!(
     CREDENTIAL,
-    "anthropic|openai|google|github", "a credential: anthropic, openai, google or github"
+    "(anthropic|openai|google|github)(=https?://[^/?#@ ]+/?)?",
+    "a credential: anthropic, openai, google or github, optionally =https://HOST[:PORT] or =http://127.0.0.1:PORT (a gateway on this host's loopback)"
 );
 
 // `--publish [HOST_ADDR:]HOST_PORT[:INNER_PORT]`: ports 1-65535, an IPv4 address without
@@ -267,11 +270,16 @@ mod tests {
 
     #[test]
     fn credentials_are_the_shipped_definitions() {
+        let names = CREDENTIAL.pattern[1..].split_once(')').unwrap().0;
         assert_eq!(
-            CREDENTIAL.pattern.split('|').collect::<Vec<_>>().join(", "),
+            names.split('|').collect::<Vec<_>>().join(", "),
             sandbox_net::credentials::known()
         );
         assert!(!CREDENTIAL.matches("anthropic2"));
+        assert!(CREDENTIAL.matches("anthropic=http://127.0.0.1:4000"));
+        assert!(CREDENTIAL.matches("openai=https://gateway.example.com/"));
+        assert!(!CREDENTIAL.matches("openai=https://gateway.example.com/v1"));
+        assert!(!CREDENTIAL.matches("openai=gateway.example.com"));
     }
 
     #[test]

@@ -23,6 +23,7 @@ mod lima;
 mod limits;
 mod native;
 mod net;
+mod net_agree;
 mod net_user;
 mod notices;
 mod publish;

@@ -15,10 +15,12 @@ use sandbox_testkit::net::Answerer;
 
 use crate::common::{self, text, Env};
 
-/// An HTTP server on `ip` (a thread) that answers every request with `body`, and counts them.
+/// An HTTP server on `ip` (a thread) that answers every request with `body`, and counts them
+/// (and keeps their heads).
 pub(crate) struct Http {
     pub(crate) port: u16,
     requests: Arc<AtomicUsize>,
+    heads: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Http {
@@ -27,6 +29,8 @@ impl Http {
         let port = listener.local_addr().unwrap().port();
         let requests = Arc::new(AtomicUsize::new(0));
         let count = requests.clone();
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = heads.clone();
         std::thread::spawn(move || {
             for mut stream in listener.incoming().flatten() {
                 let mut head = Vec::new();
@@ -34,6 +38,9 @@ impl Http {
                 while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap_or(0) == 1 {
                     head.push(byte[0]);
                 }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&head).into_owned());
                 count.fetch_add(1, Ordering::SeqCst);
                 let _ = write!(
                     stream,
@@ -42,11 +49,20 @@ impl Http {
                 );
             }
         });
-        Http { port, requests }
+        Http {
+            port,
+            requests,
+            heads,
+        }
     }
 
     pub(crate) fn requests(&self) -> usize {
         self.requests.load(Ordering::SeqCst)
+    }
+
+    /// The request heads received so far.
+    pub(crate) fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
     }
 }
 
@@ -68,7 +84,7 @@ pub(crate) fn unavailable(env: &Env) -> Option<String> {
         .then(|| format!("no private view here, so no network namespace:\n{doctor}"))
 }
 
-fn run(env: &Env, backend: &str, flags: &[&str], dns: u16, script: &str) -> Output {
+pub(crate) fn run(env: &Env, backend: &str, flags: &[&str], dns: u16, script: &str) -> Output {
     env.cmd()
         .args(["run", "--backend", backend])
         .args(flags)

@@ -95,6 +95,45 @@ pub fn exposed_secrets(policy: &Policy, home: &Path) -> Vec<Exposure> {
     out
 }
 
+/// The notice of a run whose open network `--credential` narrows (`sandbox_policy::NetMode`,
+/// the rule the run enforces): which hosts stay reachable, and how to widen it. `None` when
+/// the network was not open or a domain list already narrowed it.
+pub fn credential_narrowing(policy: &Policy) -> Option<String> {
+    let mode = sandbox_policy::NetMode::of(policy);
+    if !mode.narrowed_by_credential {
+        return None;
+    }
+    let hosts: Vec<String> = mode
+        .credentials
+        .iter()
+        .map(
+            |spec| match sandbox_net::credentials::definition_for_run(spec) {
+                Ok(def) => format!(
+                    "{} (through ${})",
+                    def.upstream_url(),
+                    def.base_url_var().unwrap_or("its base URL")
+                ),
+                Err(_) => spec.clone(),
+            },
+        )
+        .collect();
+    let names: Vec<&str> = mode
+        .credentials
+        .iter()
+        .map(|s| sandbox_net::upstream::spec_name(s))
+        .collect();
+    Some(format!(
+        "--credential {} narrows the network: the run gets a network namespace of its own \
+         whose only way out is the credential proxy, which reaches {} and no other host (a \
+         request elsewhere gets 403, rule not-listed). To reach more, add --allow-domain HOST \
+         (or a group: @github, @npm, @pypi…); `sandbox why --net HOST --credential {}` says \
+         what a host gets",
+        names.join(" --credential "),
+        hosts.join(", "),
+        names.join(" --credential ")
+    ))
+}
+
 /// `--env NAME` (pass, no value) for each `NAME` unset in `from`: the command will not see it.
 pub fn unset_passed_vars(args: &[String], is_set: impl Fn(&str) -> bool) -> Vec<String> {
     args.iter()
@@ -125,6 +164,31 @@ mod tests {
             ..PolicyRequest::default()
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_credential_that_narrows_an_open_network_says_so_and_how_to_widen_it() {
+        let work = tempfile::tempdir().unwrap();
+        let mut p = policy(work.path(), &[], &[]);
+        assert_eq!(credential_narrowing(&p), None);
+        p.credentials = vec!["anthropic".into(), "google=http://127.0.0.1:4000".into()];
+        let notice = credential_narrowing(&p).unwrap();
+        for want in [
+            "--credential anthropic --credential google narrows the network",
+            "https://api.anthropic.com:443 (through $ANTHROPIC_BASE_URL)",
+            "http://127.0.0.1:4000 (through $GOOGLE_GEMINI_BASE_URL)",
+            "--allow-domain HOST",
+        ] {
+            assert!(notice.contains(want), "{want}: {notice}");
+        }
+        // A domain list, or a blocked network: the user already chose a narrow one.
+        p.allow_domains = vec!["a.test".into()];
+        assert_eq!(credential_narrowing(&p), None);
+        p.allow_domains.clear();
+        p.net = sandbox_policy::NetPolicy::Block {
+            allow_tcp_ports: vec![],
+        };
+        assert_eq!(credential_narrowing(&p), None);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use sandbox_policy::{NetPolicy, Policy};
+use sandbox_policy::Policy;
 
 /// The variable that points the proxy at a DNS server of its own instead of the system's
 /// resolver (`HOST:PORT`, UDP): for tests that run their own answerer, and hosts whose
@@ -61,7 +61,7 @@ pub fn default_proxy_env() -> Vec<(String, String)> {
 /// Whether a run of `policy` needs the supervisor's proxy: a domain list, or a credential
 /// (whose base URL points at the proxy).
 pub fn needs_proxy(policy: &Policy) -> bool {
-    !policy.allow_domains.is_empty() || !policy.credentials.is_empty()
+    sandbox_policy::NetMode::of(policy).proxied()
 }
 
 /// The base-URL variables of the credentials (`ANTHROPIC_BASE_URL=http://{proxy}/cred/…`):
@@ -70,7 +70,7 @@ pub fn needs_proxy(policy: &Policy) -> bool {
 fn credential_base_urls(names: &[String]) -> Vec<(String, String)> {
     names
         .iter()
-        .filter_map(|name| sandbox_net::credentials::find(name))
+        .filter_map(|spec| sandbox_net::credentials::find(sandbox_net::upstream::spec_name(spec)))
         .flat_map(|def| def.env)
         .filter(|(_, value)| value.contains("{proxy}") && !value.contains("{placeholder}"))
         .collect()
@@ -85,18 +85,16 @@ impl NetPlan {
         proxy_port: u16,
         resolver: sandbox_net::Resolver,
     ) -> Option<NetPlan> {
-        let proxied = needs_proxy(policy);
-        let ports = match &policy.net {
-            NetPolicy::Block { .. } => policy.net.open_ports(policy.hook_port).unwrap_or_default(),
-            // Open network but a domain list or a credential: only the proxy (and the hook)
-            // is reachable — a credential's proxy listening on the host's loopback would lend
-            // the key to every local process.
-            NetPolicy::Allow if proxied => policy.hook_port.into_iter().collect(),
-            NetPolicy::Allow => return None,
-        };
-        let proxy = proxied.then(|| ProxyPlan {
-            allow: policy.allow_domains.clone(),
-            credentials: policy.credentials.clone(),
+        // The one computation `why --net` and `policy show` describe too.
+        let mode = sandbox_policy::NetMode::of(policy);
+        if !mode.namespace {
+            return None;
+        }
+        let proxied = mode.proxied();
+        let ports = mode.ports;
+        let proxy = proxied.then_some(ProxyPlan {
+            allow: mode.domains,
+            credentials: mode.credentials,
             resolver,
             port: proxy_port,
         });
@@ -150,15 +148,28 @@ impl NetPlan {
             )
         };
         let proxy = match &self.proxy {
-            Some(p) => format!(
-                "; the domain allow-list ({}) through the supervisor's proxy at \
-                 127.0.0.1:{} inside (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY set; names resolved by \
-                 {}; private answers and IP literals refused unless listed); a program that \
-                 ignores the proxy variables reaches nothing",
-                p.allow.join(", "),
-                p.port,
-                p.resolver
-            ),
+            Some(p) => {
+                let domains = if p.allow.is_empty() {
+                    "no domain".to_string()
+                } else {
+                    format!("the domain allow-list ({})", p.allow.join(", "))
+                };
+                let credentials = if p.credentials.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " and the credentials' hosts at /cred/NAME only ({})",
+                        p.credentials.join(", ")
+                    )
+                };
+                format!(
+                    "; {domains}{credentials} through the supervisor's proxy at 127.0.0.1:{} \
+                     inside (HTTP_PROXY/HTTPS_PROXY/ALL_PROXY set; names resolved by {}; \
+                     private answers and IP literals refused unless listed); a program that \
+                     ignores the proxy variables reaches nothing",
+                    p.port, p.resolver
+                )
+            }
             None => String::new(),
         };
         let inbound = if self.publish.is_empty() {
@@ -209,6 +220,7 @@ pub fn pick_proxy_port(taken: &[u16]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandbox_policy::NetPolicy;
 
     fn policy(net: NetPolicy, domains: &[&str], hook: Option<u16>) -> Policy {
         let dir = std::env::temp_dir();

@@ -140,7 +140,12 @@ impl NetRelay {
         let credentials = match &plan.proxy {
             Some(p) if !p.credentials.is_empty() => {
                 crate::sys::hold_secrets();
-                Some(sandbox_net::Credentials::for_run(&p.credentials)?)
+                // A host that cannot be used is told on the run's stderr, once per
+                // credential: a program that retries would otherwise fail in silence.
+                Some(
+                    sandbox_net::Credentials::for_run(&p.credentials)?
+                        .report_to(|message| eprintln!("{message}")),
+                )
             }
             _ => None,
         };
