@@ -738,6 +738,7 @@ fn an_opencode_snapshot_repository_carries_no_code_to_the_host() {
             text(&kind)
         );
     }
+}
 
 /// The machine's rustup: (`RUSTUP_HOME`, the dir holding the `cargo` proxy) — the toolchain
 /// the agents' tool call runs, as a user's would.

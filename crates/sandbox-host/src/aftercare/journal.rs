@@ -439,6 +439,7 @@ mod tests {
             layout: &layout,
             gitdir: None,
             nested: None,
+            agent_repos: &[],
             hostfiles: Some(&start),
             quarantined: false,
         };
