@@ -123,6 +123,8 @@ pub struct DirectChild {
 /// where init writes the command's wait status before it exits.
 #[derive(Debug)]
 struct Namespace {
+    // Read by crate::pidns, which only Linux has (no pid namespace elsewhere).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     status: OwnedFd,
 }
 

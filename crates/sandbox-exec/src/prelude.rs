@@ -135,7 +135,8 @@ pub(crate) struct Prelude {
     /// command's wait status there, the caller reads it. -1: none (the proxy makes its own).
     pub status_fd: RawFd,
     /// After a pid namespace split, the command raises its own OOM score, because the caller
-    /// cannot lower init's (no `CAP_SYS_RESOURCE`: [`crate::pidns`]).
+    /// cannot lower init's (no `CAP_SYS_RESOURCE`: [`crate::pidns`], Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub raise_oom_score: bool,
     /// The run's process limit as `RLIMIT_NPROC`, set after the setup hook, inside the user
     /// namespace it made (where no cgroup can be had: docs/limits.md).

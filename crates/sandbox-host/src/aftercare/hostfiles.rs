@@ -298,8 +298,10 @@ fn record(dir: &File, name: &OsStr, rel: PathBuf, depth: usize, tree: &mut Tree,
                     }
                 }
             }
+            // mode_t is u32 here and u16 on macOS.
+            #[allow(clippy::useless_conversion)]
             Node::File {
-                mode: st.st_mode & 0o7777,
+                mode: u32::from(st.st_mode & 0o7777),
                 bytes,
                 stamp,
             }

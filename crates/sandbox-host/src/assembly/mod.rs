@@ -197,6 +197,9 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
 /// run's proxy reads the secrets again when it starts (`Credentials::for_run`); the base
 /// URLs, which name the proxy's port, are set by the run.
 pub fn apply_credentials(policy: &mut Policy) -> Result<(), HostError> {
+    // macOS has no PR_SET_DUMPABLE: there another process reads this one's memory only
+    // through task_for_pid, which needs root or the debugger entitlement.
+    #[cfg(target_os = "linux")]
     if !policy.credentials.is_empty() {
         crate::sys::hold_secrets();
     }
