@@ -20,24 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
 
-/// One request the stand-in answered.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub method: String,
-    pub path: String,
-    /// Lower-case names.
-    pub headers: Vec<(String, String)>,
-    pub body: String,
-}
-
-impl Seen {
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use crate::net::Seen;
 
 /// The stand-in: where it listens and what it saw.
 pub struct ModelApi {

@@ -155,13 +155,16 @@ impl TestCa {
     }
 }
 
-/// One request an [`HttpsFiles`] server saw: its request line and headers as sent.
+/// One request a stand-in server saw (an [`HttpsFiles`], the model API of `model_api`): its
+/// request line, headers and body as sent.
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub method: String,
     pub path: String,
     /// Header names in lower case.
     pub headers: Vec<(String, String)>,
+    /// The request's body, as text (invalid UTF-8 replaced).
+    pub body: String,
 }
 
 impl Seen {
@@ -239,6 +242,7 @@ fn serve(tcp: TcpStream, config: Arc<rustls::ServerConfig>, root: &Path, log: &M
         method: method.clone(),
         path: path.clone(),
         headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
     });
     let file = file_for(root, &path);
     let (status, kind, content) = match file.and_then(|f| std::fs::read(&f).ok().map(|c| (f, c))) {
