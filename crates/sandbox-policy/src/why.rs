@@ -176,6 +176,11 @@ fn through_view(plan: &ViewPlan, path: &Path) -> (bool, bool, String) {
             false,
             format!("pinned read-only: {} ({why})", target.display()),
         ),
+        Some(MountOp::Seal { target, why }) => (
+            false,
+            false,
+            format!("sealed read-only: {} ({why})", target.display()),
+        ),
         Some(MountOp::Empty { target, why }) => (
             true,
             false,

@@ -215,6 +215,7 @@ fn describe_mount(op: &compile::view::MountOp, own_proc: Option<&Path>) -> Strin
             upper.display()
         ),
         MountOp::Pin { target, why, .. } => format!("pin    {}  ({why})", target.display()),
+        MountOp::Seal { target, why } => format!("seal   {}  ({why})", target.display()),
         MountOp::Empty { target, why } => format!(
             "empty  {}  ({why}; read-only, the host's file is not shown)",
             target.display()

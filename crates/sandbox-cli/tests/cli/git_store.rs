@@ -1321,3 +1321,71 @@ fn a_ref_created_and_deleted_again_after_the_live_sync_took_it_is_deleted() {
     );
     assert_eq!(escape::rev_parse(&f, "refs/heads/scratch"), "");
 }
+
+/// Beside a linked worktree, the main checkout is in the view only as its `.git`: the folders
+/// the view makes to hold those mounts are sealed read-only, so a write there fails at once
+/// (the tool says so) instead of landing in the private `/tmp` and vanishing. The worktree
+/// stays writable and commits still land. Control: `--backend host` writes the user's file.
+#[test]
+fn a_write_beside_the_worktree_where_the_view_holds_only_mounts_fails_at_once() {
+    let f = Fixture::new();
+    if let Some(why) = quarantine_unavailable(&f) {
+        common::skip("private-view", why);
+        return;
+    }
+    let note = f.main.join("notes.txt");
+    let beside = f.task.parent().unwrap().join("beside.txt");
+    let script = format!(
+        "echo x > '{}' || echo refused-note; echo y > '{}' || echo refused-beside; \
+         echo w > inside.txt && git add inside.txt && git commit -qm inside && echo committed",
+        note.display(),
+        beside.display()
+    );
+    let run = |backend: &str| {
+        f.env
+            .cmd()
+            .current_dir(&f.task)
+            .args(["run", "--backend", backend, "--", "sh", "-c", &script])
+            .output()
+            .unwrap()
+    };
+    let out = run("native");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("refused-note")
+            && stdout.contains("refused-beside")
+            && stdout.contains("committed"),
+        "{}",
+        common::text(&out)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .matches("Read-only file system")
+            .count(),
+        2,
+        "{}",
+        common::text(&out)
+    );
+    assert!(!note.exists() && !beside.exists());
+    assert_eq!(
+        sandbox_testkit::git(&f.main, &["log", "-1", "--format=%s", "feature"]),
+        "inside"
+    );
+    // `why` names the seal for the user's file there.
+    let why = f
+        .env
+        .cmd()
+        .current_dir(&f.task)
+        .args(["why", "--backend", "native"])
+        .arg(&note)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&why.stdout).contains("sealed read-only"),
+        "{}",
+        common::text(&why)
+    );
+    // The control: without the sandbox the same script writes the user's files.
+    let host = run("host");
+    assert!(note.exists() && beside.exists(), "{}", common::text(&host));
+}

@@ -300,3 +300,59 @@ fn why_explains_what_decides_a_path_in_the_next_run() {
     assert!(!probe(&at(".claude/settings.json")));
     assert!(probe(&at(".claude/projects")));
 }
+
+/// `why` and a real run agree, path by path: whether the run reads the user's own file there,
+/// and whether it may write it. The run checks each path the way a tool would (read it; make
+/// its folder and open it for appending, writing nothing); the host's files carry content no
+/// other file has.
+#[test]
+fn why_agrees_with_a_real_run_for_a_table_of_paths() {
+    let f = Fixture::new();
+    let cache = f.home.join(sandbox_testkit::home::CACHE_ENTRIES[1]);
+    let paths = [
+        f.task.join("README"),
+        f.main.join("README"),
+        f.outside.join("victim.txt"),
+        f.common.join("config"),
+        f.common.join("HEAD"),
+        f.home.join(".ssh/id_ed25519"),
+        f.home.join(".gitconfig"),
+        cache,
+        "/etc/passwd".into(),
+        "/usr/bin/env".into(),
+    ];
+    let digest = |bytes: &[u8]| {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(bytes))
+    };
+    let mut script = String::new();
+    for p in &paths {
+        let p = p.display();
+        script.push_str(&format!(
+            "if [ -r '{p}' ]; then sha256sum < '{p}' | cut -d' ' -f1; else echo unreadable; fi; \
+             ( mkdir -p \"$(dirname '{p}')\" && : >> '{p}' ) 2>/dev/null && echo w1 || echo w0; "
+        ));
+    }
+    let out = sandbox(&f, &["run", "--", "sh", "-c", &script]);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2 * paths.len(), "{}", text(&out));
+    for (i, p) in paths.iter().enumerate() {
+        let answer = why(&f, &[&p.display().to_string()]);
+        let host = digest(&std::fs::read(p).unwrap());
+        let reads_the_users_file = lines[2 * i] == host;
+        let writes = lines[2 * i + 1] == "w1";
+        assert_eq!(
+            (
+                answer["hostFileVisible"].as_bool(),
+                answer["writable"].as_bool()
+            ),
+            (Some(reads_the_users_file), Some(writes)),
+            "{}: why says {answer}, the run read {} and {}",
+            p.display(),
+            lines[2 * i],
+            lines[2 * i + 1]
+        );
+    }
+}

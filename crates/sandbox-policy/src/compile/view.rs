@@ -30,6 +30,8 @@ use serde::Serialize;
 use crate::error::PolicyError;
 use crate::model::{GitLayout, GrantReason, HomePolicy, Policy};
 
+mod seal;
+
 /// What a host path is, as the platform step finds it (the compiler itself does no I/O).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EntryKind {
@@ -79,6 +81,10 @@ pub enum MountOp {
     /// An empty file of the view's own, read-only, over the host's file at `target` (which
     /// a bind of its directory shows): the run sees the name and no content.
     Empty { target: PathBuf, why: &'static str },
+    /// A folder the view made on a private tree only to hold the project's mounts, bound
+    /// over itself with everything below it, then made read-only (that mount alone): last of
+    /// all ([`seal`]).
+    Seal { target: PathBuf, why: &'static str },
 }
 
 impl MountOp {
@@ -89,6 +95,7 @@ impl MountOp {
             | MountOp::Overlay { target, .. }
             | MountOp::Pin { target, .. }
             | MountOp::Empty { target, .. }
+            | MountOp::Seal { target, .. }
             | MountOp::Devpts { target } => target,
             MountOp::Symlink { link, .. } => link,
         }
@@ -310,6 +317,8 @@ pub fn compile(
     // depth elsewhere does not matter; the same path is never bound twice above).
     binds.sort_by_key(|op| (depth(op.target()), op.rank()));
     ops.extend(binds);
+    let seals = seal::seal_ops(policy, &ops);
+    ops.extend(seals);
     Ok(ViewPlan { ops })
 }
 

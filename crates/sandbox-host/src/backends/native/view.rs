@@ -22,9 +22,11 @@ use crate::error::HostError;
 use crate::sys;
 
 mod mounts;
+mod overlay;
 mod target;
 pub(crate) use mounts::write_file;
 use mounts::{enter, run, set_readonly, tmpfs, view_failure, write_proc};
+use overlay::overlay_options;
 use target::Target;
 
 /// One system-call-level step of building the view. Paths are under the staging directory.
@@ -54,6 +56,9 @@ enum Step {
     },
     /// A bind of a path of the view over itself, read-only.
     Pin(Target),
+    /// A folder of the view bound over itself with every mount below it, then that mount
+    /// alone made read-only: the mounts inside keep their own access.
+    Seal(Target),
     /// Removes a file of the view's root tmpfs: the source of the empty files, once bound
     /// (each bind keeps the file it shows).
     Unlink(CString),
@@ -147,40 +152,6 @@ fn classify(path: &Path) -> EntryKind {
 /// git store quarantine's layers when the run has them.
 pub fn plan(policy: &Policy, store: Option<&GitStoreLayers>) -> Result<ViewPlan, HostError> {
     Ok(view::compile(policy, &classify, store)?)
-}
-
-/// overlayfs's mount options cannot carry these in a path without escapes, and a wrong
-/// escape would mount another directory: such a path is refused instead.
-fn overlay_path(path: &Path) -> Result<String, HostError> {
-    match path.to_str() {
-        Some(p) if !p.contains([',', ':', '\\']) => Ok(p.to_string()),
-        _ => Err(HostError::ViewPath {
-            path: path.to_path_buf(),
-            cause: "the git store quarantine cannot layer a path containing ',', ':' or '\\' \
-                    (or one that is not UTF-8); move the repository, or pass --unprotected-git \
-                    to run without the quarantine"
-                .into(),
-        }),
-    }
-}
-
-fn overlay_options(lower: &[PathBuf], upper: &Path, work: &Path) -> Result<CString, HostError> {
-    let lower: Vec<String> = lower
-        .iter()
-        .map(|p| overlay_path(p))
-        .collect::<Result<_, _>>()?;
-    // userxattr: the only way a user namespace may mount an overlay (its metadata goes in
-    // user.overlay.* attributes of the private layer). volatile: no syncfs of the upper
-    // filesystem when the run's namespace goes away — that would flush every dirty page of
-    // the whole filesystem the private dir is on (tens of ms beside a build); the layer is
-    // read back from the page cache and thrown away, so it never needs to survive a crash.
-    let options = format!(
-        "lowerdir={},upperdir={},workdir={},userxattr,volatile",
-        lower.join(":"),
-        overlay_path(upper)?,
-        overlay_path(work)?
-    );
-    cstring(Path::new(&options))
 }
 
 impl PreparedView {
@@ -438,6 +409,14 @@ impl PreparedView {
                             readonly: true,
                         },
                         format!("an empty file over {} ({why})", target.display()),
+                    );
+                }
+                MountOp::Seal { target, why } => {
+                    mounted.insert(target.clone(), true);
+                    push(
+                        &mut steps,
+                        Step::Seal(target::target(staging, &writable, target)?),
+                        format!("read-only seal of {} ({why})", target.display()),
                     );
                 }
                 MountOp::Devpts { target } => {

@@ -109,6 +109,11 @@ pub(super) fn run(step: &Step) -> Result<(), Errno> {
             target.at(|t| sys::mount(Some(t), t, None, libc::MS_BIND, None))?;
             target.at(|t| set_readonly(t, false))
         }
+        Step::Seal(target) => {
+            // Recursive, so the mounts below come along; read-only on the new top mount only.
+            target.at(|t| sys::mount(Some(t), t, None, libc::MS_BIND | libc::MS_REC, None))?;
+            target.at(|t| set_readonly(t, false))
+        }
     }
 }
 
