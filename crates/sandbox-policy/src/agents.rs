@@ -165,7 +165,9 @@ pub struct AgentProfile {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProfileEnv {
+    /// The variable's name (`IS_SANDBOX`).
     pub name: String,
+    /// Its value in the run; a variable the user passes with `--env` wins.
     pub value: String,
     /// Why the agent needs it (shown by `policy show`).
     pub why: String,
