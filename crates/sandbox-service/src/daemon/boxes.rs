@@ -2,6 +2,7 @@
 //! killed, their ends reported) and removed. The registry itself is `crate::registry`.
 
 use crate::locks::Locked as _;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,10 +15,10 @@ use sandbox_protocol::{
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 
-use super::connection::{Conn, Outbound};
-use super::exec::{denied, refuse_host_token};
-use super::spawner::{Control, Phase};
-use super::{invalid, unavailable, State};
+use super::state::{
+    announce, denied, invalid, refuse_host_token, unavailable, Conn, Control, Outbound, Phase,
+    State,
+};
 use crate::registry::{self, BoxEntry, Registry};
 use crate::token::Scope;
 
@@ -424,6 +425,16 @@ pub(super) async fn stop_box(
     Ok(())
 }
 
+/// Stops every command of every box and waits until their groups are gone.
+pub(super) async fn stop_everything(state: &Arc<State>) {
+    state.shutting_down.store(true, Ordering::SeqCst);
+    let names = state.boxes.locked().names();
+    for name in names {
+        let _ = stop_box(state, &name, false, None).await;
+    }
+    super::microvm::shutdown(state).await;
+}
+
 pub(super) async fn box_remove(
     state: &Arc<State>,
     conn: &Arc<Conn>,
@@ -496,33 +507,4 @@ impl Progress for StepEvents {
         let _ = self.conn.out.blocking_send(Outbound::Frame(frame.clone()));
         self.state.broadcast(&frame, Some(self.conn.id));
     }
-}
-
-/// Emits a `boxState` event: first to the requesting connection (waiting for room, so it
-/// precedes the reply), then to every other connection without waiting.
-pub(super) async fn announce(
-    state: &State,
-    conn: Option<&Conn>,
-    entry_id: &str,
-    name: &str,
-    st: BoxState,
-    elapsed: Option<Duration>,
-) {
-    let frame = encode_event(
-        "boxState",
-        &BoxStateEvent {
-            box_id: entry_id.to_string(),
-            name: name.to_string(),
-            state: st,
-            elapsed_ms: elapsed.map(|d| d.as_millis() as u64),
-            step: None,
-            step_state: None,
-            step_ms: None,
-            step_error: None,
-        },
-    );
-    if let Some(conn) = conn {
-        let _ = conn.out.send(Outbound::Frame(frame.clone())).await;
-    }
-    state.broadcast(&frame, conn.map(|c| c.id));
 }

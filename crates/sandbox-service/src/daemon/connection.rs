@@ -3,82 +3,28 @@
 //! share that queue, which is what orders them.
 
 use crate::locks::Locked as _;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
-use sandbox_exec::StreamKind;
 use sandbox_protocol::{
-    self as protocol, encode_event, encode_reply, Decoded, ErrorCode, ExitEvent, Frame, Id,
-    OutputEncoder, Request, RpcError, MAX_FRAME_BYTES, PROTOCOL,
+    self as protocol, encode_event, Decoded, ErrorCode, Frame, OutputEncoder, Request, RpcError,
+    MAX_FRAME_BYTES, PROTOCOL,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 use tokio::io::AsyncWriteExt;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use super::dispatch::{describe, handle};
-use super::exec::queue_stdin;
+use super::dispatch::{describe, handle, queue_stdin};
 use super::frames::FrameReader;
-use super::lifecycle::until_true;
-use super::State;
-use crate::token::Lease;
+use super::state::{peer_hung_up, until_true, Conn, Outbound, State};
 
 /// Frames a connection's queue holds before producers wait (replies and events alike).
 const QUEUE: usize = 64;
-
-/// What a connection's writer sends, in order. Output stays raw bytes until the writer
-/// encodes it, so the exec thread only moves buffers.
-#[derive(Debug)]
-pub(super) enum Outbound {
-    /// A finished JSON frame (a reply or an event without bytes), no newline.
-    Frame(Vec<u8>),
-    Output {
-        exec_id: u64,
-        stream: StreamKind,
-        data: Bytes,
-    },
-    /// The end of an exec: the writer flushes any held partial UTF-8 first.
-    Exit(ExitEvent),
-}
-
-/// One control connection, as the tasks serving its requests see it.
-pub(super) struct Conn {
-    pub(super) id: u64,
-    pub(super) out: mpsc::Sender<Outbound>,
-    pub(super) authed: AtomicBool,
-    /// Execs this connection started that have not reported their exit yet.
-    pub(super) execs: watch::Sender<usize>,
-    /// Task tokens issued on this connection: they are revoked when it closes, so a
-    /// `sandbox run` that ends (or is killed) takes its token with it.
-    pub(super) leased_tokens: Mutex<Vec<String>>,
-    /// The socket (a duplicate of its descriptor), to ask the kernel whether the peer is gone.
-    pub(super) socket: Arc<OwnedFd>,
-}
-
-/// A task token's lease: it lasts while the peer of the connection it was issued on has not
-/// closed its end. Asked each time the token is used, so a killed `sandbox run`'s token stops
-/// working the moment the kernel closes the run's socket, not when the daemon notices.
-pub(super) struct PeerLease(pub(super) Arc<OwnedFd>);
-
-impl Lease for PeerLease {
-    fn ended(&self) -> bool {
-        peer_hung_up(self.0.as_fd())
-    }
-}
-
-impl Conn {
-    pub(super) async fn reply(&self, id: Option<&Id>, outcome: &Result<Value, RpcError>) {
-        let _ = self
-            .out
-            .send(Outbound::Frame(encode_reply(id, outcome)))
-            .await;
-    }
-}
 
 #[derive(PartialEq)]
 enum Flow {
@@ -165,18 +111,6 @@ pub(super) async fn connection(state: Arc<State>, stream: UnixStream) {
     drop(conn);
     drop(reader);
     let _ = (&mut writer).await;
-}
-
-/// True when the peer closed its end completely (not just its writing side).
-fn peer_hung_up(fd: BorrowedFd<'_>) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(_) => fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)),
-        Err(_) => true,
-    }
 }
 
 async fn on_frame(

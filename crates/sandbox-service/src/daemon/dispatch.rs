@@ -11,17 +11,15 @@ use sandbox_protocol::{
 };
 use serde_json::{json, Value};
 
-use super::boxes::{box_create, box_list, box_remove, box_start, box_stop};
-use super::connection::{Conn, PeerLease};
+use super::boxes::{box_create, box_list, box_remove, box_start, box_stop, stop_everything};
 use super::exec::{box_exec, exec_kill};
-use super::lifecycle::stop_everything;
-use super::State;
+use super::state::{After, Conn, PeerLease, State};
 use crate::registry;
 use crate::token::Scope;
 
-/// Work to do once a request's reply is queued (`box.exec` lets its command's events flow,
-/// `shutdown` stops the daemon).
-pub(super) type After = Option<Box<dyn FnOnce() + Send>>;
+/// `exec.stdin`, which the connection's reader queues itself, in arrival order, so that
+/// pipelined writes reach the pipe in order.
+pub(super) use super::exec::queue_stdin;
 
 /// Runs one request. `host.hello`, `host.describe` and `exec.stdin` never get here: the
 /// connection's reader answers them itself, in arrival order.

@@ -19,10 +19,12 @@ use sandbox_protocol::{
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::connection::{Conn, Outbound};
-use super::dispatch::After;
-use super::spawner::{self, Control, ExecCtx, ExecEnd, Phase, Started, StdinMsg};
-use super::{invalid, unavailable, State};
+use super::command::{self, ExecCtx, Started};
+use super::spawner;
+use super::state::{
+    denied, invalid, refuse_host_token, unavailable, After, Conn, Control, ExecEnd, ExecHandle,
+    Outbound, Phase, State, StdinMsg,
+};
 use crate::registry::BoxEntry;
 
 /// `exec.stdin` writes one exec may have queued before further ones get `stdinBusy`.
@@ -31,18 +33,9 @@ const STDIN_QUEUE: usize = 16;
 /// pipe; it is killed with the group, but one that left the group could keep it open).
 const DRAIN: Duration = Duration::from_millis(500);
 
-/// A running exec as the dispatcher sees it.
-pub(super) struct ExecHandle {
-    pub(super) box_name: String,
-    pub(super) conn: u64,
-    pub(super) control: mpsc::Sender<Control>,
-    pub(super) stdin: Option<mpsc::Sender<StdinMsg>>,
-    pub(super) phase: watch::Receiver<Phase>,
-}
-
 /// `box.exec`: one command armed in the box's run (prepared once at `box.create`), started
 /// — spawned on the spawner thread, or launched in a VM box's guest — and handed to its event
-/// loop ([`spawner::run_exec`]), which reports its output and its `exit`.
+/// loop ([`command::run_exec`]), which reports its output and its `exit`.
 pub(super) async fn box_exec(
     state: &Arc<State>,
     conn: &Arc<Conn>,
@@ -204,7 +197,7 @@ pub(super) async fn box_exec(
             // Not on the spawner thread: nothing of it is a child of this process.
             tokio::spawn(async move {
                 let _ = go_rx.await;
-                spawner::run_exec(Started::Guest(process), live, run, ctx).await;
+                command::run_exec(Started::Guest(process), live, run, ctx).await;
             });
             *after = Some(Box::new(move || {
                 let _ = go_tx.send(());
@@ -243,7 +236,7 @@ pub(super) async fn box_exec(
                     // The live command (nono's manifest and start marker; the box's run and
                     // its TMPDIR) lives until it is finished, after every process of it is
                     // gone.
-                    spawner::run_exec(Started::Host(Box::new(running)), live, run, ctx).await;
+                    command::run_exec(Started::Host(Box::new(running)), live, run, ctx).await;
                 });
                 Ok(pid)
             }
@@ -409,24 +402,6 @@ fn no_such_exec(id: u64) -> RpcError {
         ErrorCode::NoSuchExec,
         format!("no running exec {id} (it may have finished: see its exit event)"),
     )
-}
-
-/// The host token never enters a sandbox, whichever way a client tries to pass it.
-pub(super) fn refuse_host_token(
-    state: &State,
-    env: &std::collections::BTreeMap<String, String>,
-) -> Result<(), RpcError> {
-    if env
-        .values()
-        .any(|value| crate::token::same(value, state.tokens.host()))
-    {
-        return Err(denied("the host token never enters a sandbox"));
-    }
-    Ok(())
-}
-
-pub(super) fn denied(message: impl Into<String>) -> RpcError {
-    RpcError::new(ErrorCode::Denied, message)
 }
 
 fn spawn_failed(e: &sandbox_exec::ExecError) -> RpcError {

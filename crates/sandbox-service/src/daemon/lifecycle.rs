@@ -4,7 +4,7 @@
 use crate::locks::Locked as _;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -13,10 +13,11 @@ use tokio::net::UnixListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use super::boxes::stop_box;
+use super::boxes::stop_everything;
 use super::connection::connection;
+use super::options::{io_err, DaemonError, DaemonOptions};
 use super::spawner::Executor;
-use super::{io_err, DaemonError, DaemonOptions, State};
+use super::state::{until_true, State};
 use crate::registry::Registry;
 use crate::runtime::RuntimePaths;
 use crate::token::TokenStore;
@@ -218,20 +219,6 @@ async fn serve(
     })
     .await;
     Ok(())
-}
-
-pub(super) async fn until_true(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|s| *s).await;
-}
-
-/// Stops every command of every box and waits until their groups are gone.
-pub(super) async fn stop_everything(state: &Arc<State>) {
-    state.shutting_down.store(true, Ordering::SeqCst);
-    let names = state.boxes.locked().names();
-    for name in names {
-        let _ = stop_box(state, &name, false, None).await;
-    }
-    super::microvm::shutdown(state).await;
 }
 
 /// Whether the daemon has nothing to serve: no box, no command, no client connection.

@@ -5,7 +5,7 @@
 //! registry links `sandbox_boxlite::BoxliteProvider::daemon` over its one BoxLite runtime
 //! ([`with_engines`]), and that backend checks the box's description, opens the runtime and
 //! creates the box. Its commands are armed in its run and launched in its guest
-//! (`sandbox_boxlite::session`), each with the daemon's one event loop (`spawner::run_exec`).
+//! (`sandbox_boxlite::session`), each with the daemon's one event loop (`command::run_exec`).
 //!
 //! What stays here: the VM fields of `box.create` as the backend's [`VmRequest`], BoxLite's
 //! failures as protocol errors, `box.create`'s extra reply fields, the boot's steps at
@@ -31,9 +31,11 @@ use sandbox_protocol::{BoxCreateParams, RpcError};
 use serde_json::json;
 use serde_json::Value;
 
-use super::invalid;
+use super::state::invalid;
 #[cfg(not(feature = "boxlite"))]
-use super::State;
+use super::state::State;
+#[cfg(feature = "boxlite")]
+use super::state::{denied, unavailable};
 
 /// The VM fields of `box.create`, as the backend's description of the box (checked there).
 pub(super) fn vm_request(p: &BoxCreateParams) -> VmRequest {
@@ -146,10 +148,10 @@ pub(super) fn prepare_error(name: &str, e: &sandbox_boxlite::PrepareError) -> Rp
         E::Spec(_) | E::TwoMounts { .. } | E::GitLayout { .. } | E::BoxGit(_) => {
             invalid(format!("box {name}: {e}"))
         }
-        E::ReachesHome { .. } => super::exec::denied(format!("box {name}: {e}")),
+        E::ReachesHome { .. } => denied(format!("box {name}: {e}")),
         E::KeptOther { .. } => RpcError::new(ErrorCode::BoxExists, e.to_string()),
         E::Engine(e) => engine_error(e),
-        E::KeptUnreadable(_) => super::unavailable(format!("box {name}: {e}")),
+        E::KeptUnreadable(_) => unavailable(format!("box {name}: {e}")),
         E::StateDir { .. } | E::NoRequest | E::NoRuntime(_) => {
             RpcError::new(ErrorCode::Internal, format!("box {name}: {e}"))
         }
@@ -194,9 +196,8 @@ mod engine {
     use sandbox_protocol::{encode_event, BoxState, BoxStateEvent};
     use serde_json::Value;
 
-    use super::super::boxes::announce;
-    use super::super::connection::{Conn, Outbound};
-    use super::super::{DaemonOptions, State};
+    use super::super::options::DaemonOptions;
+    use super::super::state::{announce, Conn, Outbound, State};
     use super::*;
 
     /// The daemon's one BoxLite runtime (of `opts.boxlite_home`, opened by the first box),

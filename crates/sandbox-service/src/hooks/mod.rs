@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::net::TcpListener;
 
-use crate::daemon::State;
+use crate::daemon::state::State;
 use crate::registry::{self, AgentStatus};
 use crate::token::Scope;
 
