@@ -12,7 +12,7 @@ use sandbox_exec::{
 };
 use sandbox_host::assembly::CommandIdentity;
 use sandbox_host::run::NotStarted;
-use sandbox_host::{HostError, Invocation};
+use sandbox_host::{HostError, Invocation, Run};
 use sandbox_protocol::{
     self as protocol, BoxExecParams, BoxState, ErrorCode, ExecKillParams, RpcError, SignalArg,
 };
@@ -35,7 +35,9 @@ const DRAIN: Duration = Duration::from_millis(500);
 
 /// `box.exec`: one command armed in the box's run (prepared once at `box.create`), started
 /// — spawned on the spawner thread, or launched in a VM box's guest — and handed to its event
-/// loop ([`command::run_exec`]), which reports its output and its `exit`.
+/// loop ([`command::run_exec`]), which reports its output and its `exit`. In three steps:
+/// [`arm`] (checked and armed; a guest's command already launched), [`register`], then
+/// [`spawn_on_host`] for a host command.
 pub(super) async fn box_exec(
     state: &Arc<State>,
     conn: &Arc<Conn>,
@@ -43,6 +45,58 @@ pub(super) async fn box_exec(
     after: &mut After,
 ) -> Result<Value, RpcError> {
     let started = Instant::now();
+    let Armed { box_id, run, start } = arm(state, &p).await?;
+    let ctx = match register(state, conn, &p.name, &box_id, p.stdin) {
+        Ok(ctx) => ctx,
+        Err(e) => {
+            // A guest's command already runs in its box: nobody will see it, so it ends now.
+            if let Start::Guest(process, _) = &start {
+                let _ = process.signals.send(libc::SIGKILL);
+            }
+            return Err(e);
+        }
+    };
+    let exec_id = ctx.exec_id;
+    // The reply carrying the execId goes out before any of the command's events.
+    let (go_tx, go_rx) = oneshot::channel::<()>();
+    let reply = match start {
+        Start::Host(armed, guard) => {
+            let pid = spawn_on_host(state, conn, &p, (armed, guard), run, ctx, go_rx).await?;
+            json!({
+                "execId": exec_id,
+                "pid": pid,
+                "launchMs": started.elapsed().as_millis() as u64,
+            })
+        }
+        Start::Guest(process, live) => {
+            let launch_ms = started.elapsed().as_millis() as u64;
+            #[cfg(feature = "boxlite")]
+            super::microvm::first_exec(state, conn, &box_id, &p.name, started).await;
+            // Not on the spawner thread: nothing of it is a child of this process.
+            tokio::spawn(async move {
+                let _ = go_rx.await;
+                command::run_exec(Started::Guest(process), live, run, ctx).await;
+            });
+            json!({ "execId": exec_id, "launchMs": launch_ms })
+        }
+    };
+    *after = Some(Box::new(move || {
+        let _ = go_tx.send(());
+    }));
+    Ok(reply)
+}
+
+/// A `box.exec` command checked and armed in its box's run, not yet registered.
+struct Armed {
+    box_id: String,
+    run: Arc<Run>,
+    start: Start,
+}
+
+/// Checks a `box.exec` request against its box (running, its working directory, no host
+/// token) and arms the command in the box's run. A host command is admitted by the box's
+/// guard; a guest's command is launched in its box now, registered before its events flow.
+async fn arm(state: &State, p: &BoxExecParams) -> Result<Armed, RpcError> {
     if p.interactive {
         return Err(invalid(
             "box.exec: interactive (pty) execs are not offered by this daemon; use `sandbox \
@@ -109,7 +163,6 @@ pub(super) async fn box_exec(
             e @ HostError::Env { .. } => invalid(e.to_string()),
             other => unavailable(other.to_string()),
         })?;
-    // A guest's command starts in its box now; it is registered before its events flow.
     let start = match guard {
         Some(guard) => {
             guard
@@ -125,30 +178,39 @@ pub(super) async fn box_exec(
             Start::Guest(process, live)
         }
     };
+    Ok(Armed { box_id, run, start })
+}
 
+/// Registers a new exec of box `name` (of id `box_id`) for `conn`: its channels, in the box
+/// and in the exec table in one step, as [`forget_exec`] undoes it. Done before the command
+/// starts, so that its end (which unregisters it) can never come first. The box is checked
+/// again under the lock: a `box.stop` that set it stopping while this command was being
+/// prepared has already listed the commands it waits for, and a box removed and created anew
+/// under the name has another policy.
+fn register(
+    state: &Arc<State>,
+    conn: &Arc<Conn>,
+    name: &str,
+    box_id: &str,
+    stdin: bool,
+) -> Result<ExecCtx, RpcError> {
     let exec_id = state.next_id();
     let (control_tx, control_rx) = mpsc::channel(8);
-    let (stdin_tx, stdin_rx) = if p.stdin {
+    let (stdin_tx, stdin_rx) = if stdin {
         let (tx, rx) = mpsc::channel(STDIN_QUEUE);
         (Some(tx), Some(rx))
     } else {
         (None, None)
     };
     let (phase_tx, phase_rx) = watch::channel(Phase::Running);
-    let (go_tx, go_rx) = oneshot::channel::<()>();
-    // Registered before the command starts, so that its end (which unregisters it) can never
-    // come first; in the box and in the exec table in one step, as `forget_exec` undoes it.
-    // The box is checked again under the lock: a `box.stop` that set it stopping while this
-    // command was being prepared has already listed the commands it waits for, and a box
-    // removed and created anew under the name has another policy.
-    let registered = (|| {
+    {
         let mut boxes = state.boxes.locked();
         let mut execs = state.execs.locked();
-        let entry = boxes.get_mut(&p.name)?;
+        let entry = boxes.get_mut(name)?;
         if entry.id != box_id {
             return Err(RpcError::new(
                 ErrorCode::NoSuchBox,
-                format!("box {:?} was removed meanwhile", p.name),
+                format!("box {name:?} was removed meanwhile"),
             ));
         }
         running(entry)?;
@@ -156,7 +218,7 @@ pub(super) async fn box_exec(
         execs.insert(
             exec_id,
             ExecHandle {
-                box_name: p.name.clone(),
+                box_name: name.to_string(),
                 conn: conn.id,
                 control: control_tx,
                 stdin: stdin_tx,
@@ -164,22 +226,14 @@ pub(super) async fn box_exec(
             },
         );
         conn.execs.send_modify(|n| *n += 1);
-        Ok(())
-    })();
-    if let Err(e) = registered {
-        // A guest's command already runs in its box: nobody will see it, so it ends now.
-        if let Start::Guest(process, _) = &start {
-            let _ = process.signals.send(libc::SIGKILL);
-        }
-        return Err(e);
     }
     let done: Box<dyn FnOnce(Option<ExecEnd>) + Send> = {
         let state = state.clone();
         let conn = conn.clone();
-        let box_name = p.name.clone();
+        let box_name = name.to_string();
         Box::new(move |finished| forget_exec(&state, &conn, &box_name, exec_id, finished))
     };
-    let ctx = ExecCtx {
+    Ok(ExecCtx {
         exec_id,
         out: conn.out.clone(),
         control: control_rx,
@@ -187,24 +241,21 @@ pub(super) async fn box_exec(
         phase: phase_tx,
         drain: DRAIN,
         done,
-    };
-    let (armed, guard) = match start {
-        Start::Host(armed, guard) => (armed, guard),
-        Start::Guest(process, live) => {
-            let launch_ms = started.elapsed().as_millis() as u64;
-            #[cfg(feature = "boxlite")]
-            super::microvm::first_exec(state, conn, &box_id, &p.name, started).await;
-            // Not on the spawner thread: nothing of it is a child of this process.
-            tokio::spawn(async move {
-                let _ = go_rx.await;
-                command::run_exec(Started::Guest(process), live, run, ctx).await;
-            });
-            *after = Some(Box::new(move || {
-                let _ = go_tx.send(());
-            }));
-            return Ok(json!({ "execId": exec_id, "launchMs": launch_ms }));
-        }
-    };
+    })
+}
+
+/// Spawns a registered host command on the spawner thread, where its event loop then runs
+/// once `go` fires: its pid, or why it did not start (it is forgotten then).
+async fn spawn_on_host(
+    state: &State,
+    conn: &Conn,
+    p: &BoxExecParams,
+    (armed, guard): (sandbox_host::Armed, WorkspaceGuard),
+    run: Arc<Run>,
+    ctx: ExecCtx,
+    go: oneshot::Receiver<()>,
+) -> Result<i32, RpcError> {
+    let exec_id = ctx.exec_id;
     let options = SpawnOptions {
         stdin: if p.stdin {
             StdinMode::Piped
@@ -232,7 +283,7 @@ pub(super) async fn box_exec(
                 spawner::note_started();
                 tokio::spawn(async move {
                     // The reply carrying the execId goes out before any of its events.
-                    let _ = go_rx.await;
+                    let _ = go.await;
                     // The live command (nono's manifest and start marker; the box's run and
                     // its TMPDIR) lives until it is finished, after every process of it is
                     // gone.
@@ -248,22 +299,14 @@ pub(super) async fn box_exec(
             }
         })
         .await;
-    let pid = match spawned {
-        Ok(Ok(pid)) => pid,
-        Ok(Err(e)) => return Err(spawn_failed(&e)),
+    match spawned {
+        Ok(Ok(pid)) => Ok(pid),
+        Ok(Err(e)) => Err(spawn_failed(&e)),
         Err(e) => {
             forget_exec(state, conn, &p.name, exec_id, None);
-            return Err(e);
+            Err(e)
         }
-    };
-    *after = Some(Box::new(move || {
-        let _ = go_tx.send(());
-    }));
-    Ok(json!({
-        "execId": exec_id,
-        "pid": pid,
-        "launchMs": started.elapsed().as_millis() as u64,
-    }))
+    }
 }
 
 /// How a checked command is started: spawned here with its guard, or launched in a guest.
