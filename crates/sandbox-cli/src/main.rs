@@ -79,7 +79,9 @@ fn main() {
     let code = match result {
         Ok(code) => code,
         // `sandbox man | head`: the reader left; end quietly, as a tool killed by SIGPIPE.
-        Err(err) if exit::is_broken_pipe(&err) => 128 + libc::SIGPIPE,
+        Err(err) if exit::is_broken_pipe(&err) => {
+            sandbox_exec::Outcome::Signaled(libc::SIGPIPE).status().code
+        }
         Err(err) => {
             exit::report(&err);
             exit::code_for(&err, if runs_something { 125 } else { 1 })

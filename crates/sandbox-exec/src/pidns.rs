@@ -551,7 +551,8 @@ fn exit_as(status: libc::c_int) -> ! {
         let _ = sys::reset_signal(signal);
         let _ = sys::kill(sys::getpid(), signal);
         sys::set_signal_mask(libc::SIG_UNBLOCK, &sys::sigset_of(signal));
-        sys::exit(128 + signal)
+        // Only if the signal did not end us: the code the one exit rule gives it.
+        sys::exit(crate::Outcome::Signaled(signal).status().code)
     }
     sys::exit(libc::WEXITSTATUS(status))
 }

@@ -83,10 +83,8 @@ pub fn supervise(mut daemon: std::process::Command) -> std::io::Result<i32> {
     })?;
     drop(rt);
     reap_everything();
-    use std::os::unix::process::ExitStatusExt;
-    Ok(code
-        .code()
-        .unwrap_or_else(|| 128 + code.signal().unwrap_or(0)))
+    // The daemon's own code, or 128+N if signal N killed it: the one exit rule.
+    Ok(sandbox_exec::ExitOutcome::from_status(code).code())
 }
 
 /// Kills and reaps every child of this process, repeatedly, until none is left: each kill can

@@ -119,6 +119,12 @@ pub enum Readiness {
     Interrupted(Signal),
 }
 
+/// The exit code of an `exec` whose step was interrupted by `sig` (passed on to it): as if
+/// `sig` had killed the command, by the one exit rule (`sandbox_host::Outcome::status`).
+pub(super) fn interrupted(sig: Signal) -> i32 {
+    sandbox_host::Outcome::Signaled(sig as i32).status().code
+}
+
 /// How a step ended, in words: from the status's own timeout flag and signal, never guessed
 /// back from the code (a step may exit 130 by itself).
 fn describe(status: ExitStatus) -> String {
@@ -298,7 +304,7 @@ pub fn run(mut args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
     );
     match ready {
         // Dropping the session removes its private TMPDIR.
-        Ok(Readiness::Interrupted(sig)) => return Ok(128 + sig as i32),
+        Ok(Readiness::Interrupted(sig)) => return Ok(interrupted(sig)),
         Ok(readiness) => tracing::debug!(?readiness, "box ready"),
         Err(e) => {
             // Whatever stopped a step (it could not start, its sandbox failed), the command
@@ -491,6 +497,8 @@ mod tests {
         );
         assert_eq!(r.unwrap(), Readiness::Interrupted(Signal::SIGINT));
         assert_eq!(ran, vec![Phase::Probe, Phase::Provision]);
+        // `exec` then ends as a command SIGINT killed would.
+        assert_eq!(super::interrupted(Signal::SIGINT), 130);
     }
 
     #[test]

@@ -159,7 +159,7 @@ pub fn run(args: ExecArgs, ctx: &Context) -> anyhow::Result<i32> {
         },
     );
     match ready {
-        Ok(Readiness::Interrupted(sig)) => return Ok(128 + sig as i32),
+        Ok(Readiness::Interrupted(sig)) => return Ok(super::exec::interrupted(sig)),
         Ok(_) => {}
         Err(e) => return Err(Failure::setup_chain(e)),
     }
