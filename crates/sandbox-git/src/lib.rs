@@ -29,7 +29,8 @@
 //!
 //! Modules: [`names`] validates task and branch names, `view` is the view itself, `manager`
 //! creates/lists/removes views, [`mounts`] is the VM mount data, `fastforward` moves one
-//! branch safely, `watcher` reacts to ref changes, [`events`] is what the watcher reports.
+//! branch safely, `watcher` reacts to ref changes, [`events`] is what the watcher reports;
+//! `sys` holds the few raw system calls (the quarantine's), each behind a safe wrapper.
 
 mod error;
 pub mod events;
@@ -42,6 +43,8 @@ pub mod names;
 pub mod quarantine;
 mod repo;
 mod status;
+#[cfg(target_os = "linux")]
+mod sys;
 mod util;
 mod view;
 mod watcher;

@@ -85,44 +85,28 @@ impl StoreQuarantine {
     /// [`Self::receive_layer`] on Linux.
     #[cfg(target_os = "linux")]
     pub(crate) fn receive_layer(&self) {
-        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::fd::AsRawFd;
         let Some(bounded) = &self.bounded else {
             return;
         };
         if bounded.received.get().is_some() {
             return;
         }
-        let mut byte = [0u8; 1];
-        let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-        let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-        let Ok(msg) = recvmsg::<()>(
-            bounded.socket.as_raw_fd(),
-            &mut iov,
-            Some(&mut space),
-            MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
+        let Ok(fds) = crate::sys::try_recv_fds::<1>(bounded.socket.as_raw_fd()) else {
             return;
         };
-        let Ok(cmsgs) = msg.cmsgs() else { return };
-        for cmsg in cmsgs {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                for fd in fds {
-                    // SAFETY: the kernel installed this descriptor for us with the message.
-                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                    if bounded.received.get().is_some() {
-                        continue;
-                    }
-                    // The layer's `upper`, held by a descriptor of its own (the tmpfs root's
-                    // descriptor closes at the end of this block).
-                    let upper = PathBuf::from(format!("/proc/self/fd/{}/upper", fd.as_raw_fd()));
-                    match HeldDir::open(&upper) {
-                        Ok(held) => {
-                            let _ = bounded.received.set(held);
-                        }
-                        Err(e) => tracing::warn!(error = %e, "git quarantine: the bounded layer"),
-                    }
+        for fd in fds {
+            if bounded.received.get().is_some() {
+                continue;
+            }
+            // The layer's `upper`, held by a descriptor of its own (the tmpfs root's
+            // descriptor closes at the end of this block).
+            let upper = PathBuf::from(format!("/proc/self/fd/{}/upper", fd.as_raw_fd()));
+            match HeldDir::open(&upper) {
+                Ok(held) => {
+                    let _ = bounded.received.set(held);
                 }
+                Err(e) => tracing::warn!(error = %e, "git quarantine: the bounded layer"),
             }
         }
     }

@@ -149,19 +149,5 @@ fn set_opaque(_dir: &Path) -> std::io::Result<()> {
 fn set_opaque(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: lsetxattr(2) with NUL-terminated strings and a one-byte value of ours.
-    let rc = unsafe {
-        libc::lsetxattr(
-            path.as_ptr(),
-            c"user.overlay.opaque".as_ptr(),
-            b"y".as_ptr().cast(),
-            1,
-            0,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    crate::sys::lsetxattr(&path, c"user.overlay.opaque", b"y").map_err(std::io::Error::from)
 }

@@ -171,17 +171,8 @@ pub(crate) fn is_opaque(dir: &Path) -> bool {
         .iter()
         .any(|name| {
             let mut value = [0u8; 4];
-            // SAFETY: lgetxattr(2) with NUL-terminated strings, writing at most `value.len()`
-            // bytes into our buffer; it never follows a link.
-            let n = unsafe {
-                libc::lgetxattr(
-                    path.as_ptr(),
-                    name.as_ptr(),
-                    value.as_mut_ptr().cast(),
-                    value.len(),
-                )
-            };
-            n == 1 && value[0] == b'y'
+            // Never follows a link.
+            crate::sys::lgetxattr(&path, name, &mut value) == Ok(1) && value[0] == b'y'
         })
 }
 

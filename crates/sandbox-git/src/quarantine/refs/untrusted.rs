@@ -16,8 +16,7 @@ pub(crate) fn open_untrusted(_root: &Path, _path: &Path) -> std::io::Result<std:
 /// [`open_untrusted`] on Linux.
 #[cfg(target_os = "linux")]
 pub(crate) fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::fs::File> {
-    use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
-    use std::os::fd::FromRawFd;
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
     let rel = path
         .strip_prefix(root)
         .map_err(|_| std::io::Error::other("outside the layer"))?;
@@ -29,9 +28,8 @@ pub(crate) fn open_untrusted(root: &Path, path: &Path) -> std::io::Result<std::f
                 | ResolveFlag::RESOLVE_NO_SYMLINKS
                 | ResolveFlag::RESOLVE_NO_MAGICLINKS,
         );
-    let fd = openat2(std::os::fd::AsRawFd::as_raw_fd(&dir), rel, how)?;
-    // SAFETY: openat2 returned a fresh descriptor that nothing else owns.
-    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let fd = crate::sys::openat2(std::os::fd::AsRawFd::as_raw_fd(&dir), rel, how)?;
+    let file = std::fs::File::from(fd);
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::other("not a regular file"));
     }
