@@ -1,5 +1,6 @@
 //! What the workspace's tests share, written once: a hermetic [`git`] and the repository with a
-//! linked worktree most tests start from ([`linked_worktree`]), process checks
+//! linked worktree most tests start from ([`linked_worktree`]; one more: [`add_worktree`]),
+//! process checks
 //! ([`alive`], [`wait_dead`]), a home as a real user's ([`home::lived_in`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
@@ -73,6 +74,12 @@ pub fn linked_worktree_on(main: &Path, task: &Path, trunk: &str, branch: &str) {
     git(main, &["init", "-q", "-b", trunk]);
     git(main, &["add", "-A"]);
     git(main, &["commit", "-q", "--allow-empty", "-m", "init"]);
+    add_worktree(main, task, branch);
+}
+
+/// One more linked worktree of the repository at `main`: at `path`, on a new branch
+/// `branch` made from `main`'s `HEAD`; with [`git`].
+pub fn add_worktree(main: &Path, path: &Path, branch: &str) {
     git(
         main,
         &[
@@ -81,7 +88,7 @@ pub fn linked_worktree_on(main: &Path, task: &Path, trunk: &str, branch: &str) {
             "-q",
             "-b",
             branch,
-            task.to_str().unwrap(),
+            path.to_str().unwrap(),
         ],
     );
 }

@@ -442,17 +442,7 @@ fn exec_in_worktrees_keeps_git_read_only_and_fits_the_network() {
     sandbox_testkit::git(&repo, &["init", "-q", "-b", "main"]);
     sandbox_testkit::git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
     let task = env.path().join("task");
-    sandbox_testkit::git(
-        &repo,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "task",
-            task.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::add_worktree(&repo, &task, "task");
     let common = std::fs::canonicalize(repo.join(".git")).unwrap();
     let config_before = std::fs::read(common.join("config")).unwrap();
     let pointer_before = std::fs::read(task.join(".git")).unwrap();

@@ -109,17 +109,7 @@ fn two_tasks_commit_in_parallel_in_two_worktrees() {
         return;
     }
     let second = f.env.path().join("second");
-    common::escape::git(
-        &f.main,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            second.to_str().unwrap(),
-            "-b",
-            "second",
-        ],
-    );
+    sandbox_testkit::add_worktree(&f.main, &second, "second");
     let script = "for i in 1 2 3 4 5; do echo $i > n.txt && git add n.txt && git commit -qm n$i || exit 1; done; git rev-parse HEAD";
     let spawn = |dir: &std::path::Path| {
         f.env

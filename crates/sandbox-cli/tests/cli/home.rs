@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use common::{skip, text, Env};
-use sandbox_testkit::git;
 
 /// The machine's rustup: (`RUSTUP_HOME`, the dir holding the `cargo` proxy).
 fn machine_rustup() -> Option<(PathBuf, PathBuf)> {
@@ -46,10 +45,7 @@ pub(crate) fn worktrees(env: &Env, names: &[&str]) -> Vec<PathBuf> {
     let trees: Vec<PathBuf> = names.iter().map(|name| env.work().join(name)).collect();
     sandbox_testkit::linked_worktree_on(&main, &trees[0], "main", names[0]);
     for (name, tree) in names.iter().zip(&trees).skip(1) {
-        git(
-            &main,
-            &["worktree", "add", "-q", "-b", name, tree.to_str().unwrap()],
-        );
+        sandbox_testkit::add_worktree(&main, tree, name);
     }
     trees
 }

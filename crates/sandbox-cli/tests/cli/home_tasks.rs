@@ -206,6 +206,7 @@ fn a_tasks_start_up_code_does_not_run_in_another_tasks_run_as_an_unprivileged_us
             return None;
         }
         // The user's own repository, worktrees and granted directory.
+        // By hand, not with the test kit's `add_worktree`: made as the user (nobody), so theirs.
         sh(
             "git init -q -b main main && git -C main commit -q --allow-empty -m init && \
             git -C main worktree add -q -b task-a ../task-a && \

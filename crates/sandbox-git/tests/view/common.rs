@@ -90,10 +90,7 @@ impl Fixture {
     /// `node_modules/`, and an untracked file in it.
     pub fn task(&self, name: &str) -> PathBuf {
         let path = self.main.parent().unwrap().join(name);
-        self.git(
-            &self.main,
-            &["worktree", "add", "-q", "-b", name, path.to_str().unwrap()],
-        );
+        sandbox_testkit::add_worktree(&self.main, &path, name);
         write(&path, ".env", "SECRET=1\n");
         write(&path, "node_modules/dep/index.js", "x\n");
         write(&path, "target/debug/out", "bin\n");

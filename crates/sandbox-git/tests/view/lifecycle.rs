@@ -125,10 +125,7 @@ fn task_name_can_be_given_and_names_are_validated() {
 fn a_worktree_basename_that_is_no_valid_name_asks_for_task() {
     let f = Fixture::new();
     let path = f.main.parent().unwrap().join("my task");
-    f.git(
-        &f.main,
-        &["worktree", "add", "-q", "-b", "t2", path.to_str().unwrap()],
-    );
+    sandbox_testkit::add_worktree(&f.main, &path, "t2");
     let err = f
         .manager()
         .create_or_reuse(&path, None)
@@ -371,17 +368,7 @@ fn project_name_of_a_bare_repository_drops_dot_git() {
         ],
     );
     let wt = f.main.parent().unwrap().join("shop-task");
-    f.git(
-        &bare,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "feature",
-            wt.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::add_worktree(&bare, &wt, "feature");
     let v = f.manager().create_or_reuse(&wt, None).unwrap().view;
     assert_eq!(v.project, "shop");
     assert_eq!(v.view_path, f.views_root.join("shop/shop-task-sandbox"));
@@ -410,17 +397,7 @@ fn a_second_repository_with_the_same_name_cannot_take_the_slot() {
         ],
     );
     let other_task = other_root.join("task1");
-    f.git(
-        &other,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "task1",
-            other_task.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::add_worktree(&other, &other_task, "task1");
     let err = f.manager().create_or_reuse(&other_task, None).unwrap_err();
     assert!(matches!(err, ViewError::NameTaken { .. }), "{err}");
     assert!(err.to_string().contains("--task"), "{err}");

@@ -437,17 +437,7 @@ fn a_view_claiming_the_branch_cannot_steer_host_writes() {
 fn a_branch_with_slashes_is_followed_through_nested_ref_directories() {
     let f = Fixture::new();
     let path = f.main.parent().unwrap().join("topic");
-    f.git(
-        &f.main,
-        &[
-            "worktree",
-            "add",
-            "-q",
-            "-b",
-            "user/deep/topic",
-            path.to_str().unwrap(),
-        ],
-    );
+    sandbox_testkit::add_worktree(&f.main, &path, "user/deep/topic");
     let v = f.manager().create_or_reuse(&path, None).unwrap().view;
     assert_eq!(v.child_branch, "s/user/deep/topic");
     let (_w, events) = f.watch(vec![v.clone()]);

@@ -76,10 +76,7 @@ fn each_task_has_its_own_key_and_none_is_the_projects_shared_one() {
     let root = std::fs::canonicalize(t.path()).unwrap();
     let (main, a, b) = (root.join("main"), root.join("a"), root.join("b"));
     sandbox_testkit::linked_worktree(&main, &a);
-    sandbox_testkit::git(
-        &main,
-        &["worktree", "add", "-q", "-b", "b", b.to_str().unwrap()],
-    );
+    sandbox_testkit::add_worktree(&main, &b, "b");
     let key = |dir: &Path, per_task: bool| {
         let policy = sandbox_policy::build(sandbox_policy::PolicyRequest {
             workdir: dir.to_path_buf(),

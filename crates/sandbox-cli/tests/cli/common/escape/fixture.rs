@@ -190,17 +190,7 @@ impl Fixture {
     /// A second task of the repository: worktree `other-task` on branch `other`.
     pub fn other_task(&self) -> PathBuf {
         let other = self.env.path().join("other-task");
-        git(
-            &self.main,
-            &[
-                "worktree",
-                "add",
-                "-q",
-                other.to_str().unwrap(),
-                "-b",
-                "other",
-            ],
-        );
+        sandbox_testkit::add_worktree(&self.main, &other, "other");
         other
     }
 
