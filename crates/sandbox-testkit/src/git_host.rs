@@ -143,11 +143,11 @@ fn serve(
     let _ = tls.flush();
 }
 
-/// The request's method, target, headers (names in lower case) and body (`Content-Length`
-/// or chunked).
-fn read_request<S: Read + Write>(
-    stream: &mut S,
-) -> Option<(String, String, Vec<(String, String)>, Vec<u8>)> {
+/// A request as read: method, target, headers (names in lower case) and body.
+type Request = (String, String, Vec<(String, String)>, Vec<u8>);
+
+/// Reads one request, its body by `Content-Length` or chunked.
+fn read_request<S: Read + Write>(stream: &mut S) -> Option<Request> {
     let mut reader = BufReader::new(stream);
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {

@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod home;
 pub mod notices;
+mod settings;
 pub mod tmpdir;
 
 use std::ffi::OsString;
@@ -118,8 +119,14 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
+    let mut credentials = defaults.credentials.clone();
+    for c in &request.credentials {
+        if !credentials.contains(c) {
+            credentials.push(c.clone());
+        }
+    }
     let agent = match &request.agent {
-        Some(a) => crate::assembly::agent::materialize(a)?,
+        Some(a) => crate::assembly::agent::materialize(a, &credentials)?,
         None => crate::assembly::agent::Materialized::default(),
     };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
@@ -135,12 +142,6 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     for d in &request.allow_domains {
         if !allow_domains.contains(d) {
             allow_domains.push(d.clone());
-        }
-    }
-    let mut credentials = defaults.credentials.clone();
-    for c in &request.credentials {
-        if !credentials.contains(c) {
-            credentials.push(c.clone());
         }
     }
     let mut policy = sandbox_policy::build(PolicyRequest {
