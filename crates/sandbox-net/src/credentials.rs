@@ -25,6 +25,8 @@ use rustls_pki_types::CertificateDer;
 use thiserror::Error;
 use zeroize::Zeroize;
 
+pub use crate::routes::{GitRemote, Route};
+
 /// Where the host reads a credential's secret; the first source that has it wins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
@@ -74,6 +76,9 @@ pub struct Definition {
     /// The placeholder's start (the name follows), so that a program that checks a key's
     /// shape accepts it. Not a secret: only recognisable.
     pub placeholder_prefix: String,
+    /// Other hosts that take the same secret, each on a path of its own
+    /// (`/cred/github-git`: GitHub's git host, beside its API at `/cred/github`).
+    pub routes: Vec<Route>,
 }
 
 struct Builtin {
@@ -85,6 +90,17 @@ struct Builtin {
     env_sources: &'static [&'static str],
     env: &'static [(&'static str, &'static str)],
     placeholder_prefix: &'static str,
+    routes: &'static [BuiltinRoute],
+}
+
+/// Another host of a shipped definition ([`Route`]), on port 443 over TLS.
+struct BuiltinRoute {
+    name: &'static str,
+    host: &'static str,
+    header: &'static str,
+    value: &'static str,
+    /// The git remotes' prefix and the user git's credential helper answers.
+    git: Option<(&'static str, &'static str)>,
 }
 
 /// The shipped definitions. The variable names are the ones each tool reads: Claude Code
@@ -92,7 +108,9 @@ struct Builtin {
 /// (`OPENAI_BASE_URL`, which includes `/v1`, and `OPENAI_API_KEY` as a bearer token), Gemini
 /// CLI (`GOOGLE_GEMINI_BASE_URL`, `GEMINI_API_KEY` in `x-goog-api-key`), and GitHub's REST
 /// API clients that take `GITHUB_API_URL` (Octokit, Actions tooling) with `GITHUB_TOKEN`
-/// (`gh` only speaks HTTPS to its host, so it cannot use this form).
+/// (`gh` only speaks HTTPS to its host, so it cannot use this form); and git over HTTPS to
+/// `github.com`, which takes the token as the password of HTTP Basic credentials (the route
+/// `github-git`: git inside is configured to use it, [`Route::git_config`]).
 const BUILTIN: &[Builtin] = &[
     Builtin {
         name: "anthropic",
@@ -106,6 +124,7 @@ const BUILTIN: &[Builtin] = &[
             ("ANTHROPIC_API_KEY", "{placeholder}"),
         ],
         placeholder_prefix: "sk-ant-sandbox-placeholder-",
+        routes: &[],
     },
     Builtin {
         name: "openai",
@@ -119,6 +138,7 @@ const BUILTIN: &[Builtin] = &[
             ("OPENAI_API_KEY", "{placeholder}"),
         ],
         placeholder_prefix: "sk-sandbox-placeholder-",
+        routes: &[],
     },
     Builtin {
         name: "google",
@@ -132,10 +152,12 @@ const BUILTIN: &[Builtin] = &[
             ("GEMINI_API_KEY", "{placeholder}"),
         ],
         placeholder_prefix: "sandbox-placeholder-",
+        routes: &[],
     },
     Builtin {
         name: "github",
-        about: "GitHub's REST API: GITHUB_TOKEN (or GH_TOKEN) as a bearer token",
+        about: "GitHub's REST API, and git over HTTPS to github.com: GITHUB_TOKEN (or \
+                GH_TOKEN) as a bearer token, and as git's password",
         host: "api.github.com",
         header: "authorization",
         value: "Bearer {secret}",
@@ -145,6 +167,13 @@ const BUILTIN: &[Builtin] = &[
             ("GITHUB_TOKEN", "{placeholder}"),
         ],
         placeholder_prefix: "ghp_sandboxplaceholder",
+        routes: &[BuiltinRoute {
+            name: "github-git",
+            host: "github.com",
+            header: "authorization",
+            value: "Basic {basic:x-access-token}",
+            git: Some(("https://github.com/", "x-access-token")),
+        }],
     },
 ];
 
@@ -175,6 +204,22 @@ pub fn builtin() -> Vec<Definition> {
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             placeholder_prefix: b.placeholder_prefix.to_owned(),
+            routes: b
+                .routes
+                .iter()
+                .map(|r| Route {
+                    name: r.name.to_owned(),
+                    host: r.host.to_owned(),
+                    port: 443,
+                    tls: true,
+                    header: r.header.to_owned(),
+                    value: r.value.to_owned(),
+                    git: r.git.map(|(url, user)| GitRemote {
+                        url: url.to_owned(),
+                        user: user.to_owned(),
+                    }),
+                })
+                .collect(),
         })
         .collect()
 }
@@ -186,8 +231,9 @@ pub fn find(name: &str) -> Option<Definition> {
 
 /// The definition a run uses for `spec` (`NAME` or `NAME=URL`), with its host as the run's
 /// proxy will reach it: the URL's, else `SANDBOX_CREDENTIAL_<NAME>_HOST` of `env` (the
-/// host's environment), else the definition's own. Reads no secret: `why --net`, `policy
-/// show` and the run ask the same question here.
+/// host's environment), else the definition's own. Each other route's host likewise, from
+/// `SANDBOX_CREDENTIAL_<ROUTE>_HOST` (`SANDBOX_CREDENTIAL_GITHUB_GIT_HOST`). Reads no secret:
+/// `why --net`, `policy show` and the run ask the same question here.
 pub fn definition(
     spec: &str,
     env: &impl Fn(&str) -> Option<String>,
@@ -201,31 +247,44 @@ pub fn definition(
         spec: spec.to_owned(),
         why,
     })?;
-    let var = upstream_var(name);
     let upstream = match url {
         Some(url) => Some(url),
-        None => match env(&var).filter(|v| !v.trim().is_empty()) {
-            Some(value) => {
-                let (host, port) =
-                    parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
-                        var: var.clone(),
-                        value: value.clone(),
-                    })?;
-                Some(crate::upstream::Upstream {
-                    host,
-                    port,
-                    tls: true,
-                })
-            }
-            None => None,
-        },
+        None => upstream_override(name, env)?,
     };
     if let Some(up) = upstream {
         def.host = up.host;
         def.port = up.port;
         def.tls = up.tls;
     }
+    for route in &mut def.routes {
+        if let Some(up) = upstream_override(&route.name, env)? {
+            route.host = up.host;
+            route.port = up.port;
+            route.tls = up.tls;
+        }
+    }
     Ok(def)
+}
+
+/// `SANDBOX_CREDENTIAL_<NAME>_HOST` of `env`, if set: the HTTPS host route `name` goes to
+/// instead of its definition's.
+fn upstream_override(
+    name: &str,
+    env: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<crate::upstream::Upstream>, CredentialError> {
+    let var = upstream_var(name);
+    let Some(value) = env(&var).filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let (host, port) = parse_upstream(value.trim()).ok_or_else(|| CredentialError::Upstream {
+        var: var.clone(),
+        value: value.clone(),
+    })?;
+    Ok(Some(crate::upstream::Upstream {
+        host,
+        port,
+        tls: true,
+    }))
 }
 
 /// [`definition`] with the host's own environment.
@@ -245,12 +304,45 @@ impl Definition {
 
     /// Where the proxy sends it: `https://api.anthropic.com:443`, `http://127.0.0.1:4000`.
     pub fn upstream_url(&self) -> String {
-        crate::upstream::Upstream {
+        self.primary().upstream_url()
+    }
+
+    /// This run's placeholder for it (the same on every load, so that the policy, which
+    /// keeps the key variables from passing in, and the run's proxy agree; not a secret,
+    /// only recognisable).
+    pub fn placeholder(&self) -> String {
+        format!("{}{}", self.placeholder_prefix, self.name)
+    }
+
+    /// The definition's own host as a route (`/cred/NAME`).
+    fn primary(&self) -> Route {
+        Route {
+            name: self.name.clone(),
             host: self.host.clone(),
             port: self.port,
             tls: self.tls,
+            header: self.header.clone(),
+            value: self.value.clone(),
+            git: None,
         }
-        .url()
+    }
+
+    /// The route at `/cred/NAME`: the definition's own host, or another of its hosts.
+    pub fn route(&self, name: &str) -> Option<Route> {
+        if name == self.name {
+            return Some(self.primary());
+        }
+        self.routes.iter().find(|r| r.name == name).cloned()
+    }
+
+    /// git's configuration for the routes git uses ([`Route::git_config`]), `{proxy}`
+    /// standing for the proxy's `127.0.0.1:PORT`.
+    pub fn git_config(&self) -> Vec<(String, String)> {
+        let placeholder = self.placeholder();
+        self.routes
+            .iter()
+            .flat_map(|r| r.git_config(&placeholder))
+            .collect()
     }
 }
 
@@ -386,8 +478,14 @@ pub(crate) struct Loaded {
 
 impl Loaded {
     /// The header value with the secret in it.
+    #[cfg(test)]
     pub(crate) fn header_value(&self) -> String {
-        self.def.value.replace("{secret}", self.secret.expose())
+        crate::routes::fill(&self.def.value, self.secret.expose())
+    }
+
+    /// `route`'s header value with the secret in it.
+    pub(crate) fn value_for(&self, route: &Route) -> String {
+        crate::routes::fill(&route.value, self.secret.expose())
     }
 
     /// `sent` (the program's value of the credential's header) with the placeholder
@@ -533,7 +631,7 @@ impl Credentials {
     fn with(mut self, def: Definition, secret: Secret, from: String) -> Credentials {
         // The same on every load, so that the policy (which keeps the key variables from
         // passing in) and the run's proxy agree; it is not a secret, only recognisable.
-        let placeholder = format!("{}{}", def.placeholder_prefix, def.name);
+        let placeholder = def.placeholder();
         self.entries.retain(|l| l.def.name != def.name);
         self.entries.push(Loaded {
             def,
@@ -654,8 +752,27 @@ impl Credentials {
             .collect()
     }
 
+    #[cfg(test)]
     pub(crate) fn get(&self, name: &str) -> Option<&Loaded> {
         self.entries.iter().find(|l| l.def.name == name)
+    }
+
+    /// The credential served at `/cred/NAME` and that route.
+    pub(crate) fn route(&self, name: &str) -> Option<(&Loaded, Route)> {
+        self.entries
+            .iter()
+            .find_map(|l| l.def.route(name).map(|r| (l, r)))
+    }
+
+    /// Every path's name (`/cred/NAME`), in order.
+    pub fn route_names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .flat_map(|l| {
+                std::iter::once(l.def.name.clone())
+                    .chain(l.def.routes.iter().map(|r| r.name.clone()))
+            })
+            .collect()
     }
 
     /// The first credential (other than `except`) whose placeholder occurs in `bytes`.
@@ -866,6 +983,66 @@ mod tests {
             "GITHUB_API_URL".into(),
             "http://127.0.0.1:4567/cred/github".into()
         )));
+    }
+
+    #[test]
+    fn githubs_git_host_is_a_route_of_its_own_with_its_own_override() {
+        let def = definition("github", &env_of(&[])).unwrap();
+        assert_eq!(def.host, "api.github.com");
+        let git = def.route("github-git").unwrap();
+        assert_eq!(
+            (git.host.as_str(), git.port, git.tls),
+            ("github.com", 443, true)
+        );
+        assert_eq!(
+            crate::routes::fill(&git.value, "tok"),
+            format!("Basic {}", BASE64.encode("x-access-token:tok"))
+        );
+        assert_eq!(def.route("github").unwrap().host, "api.github.com");
+        assert!(def.route("anthropic").is_none());
+        // No route's name is a credential's: a path names one host.
+        let names: Vec<String> = builtin().into_iter().map(|d| d.name).collect();
+        assert!(builtin()
+            .iter()
+            .flat_map(|d| &d.routes)
+            .all(|r| !names.contains(&r.name)));
+        // git is sent there, and its credential helper answers with the placeholder.
+        let config = def.git_config();
+        assert!(config.contains(&(
+            "url.http://{proxy}/cred/github-git/.insteadOf".into(),
+            "https://github.com/".into()
+        )));
+        assert!(config
+            .iter()
+            .any(|(_, v)| v.contains("password=ghp_sandboxplaceholdergithub")));
+        // Each host is redirected by its own variable (a test's stand-in); a malformed one
+        // stops the run.
+        let env = env_of(&[
+            ("SANDBOX_CREDENTIAL_GITHUB_GIT_HOST", "git.test:8443"),
+            ("SANDBOX_CREDENTIAL_GITHUB_HOST", "api.test"),
+        ]);
+        let def = definition("github", &env).unwrap();
+        assert_eq!((def.host.as_str(), def.port), ("api.test", 443));
+        let git = def.route("github-git").unwrap();
+        assert_eq!((git.host.as_str(), git.port), ("git.test", 8443));
+        let err = definition(
+            "github",
+            &env_of(&[("SANDBOX_CREDENTIAL_GITHUB_GIT_HOST", "https://x/")]),
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("SANDBOX_CREDENTIAL_GITHUB_GIT_HOST"),
+            "{err}"
+        );
+        let creds = Credentials::load_with(
+            &["github"],
+            Path::new("/nonexistent"),
+            env_of(&[("GITHUB_TOKEN", "t")]),
+        )
+        .unwrap();
+        assert_eq!(creds.route_names(), ["github", "github-git"]);
+        assert_eq!(creds.route("github-git").unwrap().0.def.name, "github");
     }
 
     #[test]

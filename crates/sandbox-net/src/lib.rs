@@ -29,6 +29,7 @@ pub mod groups;
 mod log;
 mod proxy;
 mod resolve;
+mod routes;
 pub mod upstream;
 
 pub use addr::is_public;

@@ -469,8 +469,9 @@ fn placeholder_in<'c>(
         })
 }
 
-/// `/cred/NAME/rest`: the request goes to NAME's host over TLS, in origin form `/rest`, with
-/// NAME's header set to the real secret (whatever the program sent in it).
+/// `/cred/NAME/rest`: the request goes to route NAME's host over TLS (a credential's own,
+/// or another of its hosts: `github-git`), in origin form `/rest`, with the route's header
+/// set to the real secret (whatever the program sent in it).
 async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &str) -> Connection {
     let split = after.find(['/', '?']).unwrap_or(after.len());
     let (name, path) = after.split_at(split);
@@ -479,16 +480,23 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
         Some('?') => format!("/{path}"),
         Some(_) => path.to_owned(),
     };
-    let Some(cred) = inner.credentials.get(name) else {
+    let Some((cred, route)) = inner.credentials.route(name) else {
         let refusal = Refusal::UnknownCredential {
             name: name.to_owned(),
-            known: inner.credentials.names(),
+            known: inner.credentials.route_names(),
         };
         let _ = client.write_all(&refusal_response(&refusal)).await;
         return refused(format!("/cred/{name}"), 0, Kind::Credential, &refusal);
     };
-    let (host, port) = (cred.def.host.clone(), cred.def.port);
-    if let Some(other) = placeholder_in(&head, &inner.credentials, Some(name)) {
+    let (host, port) = (route.host.clone(), route.port);
+    // How messages name it: `github`, or `github (route github-git)` for another host of it.
+    let label = if name == cred.def.name {
+        name.to_owned()
+    } else {
+        format!("{} (route {name})", cred.def.name)
+    };
+    // The route's own credential's placeholder is expected here; another's is not.
+    if let Some(other) = placeholder_in(&head, &inner.credentials, Some(&cred.def.name)) {
         let refusal = Refusal::CredentialPlaceholder {
             credential: other.def.name.clone(),
             credential_host: other.def.host.clone(),
@@ -502,7 +510,7 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
         port,
         kind: Kind::Credential,
         allowed: true,
-        rule: format!("credential:{name}"),
+        rule: format!("credential:{}", cred.def.name),
         address: None,
         bytes_up: 0,
         bytes_down: 0,
@@ -513,7 +521,7 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
         response(
             "502 Bad Gateway",
             None,
-            &format!("sandbox: credential {name}: {host}:{port}: {why}"),
+            &format!("sandbox: credential {label}: {host}:{port}: {why}"),
         )
     };
     // A host named by address (a gateway on the host's loopback, `--credential
@@ -522,7 +530,7 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
     let upstream = crate::upstream::Upstream {
         host: host.clone(),
         port,
-        tls: cred.def.tls,
+        tls: route.tls,
     };
     let candidates = match upstream.literal() {
         Some(ip) => vec![ip],
@@ -532,7 +540,7 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
                 inner.credentials.report_once(
                     name,
                     &format!(
-                        "sandbox: --credential {name}: {}: {refusal}; every request through \
+                        "sandbox: --credential {label}: {}: {refusal}; every request through \
                          it fails until this is fixed (said once; each is in --report-json)",
                         upstream.url()
                     ),
@@ -546,7 +554,7 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
         inner.credentials.report_once(
             name,
             &format!(
-                "sandbox: --credential {name}: {}: {why}; every request through it fails \
+                "sandbox: --credential {label}: {}: {why}; every request through it fails \
                  (502) until this is fixed (said once; each is in --report-json)",
                 upstream.url()
             ),
@@ -571,12 +579,12 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
             port,
             if upstream.tls { 443 } else { 80 },
             &path,
-            Some((&cred.def.header, value)),
+            Some((&route.header, value)),
         );
         first.extend_from_slice(&head.rest);
         first
     };
-    let mut value = auth_value(&head, cred);
+    let mut value = auth_value(&head, cred, &route);
     if !upstream.tls {
         // Plain HTTP, which `upstream::parse_url` takes only toward the host's loopback.
         let mut bytes = first(value.as_bytes());
@@ -622,10 +630,13 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
     let upstream_tls = match handshake {
         Ok(stream) => stream,
         Err(e) => {
-            let why = format!(
-                "TLS handshake failed: {e}{}",
+            // `NAME=http://…` names the definition's own host only.
+            let hint = if name == cred.def.name {
                 plain_http_hint(&e, name, port)
-            );
+            } else {
+                String::new()
+            };
+            let why = format!("TLS handshake failed: {e}{hint}");
             report(&why);
             let answer = fail(&mut record, why);
             let _ = client.write_all(&answer).await;
@@ -640,17 +651,17 @@ async fn credential(inner: &Inner, mut client: TcpStream, head: Head, after: &st
     finish(record, result, sent)
 }
 
-/// The value of the credential's header toward its host: the program's HTTP Basic
-/// credentials with the placeholder replaced inside (git over HTTPS sends
-/// `Basic base64(user:TOKEN)`), else the definition's value with the secret. Only this one
-/// header is ever rewritten; the rest of the head and the whole body go as the program sent
-/// them, so an endpoint that echoes a request hands back the placeholder, never the key.
-fn auth_value(head: &Head, cred: &Loaded) -> String {
+/// The value of the route's header toward its host: the program's HTTP Basic credentials
+/// with the placeholder replaced inside (git over HTTPS sends `Basic base64(user:TOKEN)`),
+/// else the route's value with the secret. Only this one header is ever rewritten; the rest
+/// of the head and the whole body go as the program sent them, so an endpoint that echoes a
+/// request hands back the placeholder, never the key.
+fn auth_value(head: &Head, cred: &Loaded, route: &crate::credentials::Route) -> String {
     head.headers
         .iter()
-        .filter(|(name, _)| name.eq_ignore_ascii_case(&cred.def.header))
+        .filter(|(name, _)| name.eq_ignore_ascii_case(&route.header))
         .find_map(|(_, value)| cred.basic_value(value))
-        .unwrap_or_else(|| cred.header_value())
+        .unwrap_or_else(|| cred.value_for(route))
 }
 
 /// Why a TLS handshake with a server that answers in plain HTTP failed, and the form that

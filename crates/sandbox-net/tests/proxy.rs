@@ -520,6 +520,7 @@ mod credentials {
                 ),
             ],
             placeholder_prefix: "sk-placeholder-".into(),
+            routes: vec![],
         }
     }
 

@@ -135,6 +135,25 @@ pub struct ProfilePath {
     pub audit: Option<AgentAudit>,
     /// Why the agent needs it, and why this access (shown by `policy show`).
     pub why: String,
+    /// Settings the agent needs under a `--credential` and reads only from this JSON file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_defaults: Option<CredentialDefaults>,
+}
+
+/// Settings a profile adds to a JSON settings file of the agent's in a run with one
+/// `--credential`: the run gets a private copy of the host's file (as `copy`, the host's
+/// untouched) holding them wherever the file sets nothing (the user's own choice wins), or
+/// holding only them when the host has no such file. Gemini CLI under `--credential google`:
+/// `{"security": {"auth": {"selectedType": "gemini-api-key"}}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialDefaults {
+    /// The `--credential` NAME.
+    pub when_credential: String,
+    /// A JSON object (a YAML mapping), merged under the file's own settings.
+    pub settings: serde_json::Value,
+    /// Why (shown by `policy show`).
+    pub why: String,
 }
 
 /// One agent's profile.
@@ -297,6 +316,8 @@ pub struct AgentPath {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AgentAudit>,
     pub why: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credential_defaults: Option<CredentialDefaults>,
 }
 
 /// A profile compiled against one home: the grants, in the profile's order.
@@ -356,6 +377,22 @@ pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, A
                 cause: "an `audit` is for a writable path only".into(),
             });
         }
+        if let Some(defaults) = &entry.credential_defaults {
+            let cause = if entry.access == AgentAccess::Write {
+                Some("`credential_defaults` is for a file that is `read` or `copy`")
+            } else if !defaults.settings.is_object() {
+                Some("`credential_defaults.settings` is not a mapping")
+            } else {
+                None
+            };
+            if let Some(cause) = cause {
+                return Err(AgentError::Path {
+                    agent: profile.name.clone(),
+                    path: path.display().to_string(),
+                    cause: cause.into(),
+                });
+            }
+        }
         paths.push(AgentPath {
             path,
             access: entry.access,
@@ -367,6 +404,7 @@ pub fn compile(profile: &AgentProfile, home: &Path) -> Result<CompiledProfile, A
             },
             audit: entry.audit,
             why: entry.why.clone(),
+            credential_defaults: entry.credential_defaults.clone(),
         });
     }
     for inner in paths.iter().filter(|p| p.access != AgentAccess::Write) {
@@ -654,6 +692,7 @@ mod tests {
                     kind: PathKind::Dir,
                     audit: None,
                     why: "test".into(),
+                    credential_defaults: None,
                 })
                 .collect(),
             env: vec![],

@@ -4,14 +4,16 @@
 //! ([`alive`], [`wait_dead`]), a home as a real user's ([`home::lived_in`]), [`skip`] with the one list of skips a CI machine is allowed
 //! ([`ALLOWED_IN_CI`]), the daemon's request builder ([`req`]) and the `limactl` stand-in
 //! ([`limactl::Standin`]), running as an unprivileged user ([`nobody`]), and the loopback
-//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server), and a stand-in
-//! for the agents' model APIs ([`model_api`]). A
+//! network fixtures ([`net`]: a DNS answerer, a test CA, an HTTPS file server), a stand-in
+//! for the agents' model APIs ([`model_api`]) and one for a git host over HTTPS
+//! ([`git_host`]: real `git http-backend` behind TLS, taking one token). A
 //! dev-dependency only (`publish = false`).
 
 // Test code: a panic is how a helper reports that the test's setup failed, as in the tests
 // themselves (the workspace lints against unwrap/expect apply to shipped code).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod git_host;
 pub mod home;
 pub mod limactl;
 pub mod model_api;

@@ -63,10 +63,14 @@ impl ModelApi {
             for stream in listener.incoming().flatten() {
                 let (log, command, tls) = (log.clone(), command.clone(), tls.clone());
                 std::thread::spawn(move || match tls {
-                    None => serve(stream, &command, &log),
+                    None => serve(&mut { stream }, &command, &log),
                     Some(config) => {
                         if let Ok(conn) = rustls::ServerConnection::new(config) {
-                            serve(rustls::StreamOwned::new(conn, stream), &command, &log);
+                            let mut tls = rustls::StreamOwned::new(conn, stream);
+                            serve(&mut tls, &command, &log);
+                            // The end of the stream, said in TLS: no truncation for the client.
+                            tls.conn.send_close_notify();
+                            let _ = tls.flush();
                         }
                     }
                 });
@@ -110,21 +114,28 @@ impl ModelApi {
     }
 }
 
-/// Reads requests off one connection and answers each; ends when the client closes.
-fn serve<S: Read + Write>(stream: S, command: &str, log: &Mutex<Vec<Seen>>) {
+/// Reads requests off one connection and answers each; ends when the client closes, or
+/// after a request that says `Connection: close` (as the credential proxy sends every one),
+/// saying so in the response as HTTP/1.1 servers do.
+fn serve<S: Read + Write>(stream: &mut S, command: &str, log: &Mutex<Vec<Seen>>) {
     let mut reader = BufReader::new(stream);
     while let Some(request) = read_request(&mut reader) {
         let (status, content_type, body) = answer(&request, command);
+        let close = request
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
         log.lock().unwrap().push(request);
         let head = format!(
             "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\
-             cache-control: no-cache\r\n\r\n",
-            body.len()
+             cache-control: no-cache\r\n{}\r\n",
+            body.len(),
+            if close { "connection: close\r\n" } else { "" }
         );
         let writer = reader.get_mut();
         if writer.write_all(head.as_bytes()).is_err()
             || writer.write_all(body.as_bytes()).is_err()
             || writer.flush().is_err()
+            || close
         {
             return;
         }

@@ -74,14 +74,18 @@ pub struct SandboxArgs {
     /// the command gets a placeholder in that variable and a base URL pointing at the
     /// sandbox's proxy (ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL,
     /// GITHUB_API_URL), which adds the real key on the way to the API host over TLS and
-    /// refuses the placeholder anywhere else. A missing secret stops the run (exit 125).
+    /// refuses the placeholder anywhere else. With `github`, git inside also sends
+    /// https://github.com/ remotes to the proxy (url.insteadOf and a credential helper that
+    /// answers the placeholder, in GIT_CONFIG_COUNT…), which pushes and fetches to github.com
+    /// with the token as HTTP Basic credentials. A missing secret stops the run (exit 125).
     /// It narrows an open network: the run's only way out is then that proxy, which reaches
     /// the credentials' hosts and nothing else (said at run start; `sandbox why --net HOST`
     /// answers as the run does); --allow-domain HOST widens it. NAME=URL sends it to another
     /// host: https://HOST[:PORT] (a gateway), or http://127.0.0.1:PORT for a plain-HTTP
     /// gateway on this host's loopback (plain HTTP elsewhere is refused). A host that fails
     /// (unreachable, TLS) is told on stderr once. SANDBOX_CREDENTIAL_<NAME>_HOST=HOST[:PORT]
-    /// on the host also redirects it, SANDBOX_CREDENTIAL_CA=FILE.pem trusts that CA too
+    /// on the host also redirects it (SANDBOX_CREDENTIAL_GITHUB_GIT_HOST: github's git host),
+    /// SANDBOX_CREDENTIAL_CA=FILE.pem trusts that CA too
     /// (docs/security.md). Adds to `credentials` in the config.
     #[arg(long = "credential", value_name = "NAME[=URL]")]
     pub credential: Vec<String>,

@@ -412,8 +412,8 @@ fn human(
             p.credentials.join(" ")
         );
         for spec in &p.credentials {
-            let line = match sandbox_net::credentials::definition_for_run(spec) {
-                Ok(def) => format!(
+            let lines = match sandbox_net::credentials::definition_for_run(spec) {
+                Ok(def) => std::iter::once(format!(
                     "{}: {} through ${} (the proxy's /cred/{}); a direct connection to it \
                      only with --allow-domain {}",
                     def.name,
@@ -421,10 +421,23 @@ fn human(
                     def.base_url_var().unwrap_or("its base URL"),
                     def.name,
                     def.host
-                ),
-                Err(e) => format!("{spec}: {e}"),
+                ))
+                .chain(def.routes.iter().map(|r| {
+                    format!(
+                        "{}: {} through {}; a direct connection to it only with \
+                         --allow-domain {}",
+                        def.name,
+                        r.upstream_url(),
+                        r.reached_by(),
+                        r.host
+                    )
+                }))
+                .collect(),
+                Err(e) => vec![format!("{spec}: {e}")],
             };
-            let _ = writeln!(s, "          {line}");
+            for line in lines {
+                let _ = writeln!(s, "          {line}");
+            }
         }
     }
     for (i, line) in network_by_backend(p).iter().enumerate() {

@@ -260,9 +260,19 @@ fn credential_route(
     answer: &impl Fn(bool, String, String) -> NetAnswer,
 ) -> Option<NetAnswer> {
     let bare = host.trim_matches(['[', ']']);
-    let def = mode.credentials.iter().find_map(|spec| {
+    let matches = |h: &str, p: u16| h.eq_ignore_ascii_case(bare) && port.is_none_or(|q| q == p);
+    // The definition's own host, or another of its routes (GitHub's git host).
+    let (def, route) = mode.credentials.iter().find_map(|spec| {
         let def = sandbox_net::credentials::definition_for_run(spec).ok()?;
-        (def.host.eq_ignore_ascii_case(bare) && port.is_none_or(|p| p == def.port)).then_some(def)
+        if matches(&def.host, def.port) {
+            return Some((def, None));
+        }
+        let route = def
+            .routes
+            .iter()
+            .find(|r| matches(&r.host, r.port))?
+            .clone();
+        Some((def, Some(route)))
     })?;
     let direct = match sandbox_net::AllowList::parse(&mode.domains).map(|l| l.check_host(host)) {
         Ok(Ok(target)) => format!(
@@ -276,16 +286,25 @@ fn credential_route(
         ),
         Err(e) => format!("the allow-list: {e}"),
     };
+    let (url, through, tls) = match &route {
+        None => (
+            def.upstream_url(),
+            format!(
+                "${} (the proxy's /cred/{})",
+                def.base_url_var().unwrap_or("its base URL"),
+                def.name
+            ),
+            def.tls,
+        ),
+        Some(r) => (r.upstream_url(), r.reached_by(), r.tls),
+    };
     Some(answer(
         true,
         format!("credential:{}", def.name),
         format!(
-            "{narrowed}{} is reached through ${} (the proxy's /cred/{}), which adds the host's \
-             key on the way ({}); {direct}",
-            def.upstream_url(),
-            def.base_url_var().unwrap_or("its base URL"),
-            def.name,
-            if def.tls {
+            "{narrowed}{url} is reached through {through}, which adds the host's key on the \
+             way ({}); {direct}",
+            if tls {
                 "over TLS"
             } else {
                 "plain HTTP on the host's loopback"

@@ -939,15 +939,34 @@ fn pi_makes_a_tool_call_inside() {
     makes_a_tool_call_inside(&PI);
 }
 
-/// `--credential openai` and Codex, started with nothing but its prompt: the profile points it
-/// at the run's proxy by what it reads (`-c openai_base_url=…`: it ignores `OPENAI_BASE_URL`),
-/// the proxy puts the host's key in, and the tool call runs and commits as without it. The
-/// stand-in (the credential's upstream, over TLS) saw the real key; inside only the
-/// placeholder was held (the tool call prints the variable).
-#[test]
-fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
-    const SECRET: &str = "sk-host-secret-for-codex-0123456789";
-    let Some(_) = cli("codex") else { return };
+/// An agent under `--credential NAME`, started with nothing but its prompt (no key, no base
+/// URL, no settings of the user's): what the run and the profile give it is enough. The
+/// stand-in is the credential's upstream over TLS (`SANDBOX_CREDENTIAL_<NAME>_HOST`, the test
+/// CA trusted by `SANDBOX_CREDENTIAL_CA`); the tool call runs and commits as without the
+/// credential, every model request reached the stand-in with the host's key in the
+/// credential's header, and inside only the placeholder was held (the tool call prints the
+/// variable).
+type HomeFile = (&'static str, &'static str, &'static [&'static str]);
+
+struct WithCredential {
+    cli: &'static str,
+    credential: &'static str,
+    /// The host's variable the secret is read from, and the one the tool call prints.
+    key_var: &'static str,
+    placeholder: &'static str,
+    /// The header the stand-in must see, and its value around the secret (`Bearer {}`).
+    header: &'static str,
+    value: fn(&str) -> String,
+    argv: &'static [&'static str],
+    /// A file of the user's home (relative path, text) written before the run: it must be
+    /// unchanged after, and the tool call prints what the agent saw at its path (without
+    /// white space), which must hold each of the strings given.
+    home_file: Option<HomeFile>,
+}
+
+fn with_credential_reaches_the_api_through_the_proxy(agent: &WithCredential) {
+    const SECRET: &str = "sk-host-secret-for-the-agent-0123456789";
+    let Some(_) = cli(agent.cli) else { return };
     let Some((rustup, bin)) = machine_rustup() else {
         common::skip(
             "rustup",
@@ -957,11 +976,23 @@ fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
     };
     let f = Fixture::new();
     let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
-    let message = "codex made this with --credential openai";
+    let message = format!(
+        "{} made this with --credential {}",
+        agent.cli, agent.credential
+    );
+    if let Some((rel, text, _)) = agent.home_file {
+        std::fs::create_dir_all(f.home.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(f.home.join(rel), text).unwrap();
+    }
+    let show = agent
+        .home_file
+        .map(|(rel, _, _)| format!(" && tr -d '\\n ' < ~/{rel}"))
+        .unwrap_or_default();
     let api = sandbox_testkit::model_api::ModelApi::start_tls(
         &format!(
-            "cargo --version && echo \"inside: $SANDBOX_BACKEND key=$OPENAI_API_KEY\" && \
-             git commit -q --allow-empty -m '{message}' && echo committed"
+            "cargo --version && echo \"inside: $SANDBOX_BACKEND key=${}\" && \
+             git commit -q --allow-empty -m '{message}' && echo committed{show}",
+            agent.key_var
         ),
         &ca,
     );
@@ -978,32 +1009,23 @@ fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
             ),
         )
         .env("RUSTUP_HOME", &rustup)
-        .env("OPENAI_API_KEY", SECRET)
+        .env(agent.key_var, SECRET)
         .env(
-            "SANDBOX_CREDENTIAL_OPENAI_HOST",
+            sandbox_net::credentials::upstream_var(agent.credential),
             format!("127.0.0.1:{}", api.port),
         )
         .env("SANDBOX_CREDENTIAL_CA", &ca.pem_file)
-        // The stand-in's address is loopback, which the proxy reaches only when listed.
-        .args([
-            "run",
-            "--credential",
-            "openai",
-            "--allow-domain",
-            "127.0.0.1",
-            "--",
-        ])
-        .args(["codex", "exec", "--skip-git-repo-check", PROMPT])
+        .args(["run", "--credential", agent.credential, "--"])
+        .args(agent.argv)
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let results = api.tool_results();
+    let inside = format!("inside: native key={}", agent.placeholder);
     assert!(
         out.status.success()
             && results.iter().any(|r| {
-                r.contains("cargo 1.")
-                    && r.contains("inside: native key=sk-sandbox-placeholder-openai")
-                    && r.contains("committed")
+                r.contains("cargo 1.") && r.contains(&inside) && r.contains("committed")
             }),
         "the tool call's output did not come back\n{}\nstand-in saw:\n{}",
         text(&out),
@@ -1014,15 +1036,16 @@ fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
         .into_iter()
         .filter(|s| s.method == "POST")
         .collect();
+    let want = (agent.value)(SECRET);
     assert!(
         !posts.is_empty()
             && posts
                 .iter()
-                .all(|s| s.header("authorization") == Some(&format!("Bearer {SECRET}"))),
+                .all(|s| s.header(agent.header) == Some(want.as_str())),
         "{:?}",
         posts
             .iter()
-            .map(|s| s.header("authorization"))
+            .map(|s| s.header(agent.header))
             .collect::<Vec<_>>()
     );
     assert!(!results.iter().any(|r| r.contains(SECRET)));
@@ -1032,6 +1055,85 @@ fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
         "{}",
         text(&out)
     );
+    if let Some((rel, written, seen)) = agent.home_file {
+        assert_eq!(std::fs::read_to_string(f.home.join(rel)).unwrap(), written);
+        for needle in seen {
+            assert!(
+                results.iter().any(|r| r.contains(needle)),
+                "{needle} not in ~/{rel} inside:\n{}",
+                api.summary()
+            );
+        }
+    }
+}
+
+/// Codex: the profile points it at the run's proxy by what it reads (`-c
+/// openai_base_url=…`: it ignores `OPENAI_BASE_URL`), the proxy puts the host's key in.
+#[test]
+fn codex_with_credential_openai_reaches_the_api_through_the_proxy() {
+    with_credential_reaches_the_api_through_the_proxy(&WithCredential {
+        cli: "codex",
+        credential: "openai",
+        key_var: "OPENAI_API_KEY",
+        placeholder: "sk-sandbox-placeholder-openai",
+        header: "authorization",
+        value: |secret| format!("Bearer {secret}"),
+        argv: &["codex", "exec", "--skip-git-repo-check", PROMPT],
+        home_file: None,
+    });
+}
+
+const GEMINI_WITH_CREDENTIAL: WithCredential = WithCredential {
+    cli: "gemini",
+    credential: "google",
+    key_var: "GEMINI_API_KEY",
+    placeholder: "sandbox-placeholder-google",
+    header: "x-goog-api-key",
+    value: |secret| secret.to_owned(),
+    argv: &["gemini", "-p", PROMPT, "--yolo", "--skip-trust"],
+    home_file: None,
+};
+
+/// Gemini CLI with no settings of the user's: `GOOGLE_GEMINI_BASE_URL` alone would make it
+/// take the gateway method, which `-p` refuses; the profile chooses the API key for it.
+#[test]
+fn gemini_cli_with_credential_google_reaches_the_api_through_the_proxy() {
+    with_credential_reaches_the_api_through_the_proxy(&GEMINI_WITH_CREDENTIAL);
+}
+
+/// The same with settings of the user's that choose no method (comments, an MCP server):
+/// the run's private copy keeps them and adds the API key; the host's file is unchanged.
+#[test]
+fn gemini_cli_with_credential_google_keeps_the_users_settings() {
+    with_credential_reaches_the_api_through_the_proxy(&WithCredential {
+        home_file: Some((
+            ".gemini/settings.json",
+            "{\n  // mine\n  \"mcpServers\": {\"sandbox-demo\": {\"command\": \"true\"}},\n  \
+             \"general\": {\"vimMode\": true}\n}\n",
+            // As the tool result carries them: inside a JSON string.
+            &[
+                r#"\"sandbox-demo\":{\"command\":\"true\"}"#,
+                r#"\"vimMode\":true"#,
+                r#"\"selectedType\":\"gemini-api-key\""#,
+            ],
+        )),
+        ..GEMINI_WITH_CREDENTIAL
+    });
+}
+
+/// Claude Code reads `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY` itself: nothing added.
+#[test]
+fn claude_code_with_credential_anthropic_reaches_the_api_through_the_proxy() {
+    with_credential_reaches_the_api_through_the_proxy(&WithCredential {
+        cli: "claude",
+        credential: "anthropic",
+        key_var: "ANTHROPIC_API_KEY",
+        placeholder: "sk-ant-sandbox-placeholder-anthropic",
+        header: "x-api-key",
+        value: |secret| secret.to_owned(),
+        argv: &["claude", "-p", PROMPT, "--dangerously-skip-permissions"],
+        home_file: None,
+    });
 }
 
 /// A profile's variables reach the run (Claude Code's `IS_SANDBOX=1`), under `--env`: a

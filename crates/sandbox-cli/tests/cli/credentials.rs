@@ -195,3 +195,203 @@ fn a_malformed_credential_host_override_stops_the_run() {
     assert!(!marker.exists());
     assert!(!String::from_utf8_lossy(&out.stderr).contains(SECRET));
 }
+
+/// The host's GitHub token of the git tests.
+const GITHUB_SECRET: &str = "ghp_theRealHostToken0123456789abcdefABCD";
+/// What the sandbox holds instead (`sandbox_net::credentials`, `github`).
+const GITHUB_PLACEHOLDER: &str = "ghp_sandboxplaceholdergithub";
+
+/// `--credential github` and git over HTTPS: a clone and a push of `https://github.com/o/r.git`
+/// work through the run's proxy — real git inside, the real proxy, and a real TLS git host
+/// (`git http-backend` behind the test CA, standing in for github.com through
+/// `SANDBOX_CREDENTIAL_GITHUB_GIT_HOST`) that takes only the host's token as HTTP Basic
+/// credentials. The host saw the real token; inside, the environment and git's configuration
+/// hold only the placeholder, and a request body that carries the placeholder reaches the host
+/// as sent (only the header is rewritten).
+#[test]
+fn git_push_with_credential_github_reaches_the_host_with_its_token() {
+    let f = Fixture::new();
+    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
+    let host = sandbox_testkit::git_host::GitHost::start(
+        &ca,
+        &f.env.path().join("githost"),
+        GITHUB_SECRET,
+    );
+    let bare = host.repository("o/r.git");
+    let port = host.port.to_string();
+    let script = "set -e; cd \"$TMPDIR\"; \
+        git clone -q https://github.com/o/r.git; cd r; \
+        git -c user.name=T -c user.email=t@example.com commit -q --allow-empty \
+            -m \"pushed with $GITHUB_TOKEN\"; \
+        git push -q; echo pushed; \
+        curl -s -o /dev/null --data-binary \"key=$GITHUB_TOKEN\" \
+            \"${GITHUB_API_URL%/github}/github-git/o/r.git/git-upload-pack\"; \
+        echo '--- fill'; printf 'url=%s/github-git/o/r.git\n\n' \"${GITHUB_API_URL%/github}\" \
+            | git credential fill; \
+        echo '--- env'; env; echo '--- git config'; git config --list --show-origin";
+    let out = sandbox(
+        &f,
+        &[
+            ("GITHUB_TOKEN", GITHUB_SECRET),
+            (
+                "SANDBOX_CREDENTIAL_GITHUB_GIT_HOST",
+                &format!("127.0.0.1:{port}"),
+            ),
+            ("SANDBOX_CREDENTIAL_CA", ca.pem_file.to_str().unwrap()),
+        ],
+        &["run", "--credential", "github", "--", "sh", "-c", script],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("pushed"),
+        "{}\nthe git host saw:\n{}",
+        text(&out),
+        host.summary()
+    );
+    // The commit is on the host's repository.
+    assert_eq!(
+        sandbox_testkit::git(&bare, &["log", "-1", "--format=%s", "main"]),
+        format!("pushed with {GITHUB_PLACEHOLDER}")
+    );
+    // Every request the git host took carried the real token, and none the placeholder.
+    let seen = host.seen();
+    let pushes: Vec<_> = seen
+        .iter()
+        .filter(|s| s.path.ends_with("/git-receive-pack"))
+        .collect();
+    assert!(!pushes.is_empty(), "{}", host.summary());
+    let real = format!(
+        "Basic {}",
+        base64_of(&format!("x-access-token:{GITHUB_SECRET}"))
+    );
+    let placeholder_basic = base64_of(&format!("x-access-token:{GITHUB_PLACEHOLDER}"));
+    for s in &seen {
+        assert_eq!(
+            s.header("authorization"),
+            Some(real.as_str()),
+            "{}",
+            host.summary()
+        );
+        // The real host's name (here the stand-in's), not the proxy's.
+        assert_eq!(
+            s.header("host"),
+            Some(format!("127.0.0.1:{port}").as_str()),
+            "{:?}",
+            s.headers
+        );
+        let headers = format!("{:?}", s.headers);
+        assert!(
+            !headers.contains(GITHUB_PLACEHOLDER) && !headers.contains(&placeholder_basic),
+            "{headers}"
+        );
+    }
+    // The body is never rewritten: what the program sent is what the host got.
+    assert!(
+        seen.iter()
+            .any(|s| s.body == format!("key={GITHUB_PLACEHOLDER}")),
+        "{}",
+        host.summary()
+    );
+    assert!(seen.iter().all(|s| !s.body.contains(GITHUB_SECRET)));
+    // Inside: only the placeholder, in the environment and in git's configuration, which
+    // sends github.com to the proxy's git route.
+    assert!(
+        !stdout.contains(GITHUB_SECRET),
+        "the token is inside: {stdout}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stderr).contains(GITHUB_SECRET));
+    assert!(
+        stdout.contains(&format!("GITHUB_TOKEN={GITHUB_PLACEHOLDER}")),
+        "{stdout}"
+    );
+    // git's own question for the route gets the placeholder, from the run's helper alone.
+    let fill = stdout
+        .split("--- fill")
+        .nth(1)
+        .and_then(|s| s.split("--- env").next())
+        .unwrap_or_default();
+    assert!(
+        fill.contains("username=x-access-token")
+            && fill.contains(&format!("password={GITHUB_PLACEHOLDER}")),
+        "{fill}"
+    );
+    let config = stdout.split("--- git config").nth(1).unwrap_or_default();
+    assert!(
+        config.lines().any(|l| l.contains("url.http://127.0.0.1:")
+            && l.contains("/cred/github-git/.insteadof=https://github.com/")),
+        "{config}"
+    );
+    assert!(
+        config.contains(&format!("password={GITHUB_PLACEHOLDER}")),
+        "{config}"
+    );
+}
+
+/// The control of the test above: the same git inside, sent straight to the git host (its
+/// port relayed in, its certificate not checked) without `--credential github`, cannot
+/// authenticate — nothing inside holds the token — and the repository is unchanged; with
+/// the host's token passed in (`--env GITHUB_TOKEN`) the same clone works, so only the
+/// token was missing.
+#[test]
+fn without_credential_github_git_inside_cannot_authenticate() {
+    let f = Fixture::new();
+    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
+    let host = sandbox_testkit::git_host::GitHost::start(
+        &ca,
+        &f.env.path().join("githost"),
+        GITHUB_SECRET,
+    );
+    let bare = host.repository("o/r.git");
+    let before = sandbox_testkit::git(&bare, &["rev-parse", "main"]);
+    let port = host.port.to_string();
+    let script = format!(
+        "cd \"$TMPDIR\" && git -c url.https://127.0.0.1:{port}/.insteadOf=https://github.com/ \
+         -c http.sslVerify=false \
+         -c credential.helper='!f() {{ echo username=x-access-token; echo password=$GITHUB_TOKEN; }}; f' \
+         clone -q https://github.com/o/r.git && echo cloned"
+    );
+    let host_env = [
+        ("GITHUB_TOKEN", GITHUB_SECRET),
+        ("GIT_TERMINAL_PROMPT", "0"),
+    ];
+    let base = ["run", "--block-net", "--allow-port", port.as_str()];
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--", "sh", "-c", &script])
+        .collect();
+    let out = sandbox(&f, &host_env, &args);
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains("cloned"),
+        "{}",
+        text(&out)
+    );
+    let refused = host.seen();
+    assert!(
+        !refused.is_empty(),
+        "the host was not reached: {}",
+        text(&out)
+    );
+    assert!(refused.iter().all(|s| s
+        .header("authorization")
+        .is_none_or(|a| !a.contains(&base64_of(&format!("x-access-token:{GITHUB_SECRET}"))))));
+    assert_eq!(sandbox_testkit::git(&bare, &["rev-parse", "main"]), before);
+
+    let args: Vec<&str> = base
+        .iter()
+        .copied()
+        .chain(["--env", "GITHUB_TOKEN", "--", "sh", "-c", &script])
+        .collect();
+    let out = sandbox(&f, &host_env, &args);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("cloned"),
+        "{}\n{}",
+        text(&out),
+        host.summary()
+    );
+}
+
+fn base64_of(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}

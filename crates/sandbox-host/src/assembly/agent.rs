@@ -56,11 +56,33 @@ fn create_dir(path: &Path) -> Result<(), HostError> {
 /// Creates what is missing, copies what is mixed, and lists the grants. A read-only or copied
 /// path that does not exist on the host is granted nothing (there is nothing to protect; in
 /// the private view the run may create it in its private home, which the host never reads).
-pub fn materialize(request: &AgentRequest) -> Result<Materialized, HostError> {
+/// `credentials` (the run's, as written) decide which `credential_defaults` apply: such a
+/// settings file becomes a private copy with the profile's settings added.
+pub fn materialize(
+    request: &AgentRequest,
+    credentials: &[String],
+) -> Result<Materialized, HostError> {
     let mut out = Materialized::default();
     let mut record = Vec::new();
     for entry in &request.profile.paths {
         let exists = entry.path.symlink_metadata().is_ok();
+        let defaults = entry.credential_defaults.as_ref().filter(|d| {
+            credentials
+                .iter()
+                .any(|c| sandbox_net::upstream::spec_name(c) == d.when_credential)
+        });
+        if let Some(defaults) = defaults {
+            if let Some(status) = with_defaults(request, entry, defaults, exists, &mut out)? {
+                record.push(AgentGrantPath {
+                    path: entry.path.clone(),
+                    access: entry.access,
+                    why: entry.why.clone(),
+                    status,
+                    audit: entry.audit,
+                });
+                continue;
+            }
+        }
         let status = match entry.access {
             AgentAccess::Read if exists => {
                 out.read.push((entry.path.clone(), GrantReason::Agent));
@@ -147,11 +169,11 @@ pub fn insert_args(
     }
     let mut added = Vec::new();
     for entry in &agent.args {
-        if entry
-            .when_credential
-            .as_ref()
-            .is_some_and(|c| !credentials.contains(c))
-        {
+        if entry.when_credential.as_ref().is_some_and(|want| {
+            !credentials
+                .iter()
+                .any(|c| sandbox_net::upstream::spec_name(c) == want)
+        }) {
             continue;
         }
         let needs_proxy = entry.args.iter().any(|a| a.contains("{proxy}"));
@@ -182,22 +204,80 @@ fn create_file(path: &Path) -> Result<(), HostError> {
     }
 }
 
+/// A settings file under `credential_defaults` that apply: a private copy of the host's file
+/// (or of nothing, when it has none) with the profile's settings added where it sets none.
+/// `None`: the host's file is not a JSON object (or not a file), so the entry is granted as
+/// written and the agent sees the user's file unchanged.
+fn with_defaults(
+    request: &AgentRequest,
+    entry: &sandbox_policy::agents::AgentPath,
+    defaults: &sandbox_policy::agents::CredentialDefaults,
+    exists: bool,
+    out: &mut Materialized,
+) -> Result<Option<String>, HostError> {
+    let host = if exists {
+        if !entry.path.is_file() {
+            return Ok(None);
+        }
+        Some(std::fs::read(&entry.path).map_err(|e| io_error(&entry.path, "reading", e))?)
+    } else {
+        None
+    };
+    let Some(bytes) = crate::assembly::settings::with_defaults(host.as_deref(), &defaults.settings)
+    else {
+        return Ok(None);
+    };
+    let added = format!(
+        "with the settings of --credential {} added where it sets none",
+        defaults.when_credential
+    );
+    if !request.prepare {
+        // A dry run: the host's file as it is, read-only, as a backend without a view shows.
+        if exists {
+            out.read.push((entry.path.clone(), GrantReason::Agent));
+        }
+        return Ok(Some(format!("would be copied privately, {added}")));
+    }
+    let copy =
+        copy_location(&request.private_dir, &request.home, &entry.path).ok_or_else(|| {
+            HostError::Agent(format!(
+                "{} is not under the home {}",
+                entry.path.display(),
+                request.home.display()
+            ))
+        })?;
+    write_private(&copy, &bytes)?;
+    out.copies.push(PrivateCopy {
+        path: entry.path.clone(),
+        copy,
+    });
+    Ok(Some(format!(
+        "{} privately, {added}",
+        if exists { "copied" } else { "created" }
+    )))
+}
+
 /// Copies the host's `from` to `to` afresh (a new file renamed into place, mode 0600): the
 /// run starts from the host's current state, and whatever it wrote last time is dropped.
 fn copy_private(from: &Path, to: &Path) -> Result<(), HostError> {
+    let bytes = std::fs::read(from).map_err(|e| io_error(from, "reading", e))?;
+    write_private(to, &bytes)
+}
+
+/// Writes `bytes` to `to` as a new file renamed into place, mode 0600.
+fn write_private(to: &Path, bytes: &[u8]) -> Result<(), HostError> {
     use std::io::Write as _;
     use std::os::unix::fs::PermissionsExt;
     let dir = to
         .parent()
         .ok_or_else(|| HostError::Agent(format!("{} has no parent", to.display())))?;
     create_dir(dir)?;
-    let bytes = std::fs::read(from).map_err(|e| io_error(from, "reading", e))?;
     let mut file = tempfile::Builder::new()
         .prefix(".copy.")
         .permissions(std::fs::Permissions::from_mode(0o600))
         .tempfile_in(dir)
         .map_err(|e| io_error(dir, "creating a file in", e))?;
-    file.write_all(&bytes)
+    file.write_all(bytes)
         .map_err(|e| io_error(to, "writing", e))?;
     file.persist(to)
         .map_err(|e| io_error(to, "replacing", e.error))?;
@@ -273,6 +353,7 @@ mod tests {
             kind,
             audit: None,
             why: "test".into(),
+            credential_defaults: None,
         };
         let profile = AgentProfile {
             name: "x".into(),
@@ -297,14 +378,17 @@ mod tests {
             prepare: true,
         };
         // A dry run changes nothing.
-        let dry = materialize(&AgentRequest {
-            prepare: false,
-            ..request.clone()
-        })
+        let dry = materialize(
+            &AgentRequest {
+                prepare: false,
+                ..request.clone()
+            },
+            &[],
+        )
         .unwrap();
         assert!(!home.join(".x/sessions").exists() && !private.exists());
         assert!(dry.write.is_empty());
-        let out = materialize(&request).unwrap();
+        let out = materialize(&request, &[]).unwrap();
         assert_eq!(
             out.read,
             vec![(home.join(".x/settings.json"), GrantReason::Agent)]
@@ -337,7 +421,7 @@ mod tests {
         );
         // A second start copies the host's file afresh over what the run wrote.
         std::fs::write(private.join(".x.json"), "changed inside").unwrap();
-        materialize(&request).unwrap();
+        materialize(&request, &[]).unwrap();
         assert_eq!(
             std::fs::read_to_string(private.join(".x.json")).unwrap(),
             "{\"mixed\":1}"

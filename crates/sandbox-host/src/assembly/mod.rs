@@ -5,6 +5,7 @@
 pub mod agent;
 pub mod home;
 pub mod notices;
+mod settings;
 pub mod tmpdir;
 
 use std::ffi::OsString;
@@ -118,8 +119,14 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
         Some(t) => Some(create_tmpdir(t, &request.workdir)?),
         None => None,
     };
+    let mut credentials = defaults.credentials.clone();
+    for c in &request.credentials {
+        if !credentials.contains(c) {
+            credentials.push(c.clone());
+        }
+    }
     let agent = match &request.agent {
-        Some(a) => crate::assembly::agent::materialize(a)?,
+        Some(a) => crate::assembly::agent::materialize(a, &credentials)?,
         None => crate::assembly::agent::Materialized::default(),
     };
     let grants = |defaults: &[PathBuf], extra: &[PathBuf]| -> Vec<(PathBuf, GrantReason)> {
@@ -135,12 +142,6 @@ pub fn assemble(defaults: &Defaults, request: Request) -> Result<Assembled, Host
     for d in &request.allow_domains {
         if !allow_domains.contains(d) {
             allow_domains.push(d.clone());
-        }
-    }
-    let mut credentials = defaults.credentials.clone();
-    for c in &request.credentials {
-        if !credentials.contains(c) {
-            credentials.push(c.clone());
         }
     }
     let mut policy = sandbox_policy::build(PolicyRequest {
@@ -346,9 +347,30 @@ const REF_LOCK_WAIT_MS: &str = "5000";
 /// 100 ms: without the quarantine the host's git and the sandbox's share the refs, and under it
 /// `packed-refs.lock` in the common dir still shows through the overlay (the quarantine hides
 /// the host's `refs/`, see `sandbox_git::quarantine`). On a busy machine 100 ms is short for a
-/// lock the quarantine's own sync holds. Added through `GIT_CONFIG_COUNT`, after any the caller
-/// already passes.
+/// lock the quarantine's own sync holds.
 fn wait_longer_for_ref_locks(env: &mut Vec<(OsString, OsString)>) {
+    add_git_config(
+        env,
+        &[
+            ("core.filesRefLockTimeout", REF_LOCK_WAIT_MS),
+            ("core.packedRefsTimeout", REF_LOCK_WAIT_MS),
+        ],
+    );
+}
+
+/// Adds git configuration to a command's environment through `GIT_CONFIG_COUNT` and
+/// `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, after any the environment already holds (the
+/// caller's own, the run's ref-lock waits): the one place a run's git settings are put
+/// together, so one list never overwrites another. git reads these after every config file,
+/// so they win over the user's, and a multi-valued key (`credential.*.helper`) is appended
+/// to in order.
+pub fn add_git_config<K: AsRef<str>, V: AsRef<str>>(
+    env: &mut Vec<(OsString, OsString)>,
+    settings: &[(K, V)],
+) {
+    if settings.is_empty() {
+        return;
+    }
     let count_at = env.iter().position(|(n, _)| n == "GIT_CONFIG_COUNT");
     let count: usize = match count_at {
         None => 0,
@@ -358,22 +380,24 @@ fn wait_longer_for_ref_locks(env: &mut Vec<(OsString, OsString)>) {
             None => return,
         },
     };
-    let settings = [
-        ("core.filesRefLockTimeout", REF_LOCK_WAIT_MS),
-        ("core.packedRefsTimeout", REF_LOCK_WAIT_MS),
-    ];
-    for (i, (key, value)) in settings.iter().enumerate() {
-        env.push((format!("GIT_CONFIG_KEY_{}", count + i).into(), key.into()));
-        env.push((
-            format!("GIT_CONFIG_VALUE_{}", count + i).into(),
-            value.into(),
-        ));
+    for (i, (key, value)) in settings
+        .iter()
+        .map(|(k, v)| (k.as_ref(), v.as_ref()))
+        .enumerate()
+    {
+        let (k, v) = (
+            format!("GIT_CONFIG_KEY_{}", count + i),
+            format!("GIT_CONFIG_VALUE_{}", count + i),
+        );
+        // A stale entry past the old count would otherwise stand beside the new one.
+        env.retain(|(n, _)| n.to_str() != Some(k.as_str()) && n.to_str() != Some(v.as_str()));
+        env.push((k.into(), key.into()));
+        env.push((v.into(), value.into()));
     }
     let total = OsString::from((count + settings.len()).to_string());
-    match count_at {
-        Some(i) => env[i].1 = total,
-        None => env.push(("GIT_CONFIG_COUNT".into(), total)),
-    }
+    // Found again: removing stale entries may have moved it.
+    env.retain(|(n, _)| n != "GIT_CONFIG_COUNT");
+    env.push(("GIT_CONFIG_COUNT".into(), total));
     env.sort();
 }
 
@@ -519,6 +543,21 @@ mod tests {
             var(&env, "GIT_CONFIG_KEY_2").as_deref(),
             Some("core.packedRefsTimeout")
         );
+
+        // A second list (a credential's git route) goes after both, one count for all; a
+        // stale entry past the old count is replaced, not doubled.
+        env.push(("GIT_CONFIG_KEY_3".into(), "stale.key".into()));
+        add_git_config(&mut env, &[("url.http://p/.insteadOf", "https://h/")]);
+        assert_eq!(var(&env, "GIT_CONFIG_COUNT").as_deref(), Some("4"));
+        assert_eq!(
+            var(&env, "GIT_CONFIG_KEY_3").as_deref(),
+            Some("url.http://p/.insteadOf")
+        );
+        assert_eq!(
+            env.iter().filter(|(n, _)| n == "GIT_CONFIG_KEY_3").count(),
+            1
+        );
+        assert_eq!(var(&env, "GIT_CONFIG_VALUE_0").as_deref(), Some("Mine"));
 
         let mut env: Vec<(OsString, OsString)> = vec![("GIT_CONFIG_COUNT".into(), "x".into())];
         wait_longer_for_ref_locks(&mut env);

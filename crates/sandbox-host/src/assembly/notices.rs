@@ -106,14 +106,20 @@ pub fn credential_narrowing(policy: &Policy) -> Option<String> {
     let hosts: Vec<String> = mode
         .credentials
         .iter()
-        .map(
+        .flat_map(
             |spec| match sandbox_net::credentials::definition_for_run(spec) {
-                Ok(def) => format!(
+                Ok(def) => std::iter::once(format!(
                     "{} (through ${})",
                     def.upstream_url(),
                     def.base_url_var().unwrap_or("its base URL")
-                ),
-                Err(_) => spec.clone(),
+                ))
+                .chain(
+                    def.routes
+                        .iter()
+                        .map(|r| format!("{} (through {})", r.upstream_url(), r.reached_by())),
+                )
+                .collect::<Vec<_>>(),
+                Err(_) => vec![spec.clone()],
             },
         )
         .collect();

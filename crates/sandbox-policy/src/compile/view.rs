@@ -282,12 +282,14 @@ pub fn compile(
         bind(&path, readonly, why);
     }
     // A private copy at the real path, writable; the host's file is never bound. One the host
-    // put in the private home is there already, a plain file the run may replace.
+    // put in the private home is there already, a plain file the run may replace. One of a
+    // file the host lacks (a profile's settings alone) is only ever in the private home:
+    // there is no host file to bind it over.
     for copy in &policy.fs.copies {
         if home.is_some_and(|h| copy.copy.starts_with(&h.dir)) {
             continue;
         }
-        if classify(&copy.copy) == EntryKind::File {
+        if classify(&copy.copy) == EntryKind::File && classify(&copy.path) == EntryKind::File {
             binds.push(MountOp::Bind {
                 source: copy.copy.clone(),
                 target: copy.path.clone(),

@@ -120,6 +120,9 @@ mod platform {
                 for (name, value) in plan.env() {
                     spec.set_env(name, value);
                 }
+                // git's remotes of a credential's git host, to the proxy (`--credential
+                // github`), after the git settings the command already has.
+                crate::assembly::add_git_config(&mut spec.env, &plan.git_settings());
             }
             // The ruleset fd and the BPF programs are shared: each child applies them anew.
             // The view is the command's own when it quarantines the git store.

@@ -24,6 +24,11 @@ pub struct NetPlan {
     /// `127.0.0.1:PORT` of the proxy's listener inside ([`NetPlan::env`]). Only set when the
     /// run has a proxy. More may be added here (a credential's base URL and placeholder).
     pub proxy_env: Vec<(String, String)>,
+    /// git's configuration each command gets (`GIT_CONFIG_KEY_n`/`VALUE_n`, added to any it
+    /// has), `{proxy}` standing for the proxy's `127.0.0.1:PORT` in keys and values: the
+    /// credentials' git routes (`--credential github`: `https://github.com/` remotes to the
+    /// proxy's `/cred/github-git`, whose credential helper answers with the placeholder).
+    pub git_config: Vec<(String, String)>,
     /// The run's ports published to the host (`--publish`): the supervisor listens on the
     /// host address and connects each connection to `127.0.0.1:INNER_PORT` inside.
     pub publish: Vec<sandbox_policy::Publish>,
@@ -64,6 +69,16 @@ pub fn needs_proxy(policy: &Policy) -> bool {
     sandbox_policy::NetMode::of(policy).proxied()
 }
 
+/// git's configuration for the credentials' git routes
+/// (`sandbox_net::credentials::Route::git_config`).
+fn credential_git_config(names: &[String]) -> Vec<(String, String)> {
+    names
+        .iter()
+        .filter_map(|spec| sandbox_net::credentials::find(sandbox_net::upstream::spec_name(spec)))
+        .flat_map(|def| def.git_config())
+        .collect()
+}
+
 /// The base-URL variables of the credentials (`ANTHROPIC_BASE_URL=http://{proxy}/cred/…`):
 /// the templates that name the proxy. Their placeholders are already in the policy's
 /// environment (`assembly::apply_credentials`).
@@ -99,14 +114,17 @@ impl NetPlan {
             port: proxy_port,
         });
         let mut proxy_env = Vec::new();
+        let mut git_config = Vec::new();
         if proxy.is_some() {
             proxy_env = default_proxy_env();
             proxy_env.extend(credential_base_urls(&policy.credentials));
+            git_config = credential_git_config(&policy.credentials);
         }
         Some(NetPlan {
             ports,
             proxy,
             proxy_env,
+            git_config,
             publish: policy.publish.clone(),
         })
     }
@@ -130,6 +148,18 @@ impl NetPlan {
         self.proxy_env
             .iter()
             .map(|(name, value)| (name.clone(), value.replace("{proxy}", &at)))
+            .collect()
+    }
+
+    /// [`NetPlan::git_config`] with `{proxy}` replaced (empty without a proxy).
+    pub fn git_settings(&self) -> Vec<(String, String)> {
+        let Some(proxy) = &self.proxy else {
+            return Vec::new();
+        };
+        let at = format!("127.0.0.1:{}", proxy.port);
+        self.git_config
+            .iter()
+            .map(|(key, value)| (key.replace("{proxy}", &at), value.replace("{proxy}", &at)))
             .collect()
     }
 
