@@ -478,7 +478,7 @@ pub fn guest_env(env: &[(OsString, OsString)]) -> Vec<OsString> {
 }
 
 /// The command line a command runs with: `limactl shell --workdir <dir> <instance> --
-/// <enter> <view id> <dir> env NAME=VALUE… <argv…>`.
+/// /bin/sh <enter> <view id> <dir> env NAME=VALUE… <argv…>`.
 pub fn command_argv(
     limactl: &Limactl,
     instance: &str,
@@ -488,6 +488,7 @@ pub fn command_argv(
     argv: &[OsString],
 ) -> Vec<OsString> {
     let mut inner: Vec<OsString> = vec![
+        crate::provision::ENTER_SHELL.into(),
         crate::provision::ENTER.into(),
         layout.id.clone().into(),
         dir.as_os_str().to_os_string(),
