@@ -45,6 +45,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "the guest's own name resolves (sudo warns on every call otherwise)",
     ),
     ("rsync", "Lima's boot installs it otherwise (30-install-packages.sh)"),
+    (
+        "iptables",
+        "Lima's boot redirects DNS to its host agent with it, and installs it otherwise",
+    ),
     ("tzdata", "cloud-init's timezone module (Lima sets one)"),
     ("ca-certificates", "TLS from the guest"),
     ("curl", "the status hook from the guest"),

@@ -20,6 +20,7 @@ mkdir -p "$boot"
 
 # The root file system. The kernel is bookworm-backports' 6.12 (the guest-test's Lima part
 # proved the git store overlay on virtiofs there); the rest is bookworm.
+# shellcheck disable=SC2016 # the hooks' $1 (the root) is mmdebstrap's to expand
 mmdebstrap --mode=auto --quiet --variant=apt --format=directory \
   --include="$packages" \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
@@ -29,8 +30,8 @@ mmdebstrap --mode=auto --quiet --variant=apt --format=directory \
   --customize-hook='cat >"$1/etc/cloud/cloud.cfg.d/90-lima.cfg" <<EOF
 # Lima hands its cloud-init data on a disk labelled cidata (NoCloud); probing any other
 # data source only costs time. The network is rendered for systemd-networkd (the NIC is eth0,
-# as Lima's network-config names it: net.ifnames=0 below).
-# Lima sets no locale; Debian's default needs the locales package and a locale-gen at boot.
+# as the network-config of Lima names it: net.ifnames=0 below).
+# Lima sets no locale, and the default of Debian needs the locales package and locale-gen.
 datasource_list: [NoCloud, None]
 locale: false
 system_info:

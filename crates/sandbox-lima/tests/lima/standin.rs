@@ -234,3 +234,28 @@ fn a_new_view_restarts_an_idle_vm_but_not_a_busy_one() {
     );
     assert_eq!(pb.vm.current_yaml().unwrap().mounts, pb.yaml.mounts);
 }
+
+/// An image named by `SANDBOX_LIMA_IMAGE` can be rebuilt at the same path (`cargo xtask
+/// lima-image` does, into a directory of its own, but a user's need not): the YAML then
+/// carries the new file's digest, not the one cached for the path — Lima refuses a mismatch.
+#[test]
+fn an_image_rebuilt_in_place_gets_its_new_digest() {
+    use sandbox_lima::yaml::ImageChoice;
+    let mut s = Standin::new();
+    let image = s.repo.base.join("guest.qcow2");
+    let digest = |s: &Standin| match s.settings.image().unwrap() {
+        ImageChoice::Nix { digest, .. } => digest,
+        other => panic!("not the local image: {other:?}"),
+    };
+    std::fs::write(&image, b"first build").unwrap();
+    s.settings.nix_image = Some(image.clone());
+    let first = digest(&s);
+    assert_eq!(first, digest(&s), "the cached digest is the same file's");
+    std::fs::write(&image, b"the second build").unwrap();
+    let second = digest(&s);
+    assert_ne!(first, second, "the digest of the old file was kept");
+    use sha2::Digest as _;
+    let want = sha2::Sha256::digest(b"the second build");
+    let hex: String = want.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(second, format!("sha256:{hex}"));
+}

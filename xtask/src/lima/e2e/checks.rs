@@ -65,7 +65,7 @@ impl Setup {
     /// `sandbox lima status --json` of the project.
     fn status(&self) -> Result<Value> {
         let out = self.ok(&self.task(), "sandbox lima status --json")?;
-        serde_json::from_str(out.lines().last().unwrap_or("")).context("status --json")
+        serde_json::from_str(&out).with_context(|| format!("status --json: {out}"))
     }
 
     fn state(&self) -> Result<String> {
@@ -154,9 +154,22 @@ pub fn all(setup: &Setup, keep: bool) -> Vec<Outcome> {
         r.check("sandbox exec --backend lima passes stdin, stdout and argv exactly", exec);
         r.check("a host commit in parallel is reported as diverged", diverged);
         r.check("sandbox lima status, stop, start (its steps), run again", lifecycle);
-        r.check("sandbox lima config prints the YAML with the image's digest", config);
-        r.check("sandbox lima recreate boots a new VM", |s| {
-            s.ok(&s.task(), "sandbox lima recreate --yes")?;
+        r.check("sandbox lima config: the YAML names the image and its digest; limactl validate takes it", config);
+        r.check("sandbox lima recreate boots a new VM (its steps)", |s| {
+            let out = s.ok(&s.task(), "sandbox lima recreate --yes --json")?;
+            let steps = started_steps(&out);
+            expect_steps(
+                &steps,
+                &[
+                    "deleting the VM",
+                    "creating the VM",
+                    "starting the VM",
+                    "downloading the image",
+                    "connecting over SSH",
+                    "provisioning",
+                    "checking provisioning",
+                ],
+            )?;
             ensure!(s.state()? == "running", "not running after recreate");
             let out = s.ok(&s.task(), "sandbox run --backend lima -- git rev-parse HEAD")?;
             ensure!(out.ends_with(&s.rev("s/task")?), "the view after recreate: {out}");
@@ -257,17 +270,19 @@ fn exec(s: &Setup) -> Result<String> {
     Ok(format!("{} bytes", input.len()))
 }
 
-/// The VM commits and waits; the host commits on the task branch meanwhile; then neither
-/// branch is moved and the view's status says diverged.
+/// The VM's command starts and waits; the host commits on the task branch meanwhile; then the
+/// VM commits on the view's old base. Neither branch is moved, and the view's status says
+/// diverged. (A host commit made after the VM's is no divergence: the watcher has already
+/// fast-forwarded the task branch to the VM's commit, and the host's lands on top.)
 fn diverged(s: &Setup) -> Result<String> {
     let view = s.status()?["views"][0]
         .as_str()
         .map(PathBuf::from)
         .context("no view in status --json")?;
     let script = format!(
-        "sandbox run --backend lima -- sh -c 'echo vm2 >vm2.txt && git add vm2.txt && \
-         {COMMIT} -m vm2 && git rev-parse HEAD >.vm-done && \
-         while [ ! -e .host-done ]; do sleep 0.1; done'"
+        "sandbox run --backend lima -- sh -c 'touch .vm-started && \
+         while [ ! -e .host-done ]; do sleep 0.1; done && echo vm2 >vm2.txt && \
+         git add vm2.txt && {COMMIT} -m vm2 && git rev-parse HEAD >.vm-done'"
     );
     let mut cmd = s.user.command("bash");
     cmd.args(["-c", &script])
@@ -277,9 +292,9 @@ fn diverged(s: &Setup) -> Result<String> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
     let child = cmd.spawn()?;
-    let vm_done = view.join(".vm-done");
-    let waited = wait_for("the VM's commit", Duration::from_secs(120), || {
-        Ok(vm_done.exists())
+    let started = view.join(".vm-started");
+    let waited = wait_for("the VM's command", Duration::from_secs(120), || {
+        Ok(started.exists())
     });
     let host = waited.and_then(|()| {
         s.ok(
@@ -292,17 +307,44 @@ fn diverged(s: &Setup) -> Result<String> {
     let out = child.wait_with_output()?;
     let host = host?;
     ensure!(out.status.success(), "the VM's run: {}", text(&out));
-    let vm = std::fs::read_to_string(&vm_done)?.trim().to_owned();
+    let vm = std::fs::read_to_string(view.join(".vm-done"))?.trim().to_owned();
     ensure!(s.rev("s/task")? == vm, "s/task is not the VM's commit");
     ensure!(s.rev("task")? == host, "task moved off the host's commit");
     let status = s.ok(&s.task(), "sandbox view status app-task --json")?;
-    ensure!(status.contains("diverged"), "the view's status: {status}");
+    let state: Value = serde_json::from_str(&status).context("view status --json")?;
+    ensure!(
+        state["sync"]["state"] == "diverged",
+        "the view's status: {}",
+        state["sync"]
+    );
     // Back to one line of history for the checks after this one.
     s.ok(
         &s.task(),
         "git -c user.name=host -c user.email=h@example.com merge -q --no-edit s/task",
     )?;
     Ok(String::new())
+}
+
+/// The steps `--json` reported as started, in order (the result after them is pretty-printed
+/// over several lines, which do not parse one by one).
+fn started_steps(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["event"] == "step" && v["step"]["state"] == "started")
+        .filter_map(|v| v["step"]["step"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// `want` appear in `steps`, in this order (Lima's log names each as it comes).
+fn expect_steps(steps: &[String], want: &[&str]) -> Result<()> {
+    let mut rest = steps.iter();
+    for w in want {
+        ensure!(
+            rest.any(|s| s == w),
+            "no step {w:?} in order in {steps:?}"
+        );
+    }
+    Ok(())
 }
 
 fn lifecycle(s: &Setup) -> Result<String> {
@@ -312,23 +354,16 @@ fn lifecycle(s: &Setup) -> Result<String> {
     let started = Instant::now();
     let out = s.ok(&s.task(), "sandbox lima start --json")?;
     let took = started.elapsed();
-    let steps: Vec<String> = out
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|v| v["event"] == "step" && v["step"]["state"] == "started")
-        .filter_map(|v| v["step"]["step"].as_str().map(str::to_owned))
-        .collect();
-    for want in [
-        "starting the VM",
-        "connecting over SSH",
-        "provisioning",
-        "checking provisioning",
-    ] {
-        ensure!(
-            steps.iter().any(|s| s == want),
-            "no step {want:?} in {steps:?}"
-        );
-    }
+    let steps = started_steps(&out);
+    expect_steps(
+        &steps,
+        &[
+            "starting the VM",
+            "connecting over SSH",
+            "provisioning",
+            "checking provisioning",
+        ],
+    )?;
     ensure!(s.state()? == "running", "not running after start");
     s.ok(&s.task(), "sandbox run --backend lima -- true")?;
     Ok(format!("restart {:.0} s; steps {}", took.as_secs_f64(), steps.join(", ")))
@@ -336,6 +371,10 @@ fn lifecycle(s: &Setup) -> Result<String> {
 
 fn config(s: &Setup) -> Result<String> {
     let yaml = s.ok(&s.task(), "sandbox lima config")?;
+    let file = s.run.join("config.yaml");
+    std::fs::write(&file, format!("{yaml}\n"))?;
+    s.user.own(&file)?;
+    s.ok(&s.task(), &format!("limactl validate '{}'", file.display()))?;
     let image = s.image.display().to_string();
     ensure!(yaml.contains(&image), "the YAML does not name {image}");
     let digest = std::fs::read_to_string(
