@@ -37,7 +37,8 @@ pub const ALLOWED_IN_CI: &[AllowedSkip] = &[
     },
     AllowedSkip {
         id: "lima-boot",
-        reason: "booting a Lima VM takes minutes: CI boots one for the whole Lima suite in \
+        reason:
+            "booting a Lima VM takes minutes: CI boots one for the whole Lima suite in \
                  cargo xtask lima-test (under TCG here); opt-in here with SANDBOX_LIMA_BOOT_TESTS=1",
     },
     AllowedSkip {

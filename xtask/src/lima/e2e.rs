@@ -53,8 +53,20 @@ pub fn kvm_runs() -> bool {
     }
     let child = Command::new("qemu-system-x86_64")
         .args([
-            "-accel", "kvm", "-machine", "q35", "-cpu", "host", "-m", "64", "-nodefaults",
-            "-display", "none", "-S", "-qmp", "stdio",
+            "-accel",
+            "kvm",
+            "-machine",
+            "q35",
+            "-cpu",
+            "host",
+            "-m",
+            "64",
+            "-nodefaults",
+            "-display",
+            "none",
+            "-S",
+            "-qmp",
+            "stdio",
         ])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -91,7 +103,9 @@ fn virtiofsd() -> Result<PathBuf> {
             return Ok(exe);
         }
     }
-    bail!("no Rust virtiofsd (cargo install virtiofsd, apt install virtiofsd, or SANDBOX_VIRTIOFSD)")
+    bail!(
+        "no Rust virtiofsd (cargo install virtiofsd, apt install virtiofsd, or SANDBOX_VIRTIOFSD)"
+    )
 }
 
 /// `cargo build` of the CLI; the binary's path.
@@ -194,11 +208,17 @@ fn prepare(root: &Path) -> Result<Setup> {
     std::fs::copy(&sandbox, bin.join("sandbox"))?;
     std::fs::copy(&virtiofsd, bin.join("virtiofsd"))?;
     let wrapper = libexec.join("virtiofsd-xattr");
-    std::fs::write(&wrapper, sandbox_lima::virtiofs::wrapper(&bin.join("virtiofsd")))?;
+    std::fs::write(
+        &wrapper,
+        sandbox_lima::virtiofs::wrapper(&bin.join("virtiofsd")),
+    )?;
     user::chmod(&wrapper, 0o755)?;
     std::fs::write(
         vhost.join("40-virtiofsd-xattr.json"),
-        format!("{{\"type\": \"fs\", \"binary\": \"{}\"}}\n", wrapper.display()),
+        format!(
+            "{{\"type\": \"fs\", \"binary\": \"{}\"}}\n",
+            wrapper.display()
+        ),
     )?;
     let mut path = String::new();
     if !kvm_runs() {

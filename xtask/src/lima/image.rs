@@ -24,19 +24,37 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "linux-image-amd64/bookworm-backports",
         "6.12: the git store overlay (userxattr) on virtiofs, as guest-test proved it",
     ),
-    ("initramfs-tools", "the initramfs that finds the root by its label"),
+    (
+        "initramfs-tools",
+        "the initramfs that finds the root by its label",
+    ),
     ("systemd", "init; Lima's guest agent is a systemd unit"),
     ("systemd-sysv", "/sbin/init"),
-    ("udev", "/dev/disk/by-label/cidata, which Lima's boot script mounts"),
+    (
+        "udev",
+        "/dev/disk/by-label/cidata, which Lima's boot script mounts",
+    ),
     ("dbus", "logind, for the user session Lima waits for"),
     ("libpam-systemd", "the user session Lima waits for"),
-    ("cloud-init", "Lima's cidata: the user, its key, the mounts, the boot scripts"),
-    ("cloud-guest-utils", "growpart: the root grows to Lima's `disk`"),
+    (
+        "cloud-init",
+        "Lima's cidata: the user, its key, the mounts, the boot scripts",
+    ),
+    (
+        "cloud-guest-utils",
+        "growpart: the root grows to Lima's `disk`",
+    ),
     ("e2fsprogs", "resize2fs and fsck for the root"),
     ("openssh-server", "`limactl shell`"),
-    ("sudo", "the Lima user's passwordless sudo; the backend's `enter`"),
+    (
+        "sudo",
+        "the Lima user's passwordless sudo; the backend's `enter`",
+    ),
     ("git", "the commands the backend runs"),
-    ("util-linux", "unshare, nsenter, setpriv, findmnt: the backend's provisioning"),
+    (
+        "util-linux",
+        "unshare, nsenter, setpriv, findmnt: the backend's provisioning",
+    ),
     ("mount", "mount and umount"),
     ("iproute2", "Lima's boot scripts use `ip`"),
     ("netbase", "/etc/protocols and /etc/services"),
@@ -44,7 +62,10 @@ pub const PACKAGES: &[(&str, &str)] = &[
         "libnss-myhostname",
         "the guest's own name resolves (sudo warns on every call otherwise)",
     ),
-    ("rsync", "Lima's boot installs it otherwise (30-install-packages.sh)"),
+    (
+        "rsync",
+        "Lima's boot installs it otherwise (30-install-packages.sh)",
+    ),
     (
         "iptables",
         "Lima's boot redirects DNS to its host agent with it, and installs it otherwise",
@@ -80,7 +101,8 @@ fn key(mirror: &str) -> String {
 
 fn sha256_file(path: &Path) -> Result<String> {
     let mut hash = Sha256::new();
-    let mut file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     std::io::copy(&mut file, &mut hash)?;
     Ok(format!("sha256:{:x}", hash.finalize()))
 }

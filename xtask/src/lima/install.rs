@@ -76,7 +76,10 @@ pub fn ensure(prefix: &Path) -> Result<Installed> {
         && installed.limactl.is_file()
         && installed.guest_agent.is_file()
     {
-        eprintln!("lima-install: {MODULE}@{VERSION} up to date in {}", prefix.display());
+        eprintln!(
+            "lima-install: {MODULE}@{VERSION} up to date in {}",
+            prefix.display()
+        );
         return Ok(installed);
     }
     eprintln!("lima-install: {MODULE}@{VERSION} from the Go module proxy");
@@ -129,7 +132,12 @@ pub fn ensure(prefix: &Path) -> Result<Installed> {
     // Lima's Makefile installs the agent 0644: limactl copies it onto the cidata disk.
     set_mode(&installed.guest_agent, 0o644)?;
     set_mode(&installed.limactl, 0o755)?;
-    for dir in [prefix, &prefix.join("bin"), &prefix.join("share"), &prefix.join("share/lima")] {
+    for dir in [
+        prefix,
+        &prefix.join("bin"),
+        &prefix.join("share"),
+        &prefix.join("share/lima"),
+    ] {
         set_mode(dir, 0o755)?;
     }
     std::fs::write(&stamp_path, stamp)?;
@@ -152,7 +160,10 @@ pub fn limactl_version(limactl: &Path) -> Result<String> {
     } else {
         Command::new(limactl)
     };
-    let out = cmd.arg("--version").output().context("running limactl --version")?;
+    let out = cmd
+        .arg("--version")
+        .output()
+        .context("running limactl --version")?;
     let text = String::from_utf8_lossy(&out.stdout).trim().to_owned();
     if !out.status.success() || text.is_empty() {
         bail!(

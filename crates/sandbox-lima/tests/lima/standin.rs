@@ -83,14 +83,15 @@ fn first_spawn_creates_starts_and_checks_with_named_steps() {
             _ => None,
         })
         .collect();
-    // Lima's own log names the steps: download, start, SSH, provisioning.
+    // Lima's own log names the steps: the image is fetched by `limactl create` (Lima 2.2's
+    // `create` runs `instance.Prepare`), then start, SSH, provisioning.
     assert_eq!(
         started,
         vec![
             "checking the VM",
             "creating the VM",
-            "starting the VM",
             "downloading the image",
+            "starting the VM",
             "connecting over SSH",
             "provisioning",
             "checking provisioning",
@@ -146,7 +147,15 @@ fn failures_name_the_step_and_the_log() {
         let s = Standin::new();
         let view = s.repo.view(&s.repo.task);
         let p = s.settings.project(&view).unwrap();
-        s.mode("start", mode);
+        // The image is fetched by `create`; the rest fails in `start`.
+        s.mode(
+            if mode == "download-fails" {
+                "create"
+            } else {
+                "start"
+            },
+            mode,
+        );
         let err = p.vm.ensure_running(&p.yaml, &mut |_| {}).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(want), "{mode}: {text}");

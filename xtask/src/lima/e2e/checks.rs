@@ -145,15 +145,36 @@ pub fn all(setup: &Setup, keep: bool) -> Vec<Outcome> {
     });
     if ok {
         r.check("a warm run (the VM running)", |s| {
-            let out = s.ok(&s.task(), "sandbox run --backend lima -- git log -1 --format=%H")?;
-            ensure!(out.ends_with(&sha), "the view's HEAD is not the commit: {out}");
+            let out = s.ok(
+                &s.task(),
+                "sandbox run --backend lima -- git log -1 --format=%H",
+            )?;
+            ensure!(
+                out.ends_with(&sha),
+                "the view's HEAD is not the commit: {out}"
+            );
             Ok(String::new())
         });
-        r.check("the VM mounts exactly the plan's shares, nothing of the home", mounts);
-        r.check("root in the VM cannot write the repository's hooks or config", hooks);
-        r.check("sandbox exec --backend lima passes stdin, stdout and argv exactly", exec);
-        r.check("a host commit in parallel is reported as diverged", diverged);
-        r.check("sandbox lima status, stop, start (its steps), run again", lifecycle);
+        r.check(
+            "the VM mounts exactly the plan's shares, nothing of the home",
+            mounts,
+        );
+        r.check(
+            "root in the VM cannot write the repository's hooks or config",
+            hooks,
+        );
+        r.check(
+            "sandbox exec --backend lima passes stdin, stdout and argv exactly",
+            exec,
+        );
+        r.check(
+            "a host commit in parallel is reported as diverged",
+            diverged,
+        );
+        r.check(
+            "sandbox lima status, stop, start (its steps), run again",
+            lifecycle,
+        );
         r.check("sandbox lima config: the YAML names the image and its digest; limactl validate takes it", config);
         r.check("sandbox lima recreate boots a new VM (its steps)", |s| {
             let out = s.ok(&s.task(), "sandbox lima recreate --yes --json")?;
@@ -163,16 +184,22 @@ pub fn all(setup: &Setup, keep: bool) -> Vec<Outcome> {
                 &[
                     "deleting the VM",
                     "creating the VM",
-                    "starting the VM",
                     "downloading the image",
+                    "starting the VM",
                     "connecting over SSH",
                     "provisioning",
                     "checking provisioning",
                 ],
             )?;
             ensure!(s.state()? == "running", "not running after recreate");
-            let out = s.ok(&s.task(), "sandbox run --backend lima -- git rev-parse HEAD")?;
-            ensure!(out.ends_with(&s.rev("s/task")?), "the view after recreate: {out}");
+            let out = s.ok(
+                &s.task(),
+                "sandbox run --backend lima -- git rev-parse HEAD",
+            )?;
+            ensure!(
+                out.ends_with(&s.rev("s/task")?),
+                "the view after recreate: {out}"
+            );
             Ok(String::new())
         });
     }
@@ -206,7 +233,11 @@ fn mounts(s: &Setup) -> Result<String> {
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
             (f.get(2) == Some(&"virtiofs")).then(|| {
-                let rw = if f[3].split(',').any(|o| o == "rw") { "rw" } else { "ro" };
+                let rw = if f[3].split(',').any(|o| o == "rw") {
+                    "rw"
+                } else {
+                    "ro"
+                };
                 (f[1].to_owned(), rw)
             })
         })
@@ -216,7 +247,11 @@ fn mounts(s: &Setup) -> Result<String> {
     let out = s.guest(&format!(
         "test ! -e '{home}/secret-marker' && test ! -e '{home}/.ssh'"
     ))?;
-    ensure!(out.status.success(), "the home's files are in the VM: {}", text(&out));
+    ensure!(
+        out.status.success(),
+        "the home's files are in the VM: {}",
+        text(&out)
+    );
     Ok(format!("{} shares", want.len()))
 }
 
@@ -226,11 +261,23 @@ fn hooks(s: &Setup) -> Result<String> {
     let common = s.work().join("app/.git");
     let config = std::fs::read(common.join("config"))?;
     let c = common.display();
+    // The guest's kernel lets root remount the share `rw` (the mount option is the guest's);
+    // what must refuse the writes is virtiofsd's `--readonly`, on the host.
     let out = s.guest(&format!(
-        "sudo mount -o remount,rw '{c}'; sudo sh -c 'echo planted >\"{c}/hooks/planted-by-vm\"; \
+        "sudo mount -o remount,rw '{c}' && grep -q \" {c} virtiofs rw\" /proc/mounts && \
+         echo remounted; sudo sh -c 'echo planted >\"{c}/hooks/planted-by-vm\"; \
          echo \"[planted]\" >>\"{c}/config\"'"
     ))?;
-    ensure!(!out.status.success(), "the writes succeeded in the VM: {}", text(&out));
+    ensure!(
+        String::from_utf8_lossy(&out.stdout).contains("remounted"),
+        "root in the VM could not even remount the common dir rw: {}",
+        text(&out)
+    );
+    ensure!(
+        !out.status.success(),
+        "the writes succeeded in the VM: {}",
+        text(&out)
+    );
     s.ok(
         &s.task(),
         "sandbox run --backend lima -- sh -c 'sudo sh -c \"echo planted >$(git rev-parse \
@@ -242,7 +289,10 @@ fn hooks(s: &Setup) -> Result<String> {
             "hooks/{name} landed on the host"
         );
     }
-    ensure!(std::fs::read(common.join("config"))? == config, "the config changed");
+    ensure!(
+        std::fs::read(common.join("config"))? == config,
+        "the config changed"
+    );
     let refused = String::from_utf8_lossy(&out.stderr);
     Ok(refused.lines().last().unwrap_or("").to_owned())
 }
@@ -307,7 +357,9 @@ fn diverged(s: &Setup) -> Result<String> {
     let out = child.wait_with_output()?;
     let host = host?;
     ensure!(out.status.success(), "the VM's run: {}", text(&out));
-    let vm = std::fs::read_to_string(view.join(".vm-done"))?.trim().to_owned();
+    let vm = std::fs::read_to_string(view.join(".vm-done"))?
+        .trim()
+        .to_owned();
     ensure!(s.rev("s/task")? == vm, "s/task is not the VM's commit");
     ensure!(s.rev("task")? == host, "task moved off the host's commit");
     let status = s.ok(&s.task(), "sandbox view status app-task --json")?;
@@ -339,10 +391,7 @@ fn started_steps(out: &str) -> Vec<String> {
 fn expect_steps(steps: &[String], want: &[&str]) -> Result<()> {
     let mut rest = steps.iter();
     for w in want {
-        ensure!(
-            rest.any(|s| s == w),
-            "no step {w:?} in order in {steps:?}"
-        );
+        ensure!(rest.any(|s| s == w), "no step {w:?} in order in {steps:?}");
     }
     Ok(())
 }
@@ -366,7 +415,11 @@ fn lifecycle(s: &Setup) -> Result<String> {
     )?;
     ensure!(s.state()? == "running", "not running after start");
     s.ok(&s.task(), "sandbox run --backend lima -- true")?;
-    Ok(format!("restart {:.0} s; steps {}", took.as_secs_f64(), steps.join(", ")))
+    Ok(format!(
+        "restart {:.0} s; steps {}",
+        took.as_secs_f64(),
+        steps.join(", ")
+    ))
 }
 
 fn config(s: &Setup) -> Result<String> {
