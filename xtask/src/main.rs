@@ -18,6 +18,9 @@
 //!   on virtiofs with its provisioning replayed (`guest/lima.rs`).
 //! - `guest-boxlite`: the BoxLite tests that need a booted box, inside a TCG guest with nested
 //!   KVM (`guest/boxlite.rs`).
+//! - `lima-install`, `lima-image`, `lima-test`: the real Lima — `limactl` built from Lima's Go
+//!   module, a Debian guest made with mmdebstrap, and the Lima backend end to end on a VM that
+//!   `limactl` boots (`lima/`).
 //! - `soak`: the whole workspace suite, round after round, beside CPU hogs (`soak.rs`): the
 //!   races that only show under load.
 
@@ -25,6 +28,7 @@ mod box_image;
 mod boxlite_runtime;
 mod breakage;
 mod guest;
+mod lima;
 mod nix_builders;
 mod nix_check;
 mod soak;
@@ -61,6 +65,20 @@ tasks:
                  boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
                  and run the BoxLite tests that need a booted box inside it (parts: probe,
                  doctor, engine, cli, bench; needs boxlite-runtime and box-image first)
+  lima-install [--prefix DIR]
+                 build limactl and Lima's guest agent from Lima's Go module at the pinned
+                 release (go mod download, checked against the pinned hash) into DIR (default
+                 /var/cache/sandbox-lima/lima-VERSION as root, else ~/.cache/sandbox-lima/...),
+                 unless the same build is there; print the versions Lima runs with
+  lima-image     build the Lima guest image: Debian 12 from Debian's packages (mmdebstrap),
+                 an EFI-bootable qcow2, cached by its inputs beside lima-install's; prints
+                 its path and digest (for SANDBOX_LIMA_IMAGE)
+  lima-test [--keep]
+                 the Lima backend against the real limactl: lima-install, lima-image, then as
+                 an unprivileged user (sbxlima under root) sandbox run --backend lima in a
+                 linked worktree boots one VM (QEMU under TCG where /dev/kvm runs no guest)
+                 and the checks of docs/lima.md run on it; the VM is deleted at the end
+                 (--keep: left running)
   soak [--rounds N] [--hogs H] [-- ARGS...]
                  build the tests, then run `cargo test --workspace --locked ARGS` N times
                  in a row (default 10) beside H CPU hogs (default 2; `yes`, stopped by pid
@@ -71,6 +89,9 @@ environment:
   SANDBOX_NIXPKGS_LIB  a nixpkgs.lib checkout (a flake with lib/) for the stand-ins' real lib;
                        default ../shared/nixpkgs-lib beside the repository (the evaluation
                        steps are skipped when neither exists)
+  SANDBOX_LIMA_CACHE   where lima-install and lima-image keep their builds
+  SANDBOX_LIMA_IMAGE_MIRROR
+                       the Debian mirror lima-image installs from (default deb.debian.org)
   SANDBOX_BOX_IMAGE_MIRROR
                        the Debian mirror box-image installs from (default
                        http://deb.debian.org/debian)
@@ -152,6 +173,28 @@ fn main() -> ExitCode {
             Ok(false) => ExitCode::FAILURE,
             Err(err) => {
                 eprintln!("error: guest-boxlite: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("lima-install") => match lima::install::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: lima-install: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("lima-image") => match lima::image::run(&args[1..]) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(err) => {
+                eprintln!("error: lima-image: {err:#}");
+                ExitCode::FAILURE
+            }
+        },
+        Some("lima-test") => match lima::e2e::run(&args[1..]) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("error: lima-test: {err:#}");
                 ExitCode::FAILURE
             }
         },

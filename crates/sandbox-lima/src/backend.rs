@@ -191,16 +191,23 @@ pub struct Plan {
     pub overrides_path: PathBuf,
 }
 
-/// The SHA-256 of the image, cached in `<home>/_sandbox/digests/<hash of the path>`.
+/// The SHA-256 of the image, cached in `<home>/_sandbox/digests/<hash of the path>` with the
+/// file's size and modification time: a Nix store path never changes, but an image named by
+/// `SANDBOX_LIMA_IMAGE` may be rebuilt in place, and Lima refuses a digest that does not match.
 fn image_digest(file: &Path, home: &Path) -> Result<String, LimaError> {
     use sha2::Digest;
+    use std::os::unix::fs::MetadataExt as _;
     let cache = home
         .join("_sandbox")
         .join("digests")
         .join(mounts::view_id(file));
+    let meta = std::fs::metadata(file).map_err(crate::error::io("reading", file))?;
+    let stamp = format!("{} {}.{}", meta.size(), meta.mtime(), meta.mtime_nsec());
     if let Ok(text) = std::fs::read_to_string(&cache) {
-        if yaml::is_digest(text.trim()) {
-            return Ok(text.trim().to_string());
+        if let Some((seen, digest)) = text.trim().rsplit_once(' ') {
+            if seen == stamp && yaml::is_digest(digest) {
+                return Ok(digest.to_string());
+            }
         }
     }
     let mut hasher = sha2::Sha256::new();
@@ -217,7 +224,7 @@ fn image_digest(file: &Path, home: &Path) -> Result<String, LimaError> {
     if let Some(dir) = cache.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
-    let _ = std::fs::write(&cache, &digest);
+    let _ = std::fs::write(&cache, format!("{stamp} {digest}"));
     Ok(digest)
 }
 
@@ -478,7 +485,7 @@ pub fn guest_env(env: &[(OsString, OsString)]) -> Vec<OsString> {
 }
 
 /// The command line a command runs with: `limactl shell --workdir <dir> <instance> --
-/// <enter> <view id> <dir> env NAME=VALUE… <argv…>`.
+/// /bin/sh <enter> <view id> <dir> env NAME=VALUE… <argv…>`.
 pub fn command_argv(
     limactl: &Limactl,
     instance: &str,
@@ -488,6 +495,7 @@ pub fn command_argv(
     argv: &[OsString],
 ) -> Vec<OsString> {
     let mut inner: Vec<OsString> = vec![
+        crate::provision::ENTER_SHELL.into(),
         crate::provision::ENTER.into(),
         layout.id.clone().into(),
         dir.as_os_str().to_os_string(),

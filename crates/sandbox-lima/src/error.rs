@@ -19,6 +19,12 @@ pub enum LimaError {
     TooOld { path: PathBuf, found: String },
     #[error("lima: cannot tell the version of {path}: {output:?}", path = .path.display())]
     UnknownVersion { path: PathBuf, output: String },
+    #[error(
+        "lima: {path} refuses to run as root (\"limactl: must not run as the root user\"); \
+         run the Lima backend as your own user",
+        path = .path.display()
+    )]
+    Root { path: PathBuf },
     #[error("lima: {step}: no hardware virtualisation here ({detail}); read {log}", log = .log.display())]
     NoVirtualization {
         step: &'static str,

@@ -222,9 +222,20 @@ impl Limactl {
                 source,
             })?;
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // `cmd/limactl/main.go` exits 1 before anything else, `--version` included, as root.
+        if !out.status.success() && stderr.contains("must not run as the root user") {
+            return Err(LimaError::Root {
+                path: self.path.clone(),
+            });
+        }
         let version = parse_version(&text).ok_or_else(|| LimaError::UnknownVersion {
             path: self.path.clone(),
-            output: text.clone(),
+            output: if text.is_empty() {
+                stderr.trim().to_string()
+            } else {
+                text.clone()
+            },
         })?;
         if version < min_version() {
             return Err(LimaError::TooOld {

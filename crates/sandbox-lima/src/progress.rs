@@ -6,8 +6,11 @@
 
 use serde::Deserialize;
 
-/// The named steps of bringing a VM up, in the order Lima logs them (`Starting the instance`
-/// comes before the image is fetched: `StartWithPaths` logs it, then calls `Prepare`).
+/// The named steps of bringing a VM up. Lima 2.2's `limactl create` fetches the image
+/// (`cmd/limactl/start.go` runs `instance.Prepare`), so a new VM's steps come as create,
+/// download, start, SSH, provisioning (seen with the real `limactl`, docs/lima.md); `start`
+/// logs `Starting the instance` before a `Prepare` of its own, which downloads only when the
+/// instance has no disk yet — hence download after start in this order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum VmStep {
     Check,

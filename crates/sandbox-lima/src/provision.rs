@@ -28,6 +28,10 @@ pub const STATE_DIR: &str = "/run/sandbox-lima";
 pub const SENTINEL: &str = "/run/sandbox-lima/provisioned";
 /// The helper commands run through.
 pub const ENTER: &str = "/run/sandbox-lima/enter";
+/// What runs [`ENTER`]: a shell reading it, never the file executed. Debian's and Ubuntu's
+/// initramfs-tools mount `/run` `noexec` (and systemd keeps it so): a real Lima VM on either
+/// refused `/run/sandbox-lima/enter` with "Permission denied" (docs/lima.md).
+pub const ENTER_SHELL: &str = "/bin/sh";
 /// The `MaxSessions` provisioning sets.
 pub const MAX_SESSIONS: u32 = 128;
 

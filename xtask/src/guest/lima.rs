@@ -464,6 +464,7 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         // 4. The git workflow through `enter`, with the host's quarantine and watcher on.
         let enter = |script: &str| -> Vec<String> {
             let mut argv: Vec<String> = vec![
+                sandbox_lima::provision::ENTER_SHELL.into(),
                 sandbox_lima::provision::ENTER.into(),
                 layout.id.clone(),
                 view.view_path.display().to_string(),

@@ -100,7 +100,7 @@ fn run_creates_the_vm_and_passes_the_exit_code_through() {
 #[test]
 fn a_failed_boot_is_125_and_names_the_step_and_log() {
     let l = Lima::new();
-    l.standin.mode("start", "download-fails");
+    l.standin.mode("create", "download-fails");
     let out = l
         .cmd()
         .args(["run", "--backend", "lima", "--", "true"])
@@ -212,8 +212,8 @@ fn lifecycle_commands_and_config() {
         names,
         vec![
             "creating the VM",
-            "starting the VM",
             "downloading the image",
+            "starting the VM",
             "connecting over SSH",
             "provisioning",
             "checking provisioning"
@@ -331,10 +331,10 @@ fn box_create_announces_each_vm_step_as_box_state() {
             ("checking the VM", "done"),
             ("creating the VM", "started"),
             ("creating the VM", "done"),
-            ("starting the VM", "started"),
-            ("starting the VM", "done"),
             ("downloading the image", "started"),
             ("downloading the image", "done"),
+            ("starting the VM", "started"),
+            ("starting the VM", "done"),
             ("connecting over SSH", "started"),
             ("connecting over SSH", "done"),
             ("provisioning", "started"),
@@ -394,7 +394,7 @@ fn box_create_announces_each_vm_step_as_box_state() {
 #[test]
 fn box_create_announces_the_step_that_failed() {
     let l = Lima::new();
-    l.standin.mode("start", "download-fails");
+    l.standin.mode("create", "download-fails");
     let daemon = Daemon::start_with(&l.env, l.cmd());
     let (events, reply) = create_lima_box(&l, &mut daemon.client(), "vm");
     let error = reply.error.unwrap_or_else(|| panic!("{:?}", reply.result));
@@ -410,8 +410,6 @@ fn box_create_announces_the_step_that_failed() {
             ("checking the VM", "done"),
             ("creating the VM", "started"),
             ("creating the VM", "done"),
-            ("starting the VM", "started"),
-            ("starting the VM", "done"),
             ("downloading the image", "started"),
             ("downloading the image", "failed"),
         ]),

@@ -368,6 +368,7 @@ fn command_lines_of_each_step() {
             &d,
             "sbx-app-123456",
             "--",
+            sandbox_lima::provision::ENTER_SHELL,
             sandbox_lima::provision::ENTER,
             &layouts[0].id,
             &d,

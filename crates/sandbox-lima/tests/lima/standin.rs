@@ -83,14 +83,15 @@ fn first_spawn_creates_starts_and_checks_with_named_steps() {
             _ => None,
         })
         .collect();
-    // Lima's own log names the steps: download, start, SSH, provisioning.
+    // Lima's own log names the steps: the image is fetched by `limactl create` (Lima 2.2's
+    // `create` runs `instance.Prepare`), then start, SSH, provisioning.
     assert_eq!(
         started,
         vec![
             "checking the VM",
             "creating the VM",
-            "starting the VM",
             "downloading the image",
+            "starting the VM",
             "connecting over SSH",
             "provisioning",
             "checking provisioning",
@@ -146,7 +147,15 @@ fn failures_name_the_step_and_the_log() {
         let s = Standin::new();
         let view = s.repo.view(&s.repo.task);
         let p = s.settings.project(&view).unwrap();
-        s.mode("start", mode);
+        // The image is fetched by `create`; the rest fails in `start`.
+        s.mode(
+            if mode == "download-fails" {
+                "create"
+            } else {
+                "start"
+            },
+            mode,
+        );
         let err = p.vm.ensure_running(&p.yaml, &mut |_| {}).unwrap_err();
         let text = err.to_string();
         assert!(text.contains(want), "{mode}: {text}");
@@ -233,4 +242,29 @@ fn a_new_view_restarts_an_idle_vm_but_not_a_busy_one() {
         vec!["list --format", &stop, &start, "shell --workdir"]
     );
     assert_eq!(pb.vm.current_yaml().unwrap().mounts, pb.yaml.mounts);
+}
+
+/// An image named by `SANDBOX_LIMA_IMAGE` can be rebuilt at the same path (`cargo xtask
+/// lima-image` does, into a directory of its own, but a user's need not): the YAML then
+/// carries the new file's digest, not the one cached for the path — Lima refuses a mismatch.
+#[test]
+fn an_image_rebuilt_in_place_gets_its_new_digest() {
+    use sandbox_lima::yaml::ImageChoice;
+    let mut s = Standin::new();
+    let image = s.repo.base.join("guest.qcow2");
+    let digest = |s: &Standin| match s.settings.image().unwrap() {
+        ImageChoice::Nix { digest, .. } => digest,
+        other => panic!("not the local image: {other:?}"),
+    };
+    std::fs::write(&image, b"first build").unwrap();
+    s.settings.nix_image = Some(image.clone());
+    let first = digest(&s);
+    assert_eq!(first, digest(&s), "the cached digest is the same file's");
+    std::fs::write(&image, b"the second build").unwrap();
+    let second = digest(&s);
+    assert_ne!(first, second, "the digest of the old file was kept");
+    use sha2::Digest as _;
+    let want = sha2::Sha256::digest(b"the second build");
+    let hex: String = want.iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(second, format!("sha256:{hex}"));
 }
