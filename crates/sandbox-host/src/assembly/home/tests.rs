@@ -21,7 +21,8 @@ fn a_tree_with_a_credential_file_is_granted_without_it() {
     std::fs::write(etc.join("other"), "").unwrap();
     std::fs::write(nvm.join("nvm.sh"), "").unwrap();
     let mut masked = Vec::new();
-    let mut grants = tree_grants(&nvm, &home, &mut masked);
+    // Nothing kept: every call searches.
+    let mut grants = scan::Scans::default().tree_grants(&nvm, &home, &mut masked);
     grants.sort();
     assert_eq!(
         grants,
@@ -36,7 +37,10 @@ fn a_tree_with_a_credential_file_is_granted_without_it() {
     // No secret: the tree itself.
     std::fs::remove_file(etc.join("npmrc")).unwrap();
     let mut masked = Vec::new();
-    assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
+    assert_eq!(
+        scan::Scans::default().tree_grants(&nvm, &home, &mut masked),
+        vec![nvm.clone()]
+    );
     assert!(masked.is_empty());
 }
 
