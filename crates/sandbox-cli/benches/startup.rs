@@ -406,13 +406,35 @@ fn main() {
         flags: flags.iter().map(|f| f.to_string()).collect(),
         variants: Vec::new(),
     };
+    // A worktree per row with a home: each has a private home of its own (per task), as a
+    // task keeps one configuration (two rows alternating in one home would make each remove
+    // the other's mount points).
+    let worktree = |name: &str| {
+        let dir = work_dir.join(name);
+        sandbox_testkit::git(
+            &main_repo,
+            &["worktree", "add", "-q", "-b", name, dir.to_str().unwrap()],
+        );
+        dir
+    };
+    let (home_task, caches_task, net_task, memory_task) = (
+        worktree("task-home"),
+        worktree("task-caches"),
+        worktree("task-net"),
+        worktree("task-memory"),
+    );
     let mut rows = vec![
         row("plain dir, no home", &plain, &no_home, &[]),
         row("worktree + quarantine, no home", &task, &no_home, &[]),
-        row("… + home (toolchains)", &task, &no_caches, &[]),
-        row("… + caches (the default run)", &task, &defaults, &[]),
-        row("… + --block-net", &task, &defaults, &["--block-net"]),
-        row("… + --memory 1G", &task, &defaults, &["--memory", "1G"]),
+        row("… + home (toolchains)", &home_task, &no_caches, &[]),
+        row("… + caches (the default run)", &caches_task, &defaults, &[]),
+        row("… + --block-net", &net_task, &defaults, &["--block-net"]),
+        row(
+            "… + --memory 1G",
+            &memory_task,
+            &defaults,
+            &["--memory", "1G"],
+        ),
     ];
     if let Ok(keep) = std::env::var("SANDBOX_BENCH_ROWS") {
         let words: Vec<&str> = keep.split(',').collect();
