@@ -372,7 +372,7 @@ fn main() {
     }
     // Beside the home (same filesystem as a real task's worktree), not in a tmpfs /tmp.
     let work = tempfile::Builder::new()
-        .keep(std::env::var_os("SANDBOX_BENCH_KEEP").is_some())
+        .disable_cleanup(std::env::var_os("SANDBOX_BENCH_KEEP").is_some())
         .tempdir_in(std::env::var_os("SANDBOX_BENCH_DIR").unwrap_or("/tmp".into()))
         .unwrap();
     let work_dir = std::fs::canonicalize(work.path()).unwrap();

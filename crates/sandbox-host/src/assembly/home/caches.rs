@@ -377,7 +377,8 @@ mod tests {
         for n in 0..2 {
             let old = layer.join(format!("{SET_ASIDE}0-1-{n}"));
             std::fs::create_dir_all(old.join("work/incompat/volatile/dirty")).unwrap();
-            std::fs::set_permissions(old.join("work"), std::fs::Permissions::from_mode(0)).unwrap();
+            std::fs::set_permissions(old.join("work"), std::fs::Permissions::from_mode(0o000))
+                .unwrap();
         }
         assert_eq!(set_aside().len(), 3);
         let (mut claim2, _) = claim(&home).unwrap();
