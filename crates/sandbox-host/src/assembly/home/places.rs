@@ -208,17 +208,28 @@ pub(super) fn keep_mount_points(dir: &Path, needed: &[PathBuf]) -> std::io::Resu
         .filter(|p| !needed.contains(p))
         .cloned()
         .collect();
-    let users = flock(&users_lock(dir), libc::LOCK_SH)?;
+    let users = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(users_lock(dir))?
+    };
     let mut keep = needed.to_vec();
+    // Exclusive only while no other run of the project holds the home. Taken before the
+    // shared lock, never as a conversion of it: a conversion that fails drops the lock held.
     if !stale.is_empty() {
-        // Exclusive only while no other run of the project holds the home.
         if crate::sys::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_ok() {
             remove_mount_points(dir, &stale);
-            crate::sys::flock(users.as_raw_fd(), libc::LOCK_SH)?;
         } else {
             keep.extend(stale);
         }
     }
+    // Shared for the run (from exclusive, a downgrade: no run waits for the home meanwhile,
+    // they wait for its preparing lock, which the caller holds).
+    crate::sys::flock(users.as_raw_fd(), libc::LOCK_SH)?;
     if keep != recorded {
         let mut bytes = Vec::new();
         for p in &keep {
