@@ -202,6 +202,16 @@ impl Dir {
         Ok(())
     }
 
+    /// Renames `from` to `to` in this directory (`renameat`, single names: neither is
+    /// followed if a link; an existing `to` is replaced as `rename(2)` does).
+    pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
+        single(from)?;
+        single(to)?;
+        let fd = self.0.as_raw_fd();
+        nix::fcntl::renameat(Some(fd), from, Some(fd), to)?;
+        Ok(())
+    }
+
     /// Where the link `name` points (`readlinkat`), `None` when `name` is not a link.
     pub fn read_link(&self, name: &OsStr) -> io::Result<Option<std::path::PathBuf>> {
         if self.kind(name)? != Some(Kind::Link) {

@@ -39,6 +39,58 @@ pub fn ensure(backend: &'static str, dir: &Path) -> Result<PathBuf, HostError> {
     std::fs::canonicalize(dir).map_err(|e| fail(format!("resolving it: {e}")))
 }
 
+/// The answer `dir/file` holds for `key` (the file is `key`, a newline, the answer), or
+/// `None`: no such file, another key, or a file that is not ours alone (mode 0600, our uid),
+/// which is never trusted. `dir` is a private directory ([`ensure`]). For what a run would
+/// otherwise ask the machine again every time: each answer's key names everything it depends
+/// on, so a key that no longer matches is a question asked anew.
+pub fn recall(dir: &Path, file: &str, key: &str) -> Option<String> {
+    use std::io::Read as _;
+    use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(file))
+        .ok()?;
+    let meta = f.metadata().ok()?;
+    if !meta.is_file() || meta.uid() != nix::unistd::geteuid().as_raw() || meta.mode() & 0o077 != 0
+    {
+        return None;
+    }
+    let mut text = String::new();
+    f.read_to_string(&mut text).ok()?;
+    let (k, value) = text.split_once('\n')?;
+    (k == key).then(|| value.to_string())
+}
+
+/// Stores `value` as the answer for `key` in `dir/file` ([`recall`]): written beside it with
+/// mode 0600, then renamed over it, so a reader finds the old answer or the new one whole.
+/// A failure only means the question is asked again next time.
+pub fn remember(dir: &Path, file: &str, key: &str, value: &str) {
+    use std::io::Write as _;
+    let written = tempfile::Builder::new()
+        .prefix(&format!(".{file}."))
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+        .tempfile_in(dir)
+        .and_then(|mut f| {
+            f.write_all(format!("{key}\n{value}").as_bytes())?;
+            f.persist(dir.join(file)).map_err(|e| e.error)
+        });
+    if let Err(e) = written {
+        tracing::debug!(file, error = %e, "an answer was not kept");
+    }
+}
+
+/// What every answer about the kernel depends on: this boot and the kernel's release.
+#[cfg(target_os = "linux")]
+pub fn kernel_key() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{}|{release}", boot.trim())
+}
+
 #[cfg(target_os = "linux")]
 fn on_tmpfs(dir: &Path) -> bool {
     nix::sys::statfs::statfs(dir)
@@ -160,4 +212,42 @@ pub fn layer_dir(
          XDG_RUNTIME_DIR) at a directory on ext4, xfs or btrfs, or use Linux 6.6 or later",
         tried.join("; ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An answer is taken only under the key it was kept with, and only from a file of ours
+    /// that no one else can read or write.
+    #[test]
+    fn an_answer_is_recalled_under_its_key_from_a_file_ours_alone() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let t = tempfile::tempdir().unwrap();
+        let dir = ensure("native", &t.path().join("private")).unwrap();
+        assert_eq!(recall(&dir, "answer", "k1"), None);
+        remember(&dir, "answer", "k1", "the answer");
+        assert_eq!(recall(&dir, "answer", "k1").as_deref(), Some("the answer"));
+        assert_eq!(recall(&dir, "answer", "k2"), None, "another key");
+        let file = dir.join("answer");
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(recall(&dir, "answer", "k1"), None, "readable by others");
+        remember(&dir, "answer", "k1", "");
+        assert_eq!(recall(&dir, "answer", "k1").as_deref(), Some(""));
+    }
+
+    /// The kernel's key names this boot and this release: another either is another key.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_kernel_key_names_the_boot_and_the_release() {
+        let key = kernel_key();
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+        let release = nix::sys::utsname::uname().unwrap();
+        assert_eq!(
+            key,
+            format!("{}|{}", boot.trim(), release.release().to_string_lossy())
+        );
+    }
 }

@@ -17,6 +17,7 @@ mod exec;
 mod external;
 mod git_store;
 mod home;
+mod home_kept;
 mod home_tasks;
 mod host_files;
 mod lima;

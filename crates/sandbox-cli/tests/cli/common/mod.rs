@@ -293,7 +293,8 @@ pub fn scan_for(argv: &[&str]) -> Vec<i32> {
 }
 
 /// What runs leave under the state dir that they should have removed: overlay work
-/// directories, throwaway cache layers, empty mount points in a private home.
+/// directories, throwaway cache layers, empty mount points in a private home that no run
+/// recorded as needed.
 pub fn leftovers(state: &Path) -> Vec<PathBuf> {
     let mut found = Vec::new();
     for layers in std::fs::read_dir(state.join("caches"))
@@ -321,9 +322,17 @@ pub fn leftovers(state: &Path) -> Vec<PathBuf> {
         .flatten()
         .flatten()
     {
+        // The mount points the project's runs need stay between runs, on the home's record
+        // (`homes/.<key>.points`); an empty one not on it is a leftover.
+        let name = home.file_name().to_string_lossy().into_owned();
+        let recorded =
+            std::fs::read(state.join("homes").join(format!(".{name}.points"))).unwrap_or_default();
+        let recorded: Vec<&[u8]> = recorded.split(|b| *b == 0).collect();
         for entry in [".npm", ".cargo/registry", ".cache/pip", ".cargo", ".cache"] {
             let path = home.path().join(entry);
-            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none()) {
+            if std::fs::read_dir(&path).is_ok_and(|mut d| d.next().is_none())
+                && !recorded.contains(&entry.as_bytes())
+            {
                 found.push(path);
             }
         }

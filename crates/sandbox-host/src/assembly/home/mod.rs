@@ -22,7 +22,6 @@
 pub(crate) mod caches;
 
 use std::io::Write as _;
-use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 
 use sandbox_policy::secrets::{self, ListedEntry};
@@ -39,7 +38,9 @@ use rc::{upgrade_profile, write_shell_rc};
 pub use rc::{PROFILE, RUN_PATH, SHELL_RC};
 
 mod places;
-use places::{place_copies, prepare_mount_points};
+use places::{keep_mount_points, place_copies, prepare_mount_points};
+
+mod scan;
 
 /// The private home's settings, from the trusted configuration and the flags.
 #[derive(Debug, Clone)]
@@ -66,62 +67,17 @@ pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
 /// A run's hold on its project's private home, from [`attach`] to the run's end.
 ///
 /// Every run of the project holds the home's users lock shared while it lives; `sandbox home
-/// reset` takes it exclusively, and so does the run that ends last, to remove the mount points
-/// its view needed in the home (an empty `~/.cargo/bin` or `~/.rustup` would otherwise stay,
-/// and tools take such a directory for an installed toolchain). The cache layers are claimed
-/// per command instead ([`crate::assembly::home::caches`]).
+/// reset` takes it exclusively. The mount points the view needs in the home stay between
+/// runs (made again and removed on every run, they were a dozen directory operations on the
+/// disk per command): each run records them beside the home, and one that needs fewer
+/// removes the others when no other run of the project lives (an empty `~/.cargo/bin` or
+/// `~/.rustup` a run does not mount would otherwise show, and tools take such a directory
+/// for an installed toolchain). The cache layers are claimed per command instead
+/// ([`crate::assembly::home::caches`]).
 #[derive(Debug, Default)]
 pub struct HomeGuard {
-    users: Option<std::fs::File>,
-    /// The lock runs take while they prepare the home.
-    preparing: PathBuf,
-    dir: PathBuf,
-    /// The mount points [`prepare_mount_points`] ensured, relative to `dir`, parents first.
-    mount_points: Vec<PathBuf>,
-}
-
-impl Drop for HomeGuard {
-    fn drop(&mut self) {
-        let Some(users) = self.users.take() else {
-            return;
-        };
-        // No run prepares the home meanwhile (it would need the mount points again).
-        let Ok(_preparing) = flock(&self.preparing, libc::LOCK_EX) else {
-            return;
-        };
-        // The last run of the project removes them; another one still needs them.
-        // The lock goes with the descriptor `users` owns.
-        if crate::sys::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_err() {
-            return;
-        }
-        remove_mount_points(&self.dir, &self.mount_points);
-    }
-}
-
-/// Removes the mount points `rel` (parents first) under `dir` that are still empty, children
-/// first, through descriptors: a run could have put a link in their place.
-fn remove_mount_points(dir: &Path, rel: &[PathBuf]) {
-    use crate::beneath::{Dir, Kind};
-    let Ok(home) = Dir::open(dir) else {
-        return;
-    };
-    for path in rel.iter().rev() {
-        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-            continue;
-        };
-        let Ok(at) = home.walk(parent) else {
-            continue;
-        };
-        // Only what is as the preparation left it: an empty directory or an empty file.
-        let removed = match at.kind(name) {
-            Ok(Some(Kind::Dir)) => at.rmdir(name),
-            Ok(Some(Kind::File { empty: true })) => at.unlink(name),
-            _ => continue,
-        };
-        if let Err(e) = removed {
-            tracing::trace!(path = %path.display(), error = %e, "mount point kept");
-        }
-    }
+    /// Held until the run ends (the lock goes with the descriptor).
+    _users: Option<std::fs::File>,
 }
 
 /// Takes the users lock of the private home `dir` exclusively, without waiting: an error
@@ -253,6 +209,16 @@ fn list(dir: &Path) -> Option<Vec<ListedEntry>> {
 /// real listing, judged relative to `home` where `dir` lies in it (so `~/.ssh` counts). Paths
 /// come back absolute. For the toolchains' trees and warnings about grants that expose them.
 pub fn scan_secrets(home: &Path, dir: &Path, depth: usize) -> Vec<secrets::SecretHit> {
+    scan_secrets_with(home, dir, depth, &list)
+}
+
+/// [`scan_secrets`] with `list` listing each directory.
+fn scan_secrets_with(
+    home: &Path,
+    dir: &Path,
+    depth: usize,
+    list: &dyn Fn(&Path) -> Option<Vec<ListedEntry>>,
+) -> Vec<secrets::SecretHit> {
     match dir.strip_prefix(home) {
         Ok(rel) => secrets::secrets_under(rel, depth, |d| list(&home.join(d)))
             .into_iter()
@@ -262,76 +228,6 @@ pub fn scan_secrets(home: &Path, dir: &Path, depth: usize) -> Vec<secrets::Secre
             })
             .collect(),
         Err(_) => secrets::secrets_under(dir, depth, list),
-    }
-}
-
-/// How deep a toolchain's tree is searched for credential files on every run: its top two
-/// levels (a run pays for each directory listed). Deeper known places are named in
-/// [`DEEP_SECRETS`].
-const SECRET_DEPTH: usize = 2;
-
-/// Where layouts keep a credential file deeper down: `(parent of the versions, file)`, the
-/// versions listed once each (nvm keeps a global `npmrc` at `versions/node/<v>/etc/npmrc`).
-const DEEP_SECRETS: &[(&str, &str)] = &[("versions/node", "etc/npmrc")];
-
-/// The grants of one toolchain tree with its credential files left out: the tree itself when
-/// it holds none, else its entries one level down, recursively, except the secrets.
-fn tree_grants(tree: &Path, home: &Path, masked: &mut Vec<Masked>) -> Vec<PathBuf> {
-    if !tree.is_dir() {
-        return vec![tree.to_path_buf()];
-    }
-    // rustup's tree is large and holds no credentials; walking it on every run would cost
-    // more than the rest of the start-up.
-    if tree.join("toolchains").is_dir() && tree.join("settings.toml").exists() {
-        return vec![tree.to_path_buf()];
-    }
-    let mut hits = scan_secrets(home, tree, SECRET_DEPTH);
-    for (versions, file) in DEEP_SECRETS {
-        for version in list(&tree.join(versions)).unwrap_or_default() {
-            let path = tree.join(versions).join(&version.name).join(file);
-            if let Some(kind) = secrets::is_secret(&path) {
-                if path.symlink_metadata().is_ok() {
-                    hits.push(secrets::SecretHit { path, kind });
-                }
-            }
-        }
-    }
-    if hits.is_empty() {
-        return vec![tree.to_path_buf()];
-    }
-    for hit in &hits {
-        if !masked.iter().any(|m| m.path == hit.path) {
-            masked.push(Masked {
-                path: hit.path.clone(),
-                dir: hit.path.is_dir(),
-                what: hit.kind.what.to_string(),
-            });
-        }
-    }
-    let mut out = Vec::new();
-    split(
-        tree,
-        &hits.iter().map(|h| h.path.clone()).collect::<Vec<_>>(),
-        &mut out,
-    );
-    out
-}
-
-/// `dir`'s entries as grants, descending into those that hold a secret, leaving the secrets.
-fn split(dir: &Path, secrets: &[PathBuf], out: &mut Vec<PathBuf>) {
-    let Some(entries) = list(dir) else {
-        return;
-    };
-    for e in entries {
-        let path = dir.join(&e.name);
-        if secrets.contains(&path) {
-            continue;
-        }
-        if e.is_dir && secrets.iter().any(|s| s.starts_with(&path)) {
-            split(&path, secrets, out);
-        } else {
-            out.push(path);
-        }
     }
 }
 
@@ -345,6 +241,9 @@ fn toolchains_for(
 ) -> Result<(Vec<Toolchain>, Vec<Masked>), HostError> {
     let mut masked = Vec::new();
     let mut chains = Vec::new();
+    // What earlier runs found in the trees, while the directories they read are unchanged.
+    let state = crate::privdir::ensure("native", &settings.state_dir).ok();
+    let mut scans = scan::Scans::load(state.as_deref());
     for found in detect_here(home, &policy.fs.system_read) {
         let enabled = if settings.no_toolchains {
             settings.add_toolchains.contains(&found.name)
@@ -356,7 +255,7 @@ fn toolchains_for(
         let mut paths = Vec::new();
         if enabled {
             for tree in &found.paths {
-                paths.extend(tree_grants(tree, home, &mut masked));
+                paths.extend(scans.tree_grants(tree, home, &mut masked));
             }
             for var in &found.pass {
                 policy.env.pass.push(var.clone());
@@ -371,6 +270,7 @@ fn toolchains_for(
             enabled,
         });
     }
+    scans.store();
     for unknown in &settings.add_toolchains {
         if !chains.iter().any(|c| &c.name == unknown) {
             return Err(HostError::Home {
@@ -498,14 +398,11 @@ pub fn attach(
     policy.fs.home = Some(home_policy);
     place_copies(policy, &home, &dir).map_err(|(path, e)| fail(&path, e))?;
     let mount_points = prepare_mount_points(policy).map_err(|(path, e)| fail(&path, e))?;
-    let users = flock(&users_lock(&dir), libc::LOCK_SH)
+    let users = keep_mount_points(&dir, &mount_points)
         .map_err(|e| fail(&dir, format!("locking the private home: {e}")))?;
     Ok((
         HomeGuard {
-            users: Some(users),
-            preparing,
-            dir,
-            mount_points,
+            _users: Some(users),
         },
         None,
     ))

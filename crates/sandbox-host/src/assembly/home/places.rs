@@ -183,3 +183,89 @@ pub(super) fn prepare_mount_points(policy: &Policy) -> Result<Vec<PathBuf>, (Pat
     }
     Ok(made)
 }
+
+/// Records the mount points `needed` (relative to the home `dir`, parents first, as
+/// [`prepare_mount_points`] made them) beside the home (`homes/.<key>.points`, the host's)
+/// and returns the home's users lock, held shared for the run. Those an earlier run recorded
+/// that this one does not need are removed now when no other run of the project lives, else
+/// kept on the record for a later run to remove. Called with the home's preparing lock held,
+/// so no run records or removes meanwhile; nothing is written when the record is unchanged.
+pub(super) fn keep_mount_points(dir: &Path, needed: &[PathBuf]) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let record = side_file(dir, "points");
+    let recorded: Vec<PathBuf> = std::fs::read(&record)
+        .map(|bytes| {
+            bytes
+                .split(|b| *b == 0)
+                .filter(|p| !p.is_empty())
+                .map(|p| PathBuf::from(std::ffi::OsStr::from_bytes(p)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let stale: Vec<PathBuf> = recorded
+        .iter()
+        .filter(|p| !needed.contains(p))
+        .cloned()
+        .collect();
+    let users = {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .mode(0o600)
+            .open(users_lock(dir))?
+    };
+    let mut keep = needed.to_vec();
+    // Exclusive only while no other run of the project holds the home. Taken before the
+    // shared lock, never as a conversion of it: a conversion that fails drops the lock held.
+    if !stale.is_empty() {
+        if crate::sys::flock(users.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            remove_mount_points(dir, &stale);
+        } else {
+            keep.extend(stale);
+        }
+    }
+    // Shared for the run (from exclusive, a downgrade: no run waits for the home meanwhile,
+    // they wait for its preparing lock, which the caller holds).
+    crate::sys::flock(users.as_raw_fd(), libc::LOCK_SH)?;
+    if keep != recorded {
+        let mut bytes = Vec::new();
+        for p in &keep {
+            bytes.extend_from_slice(p.as_os_str().as_bytes());
+            bytes.push(0);
+        }
+        let homes = dir.parent().unwrap_or(dir);
+        let mut f = tempfile::NamedTempFile::new_in(homes)?;
+        f.write_all(&bytes)?;
+        f.persist(&record).map_err(|e| e.error)?;
+    }
+    Ok(users)
+}
+
+/// Removes the mount points `rel` (parents first) under `dir` that are still empty, children
+/// first, through descriptors: a run could have put a link in their place.
+pub(super) fn remove_mount_points(dir: &Path, rel: &[PathBuf]) {
+    use crate::beneath::{Dir, Kind};
+    let Ok(home) = Dir::open(dir) else {
+        return;
+    };
+    for path in rel.iter().rev() {
+        let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+            continue;
+        };
+        let Ok(at) = home.walk(parent) else {
+            continue;
+        };
+        // Only what is as the preparation left it: an empty directory or an empty file.
+        let removed = match at.kind(name) {
+            Ok(Some(Kind::Dir)) => at.rmdir(name),
+            Ok(Some(Kind::File { empty: true })) => at.unlink(name),
+            _ => continue,
+        };
+        if let Err(e) = removed {
+            tracing::trace!(path = %path.display(), error = %e, "mount point kept");
+        }
+    }
+}

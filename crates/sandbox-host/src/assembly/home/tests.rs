@@ -21,7 +21,8 @@ fn a_tree_with_a_credential_file_is_granted_without_it() {
     std::fs::write(etc.join("other"), "").unwrap();
     std::fs::write(nvm.join("nvm.sh"), "").unwrap();
     let mut masked = Vec::new();
-    let mut grants = tree_grants(&nvm, &home, &mut masked);
+    // Nothing kept: every call searches.
+    let mut grants = scan::Scans::default().tree_grants(&nvm, &home, &mut masked);
     grants.sort();
     assert_eq!(
         grants,
@@ -36,7 +37,10 @@ fn a_tree_with_a_credential_file_is_granted_without_it() {
     // No secret: the tree itself.
     std::fs::remove_file(etc.join("npmrc")).unwrap();
     let mut masked = Vec::new();
-    assert_eq!(tree_grants(&nvm, &home, &mut masked), vec![nvm.clone()]);
+    assert_eq!(
+        scan::Scans::default().tree_grants(&nvm, &home, &mut masked),
+        vec![nvm.clone()]
+    );
     assert!(masked.is_empty());
 }
 
@@ -101,4 +105,32 @@ fn each_task_has_its_own_key_and_none_is_the_projects_shared_one() {
     let plain = root.join("plain");
     std::fs::create_dir_all(&plain).unwrap();
     assert_eq!(key(&plain, true), key_of(&plain));
+}
+
+/// Mount points a run does not need are kept while another run of the project holds the
+/// home (and this run still holds it shared), removed by a run that is alone.
+#[test]
+fn unneeded_mount_points_go_only_when_no_other_run_holds_the_home() {
+    use std::os::fd::AsRawFd as _;
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("homes/proj");
+    std::fs::create_dir_all(dir.join(".npm")).unwrap();
+    std::fs::create_dir_all(dir.join(".rustup")).unwrap();
+    let rel = |p: &str| PathBuf::from(p);
+    // A run that needed both.
+    drop(places::keep_mount_points(&dir, &[rel(".npm"), rel(".rustup")]).unwrap());
+    let other = flock(&users_lock(&dir), libc::LOCK_SH).unwrap();
+    let this = places::keep_mount_points(&dir, &[rel(".rustup")]).unwrap();
+    assert!(dir.join(".npm").is_dir(), "another run lives: kept");
+    // This run holds the home: `sandbox home reset` cannot take it.
+    drop(other);
+    assert!(idle(&dir).is_err(), "the run's shared lock is held");
+    drop(this);
+    let alone = places::keep_mount_points(&dir, &[rel(".rustup")]).unwrap();
+    assert!(!dir.join(".npm").exists(), "alone: removed");
+    assert!(dir.join(".rustup").is_dir());
+    assert!(idle(&dir).is_err());
+    drop(alone);
+    let probe = idle(&dir).unwrap();
+    assert!(crate::sys::flock(probe.as_raw_fd(), libc::LOCK_UN).is_ok());
 }

@@ -3,7 +3,7 @@
 //! enforcement report over every layer a run has. Compiled in the parent; nothing here runs
 //! in the child.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sandbox_policy::compile;
 use sandbox_policy::Policy;
@@ -12,6 +12,7 @@ use super::options::NativeOptions;
 use super::{abi, landlock};
 
 use crate::backends::native::userns::{self, ViewSupport};
+
 use crate::error::HostError;
 use crate::report::Enforcement;
 use sandbox_policy::compile::seccomp::SeccompPlan;
@@ -108,7 +109,9 @@ pub(super) fn landlock_plan(
 
 /// Why this machine cannot layer the policy's package caches, if it cannot: overlays in a
 /// user namespace need Linux 5.11, and their upper layer `user.*` extended attributes.
-pub(super) fn caches_unsupported(policy: &Policy) -> Option<String> {
+/// The layers' filesystem is asked once (an xattr set and an `O_TMPFILE` made on the disk)
+/// and the answer kept in `private`, keyed on which filesystem it is and the kernel.
+pub(super) fn caches_unsupported(policy: &Policy, private: Option<&Path>) -> Option<String> {
     let home = policy.fs.home.as_ref()?;
     let first = home.caches.first()?;
     // The kernel's version, not the forking probe: the check runs on every start.
@@ -116,7 +119,32 @@ pub(super) fn caches_unsupported(policy: &Policy) -> Option<String> {
         return Some("overlays in a user namespace need Linux 5.11".into());
     }
     let layers = first.upper.parent()?;
-    crate::privdir::layer_unsupported(layers).map(|why| format!("{}: {why}", layers.display()))
+    let why = match (private, filesystem_key(layers)) {
+        (Some(dir), Some((file, key))) => match crate::privdir::recall(dir, &file, &key) {
+            Some(answer) => (!answer.is_empty()).then_some(answer),
+            None => {
+                let why = crate::privdir::layer_unsupported(layers).map(str::to_string);
+                crate::privdir::remember(dir, &file, &key, why.as_deref().unwrap_or_default());
+                why
+            }
+        },
+        _ => crate::privdir::layer_unsupported(layers).map(str::to_string),
+    };
+    why.map(|why| format!("{}: {why}", layers.display()))
+}
+
+/// Where the answer about the filesystem holding `dir` is kept, and its key: the
+/// filesystem (its device, type and id) and the kernel. `None` when `dir` cannot be asked.
+pub(super) fn filesystem_key(dir: &Path) -> Option<(String, String)> {
+    let dev = nix::sys::stat::stat(dir).ok()?.st_dev;
+    let fs = nix::sys::statfs::statfs(dir).ok()?;
+    let key = format!(
+        "v1|{}|{dev}|{:x}|{:?}",
+        crate::privdir::kernel_key(),
+        fs.filesystem_type().0,
+        fs.filesystem_id()
+    );
+    Some((format!("layer-probe-{dev:x}"), key))
 }
 
 /// Whether the running kernel is at least `major.minor` (`uname -r`).
@@ -438,4 +466,34 @@ pub(super) fn describe_seccomp(plan: &compile::seccomp::SeccompPlan) -> String {
         }
     }
     reasons.join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The layers' filesystem is asked once per filesystem and kernel: two directories of
+    /// one filesystem share the answer, another filesystem (a tmpfs) has its own.
+    #[test]
+    fn the_filesystem_key_names_the_filesystem_and_the_kernel() {
+        let disk = tempfile::tempdir().unwrap();
+        std::fs::create_dir(disk.path().join("a")).unwrap();
+        std::fs::create_dir(disk.path().join("b")).unwrap();
+        let (file_a, key_a) = filesystem_key(&disk.path().join("a")).unwrap();
+        let (file_b, key_b) = filesystem_key(&disk.path().join("b")).unwrap();
+        assert_eq!((&file_a, &key_a), (&file_b, &key_b));
+        assert!(key_a.contains(&crate::privdir::kernel_key()), "{key_a}");
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            let memory = tempfile::tempdir_in(shm).unwrap();
+            let (file_m, key_m) = filesystem_key(memory.path()).unwrap();
+            if nix::sys::stat::stat(memory.path()).unwrap().st_dev
+                != nix::sys::stat::stat(disk.path()).unwrap().st_dev
+            {
+                assert_ne!(file_m, file_a);
+                assert_ne!(key_m, key_a);
+            }
+        }
+        assert_eq!(filesystem_key(&disk.path().join("missing")), None);
+    }
 }

@@ -27,9 +27,16 @@ use crate::report::Enforcement;
 /// [`NativeChild`] from [`NativeSandbox::command`].
 pub struct NativeSandbox {
     pub(super) view: Option<ViewMode>,
+    /// The ruleset every command shares: only without the view (with it, each command's child
+    /// adds rules of its own).
     pub(super) ruleset: Option<OwnedFd>,
-    /// What `ruleset` was built from: a command whose child adds a rule of its own (for a
-    /// mount only its view has) builds a ruleset of its own from it.
+    /// Whether this kernel has Landlock (the ruleset could be built).
+    pub(super) landlock_on: bool,
+    /// With the view: the ruleset built while preparing, for the first command to take as
+    /// its own (a `sandbox run` has one command: one ruleset built, not two); later
+    /// commands build theirs from `landlock`.
+    spare: std::sync::Mutex<Option<OwnedFd>>,
+    /// What the rulesets are built from.
     pub(super) landlock: compile::landlock::LandlockPlan,
     pub(super) filters: Vec<BpfProgram>,
     /// Set when running as root: the highest capability number to drop from the bounding
@@ -63,9 +70,6 @@ pub(super) enum ViewMode {
     /// overlay's writable layer cannot be shared by two mounts).
     Quarantined {
         policy: Box<Policy>,
-        /// Each command builds its own ruleset from this: the child adds a rule for its own
-        /// overlay, which must not land in a ruleset other commands share.
-        landlock: compile::landlock::LandlockPlan,
         staging: PathBuf,
         /// Where each command's quarantine directory is made.
         store_dir: PathBuf,
@@ -119,7 +123,8 @@ impl NativeSandbox {
         // run goes without (the tools download into the private home instead) and says so.
         let without_caches;
         let mut cache_note = None;
-        let policy = match (&support, caches_unsupported(policy)) {
+        let private_dir = private.as_ref().ok().map(PathBuf::as_path);
+        let policy = match (&support, caches_unsupported(policy, private_dir)) {
             (ViewSupport::Available, Some(why)) => {
                 let mut p = policy.clone();
                 if let Some(home) = &mut p.fs.home {
@@ -145,9 +150,8 @@ impl NativeSandbox {
                     Some(git)
                         if git.quarantined(&policy.workspace.root, policy.unprotected_git) =>
                     {
-                        let (mode, note) = quarantined_view(
-                            policy, git, options, &private, staging, &support, &net,
-                        )?;
+                        let (mode, note) =
+                            quarantined_view(policy, git, options, &private, staging)?;
                         layer_note = Some(note);
                         Some(mode)
                     }
@@ -192,10 +196,11 @@ impl NativeSandbox {
             }
             tracing::warn!(gaps = ?enforcement.gaps, "running with a degraded sandbox");
         }
-        let ruleset = landlock::build(&plan)?;
+        let built = landlock::build(&plan)?;
+        let landlock_on = built.is_some();
         // Without Landlock the view alone confines the filesystem (the accounting above);
         // without either, nothing does.
-        if ruleset.is_none() && view.is_none() && !allow_degraded {
+        if !landlock_on && view.is_none() && !allow_degraded {
             return Err(HostError::Degraded {
                 backend: "native",
                 gaps: vec!["filesystem limits (Landlock is not available)".into()],
@@ -226,6 +231,10 @@ impl NativeSandbox {
             }
         }
         let pid_namespace = pid_namespace && view.is_some();
+        let (ruleset, spare) = match view {
+            Some(_) => (None, built),
+            None => (built, None),
+        };
         let wants_namespace = matches!(net, NetState::Namespace(_));
         let net = match net {
             NetState::Namespace(plan) if view.is_some() => {
@@ -244,8 +253,10 @@ impl NativeSandbox {
         Ok(NativeSandbox {
             net,
             view_rules,
-            view,
             ruleset,
+            spare: std::sync::Mutex::new(spare),
+            view,
+            landlock_on,
             landlock: plan,
             filters,
             drop_caps_up_to,
@@ -273,7 +284,6 @@ impl NativeSandbox {
     pub fn command(self: &Arc<Self>) -> Result<(NativeChild, Stores), HostError> {
         let mut child_rules = Vec::new();
         let mut pushes = Vec::new();
-        let mut plan = &self.landlock;
         // The package caches' layers are the command's, not the session's: another command
         // may hold them (`crate::assembly::home::caches`).
         let home = match &self.view {
@@ -306,7 +316,6 @@ impl NativeSandbox {
             },
             Some(ViewMode::Quarantined {
                 policy,
-                landlock,
                 staging,
                 store_dir,
                 store_bytes,
@@ -362,7 +371,6 @@ impl NativeSandbox {
                     self.pid_namespace,
                 )?
                 .with_net_namespace(self.net.is_some());
-                plan = landlock;
                 child_rules.push(ChildRule::new(
                     common,
                     landlock::read_write_dir_bits(abi::landlock_abi()),
@@ -387,10 +395,20 @@ impl NativeSandbox {
                 landlock::device_dir_bits(abi::landlock_abi()),
             )?);
         }
-        // The child's rules must not land in the ruleset other commands share.
-        let own_ruleset = match (&self.ruleset, child_rules.is_empty()) {
-            (Some(_), false) => landlock::build(plan)?,
-            _ => None,
+        // The child's rules must not land in a ruleset other commands share: the first
+        // command takes the one built while preparing, every later one builds its own.
+        let own_ruleset = if self.landlock_on && !child_rules.is_empty() {
+            let spare = self
+                .spare
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            match spare {
+                Some(fd) => Some(fd),
+                None => landlock::build(&self.landlock)?,
+            }
+        } else {
+            None
         };
         let (net, command_net) = match &self.net {
             Some(relay) => {
@@ -426,8 +444,6 @@ fn quarantined_view(
     options: &NativeOptions,
     private: &Path,
     staging: PathBuf,
-    support: &ViewSupport,
-    net: &NetState,
 ) -> Result<(ViewMode, String), HostError> {
     // The quarantine's layers are made and removed on every run: in
     // memory where this machine allows (see `privdir::memory_scratch`),
@@ -435,7 +451,7 @@ fn quarantined_view(
     // (`privdir::layer_dir`), never where the policy lets the command write.
     // Before Linux 5.11 no overlay mounts in a user namespace: say so
     // before any command, not as the child's EPERM.
-    userns::overlay_probe().map_err(|why| HostError::QuarantineUnsupported {
+    userns::overlay_support(Some(private)).map_err(|why| HostError::QuarantineUnsupported {
         reason: format!(
             "{why}. Nothing was run. Pass --unprotected-git to run \
                  without the quarantine (the repository's objects and refs \
@@ -477,7 +493,6 @@ fn quarantined_view(
     crate::backends::native::view::plan(policy, None)?;
     let mode = ViewMode::Quarantined {
         policy: Box::new(policy.clone()),
-        landlock: landlock_plan(policy, support, net)?,
         staging,
         store_dir,
         store_bytes,

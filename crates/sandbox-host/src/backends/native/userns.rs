@@ -31,14 +31,16 @@ fn read(path: &str) -> String {
         .unwrap_or_else(|_| "-".into())
 }
 
-/// Everything the probe's answer depends on that a run can read without forking.
+/// Everything the probe's answer depends on that a run can read without forking: the
+/// kernel (this boot, its release), the ids, the switches, this process's user namespace and
+/// AppArmor label.
 fn key() -> String {
     let ns = std::fs::read_link("/proc/self/ns/user")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     format!(
-        "v1|{}|{}|{}|{}|{}|{}|{}|{}",
-        read("/proc/sys/kernel/random/boot_id"),
+        "v2|{}|{}|{}|{}|{}|{}|{}|{}",
+        crate::privdir::kernel_key(),
         nix::unistd::geteuid(),
         nix::unistd::getegid(),
         read("/proc/sys/user/max_user_namespaces"),
@@ -51,71 +53,37 @@ fn key() -> String {
 
 /// The probe's answer, from the cache in `cache_dir` when it is still valid.
 pub fn support(cache_dir: Option<&Path>) -> ViewSupport {
-    let key = key();
-    let cache = cache_dir.map(|d| d.join(CACHE_FILE));
-    if let Some(cache) = &cache {
-        if let Ok(text) = std::fs::read_to_string(cache) {
-            if let Some((k, v)) = text.split_once('\n') {
-                if k == key {
-                    return if v.is_empty() {
-                        ViewSupport::Available
-                    } else {
-                        ViewSupport::Unavailable {
-                            reason: v.to_string(),
-                        }
-                    };
-                }
-            }
-        }
+    let answer = cached(cache_dir, CACHE_FILE, "", || match probe() {
+        ViewSupport::Available => Ok(()),
+        ViewSupport::Unavailable { reason } => Err(reason),
+    });
+    match answer {
+        Ok(()) => ViewSupport::Available,
+        Err(reason) => ViewSupport::Unavailable { reason },
     }
-    let answer = probe();
-    if let Some(cache) = &cache {
-        let value = match &answer {
-            ViewSupport::Available => String::new(),
-            ViewSupport::Unavailable { reason } => reason.replace('\n', " "),
-        };
-        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, format!("{key}\n{value}")).is_ok() {
-            let _ = std::fs::rename(&tmp, cache);
-        }
-    }
-    answer
 }
 
 const PID_CACHE_FILE: &str = "pidns-probe";
 const NET_CACHE_FILE: &str = "netns-probe";
+const OVERLAY_CACHE_FILE: &str = "overlay-probe";
 
-/// A probe's answer from `file` in `cache_dir` while the [`key`] still matches, else `probe`'s
-/// (then cached). `Ok(())` is cached as an empty value, `Err(why)` as the reason.
+/// A probe's answer from `file` in `cache_dir` while the [`key`] (and `extra`) still
+/// matches, else `probe`'s (then cached). `Ok(())` is cached as an empty value, `Err(why)` as
+/// the reason.
 fn cached(
     cache_dir: Option<&Path>,
     file: &str,
-    probe: fn() -> Result<(), String>,
+    extra: &str,
+    probe: impl FnOnce() -> Result<(), String>,
 ) -> Result<(), String> {
-    let key = key();
-    let cache = cache_dir.map(|d| d.join(file));
-    if let Some(text) = cache.as_ref().and_then(|c| std::fs::read_to_string(c).ok()) {
-        if let Some((k, v)) = text.split_once('\n') {
-            if k == key {
-                return if v.is_empty() {
-                    Ok(())
-                } else {
-                    Err(v.to_string())
-                };
-            }
-        }
+    let key = format!("{}|{extra}", key());
+    if let Some(v) = cache_dir.and_then(|d| crate::privdir::recall(d, file, &key)) {
+        return if v.is_empty() { Ok(()) } else { Err(v) };
     }
     let answer = probe();
-    if let Some(cache) = &cache {
-        let value = answer
-            .as_ref()
-            .err()
-            .map(|e| e.replace('\n', " "))
-            .unwrap_or_default();
-        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
-        if std::fs::write(&tmp, format!("{key}\n{value}")).is_ok() {
-            let _ = std::fs::rename(&tmp, cache);
-        }
+    if let Some(dir) = cache_dir {
+        let value = answer.as_ref().err().map(|e| e.replace('\n', " "));
+        crate::privdir::remember(dir, file, &key, value.as_deref().unwrap_or_default());
     }
     answer
 }
@@ -131,14 +99,14 @@ pub fn pid_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
                 .into(),
         );
     }
-    cached(cache_dir, PID_CACHE_FILE, pid_probe)
+    cached(cache_dir, PID_CACHE_FILE, "", pid_probe)
 }
 
 /// Whether a run with the private view also gets a network namespace of its own (only `lo`,
 /// brought up inside, a listener bound on `127.0.0.1` there); `Err` says why not. A real
 /// probe, cached like [`support`].
 pub fn net_namespace_support(cache_dir: Option<&Path>) -> Result<(), String> {
-    cached(cache_dir, NET_CACHE_FILE, net_probe)
+    cached(cache_dir, NET_CACHE_FILE, "", net_probe)
 }
 
 /// The forked probes' common start, in the calling (freshly forked, single-threaded) child:
@@ -342,6 +310,17 @@ pub fn probe() -> ViewSupport {
     }
 }
 
+/// [`overlay_probe`]'s answer, cached like [`support`] (and keyed on whether the overlay
+/// module is loaded: loading it after a refusal is asked anew).
+pub fn overlay_support(cache_dir: Option<&Path>) -> Result<(), String> {
+    let loaded = if filesystem_registered("overlay") {
+        "overlay"
+    } else {
+        "no overlay"
+    };
+    cached(cache_dir, OVERLAY_CACHE_FILE, loaded, overlay_probe)
+}
+
 /// Whether an overlay with `userxattr` mounts in a new user namespace (Linux 5.11 and later):
 /// the git store quarantine's layers are such an overlay. A real mount, in a forked child, on a
 /// tmpfs of its own; `Err` says why not.
@@ -509,6 +488,41 @@ mod explain_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe's answer is kept while the kernel and the switches are the same, and asked
+    /// anew after a reboot or another kernel (the kept key names another boot and release),
+    /// or when its extra key differs (the overlay module loaded since).
+    #[test]
+    fn a_kept_answer_is_asked_anew_when_the_kernel_differs() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = crate::privdir::ensure("native", &t.path().join("private")).unwrap();
+        let calls = std::cell::Cell::new(0);
+        let probe = || {
+            calls.set(calls.get() + 1);
+            Err("refused".to_string())
+        };
+        assert_eq!(cached(Some(&dir), "t", "", probe), Err("refused".into()));
+        assert_eq!(cached(Some(&dir), "t", "", probe), Err("refused".into()));
+        assert_eq!(calls.get(), 1, "kept");
+        // The same file as another kernel left it.
+        let file = dir.join("t");
+        let text = std::fs::read_to_string(&file).unwrap();
+        let other = text.replace(&crate::privdir::kernel_key(), "another-boot|9.9.9");
+        assert_ne!(text, other, "the key names the kernel");
+        let (key, value) = other.split_once('\n').unwrap();
+        crate::privdir::remember(&dir, "t", key, value);
+        assert_eq!(cached(Some(&dir), "t", "", probe), Err("refused".into()));
+        assert_eq!(calls.get(), 2, "another kernel: probed again");
+        assert_eq!(
+            cached(Some(&dir), "t", "overlay", probe),
+            Err("refused".into())
+        );
+        assert_eq!(calls.get(), 3, "another extra key: probed again");
+        assert_eq!(
+            cached(Some(&dir), "t", "overlay", || Ok(())),
+            Err("refused".into())
+        );
+    }
 
     #[test]
     fn the_overlay_refusal_names_the_missing_module_or_the_kernel() {
