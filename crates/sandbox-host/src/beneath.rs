@@ -203,7 +203,9 @@ impl Dir {
     }
 
     /// Renames `from` to `to` in this directory (`renameat`, single names: neither is
-    /// followed if a link; an existing `to` is replaced as `rename(2)` does).
+    /// followed if a link; an existing `to` is replaced as `rename(2)` does). Only the
+    /// cache layers use it, which only Linux has.
+    #[cfg(target_os = "linux")]
     pub fn rename(&self, from: &OsStr, to: &OsStr) -> io::Result<()> {
         single(from)?;
         single(to)?;
