@@ -50,6 +50,9 @@ let
       in
       (types.addCheck (types.attrsOf value) (v: lib.all nameOk (lib.attrNames v)))
       // { description = "attribute set of (${value.description})" + lib.optionalString (namePattern != null) ", names matching `${namePattern}`"; }
+    # A free-form mapping (an agent's own settings, passed through as JSON).
+    else if s'.type == "object" && (s'.additionalProperties or true) == true then
+      types.attrsOf types.anything // { description = "attribute set of JSON values"; }
     else throw "settings.nix: ${lib.concatStringsSep "." path}: unsupported schema ${builtins.toJSON s'}";
 
   optionsOf = path: s:

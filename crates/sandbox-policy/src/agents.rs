@@ -151,6 +151,7 @@ pub struct CredentialDefaults {
     /// The `--credential` NAME.
     pub when_credential: String,
     /// A JSON object (a YAML mapping), merged under the file's own settings.
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub settings: serde_json::Value,
     /// Why (shown by `policy show`).
     pub why: String,
