@@ -201,6 +201,23 @@ const GITHUB_SECRET: &str = "ghp_theRealHostToken0123456789abcdefABCD";
 /// What the sandbox holds instead (`sandbox_net::credentials`, `github`).
 const GITHUB_PLACEHOLDER: &str = "ghp_sandboxplaceholdergithub";
 
+/// A fixture, the test CA, and the stand-in git host (real `git http-backend` behind that CA)
+/// that takes only the host's token.
+fn fixture_with_git_host() -> (
+    Fixture,
+    sandbox_testkit::net::TestCa,
+    sandbox_testkit::git_host::GitHost,
+) {
+    let f = Fixture::new();
+    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
+    let host = sandbox_testkit::git_host::GitHost::start(
+        &ca,
+        &f.env.path().join("githost"),
+        GITHUB_SECRET,
+    );
+    (f, ca, host)
+}
+
 /// `--credential github` and git over HTTPS: a clone and a push of `https://github.com/o/r.git`
 /// work through the run's proxy — real git inside, the real proxy, and a real TLS git host
 /// (`git http-backend` behind the test CA, standing in for github.com through
@@ -210,13 +227,7 @@ const GITHUB_PLACEHOLDER: &str = "ghp_sandboxplaceholdergithub";
 /// as sent (only the header is rewritten).
 #[test]
 fn git_push_with_credential_github_reaches_the_host_with_its_token() {
-    let f = Fixture::new();
-    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
-    let host = sandbox_testkit::git_host::GitHost::start(
-        &ca,
-        &f.env.path().join("githost"),
-        GITHUB_SECRET,
-    );
+    let (f, ca, host) = fixture_with_git_host();
     let bare = host.repository("o/r.git");
     let port = host.port.to_string();
     let script = "set -e; cd \"$TMPDIR\"; \
@@ -334,13 +345,7 @@ fn git_push_with_credential_github_reaches_the_host_with_its_token() {
 /// token was missing.
 #[test]
 fn without_credential_github_git_inside_cannot_authenticate() {
-    let f = Fixture::new();
-    let ca = sandbox_testkit::net::TestCa::new(&f.env.path().join("ca"), &["127.0.0.1"]);
-    let host = sandbox_testkit::git_host::GitHost::start(
-        &ca,
-        &f.env.path().join("githost"),
-        GITHUB_SECRET,
-    );
+    let (f, _ca, host) = fixture_with_git_host();
     let bare = host.repository("o/r.git");
     let before = sandbox_testkit::git(&bare, &["rev-parse", "main"]);
     let port = host.port.to_string();

@@ -270,6 +270,15 @@ mod tests {
         tree
     }
 
+    /// A temporary directory with a private state directory and a home path in it.
+    fn state_and_home() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let state = t.path().join("state");
+        crate::privdir::ensure("native", &state).unwrap();
+        let home = t.path().join("home");
+        (t, state, home)
+    }
+
     fn grants(scans: &mut Scans, tree: &Path, home: &Path) -> (Vec<PathBuf>, Vec<PathBuf>) {
         let mut masked = Vec::new();
         let g = scans.tree_grants(tree, home, &mut masked);
@@ -281,10 +290,7 @@ mod tests {
     /// next run — even when the directory's time is set back.
     #[test]
     fn a_kept_search_is_redone_when_a_directory_it_read_changes() {
-        let t = tempfile::tempdir().unwrap();
-        let state = t.path().join("state");
-        crate::privdir::ensure("native", &state).unwrap();
-        let home = t.path().join("home");
+        let (_dir, state, home) = state_and_home();
         let tree = tree(&home);
         let mut scans = Scans::load(Some(&state));
         assert_eq!(
@@ -321,10 +327,7 @@ mod tests {
     /// nvm's global npmrc, three levels down, is found when it appears after a search.
     #[test]
     fn a_deep_npmrc_that_appears_is_found() {
-        let t = tempfile::tempdir().unwrap();
-        let state = t.path().join("state");
-        crate::privdir::ensure("native", &state).unwrap();
-        let home = t.path().join("home");
+        let (_dir, state, home) = state_and_home();
         let nvm = home.join(".nvm");
         std::fs::create_dir_all(nvm.join("versions/node/v20.1.0/bin")).unwrap();
         let mut scans = Scans::load(Some(&state));
@@ -342,10 +345,7 @@ mod tests {
     #[test]
     fn a_kept_search_others_can_write_is_ignored() {
         use std::os::unix::fs::PermissionsExt as _;
-        let t = tempfile::tempdir().unwrap();
-        let state = t.path().join("state");
-        crate::privdir::ensure("native", &state).unwrap();
-        let home = t.path().join("home");
+        let (_dir, state, home) = state_and_home();
         let tree = tree(&home);
         let mut scans = Scans::load(Some(&state));
         grants(&mut scans, &tree, &home);
