@@ -37,8 +37,17 @@ struct Row {
     /// `XDG_CONFIG_HOME` (its `sandbox/config.yaml` says `home:` and `caches:`).
     config: PathBuf,
     flags: Vec<String>,
+    /// A command run once in the row's sandbox before the series (what earlier commands of
+    /// the task left in its layers).
+    setup: Option<&'static str>,
     variants: Vec<Variant>,
 }
+
+/// A layer as one `cargo build` inside leaves it: 30,000 small files (extracted crate
+/// sources) in the cargo registry's.
+const FILLED_LAYER: &str =
+    "mkdir -p ~/.cargo/registry/src/bench && cd ~/.cargo/registry/src/bench \
+    && for i in $(seq 300); do mkdir $i && (cd $i && seq 100 | sed 's/$/.rs/' | xargs touch); done";
 
 struct Variant {
     name: &'static str,
@@ -404,6 +413,7 @@ fn main() {
         dir: dir.to_path_buf(),
         config: config.to_path_buf(),
         flags: flags.iter().map(|f| f.to_string()).collect(),
+        setup: None,
         variants: Vec::new(),
     };
     // A worktree per row with a home: each has a private home of its own (per task), as a
@@ -417,9 +427,10 @@ fn main() {
         );
         dir
     };
-    let (home_task, caches_task, net_task, memory_task) = (
+    let (home_task, caches_task, filled_task, net_task, memory_task) = (
         worktree("task-home"),
         worktree("task-caches"),
+        worktree("task-filled"),
         worktree("task-net"),
         worktree("task-memory"),
     );
@@ -428,6 +439,15 @@ fn main() {
         row("worktree + quarantine, no home", &task, &no_home, &[]),
         row("… + home (toolchains)", &home_task, &no_caches, &[]),
         row("… + caches (the default run)", &caches_task, &defaults, &[]),
+        Row {
+            setup: Some(FILLED_LAYER),
+            ..row(
+                "… + caches, 30,000 files in a layer",
+                &filled_task,
+                &defaults,
+                &[],
+            )
+        },
         row("… + --block-net", &net_task, &defaults, &["--block-net"]),
         row(
             "… + --memory 1G",
@@ -474,6 +494,19 @@ fn main() {
             )])
             .collect();
         run_once(&variants[0].1, &row.dir, &row_env);
+        if let Some(script) = row.setup {
+            let setup = [
+                sandbox.clone(),
+                "run".into(),
+                "--".into(),
+                "sh".into(),
+                "-c".into(),
+            ]
+            .into_iter()
+            .chain([script.to_string()])
+            .collect::<Vec<_>>();
+            run_once(&setup, &row.dir, &row_env);
+        }
         let shown = shown(&sandbox, row, &env);
         let plan = work_dir.join(format!("floor-{i}.plan"));
         std::fs::write(&plan, floor_plan(&shown, &work_dir, &i.to_string())).unwrap();

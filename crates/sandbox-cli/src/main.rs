@@ -15,6 +15,8 @@ mod tools;
 
 use clap::{CommandFactory, Parser};
 
+use sandbox_host::assembly::home::bound;
+
 use crate::cli::{Cli, Command};
 use crate::context::Context;
 
@@ -29,6 +31,15 @@ fn init_logging() {
 }
 
 fn main() {
+    // The measure of a project's cache layers a command left, in a process of its own
+    // (`sandbox_host::assembly::home::bound`): not a command of the CLI's.
+    let mut args = std::env::args_os().skip(1);
+    if args.next().is_some_and(|a| a == bound::MEASURE_ARG) {
+        if let (Some(layers), Some(token)) = (args.next(), args.next()) {
+            bound::record(std::path::Path::new(&layers), &token.to_string_lossy());
+        }
+        return;
+    }
     // `sandbox run` is what agents call thousands of times: parse it without building every
     // other subcommand's arguments.
     let parsed = if std::env::args_os().nth(1).is_some_and(|a| a == "run") {
@@ -75,6 +86,15 @@ fn main() {
         cli.command,
         Command::Run(_) | Command::Shell(_) | Command::Exec(_) | Command::Policy(_)
     );
+    // These end with their command: what it left in the cache layers is measured after.
+    if matches!(
+        cli.command,
+        Command::Run(_) | Command::Shell(_) | Command::Exec(_)
+    ) {
+        if let Ok(exe) = std::env::current_exe() {
+            bound::measure_with(bound::Measurer::Process(exe));
+        }
+    }
     let result = dispatch(cli);
     let code = match result {
         Ok(code) => code,

@@ -154,7 +154,11 @@ fn reset(home_dir: &Path, layers: &Path, caches_only: bool, yes: bool) -> anyhow
         None
     };
     let _lock = if layers.is_dir() {
-        Some(home::lock(layers).map_err(|_| busy(layers))?)
+        let lock = home::lock(layers).map_err(|_| busy(layers))?;
+        // A measure of what the last command left writes its figure there.
+        let measures = home::bound::hold_measures(layers)
+            .map_err(|e| Failure::setup(format!("{}: {e}", layers.display())))?;
+        Some((lock, measures))
     } else {
         None
     };

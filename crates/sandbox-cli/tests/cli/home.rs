@@ -1010,3 +1010,54 @@ fn a_run_swapping_the_private_home_for_links_makes_the_next_touch_nothing_outsid
         common::escape::SWAP_HOME_DIR
     );
 }
+
+/// The bound on a project's cache layers (`cache_size_mib`): a command that writes past it
+/// through a cache overlay runs (a command's writes are not cut short), the next run is
+/// refused with 125 naming the bound and the way out, `sandbox home reset --caches` frees the
+/// layers, and the run after works. The user's cache is never written. The size the check
+/// reads is measured after each command in a process of its own, so the refusal right after
+/// the writing run also proves the next run waits for that measure or sums the layers itself.
+#[test]
+fn a_command_past_the_cache_bound_refuses_the_next_run_until_the_layers_are_reset() {
+    let env = Env::new();
+    if !has_view(&env) {
+        return skip("no-view", "no private view here: no cache layers to bound");
+    }
+    env.write_config("cache_size_mib: 1\n");
+    let dir = worktrees(&env, &["task"]).remove(0);
+    let run = |script: &str| {
+        env.cmd()
+            .current_dir(&dir)
+            .args(["run", "--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run("head -c 3000000 /dev/zero > ~/.npm/filled && echo filled");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.stdout, b"filled\n");
+
+    let out = run("echo ran");
+    assert_eq!(out.status.code(), Some(125), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "the command ran: {}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bound: 1.0 MiB"), "{err}");
+    assert!(err.contains("cache_size_mib"), "{err}");
+    assert!(err.contains("sandbox home reset --caches"), "{err}");
+
+    let reset = env
+        .cmd()
+        .current_dir(&dir)
+        .args(["home", "reset", "--caches", "--yes"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(reset.status.code(), Some(0), "{}", text(&reset));
+    let out = run("test ! -e ~/.npm/filled && echo ran");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(out.stdout, b"ran\n");
+    assert!(
+        !env.home().join(".npm/filled").exists(),
+        "the user's cache was written"
+    );
+}

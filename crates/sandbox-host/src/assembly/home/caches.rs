@@ -18,7 +18,8 @@
 //! them as the first did. The directories set aside are removed by later claims, a few per
 //! claim, in a thread of their own while the command runs: no command waits for them, and
 //! none removes a batch. A killed run's leftovers (a marker, throwaway layers) are cleared by
-//! the next claim.
+//! the next claim. A claim of the project's layers stamps them, and its end has them measured
+//! for the bound ([`super::bound`]).
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
@@ -46,6 +47,9 @@ pub struct CacheClaim {
     layers: Dir,
     /// The project's lock, while this command holds the project's own layers.
     lock: Option<std::fs::File>,
+    /// Where the layers are and the token this command stamped them with
+    /// ([`super::bound`]): measured once it ends. With the project's own layers only.
+    measure: Option<(std::path::PathBuf, String)>,
     /// The caches' names (one directory each).
     names: Vec<String>,
     /// This command's own layers, removed when it ends (the project's were busy).
@@ -78,11 +82,13 @@ pub fn claim(home: &HomePolicy) -> Result<(CacheClaim, Option<Vec<CacheLayer>>),
                 clear_work(&layers, name).map_err(|e| fail(&root.join(name), e))?;
             }
             remove_abandoned(&layers);
+            let token = super::bound::stamp_claim(&layers).map_err(|e| fail(root, e))?;
             let cleaner = remove_set_aside(root, &names);
             Ok((
                 CacheClaim {
                     layers,
                     lock: Some(lock),
+                    measure: Some((root.to_path_buf(), token)),
                     names,
                     throwaway: None,
                     _cleaner: cleaner,
@@ -102,6 +108,7 @@ pub fn claim(home: &HomePolicy) -> Result<(CacheClaim, Option<Vec<CacheLayer>>),
             let claim = CacheClaim {
                 layers,
                 lock: None,
+                measure: None,
                 names,
                 throwaway: Some(name.clone().into()),
                 _cleaner: None,
@@ -238,6 +245,11 @@ impl Drop for CacheClaim {
             tracing::debug!(error = %e, "could not clear a package cache's work directory");
         }
         drop(self.lock.take());
+        // The command is over: what it left in the layers is what the next run's bound
+        // check needs.
+        if let Some((root, token)) = self.measure.take() {
+            super::bound::measure_after(&root, token);
+        }
     }
 }
 

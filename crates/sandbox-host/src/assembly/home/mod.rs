@@ -31,7 +31,10 @@ use sandbox_policy::{CacheLayer, Grant, GrantReason, HomePolicy, Masked, Policy,
 use crate::error::HostError;
 
 mod usage;
-pub use usage::{check_cap, disk_usage, human_bytes};
+pub use usage::{disk_usage, human_bytes};
+
+pub mod bound;
+pub use bound::check_cap;
 
 mod rc;
 use rc::{upgrade_profile, write_shell_rc};

@@ -1,7 +1,5 @@
-//! How much disk a private home and its cache layers take, and the bound on the layers.
+//! How much disk a private home and its cache layers take.
 
-use crate::error::HostError;
-use sandbox_policy::HomePolicy;
 use std::path::Path;
 
 /// The disk a directory takes, in bytes (allocated blocks; links not followed, each inode
@@ -42,32 +40,4 @@ pub fn human_bytes(bytes: u64) -> String {
     } else {
         format!("{value:.1} {}", UNITS[unit])
     }
-}
-
-/// Checks the project's cache layers against the bound: an error (exit 125) names the size,
-/// the bound and what to do.
-pub fn check_cap(home: &HomePolicy) -> Result<(), HostError> {
-    let Some(cap) = home.cache_cap_bytes else {
-        return Ok(());
-    };
-    let Some(first) = home.caches.first() else {
-        return Ok(());
-    };
-    let Some(layers) = first.upper.parent().and_then(Path::parent) else {
-        return Ok(());
-    };
-    let used: u64 = home.caches.iter().map(|c| disk_usage(&c.upper)).sum();
-    if used > cap {
-        return Err(HostError::Home {
-            path: layers.to_path_buf(),
-            cause: format!(
-                "the cache layers take {} (bound: {}). Nothing was run. Free them with \
-                 `sandbox home reset --caches`, or raise `home_cache_size_mib` in the \
-                 configuration",
-                human_bytes(used),
-                human_bytes(cap)
-            ),
-        });
-    }
-    Ok(())
 }
