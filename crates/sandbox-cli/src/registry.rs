@@ -38,5 +38,24 @@ pub fn lima_settings_in(
         overrides_dir: dirs.user_config.join("lima"),
         private_dir: dirs.runtime.clone(),
         vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
+        start_timeout: lima_start_timeout(),
+    }
+}
+
+/// `SANDBOX_LIMA_START_TIMEOUT` (`90s`, `30m`, `1h`): how long `limactl start` waits for a
+/// VM. Anything else is named and not passed on: Lima's default applies.
+fn lima_start_timeout() -> Option<String> {
+    let value = std::env::var("SANDBOX_LIMA_START_TIMEOUT").ok()?;
+    if value.is_empty() {
+        return None;
+    }
+    if sandbox_lima::limactl::is_start_timeout(&value) {
+        Some(value)
+    } else {
+        eprintln!(
+            "sandbox: SANDBOX_LIMA_START_TIMEOUT={value:?} is not a number of seconds, minutes \
+             or hours (90s, 30m, 1h): Lima's own 10 minutes apply"
+        );
+        None
     }
 }

@@ -39,6 +39,9 @@ pub struct LimaSettings {
     /// Where Lima looks for the vhost-user description of its virtiofsd, in its order
     /// ([`crate::virtiofs::search_dirs_here`]); read only for a QEMU VM.
     pub vhost_user_dirs: Vec<PathBuf>,
+    /// `limactl start --timeout` (`SANDBOX_LIMA_START_TIMEOUT`): a VM that boots slowly
+    /// (QEMU without KVM) needs more than Lima's 10 minutes.
+    pub start_timeout: Option<String>,
 }
 
 /// A project as the backend sees it: the VM's name, and everything its YAML is made of.
@@ -57,6 +60,7 @@ impl LimaSettings {
         Ok(Limactl {
             path,
             home: self.home.clone(),
+            start_timeout: self.start_timeout.clone(),
         })
     }
 

@@ -14,6 +14,18 @@ use crate::progress::{self, LogLine, Signal, VmStep};
 pub struct Limactl {
     pub path: PathBuf,
     pub home: PathBuf,
+    /// How long `limactl start` waits for the VM to run (`--timeout`, a duration such as
+    /// `30m`); Lima's default (10 minutes) when `None`.
+    pub start_timeout: Option<String>,
+}
+
+/// Whether `text` is a duration `limactl start --timeout` takes and this backend passes on:
+/// a number of seconds, minutes or hours (`90s`, `30m`, `1h`).
+pub fn is_start_timeout(text: &str) -> bool {
+    let Some(number) = text.strip_suffix(['s', 'm', 'h']) else {
+        return false;
+    };
+    !number.is_empty() && number.len() <= 6 && number.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// A version `major.minor.patch`.
@@ -86,7 +98,11 @@ impl Limactl {
 
     pub fn start_argv(&self, instance: &str) -> Vec<OsString> {
         let mut v = self.base();
-        v.extend(["start".into(), instance.into()]);
+        v.push("start".into());
+        if let Some(timeout) = &self.start_timeout {
+            v.extend(["--timeout".into(), timeout.into()]);
+        }
+        v.push(instance.into());
         v
     }
 

@@ -317,6 +317,7 @@ pub fn run(root: &Path, image: &Image, kernel: &Kernel) -> Result<Outcome> {
         overrides_dir: base.join("overrides"),
         private_dir: base.join("private"),
         vhost_user_dirs: Vec::new(),
+        start_timeout: None,
     };
     let views: ViewManager = settings.views();
     let view = views

@@ -163,6 +163,8 @@ impl Setup {
             ("SANDBOX_LIMA_HOME".into(), s(self.lima_home())),
             ("LIMA_HOME".into(), s(self.lima_home())),
             ("SANDBOX_LIMA_IMAGE".into(), s(self.image.clone())),
+            // Under TCG beside other work a boot took over Lima's 10 minutes once (docs/lima.md).
+            ("SANDBOX_LIMA_START_TIMEOUT".into(), "25m".into()),
         ]
     }
 

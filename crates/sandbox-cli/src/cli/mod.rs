@@ -170,7 +170,9 @@ sandbox why ~/.claude/settings.json --agent claude\n  sandbox why ~/.cargo/regis
 sandbox lima config --edit        # cpus, memory, disk, image; validated before saving\n  \
 sandbox lima recreate --yes\n  sandbox lima console\n\n\
 The VM's LIMA_HOME is private (SANDBOX_LIMA_HOME, default ~/.sandbox-lima); limactl is \
-found through SANDBOX_LIMACTL, the package's limactl, then PATH (`sandbox doctor` shows which)."
+found through SANDBOX_LIMACTL, the package's limactl, then PATH (`sandbox doctor` shows which). \
+SANDBOX_LIMA_START_TIMEOUT (90s, 30m, 1h) is how long a start waits for the VM (Lima's \
+default: 10 minutes), for hosts where QEMU has no KVM."
     )]
     Lima(crate::commands::lima::LimaCommand),
     /// Read and change your configuration ($XDG_CONFIG_HOME/sandbox/config.yaml).

@@ -298,6 +298,7 @@ fn command_lines_of_each_step() {
     let l = Limactl {
         path: "/nix/store/x-lima/bin/limactl".into(),
         home: "/home/u/.sandbox-lima".into(),
+        start_timeout: None,
     };
     let base = "/nix/store/x-lima/bin/limactl --log-format json --tty=false";
     let cases: Vec<(Vec<OsString>, String)> = vec![
@@ -312,6 +313,14 @@ fn command_lines_of_each_step() {
         (
             l.start_argv("sbx-app-123456"),
             format!("{base} start sbx-app-123456"),
+        ),
+        (
+            Limactl {
+                start_timeout: Some("30m".into()),
+                ..l.clone()
+            }
+            .start_argv("sbx-app-123456"),
+            format!("{base} start --timeout 30m sbx-app-123456"),
         ),
         (
             l.stop_argv("sbx-app-123456"),
@@ -527,4 +536,26 @@ fn instance_names_and_home_fit_the_socket_limit() {
     )
     .unwrap();
     assert!(sandbox_lima::vm::check_home(dir.path()).is_err());
+}
+
+/// `SANDBOX_LIMA_START_TIMEOUT` takes what `limactl start --timeout` takes and this backend
+/// passes on; anything else is refused before it reaches Lima's command line.
+#[test]
+fn start_timeouts_taken_and_refused() {
+    for ok in ["90s", "30m", "1h", "600s"] {
+        assert!(sandbox_lima::limactl::is_start_timeout(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "m",
+        "30",
+        "-5m",
+        "1.5h",
+        "30 m",
+        "30m --vm-type vz",
+        "1d",
+        "9999999s",
+    ] {
+        assert!(!sandbox_lima::limactl::is_start_timeout(bad), "{bad}");
+    }
 }

@@ -56,6 +56,7 @@ fn limactl_validate_accepts_the_generated_yaml() {
     let l = Limactl {
         path,
         home: repo.base.join("lh"),
+        start_timeout: None,
     };
     l.check_version().unwrap();
     let (code, _, lines) = l.output(&l.validate_argv(&file)).unwrap();
@@ -83,6 +84,7 @@ fn full_lifecycle_boots_where_a_vm_can() {
         overrides_dir: repo.base.join("overrides"),
         private_dir: repo.base.join("private"),
         vhost_user_dirs: sandbox_lima::virtiofs::search_dirs_here(),
+        start_timeout: None,
     };
     settings.ensure_home().unwrap();
     let view = repo.view(&repo.task);

@@ -37,6 +37,7 @@ impl Standin {
             overrides_dir: repo.base.join("overrides"),
             private_dir: repo.base.join("private"),
             vhost_user_dirs: vec![limactl.vhost_user_dir()],
+            start_timeout: None,
         };
         settings.ensure_home().unwrap();
         Standin {
