@@ -17,7 +17,6 @@
 
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use sandbox_policy::HomePolicy;
@@ -59,12 +58,9 @@ pub const MEASURE_ARG: &str = "__measure-cache-layers";
 /// Writes a new token for the command that now holds the project's layers (`layers`, the
 /// project's lock held): every figure measured before is stale from here on.
 pub fn stamp_claim(layers: &Dir) -> std::io::Result<String> {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let token = format!(
-        "{}-{}",
-        crate::limits::cgroup::process_tag(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    );
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(std::io::Error::other)?;
+    let token: String = random.iter().map(|b| format!("{b:02x}")).collect();
     layers.replace_file(OsStr::new(CLAIMED), token.as_bytes())?;
     Ok(token)
 }
