@@ -27,7 +27,8 @@ use sandbox_policy::{Grant, GrantReason, NetPolicy, Policy};
 use crate::engine::{Engine, EngineOptions};
 use crate::error::{BoxliteError, PrepareError};
 use crate::request::{self, BOX_GIT_DIR, COMMITS_FROM_BOXES};
-use crate::session::{BoxSession, Commits};
+use crate::session::{BoxSession, BoxShare, Commits};
+use crate::share;
 use crate::spec::{BoxSpec, ImageSource};
 
 /// The daemon's one BoxLite runtime, opened on first use and shared by every box (and shut
@@ -174,7 +175,13 @@ impl BoxliteBackend {
         // the one its mounts name.
         let state_dir = self.options.state_dir();
         let commit_root = state_dir.join(BOX_GIT_DIR).join(&vm.name);
-        if COMMITS_FROM_BOXES {
+        // One share where this daemon may make the staging directory's binds (docs/boxlite.md,
+        // "One share per box"); else a share per mount, and read-only git (the commit mounts
+        // would not fit).
+        let share_dir = share::staging_dir(&state_dir, &vm.name);
+        let one_share = one_share_here(&state_dir.join(share::SHARE_DIR));
+        let commits = COMMITS_FROM_BOXES && one_share;
+        if commits {
             let dir = state_dir.join(BOX_GIT_DIR);
             std::fs::create_dir_all(&dir)
                 .map_err(|source| failed(PrepareError::StateDir { dir, source }))?;
@@ -183,7 +190,8 @@ impl BoxliteBackend {
             vm,
             workdir,
             block_net,
-            COMMITS_FROM_BOXES.then_some(commit_root.as_path()),
+            commits.then_some(commit_root.as_path()),
+            one_share.then_some(share_dir.as_path()),
         )
         .map_err(failed)?;
         // The mounts are grants: none may reach the user's configuration, the remembered
@@ -210,6 +218,7 @@ impl BoxliteBackend {
                 home: home.to_path_buf(),
             }));
         }
+        let box_share = stage(&spec).map_err(failed)?;
         // The engine's calls are async: driven on the daemon's runtime from this blocking
         // thread (its `box.create` prepares in `spawn_blocking`).
         let runtime = tokio::runtime::Handle::try_current()
@@ -248,8 +257,45 @@ impl BoxliteBackend {
             litebox,
             enforcement,
             commits,
+            box_share,
             !new_in_boxlite,
         ))
+    }
+}
+
+/// Whether this daemon's boxes get one share: on Linux, where it may make bind mounts
+/// (tried once, in `dir`). Not on macOS (no bind mounts; Apple Silicon's VMs have interrupts
+/// for every device).
+fn one_share_here(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *CAN.get_or_init(|| std::fs::create_dir_all(dir).is_ok() && share::can_bind(dir))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
+    }
+}
+
+/// The box's staging directory laid out, when its mounts go through one share.
+fn stage(spec: &BoxSpec) -> Result<Option<BoxShare>, PrepareError> {
+    let Some(dir) = &spec.share else {
+        return Ok(None);
+    };
+    #[cfg(target_os = "linux")]
+    {
+        let staging = share::Staging::new(dir, &share::host_binds(&spec.mounts))?;
+        Ok(Some(BoxShare {
+            staging,
+            entry: share::entry(&spec.mounts),
+        }))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        Ok(None)
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use boxlite::{BoxCommand, BoxOptions, BoxliteOptions, BoxliteRuntime, LiteBox};
 
-use crate::error::{BoxliteError, FileProblems, LogPaths};
+use crate::error::{BoxliteError, Devices, FileProblems, LogPaths};
 use crate::runtime_files::{self, RuntimeLocation};
 use crate::spec::{BoxSpec, ImageSource};
 
@@ -58,6 +58,9 @@ pub struct Engine {
     runtime: BoxliteRuntime,
     options: EngineOptions,
     runtime_dir: PathBuf,
+    /// The devices each box created or found here asks for, by name (named in a start that
+    /// ran out of interrupts).
+    devices: Mutex<std::collections::HashMap<String, Devices>>,
 }
 
 /// The value of `BOXLITE_RUNTIME_DIR` this process set, if any (it is process-wide).
@@ -114,6 +117,7 @@ impl Engine {
             runtime,
             options,
             runtime_dir,
+            devices: Mutex::default(),
         })
     }
 
@@ -162,6 +166,10 @@ impl Engine {
         if let ImageSource::Layout(dir) = &spec.image {
             crate::spec::check_layout(dir)?;
         }
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(spec.name.clone(), devices(spec));
         if let Some(existing) = self
             .runtime
             .get(&spec.name)
@@ -245,8 +253,30 @@ impl Engine {
         }
         // Whether this KVM can boot guests at all, judged from the machine (not guessed from
         // the failure): only then is a failed boot the KVM's fault.
-        let kvm = crate::host::kvm_bootable(&self.options.kvm_device);
         let shim_error = shim_error_line(&logs, &shim);
+        // libkrun's own refusals to build the VM name themselves; they are not KVM's.
+        if let Some(line) = shim_error
+            .as_deref()
+            .filter(|l| l.contains("Building the microVM failed") || l.contains("IrqsExhausted"))
+        {
+            let detail = format!("{detail} (shim: {line})");
+            let logs = Box::new(logs);
+            return match self.devices_of(name) {
+                Some(devices) if line.contains("IrqsExhausted") => BoxliteError::DevicesExhausted {
+                    name: name.to_string(),
+                    devices,
+                    fit: DEVICES_THAT_FIT,
+                    detail,
+                    logs,
+                },
+                _ => BoxliteError::VmBuild {
+                    name: name.to_string(),
+                    detail,
+                    logs,
+                },
+            };
+        }
+        let kvm = crate::host::kvm_bootable(&self.options.kvm_device);
         // libkrun's words on its stderr when KVM runs the guest's first instructions but not
         // the kernel (kvm-pvm and other nested or paravirtualised KVMs).
         if !kvm.bootable {
@@ -281,6 +311,14 @@ impl Engine {
             detail,
             logs: Box::new(logs),
         }
+    }
+
+    fn devices_of(&self, name: &str) -> Option<Devices> {
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .copied()
     }
 
     /// Runs a command in a started box.
@@ -466,6 +504,22 @@ fn export_runtime_dir(dir: &Path) -> Result<(), BoxliteError> {
     }
 }
 
+/// How many of a VM's virtio devices libkrun on x86_64 gives an interrupt (measured in the
+/// TCG guest with BoxLite 0.10.8: ten fit, the eleventh fails with `IrqsExhausted`).
+pub const DEVICES_THAT_FIT: usize = 10;
+
+/// The devices `spec` asks libkrun for.
+pub fn devices(spec: &BoxSpec) -> Devices {
+    Devices {
+        shares: if spec.share.is_some() {
+            1
+        } else {
+            spec.mounts.len()
+        },
+        network: !spec.block_net,
+    }
+}
+
 /// Compiles a checked spec into BoxLite's options.
 fn compile(spec: &BoxSpec) -> BoxOptions {
     use boxlite::runtime::options::{NetworkSpec, RootfsSpec, VolumeSpec};
@@ -491,17 +545,24 @@ fn compile(spec: &BoxSpec) -> BoxOptions {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         rootfs,
-        volumes: spec
-            .mounts
-            .iter()
-            .map(|m| VolumeSpec {
-                read_only: m.read_only,
-                ..VolumeSpec::bind_mount(
-                    m.host.display().to_string(),
-                    m.guest.display().to_string(),
-                )
-            })
-            .collect(),
+        volumes: match &spec.share {
+            // One share: the staging directory, whose parts the box's entry binds in place.
+            Some(staging) => vec![VolumeSpec::bind_mount(
+                staging.display().to_string(),
+                crate::share::GUEST_SHARE,
+            )],
+            None => spec
+                .mounts
+                .iter()
+                .map(|m| VolumeSpec {
+                    read_only: m.read_only,
+                    ..VolumeSpec::bind_mount(
+                        m.host.display().to_string(),
+                        m.guest.display().to_string(),
+                    )
+                })
+                .collect(),
+        },
         network,
         // Kept after it stops, so a named box is reused with what was installed in it; stopped
         // with the daemon that runs it (not detached), so no VM outlives its owner.
@@ -510,5 +571,15 @@ fn compile(spec: &BoxSpec) -> BoxOptions {
         ..BoxOptions::default()
     };
     options.auto_stop = None;
+    if spec.share.is_some() {
+        // The entry's binds. Set on options made just now, which nothing has resolved yet,
+        // the one case `set_capabilities` refuses.
+        let _ = options.advanced.set_capabilities(Some(
+            boxlite::runtime::advanced_options::ContainerCapabilities {
+                add: vec![crate::share::GUEST_CAPABILITY.to_string()],
+                drop: vec![],
+            },
+        ));
+    }
     options
 }

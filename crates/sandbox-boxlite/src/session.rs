@@ -53,6 +53,18 @@ struct Vm {
     booting: tokio::sync::Mutex<()>,
     /// The box's busy periods, and where its commits come back.
     periods: Periods,
+    /// The box's one share, when its mounts go through one ([`crate::share`]).
+    share: Option<BoxShare>,
+}
+
+/// A box whose mounts go through one share: the host's staging directory (taken down with
+/// the session) and the entry that binds its parts in place after each boot.
+#[derive(Debug)]
+pub struct BoxShare {
+    #[cfg(target_os = "linux")]
+    pub staging: crate::share::Staging,
+    /// The entry's program and arguments ([`crate::share::entry`]).
+    pub entry: (String, Vec<String>),
 }
 
 /// A box's busy periods: from the first command that starts while none runs to the last one
@@ -150,6 +162,7 @@ impl BoxSession {
         litebox: LiteBox,
         enforcement: Enforcement,
         commits: Option<Commits>,
+        share: Option<BoxShare>,
         kept: bool,
     ) -> BoxSession {
         let vm_id = litebox.id().as_str().to_string();
@@ -163,6 +176,7 @@ impl BoxSession {
                 byte_exact: AtomicBool::new(false),
                 booting: tokio::sync::Mutex::new(()),
                 periods: Periods::new(commits),
+                share,
             }),
             enforcement,
             kept,
@@ -195,11 +209,14 @@ impl BoxSession {
         self.vm.booting.lock().await
     }
 
-    /// Boots the box (the caller holds [`Self::boot_lock`]), then finds out whether it runs
-    /// the byte-exact output relay.
+    /// Boots the box (the caller holds [`Self::boot_lock`]), runs its entry where its mounts
+    /// go through one share, then finds out whether it runs the byte-exact output relay.
     pub async fn boot(&self) -> Result<Booted, BoxliteError> {
         let vm = &self.vm;
         let boot = vm.engine.start(&vm.name, &vm.litebox).await?;
+        if let Some(share) = &vm.share {
+            run_entry(vm, &share.entry).await?;
+        }
         let byte_exact = relay_works(vm).await;
         vm.byte_exact.store(byte_exact, Ordering::SeqCst);
         Ok(Booted { boot, byte_exact })
@@ -236,6 +253,33 @@ impl BackendSession for BoxSession {
 
     fn runs_in_guest(&self) -> bool {
         true
+    }
+}
+
+/// Runs the box's entry as root (whatever the image's user): the share's parts bound onto their
+/// guest paths. A box whose entry fails runs nothing: its mounts would not be where the
+/// policy put them.
+async fn run_entry(vm: &Vm, (program, args): &(String, Vec<String>)) -> Result<(), BoxliteError> {
+    let failed = |detail: String| BoxliteError::Engine {
+        name: vm.name.clone(),
+        what: "binding the box's mounts in the guest (its entry)",
+        detail,
+        logs: Box::new(vm.engine.log_paths(Some(&vm.vm_id))),
+    };
+    let command = BoxCommand::new(program.clone())
+        .args(args.clone())
+        .user("0:0");
+    let mut execution = vm.engine.exec(&vm.name, &vm.litebox, command).await?;
+    let mut said = String::new();
+    if let Some(mut stderr) = execution.stderr() {
+        while let Some(piece) = stderr.next().await {
+            said.push_str(&piece);
+        }
+    }
+    match execution.wait().await {
+        Ok(r) if r.exit_code == 0 => Ok(()),
+        Ok(r) => Err(failed(format!("exit {}: {}", r.exit_code, said.trim()))),
+        Err(e) => Err(failed(e.to_string())),
     }
 }
 
