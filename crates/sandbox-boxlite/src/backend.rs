@@ -175,9 +175,9 @@ impl BoxliteBackend {
         // the one its mounts name.
         let state_dir = self.options.state_dir();
         let commit_root = state_dir.join(BOX_GIT_DIR).join(&vm.name);
-        // One share where this daemon may make the staging directory's binds (docs/boxlite.md,
-        // "One share per box"); else a share per mount, and read-only git (the commit mounts
-        // would not fit).
+        // The view composed on the host where this daemon may make the staging directory's
+        // binds (docs/boxlite.md, "Few shares per box"); else a share per mount, and read-only
+        // git (the commit mounts would not fit).
         let share_dir = share::staging_dir(&state_dir, &vm.name);
         let one_share = one_share_here(&state_dir.join(share::SHARE_DIR));
         let commits = COMMITS_FROM_BOXES && one_share;
@@ -218,7 +218,7 @@ impl BoxliteBackend {
                 home: home.to_path_buf(),
             }));
         }
-        let box_share = stage(&spec).map_err(failed)?;
+        let box_share = plan(&spec);
         // The engine's calls are async: driven on the daemon's runtime from this blocking
         // thread (its `box.create` prepares in `spawn_blocking`).
         let runtime = tokio::runtime::Handle::try_current()
@@ -263,14 +263,23 @@ impl BoxliteBackend {
     }
 }
 
-/// Whether this daemon's boxes get one share: on Linux, where it may make bind mounts
+/// Whether this daemon's boxes get their view composed on the host: on Linux, where it may
+/// make bind mounts
 /// (tried once, in `dir`). Not on macOS (no bind mounts; Apple Silicon's VMs have interrupts
 /// for every device).
 fn one_share_here(dir: &Path) -> bool {
     #[cfg(target_os = "linux")]
     {
         static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *CAN.get_or_init(|| std::fs::create_dir_all(dir).is_ok() && share::can_bind(dir))
+        *CAN.get_or_init(|| {
+            let can = std::fs::create_dir_all(dir).is_ok() && share::can_bind(dir);
+            if can {
+                // Binds a daemon left when it died booting a box: taken down now, so nothing
+                // removing the state directory later reaches a worktree through them.
+                share::sweep(dir);
+            }
+            can
+        })
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -279,24 +288,15 @@ fn one_share_here(dir: &Path) -> bool {
     }
 }
 
-/// The box's staging directory laid out, when its mounts go through one share.
-fn stage(spec: &BoxSpec) -> Result<Option<BoxShare>, PrepareError> {
-    let Some(dir) = &spec.share else {
-        return Ok(None);
-    };
-    #[cfg(target_os = "linux")]
-    {
-        let staging = share::Staging::new(dir, &share::host_binds(&spec.mounts))?;
-        Ok(Some(BoxShare {
-            staging,
-            entry: share::entry(&spec.mounts),
-        }))
-    }
-    #[cfg(not(target_os = "linux"))]
-    {
-        let _ = dir;
-        Ok(None)
-    }
+/// What the box's boots lay out, when its view is composed on the host.
+fn plan(spec: &BoxSpec) -> Option<BoxShare> {
+    let dir = spec.share.as_ref()?;
+    let layout = share::layout(&spec.mounts, &crate::engine::workdir_of(spec));
+    Some(BoxShare {
+        dir: dir.clone(),
+        entry: share::entry(&layout),
+        binds: layout.binds,
+    })
 }
 
 /// Runs `f` as the named step `name`, reporting its end (done with its time, or failed with

@@ -512,12 +512,21 @@ pub const DEVICES_THAT_FIT: usize = 10;
 pub fn devices(spec: &BoxSpec) -> Devices {
     Devices {
         shares: if spec.share.is_some() {
-            1
+            let layout = crate::share::layout(&spec.mounts, &workdir_of(spec));
+            1 + usize::from(!layout.others.is_empty())
         } else {
             spec.mounts.len()
         },
         network: !spec.block_net,
     }
+}
+
+/// The box's working directory (its first mount's guest path when it names none).
+pub fn workdir_of(spec: &BoxSpec) -> PathBuf {
+    spec.workdir
+        .clone()
+        .or_else(|| spec.mounts.first().map(|m| m.guest.clone()))
+        .unwrap_or_default()
 }
 
 /// Compiles a checked spec into BoxLite's options.
@@ -546,11 +555,26 @@ fn compile(spec: &BoxSpec) -> BoxOptions {
             .collect(),
         rootfs,
         volumes: match &spec.share {
-            // One share: the staging directory, whose parts the box's entry binds in place.
-            Some(staging) => vec![VolumeSpec::bind_mount(
-                staging.display().to_string(),
-                crate::share::GUEST_SHARE,
-            )],
+            // The staging directory's parts ([`crate::share`]): `main` at the working
+            // directory's mount, `others` (when there are any) at the share's guest path.
+            Some(staging) => {
+                let layout = crate::share::layout(&spec.mounts, &workdir_of(spec));
+                let (guest, read_only) = layout.main.clone();
+                let mut volumes = vec![VolumeSpec {
+                    read_only,
+                    ..VolumeSpec::bind_mount(
+                        staging.join(crate::share::MAIN).display().to_string(),
+                        guest.display().to_string(),
+                    )
+                }];
+                if !layout.others.is_empty() {
+                    volumes.push(VolumeSpec::bind_mount(
+                        staging.join(crate::share::OTHERS).display().to_string(),
+                        crate::share::GUEST_SHARE,
+                    ));
+                }
+                volumes
+            }
             None => spec
                 .mounts
                 .iter()
@@ -571,15 +595,5 @@ fn compile(spec: &BoxSpec) -> BoxOptions {
         ..BoxOptions::default()
     };
     options.auto_stop = None;
-    if spec.share.is_some() {
-        // The entry's binds. Set on options made just now, which nothing has resolved yet,
-        // the one case `set_capabilities` refuses.
-        let _ = options.advanced.set_capabilities(Some(
-            boxlite::runtime::advanced_options::ContainerCapabilities {
-                add: vec![crate::share::GUEST_CAPABILITY.to_string()],
-                drop: vec![],
-            },
-        ));
-    }
     options
 }

@@ -261,9 +261,6 @@ pub enum PrepareError {
         #[source]
         source: std::io::Error,
     },
-    /// The box's one share could not be staged on the host.
-    #[error(transparent)]
-    Share(#[from] crate::share::ShareError),
     /// A mount would show BoxLite's own home (its database, every box's disk) in the box.
     #[error("the mount {} reaches BoxLite's home {}", mount.display(), home.display())]
     ReachesHome { mount: PathBuf, home: PathBuf },

@@ -9,8 +9,8 @@
 //! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
 //! - [`request`]: a VM box as asked for (`sandbox_host::seam::VmRequest`) checked and
 //!   compiled into a [`BoxSpec`], the git rules applied;
-//! - [`share`]: one filesystem share per box (a staging directory of host binds, bound
-//!   into place by the box's entry), as libkrun on x86_64 has interrupts for few devices;
+//! - [`share`]: a box's view composed on the host out of bind mounts and shared through one
+//!   or two devices, as libkrun on x86_64 has interrupts for few;
 //! - [`error`]: every failure, with the box's log paths;
 //! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes;
 //! - `backend` (cargo feature `boxlite`): the registry's provider and the backend whose

@@ -17,8 +17,8 @@ use crate::spec::{self, BoxSpec, Mount, NetTarget};
 /// Whether a linked worktree's box gets the commit mounts (docs/boxlite.md, "Commits from a
 /// box"). They take four mounts, and with BoxLite 0.10.8 giving each its own device the
 /// fourth exhausts libkrun's interrupts even without the network
-/// (`RegisterVsockDevice(IrqsExhausted)`, measured booted): so they come only with the one
-/// share of [`crate::share`], where the daemon can make its binds.
+/// (`RegisterVsockDevice(IrqsExhausted)`, measured booted): so they come only where the
+/// box's view is composed on the host ([`crate::share`]), where the daemon can make binds.
 pub const COMMITS_FROM_BOXES: bool = true;
 
 /// Below the state directory: the boxes' git directories (`<this>/<box name>`), where a box's
@@ -40,7 +40,7 @@ pub fn box_spec(vm: &VmRequest, workdir: &Path, block_net: bool) -> Result<BoxSp
 /// on the host: its `.git` then names a generation of the common dir there, which the host
 /// reads back at the end of each busy period (`sandbox_git::quarantine::generation`).
 ///
-/// `share`: the box's staging directory when all its mounts go through one share
+/// `share`: the box's staging directory when its mounts are composed on the host
 /// ([`crate::share`]); `None`, a share per mount, as many as libkrun has room for.
 pub fn box_spec_with(
     vm: &VmRequest,
@@ -213,7 +213,7 @@ mod tests {
             "{e}"
         );
         box_spec(&online, &main, false).unwrap();
-        // Through one share, a linked worktree with its commit mounts fits beside the network.
+        // Composed on the host, a linked worktree with its commit mounts fits beside the network.
         let staging = t.path().join("staging");
         let (spec, git) = box_spec_with(
             &online,

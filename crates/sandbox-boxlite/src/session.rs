@@ -53,18 +53,21 @@ struct Vm {
     booting: tokio::sync::Mutex<()>,
     /// The box's busy periods, and where its commits come back.
     periods: Periods,
-    /// The box's one share, when its mounts go through one ([`crate::share`]).
+    /// The box's staging directory, when its view is composed on the host ([`crate::share`]).
     share: Option<BoxShare>,
 }
 
-/// A box whose mounts go through one share: the host's staging directory (taken down with
-/// the session) and the entry that binds its parts in place after each boot.
+/// A box whose view is composed on the host: its staging directory, laid out for each boot
+/// and taken down once the shim runs (its mount namespace keeps its own copy of the binds:
+/// they are private), so a daemon that dies leaves binds behind only when it dies booting;
+/// and the entry that links the shared parts in place after each boot.
 #[derive(Debug)]
 pub struct BoxShare {
-    #[cfg(target_os = "linux")]
-    pub staging: crate::share::Staging,
-    /// The entry's program and arguments ([`crate::share::entry`]).
-    pub entry: (String, Vec<String>),
+    pub dir: std::path::PathBuf,
+    pub binds: Vec<crate::share::HostBind>,
+    /// The entry's program and arguments ([`crate::share::entry`]); `None` when every mount
+    /// is in the main share.
+    pub entry: Option<(String, Vec<String>)>,
 }
 
 /// A box's busy periods: from the first command that starts while none runs to the last one
@@ -209,13 +212,19 @@ impl BoxSession {
         self.vm.booting.lock().await
     }
 
-    /// Boots the box (the caller holds [`Self::boot_lock`]), runs its entry where its mounts
-    /// go through one share, then finds out whether it runs the byte-exact output relay.
+    /// Boots the box (the caller holds [`Self::boot_lock`]), runs its entry where its view is
+    /// composed on the host, then finds out whether it runs the byte-exact output relay.
     pub async fn boot(&self) -> Result<Booted, BoxliteError> {
         let vm = &self.vm;
-        let boot = vm.engine.start(&vm.name, &vm.litebox).await?;
-        if let Some(share) = &vm.share {
-            run_entry(vm, &share.entry).await?;
+        let staged = match &vm.share {
+            Some(share) => Some(stage(vm, share)?),
+            None => None,
+        };
+        let boot = vm.engine.start(&vm.name, &vm.litebox).await;
+        drop(staged);
+        let boot = boot?;
+        if let Some(entry) = vm.share.as_ref().and_then(|s| s.entry.as_ref()) {
+            run_entry(vm, entry).await?;
         }
         let byte_exact = relay_works(vm).await;
         vm.byte_exact.store(byte_exact, Ordering::SeqCst);
@@ -256,13 +265,29 @@ impl BackendSession for BoxSession {
     }
 }
 
-/// Runs the box's entry as root (whatever the image's user): the share's parts bound onto their
-/// guest paths. A box whose entry fails runs nothing: its mounts would not be where the
+/// Lays the box's staging directory out for a boot.
+#[cfg(target_os = "linux")]
+fn stage(vm: &Vm, share: &BoxShare) -> Result<crate::share::Staging, BoxliteError> {
+    crate::share::Staging::new(&share.dir, &share.binds).map_err(|e| BoxliteError::Engine {
+        name: vm.name.clone(),
+        what: "composing the box's view on the host",
+        detail: e.to_string(),
+        logs: Box::new(vm.engine.log_paths(Some(&vm.vm_id))),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stage(_: &Vm, _: &BoxShare) -> Result<(), BoxliteError> {
+    Ok(())
+}
+
+/// Runs the box's entry as root (whatever the image's user): a link at each guest path to its
+/// part of the share. A box whose entry fails runs nothing: its mounts would not be where the
 /// policy put them.
 async fn run_entry(vm: &Vm, (program, args): &(String, Vec<String>)) -> Result<(), BoxliteError> {
     let failed = |detail: String| BoxliteError::Engine {
         name: vm.name.clone(),
-        what: "binding the box's mounts in the guest (its entry)",
+        what: "placing the box's mounts in the guest (its entry)",
         detail,
         logs: Box::new(vm.engine.log_paths(Some(&vm.vm_id))),
     };

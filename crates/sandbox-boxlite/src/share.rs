@@ -1,42 +1,50 @@
-//! One filesystem share per box: every mount of a box through a single virtio-fs device.
+//! Few filesystem shares per box: all of a box's mounts through one or two virtio-fs devices.
 //!
 //! BoxLite 0.10.8 gives each volume a virtio-fs device of its own, and libkrun on x86_64 has
-//! eleven interrupts for all of a VM's virtio-mmio devices: beside BoxLite's fixed set (its
-//! shared directory, two disks, vsock, console, entropy, balloon) a box fits two volumes with
-//! the network on, three without. A linked worktree whose commits come back needs four.
+//! interrupts for ten of a VM's virtio-mmio devices: beside BoxLite's own seven (its shared
+//! directory, two disks, vsock, console, entropy, balloon) a box fits two volumes with the
+//! network on, three without. A linked worktree whose commits come back needs four.
 //!
-//! So where the daemon may make mounts on the host, a box gets one volume: a per-box
-//! *staging directory* (`<state>/boxlite-share/<box>/`) into which each of the box's mounts is
-//! bind-mounted as `<index>` — read-only parts remounted read-only on the host, so the host's
-//! kernel refuses the guest's writes there, whatever the guest does. Where a read-only part
-//! hides something inside a writable part in the guest (a main worktree's `.git`, a linked
-//! worktree's `.git` pointer, `core.hooksPath` in the tree), what it hides is also bound
-//! read-only over itself inside that writable part's staging copy: the guest can reach the
-//! writable part's whole tree through the share, not only through the guest's own binds.
-//! libkrun's passthrough looks each name up with `openat` beneath the share, which crosses the
-//! host's mount points like any path walk, and keys its inodes by device, inode *and* mount
-//! id, so a file reached through a read-only bind is opened through that bind.
+//! So where the daemon may make mounts on the host, it composes the box's view on the host,
+//! in a per-box *staging directory* (`<state>/boxlite-share/<box>/`), out of bind mounts, and
+//! shares at most two directories of it:
 //!
-//! In the guest, the box's *entry* (a Perl program run as root right after each boot, before
-//! any command; Perl is what the output relay needs already) binds `<share>/<index>` onto
-//! each mount's guest path, in the order [`crate::git::order_for_guest`] gave them, and
-//! remounts the read-only ones read-only there too. That needs `CAP_SYS_ADMIN` in the box's
-//! container, which BoxLite's default set leaves out; the box gets it (see
-//! [`GUEST_CAPABILITY`]). What a guest root can do with it stays inside the VM: every write
-//! that reaches the host goes through the share, which the host's mounts bound.
+//! - `main`: the mount that holds the box's working directory (the worktree), bound with
+//!   every mount that lies inside it in the guest bound at the same place inside it (a main
+//!   worktree's `.git`, the box's `.git` pointer over a linked worktree's, `core.hooksPath` in
+//!   the tree). BoxLite mounts it at its own guest path, as before: the working directory is
+//!   a real mount, not a link.
+//! - `others/<index>`: every other mount that lies inside no other (the repository's common
+//!   dir, the box's git directory, the caller's mounts), each with what lies inside it. It is
+//!   shared at [`GUEST_SHARE`], and the box's *entry* — a small Perl program run as root
+//!   right after each boot, before any command (Perl is what the output relay needs already)
+//!   — puts a symbolic link at each one's guest path to `GUEST_SHARE/<index>`.
+//!
+//! Read-only mounts are remounted read-only on the host, so the host's kernel refuses the
+//! guest's writes there whatever the guest does (its root included); what a read-only mount
+//! covers in the guest is covered in the staging directory too, so the share does not reach
+//! it. No capability is added to the box's container: the entry makes directories and links
+//! in the box's own root file system only.
+//!
+//! libkrun's passthrough looks each name up with `openat` beneath the shared directory,
+//! which crosses the host's mount points like any path walk, and keys its inodes by device,
+//! inode *and* mount id, so a file reached through a read-only bind is opened through it.
 
 use std::path::{Path, PathBuf};
 
 use crate::spec::Mount;
 
-/// Where the one share appears in the box's container.
+/// Where the shared directory of the other mounts (`others`) appears in the box.
 pub const GUEST_SHARE: &str = "/run/sandbox-share";
 
 /// Below the state directory: the boxes' staging directories (`<this>/<box name>`).
 pub const SHARE_DIR: &str = "boxlite-share";
 
-/// The capability the box's container needs for its entry's binds.
-pub const GUEST_CAPABILITY: &str = "CAP_SYS_ADMIN";
+/// The staging directory's part BoxLite mounts at the working directory's mount.
+pub const MAIN: &str = "main";
+
+/// The staging directory's part shared at [`GUEST_SHARE`].
+pub const OTHERS: &str = "others";
 
 /// One bind the host makes in the staging directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,82 +54,92 @@ pub struct HostBind {
     /// Relative to the staging directory.
     pub target: PathBuf,
     pub read_only: bool,
-    /// Made only where the source exists (what a read-only mount hides may be absent on the
-    /// host: nothing is hidden then).
-    pub where_present: bool,
 }
 
-/// What the host binds into the staging directory for `mounts`, in order: each mount as
-/// `<index>`, then, inside each writable one, every host path a read-only mount hides in the
-/// guest, read-only over itself.
-pub fn host_binds(mounts: &[Mount]) -> Vec<HostBind> {
-    let mut binds: Vec<HostBind> = mounts
+/// How a box's mounts are composed into its shares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// The binds, parents before what lies in them.
+    pub binds: Vec<HostBind>,
+    /// The mount shared as `main`: its guest path and whether it is read-only.
+    pub main: (PathBuf, bool),
+    /// The mounts shared in `others`, by index: each one's guest path.
+    pub others: Vec<(usize, PathBuf)>,
+}
+
+/// Composes `mounts` (in [`crate::git::order_for_guest`]'s order: a parent before what lies
+/// in it) for a box whose working directory is `workdir`.
+pub fn layout(mounts: &[Mount], workdir: &Path) -> Layout {
+    let mut targets: Vec<PathBuf> = Vec::with_capacity(mounts.len());
+    let mut binds = Vec::new();
+    let mut others = Vec::new();
+    // The mount that holds the working directory (the deepest that does, among the roots).
+    let main = mounts
         .iter()
-        .enumerate()
-        .map(|(i, m)| HostBind {
-            source: m.host.clone(),
-            target: PathBuf::from(i.to_string()),
-            read_only: m.read_only,
-            where_present: false,
-        })
-        .collect();
-    for (w, writable) in mounts.iter().enumerate().filter(|(_, m)| !m.read_only) {
-        for hidden in mounts.iter().filter(|m| m.read_only) {
-            let Ok(rel) = hidden.guest.strip_prefix(&writable.guest) else {
-                continue;
-            };
-            if rel.as_os_str().is_empty() {
-                continue;
+        .position(|m| workdir.starts_with(&m.guest))
+        .unwrap_or(0);
+    for (i, m) in mounts.iter().enumerate() {
+        // The deepest earlier mount this one lies in: it is bound inside that one's target.
+        let parent = (0..i)
+            .filter(|&j| m.guest.starts_with(&mounts[j].guest) && m.guest != mounts[j].guest)
+            .max_by_key(|&j| mounts[j].guest.components().count());
+        let target = match parent {
+            Some(j) => {
+                let rel = m.guest.strip_prefix(&mounts[j].guest).unwrap_or(&m.guest);
+                targets[j].join(rel)
             }
-            binds.push(HostBind {
-                source: writable.host.join(rel),
-                target: PathBuf::from(w.to_string()).join(rel),
-                read_only: true,
-                where_present: true,
-            });
-        }
+            None if i == main => PathBuf::from(MAIN),
+            None => {
+                others.push((i, m.guest.clone()));
+                Path::new(OTHERS).join(i.to_string())
+            }
+        };
+        binds.push(HostBind {
+            source: m.host.clone(),
+            target: target.clone(),
+            read_only: m.read_only,
+        });
+        targets.push(target);
     }
-    binds
+    Layout {
+        binds,
+        main: mounts
+            .get(main)
+            .map(|m| (m.guest.clone(), m.read_only))
+            .unwrap_or_default(),
+        others,
+    }
 }
 
-/// The box's entry: binds each part of the share onto its guest path (`perl -e ENTRY NR
-/// SOURCE TARGET MODE ...`, `NR` the `mount` system call's number on this architecture).
-/// Creates a missing mount point (a directory, or an empty file for a file part) first, as
-/// BoxLite does for its own volumes. Only built-ins: a minimal Perl runs it.
+/// The box's entry: a symbolic link at each guest path to its part of the share
+/// (`perl -e ENTRY SHARE/INDEX GUEST ...`). Makes the parent directories; replaces a link or an
+/// empty directory it finds there (an earlier boot's, or the image's), refuses anything else.
+/// Only built-ins: a minimal Perl runs it.
 pub const ENTRY: &str = r#"
-my $nr = shift @ARGV;
 sub make_dir { my $p = ''; for (grep { length } split m{/}, $_[0]) { $p .= "/$_"; mkdir $p } }
 while (@ARGV) {
-    my ($src, $dst, $mode) = splice(@ARGV, 0, 3);
-    if (-d $src) { make_dir($dst) }
-    elsif (!-e $dst) { (my $d = $dst) =~ s{/[^/]*$}{}; make_dir($d); open(my $f, '>', $dst) or die "entry: $dst: $!\n" }
-    syscall($nr, $src, $dst, 0, 4096 | 16384, 0) == 0 or die "entry: binding $src on $dst: $!\n";
-    next unless $mode eq 'ro';
-    syscall($nr, 0, $dst, 0, 4096 | 32 | 1, 0) == 0 or die "entry: $dst read-only: $!\n";
+    my ($src, $dst) = splice(@ARGV, 0, 2);
+    (my $parent = $dst) =~ s{/[^/]*$}{};
+    make_dir($parent);
+    if (-l $dst) { unlink $dst or die "entry: $dst: $!\n" }
+    elsif (-d $dst) { rmdir $dst or die "entry: $dst is in the image and not empty: $!\n" }
+    elsif (-e $dst) { die "entry: $dst is in the image\n" }
+    symlink($src, $dst) or die "entry: linking $dst to $src: $!\n";
 }
 "#;
 
-/// `mount(2)`'s number for the guest, which runs the host's architecture.
-const MOUNT_SYSCALL: u32 = if cfg!(target_arch = "aarch64") {
-    40
-} else {
-    165
-};
-
-/// The program and arguments of the entry for `mounts` (`<share>/<index>` onto each guest
-/// path, in order).
-pub fn entry(mounts: &[Mount]) -> (String, Vec<String>) {
-    let mut args = vec![
-        "-e".to_string(),
-        ENTRY.to_string(),
-        MOUNT_SYSCALL.to_string(),
-    ];
-    for (i, m) in mounts.iter().enumerate() {
-        args.push(format!("{GUEST_SHARE}/{i}"));
-        args.push(m.guest.display().to_string());
-        args.push(if m.read_only { "ro" } else { "rw" }.to_string());
+/// The program and arguments of the entry of `layout`; `None` when nothing lies outside
+/// the main share.
+pub fn entry(layout: &Layout) -> Option<(String, Vec<String>)> {
+    if layout.others.is_empty() {
+        return None;
     }
-    ("perl".to_string(), args)
+    let mut args = vec!["-e".to_string(), ENTRY.to_string()];
+    for (i, guest) in &layout.others {
+        args.push(format!("{GUEST_SHARE}/{i}"));
+        args.push(guest.display().to_string());
+    }
+    Some(("perl".to_string(), args))
 }
 
 /// Why a staging directory could not be laid out.
@@ -144,7 +162,7 @@ pub enum ShareError {
 }
 
 #[cfg(target_os = "linux")]
-pub use linux::{can_bind, Staging};
+pub use linux::{can_bind, sweep, Staging};
 
 #[cfg(target_os = "linux")]
 mod linux {
@@ -262,16 +280,15 @@ mod linux {
             };
             mount(None, dir, libc::MS_PRIVATE).map_err(io("making private", dir))?;
             for bind in binds {
-                let source = match open_path(&bind.source) {
-                    Ok(fd) => fd,
-                    Err(e) if bind.where_present && e.kind() == std::io::ErrorKind::NotFound => {
-                        continue
-                    }
-                    Err(e) => return Err(io("opening", &bind.source)(e)),
-                };
+                let source = open_path(&bind.source).map_err(io("opening", &bind.source))?;
                 let is_dir = source.1;
                 let target = dir.join(&bind.target);
                 if std::fs::symlink_metadata(&target).is_err() {
+                    // A mount point the guest would have had made (in a shared directory of
+                    // the user's, as BoxLite's container runtime makes it), or `others`.
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
+                    }
                     if is_dir {
                         std::fs::create_dir(&target).map_err(io("creating", &target))?;
                     } else {
@@ -317,6 +334,29 @@ mod linux {
             // Detaching the directory's own bind takes every bind made in it along.
             if let Err(e) = detach(&self.dir) {
                 tracing::warn!("boxlite: taking down {}: {e}", self.dir.display());
+            }
+        }
+    }
+
+    /// Takes down every staging directory in `dir` (`<state>/boxlite-share`) that a daemon
+    /// left (it died while a box booted), warning about any it cannot.
+    pub fn sweep(dir: &Path) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                if let Err(e) = clear(&path).and_then(|()| {
+                    std::fs::remove_dir(&path).map_err(|source| ShareError::Io {
+                        dir: path.clone(),
+                        what: "removing",
+                        path: path.clone(),
+                        source,
+                    })
+                }) {
+                    tracing::warn!("{e}");
+                }
             }
         }
     }
@@ -368,10 +408,15 @@ mod linux {
                 let _ = detach(&m);
             }
         }
-        let entries = std::fs::read_dir(dir).map_err(|source| ShareError::Io {
+        remove_mount_points(dir, dir, true)
+    }
+
+    /// Removes the empty mount points in `at` (and in its `others`, when `top`).
+    fn remove_mount_points(dir: &Path, at: &Path, top: bool) -> Result<(), ShareError> {
+        let entries = std::fs::read_dir(at).map_err(|source| ShareError::Io {
             dir: dir.to_path_buf(),
             what: "reading",
-            path: dir.to_path_buf(),
+            path: at.to_path_buf(),
             source,
         })?;
         for entry in entries.flatten() {
@@ -381,6 +426,9 @@ mod linux {
                 path: path.clone(),
             };
             let meta = std::fs::symlink_metadata(&path).map_err(|_| leftover())?;
+            if top && meta.is_dir() && entry.file_name() == super::OTHERS {
+                remove_mount_points(dir, &path, false)?;
+            }
             let removed = if meta.is_dir() {
                 std::fs::remove_dir(&path)
             } else if meta.is_file() && meta.len() == 0 {
@@ -411,18 +459,20 @@ mod tests {
         }
     }
 
-    /// What a read-only mount hides inside a writable one in the guest is bound read-only in
-    /// the writable one's staging copy: the guest reaches the whole share.
+    /// The working directory's mount is `main`, with what lies in it bound inside it; every
+    /// other root is in `others`, linked at its guest path by the entry.
     #[test]
-    fn hidden_paths_are_read_only_in_the_writable_parts_copy() {
+    fn the_guest_view_is_composed_on_the_host() {
         let mounts = [
             m("/w/task", "/w/task", false),
             m("/w/repo/.git", "/w/repo/.git", true),
             m("/state/box/pointer", "/w/task/.git", true),
             m("/state/box/git", "/state/box/git", false),
         ];
-        let seen: Vec<(String, String, bool)> = host_binds(&mounts)
-            .into_iter()
+        let l = layout(&mounts, Path::new("/w/task"));
+        let seen: Vec<(String, String, bool)> = l
+            .binds
+            .iter()
             .map(|b| {
                 (
                     b.source.display().to_string(),
@@ -435,33 +485,30 @@ mod tests {
         assert_eq!(
             seen,
             [
-                s("/w/task", "0", false),
-                s("/w/repo/.git", "1", true),
-                s("/state/box/pointer", "2", true),
-                s("/state/box/git", "3", false),
-                // The host's own pointer, under the box's.
-                s("/w/task/.git", "0/.git", true),
+                s("/w/task", "main", false),
+                s("/w/repo/.git", "others/1", true),
+                // The box's pointer over the worktree's own: the guest sees it there.
+                s("/state/box/pointer", "main/.git", true),
+                s("/state/box/git", "others/3", false),
             ]
         );
-    }
-
-    #[test]
-    fn the_entry_binds_each_part_on_its_guest_path_in_order() {
-        let mounts = [m("/w", "/w", false), m("/w/.git", "/w/.git", true)];
-        let (program, args) = entry(&mounts);
+        assert_eq!(l.main, (PathBuf::from("/w/task"), false));
+        let (program, args) = entry(&l).unwrap();
         assert_eq!(program, "perl");
         assert_eq!(
             &args[2..],
             [
-                MOUNT_SYSCALL.to_string().as_str(),
-                "/run/sandbox-share/0",
-                "/w",
-                "rw",
                 "/run/sandbox-share/1",
-                "/w/.git",
-                "ro"
+                "/w/repo/.git",
+                "/run/sandbox-share/3",
+                "/state/box/git"
             ]
         );
+        // A main worktree: one share, no entry.
+        let main = [m("/r", "/r", false), m("/r/.git", "/r/.git", true)];
+        let l = layout(&main, Path::new("/r"));
+        assert!(entry(&l).is_none());
+        assert_eq!(l.binds[1].target, Path::new("main/.git"));
     }
 
     /// Real binds (as root, or wherever this process may mount): a read-only part refuses
@@ -486,25 +533,36 @@ mod tests {
         std::fs::create_dir_all(&common).unwrap();
         std::fs::write(common.join("config"), "x").unwrap();
         std::fs::write(tree.join(".git/config"), "y").unwrap();
+        let elsewhere = root.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join("config"), "e").unwrap();
         let mounts = [
             m(tree.to_str().unwrap(), "/g/tree", false),
+            m(elsewhere.to_str().unwrap(), "/g/elsewhere", true),
             m(common.to_str().unwrap(), "/g/tree/.git", true),
         ];
         let dir = root.join("staging");
-        let staging = Staging::new(&dir, &host_binds(&mounts)).unwrap();
-        std::fs::write(dir.join("0/file"), "w").unwrap();
+        let binds = layout(&mounts, Path::new("/g/tree")).binds;
+        let staging = Staging::new(&dir, &binds).unwrap();
+        std::fs::write(dir.join("main/file"), "w").unwrap();
         assert_eq!(std::fs::read(tree.join("file")).unwrap(), b"w");
-        let refused = std::fs::write(dir.join("1/config"), "z").unwrap_err();
+        let refused = std::fs::write(dir.join("others/1/config"), "z").unwrap_err();
         assert_eq!(refused.raw_os_error(), Some(libc::EROFS), "{refused}");
-        let hidden = std::fs::write(dir.join("0/.git/config"), "z").unwrap_err();
-        assert_eq!(hidden.raw_os_error(), Some(libc::EROFS), "{hidden}");
+        // What the guest sees at .git is the common dir, read-only, and the tree's own .git
+        // is out of reach.
+        assert_eq!(std::fs::read(dir.join("main/.git/config")).unwrap(), b"x");
+        let covered = std::fs::write(dir.join("main/.git/config"), "z").unwrap_err();
+        assert_eq!(covered.raw_os_error(), Some(libc::EROFS), "{covered}");
         // Nothing of the staging's shows in the user's tree.
-        std::fs::write(tree.join(".git/config"), "mine").unwrap();
+        assert_eq!(std::fs::read(tree.join(".git/config")).unwrap(), b"y");
         drop(staging);
-        assert!(std::fs::read_dir(dir.join("0")).unwrap().next().is_none());
+        assert!(std::fs::read_dir(dir.join("main"))
+            .unwrap()
+            .next()
+            .is_none());
         // Laid out again over what was left.
-        let again = Staging::new(&dir, &host_binds(&mounts)).unwrap();
-        assert_eq!(std::fs::read(dir.join("1/config")).unwrap(), b"x");
+        let again = Staging::new(&dir, &binds).unwrap();
+        assert_eq!(std::fs::read(dir.join("others/1/config")).unwrap(), b"e");
         drop(again);
     }
 }

@@ -85,8 +85,8 @@ pub struct BoxSpec {
     pub memory_mib: Option<u32>,
     pub disk_size_gb: Option<u64>,
     pub mounts: Vec<Mount>,
-    /// The staging directory that carries every mount through one share
-    /// ([`crate::share`]); `None`: a share per mount.
+    /// The staging directory in which the mounts are composed and shared through one or two
+    /// devices ([`crate::share`]); `None`: a share per mount.
     pub share: Option<PathBuf>,
     /// Empty: the network is open (the product's default, as for every backend).
     pub allow_net: Vec<NetTarget>,

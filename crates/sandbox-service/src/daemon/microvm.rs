@@ -151,7 +151,7 @@ pub(super) fn prepare_error(name: &str, e: &sandbox_boxlite::PrepareError) -> Rp
         E::ReachesHome { .. } => denied(format!("box {name}: {e}")),
         E::KeptOther { .. } => RpcError::new(ErrorCode::BoxExists, e.to_string()),
         E::Engine(e) => engine_error(e),
-        E::KeptUnreadable(_) | E::Share(_) => unavailable(format!("box {name}: {e}")),
+        E::KeptUnreadable(_) => unavailable(format!("box {name}: {e}")),
         E::StateDir { .. } | E::NoRequest | E::NoRuntime(_) => {
             RpcError::new(ErrorCode::Internal, format!("box {name}: {e}"))
         }
