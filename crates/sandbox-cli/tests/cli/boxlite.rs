@@ -610,3 +610,60 @@ echo root-tried"#,
     );
     assert_eq!(bytes.stdout, all, "every byte value, unchanged");
 }
+
+/// `sandbox exec`'s three steps in a booted box: the probe fails, the provisioning runs, the
+/// probe passes, then the command runs; the next exec in the same box (its disk kept) finds
+/// the probe passing and provisions nothing.
+#[test]
+fn exec_probes_provisions_and_runs_the_command_in_a_box() {
+    let kvm = bootable();
+    if !kvm.bootable {
+        sandbox_testkit::skip(
+            "guest-boot",
+            format_args!(
+                "probe, provision and command in a booted box: {}",
+                kvm.detail
+            ),
+        );
+        return;
+    }
+    let env = Env::new();
+    let rootfs = image(&env);
+    let work = env.path().join("steps");
+    std::fs::create_dir(&work).unwrap();
+    let exec = || {
+        env.cmd()
+            .current_dir(&work)
+            .args(["exec", "--backend", "boxlite", "--box", "steps", "--rootfs"])
+            .arg(&rootfs)
+            .args([
+                "--block-net",
+                "--probe",
+                "test -f /var/tmp/provisioned",
+                "--provision",
+                "touch /var/tmp/provisioned",
+                "--",
+                "sh",
+                "-c",
+                "echo command-ran",
+            ])
+            .output()
+            .unwrap()
+    };
+    let first = exec();
+    let second = exec();
+    let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
+    if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
+        let _ = c.call(&req("shutdown", json!({})));
+    }
+    for (out, provisioned) in [(&first, true), (&second, false)] {
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "command-ran\n",
+            "{stderr}"
+        );
+        assert_eq!(stderr.contains("provisioning"), provisioned, "{stderr}");
+    }
+}
