@@ -61,7 +61,7 @@ tasks:
                  the user as systemd does, --pids/--memory/--cpus and the groups' removal
                  as root and as the user in a scope of its own (--limits: only that, one
                  boot; --no-limits: without it)
-  guest-boxlite [--only PART]... [--shell SCRIPT]...
+  guest-boxlite [--only PART]... [--cli-filter 'boxlite::NAME...'] [--shell SCRIPT]...
                  boot Debian 12 backports' 6.12 under QEMU (TCG, -cpu max) with nested KVM
                  and run the BoxLite tests that need a booted box inside it (parts: probe,
                  doctor, engine, cli, bench; needs boxlite-runtime and box-image first)

@@ -82,6 +82,7 @@ fn main() {
             memory_mib: Some(512),
             disk_size_gb: None,
             mounts: vec![],
+            share: None,
             allow_net: vec![],
             block_net: true,
             env: Default::default(),

@@ -27,7 +27,8 @@ use sandbox_policy::{Grant, GrantReason, NetPolicy, Policy};
 use crate::engine::{Engine, EngineOptions};
 use crate::error::{BoxliteError, PrepareError};
 use crate::request::{self, BOX_GIT_DIR, COMMITS_FROM_BOXES};
-use crate::session::{BoxSession, Commits};
+use crate::session::{BoxSession, BoxShare, Commits};
+use crate::share;
 use crate::spec::{BoxSpec, ImageSource};
 
 /// The daemon's one BoxLite runtime, opened on first use and shared by every box (and shut
@@ -174,7 +175,13 @@ impl BoxliteBackend {
         // the one its mounts name.
         let state_dir = self.options.state_dir();
         let commit_root = state_dir.join(BOX_GIT_DIR).join(&vm.name);
-        if COMMITS_FROM_BOXES {
+        // The view composed on the host where this daemon may make the staging directory's
+        // binds (docs/boxlite.md, "Few shares per box"); else a share per mount, and read-only
+        // git (the commit mounts would not fit).
+        let share_dir = share::staging_dir(&state_dir, &vm.name);
+        let one_share = one_share_here(&state_dir.join(share::SHARE_DIR));
+        let commits = COMMITS_FROM_BOXES && one_share;
+        if commits {
             let dir = state_dir.join(BOX_GIT_DIR);
             std::fs::create_dir_all(&dir)
                 .map_err(|source| failed(PrepareError::StateDir { dir, source }))?;
@@ -183,7 +190,8 @@ impl BoxliteBackend {
             vm,
             workdir,
             block_net,
-            COMMITS_FROM_BOXES.then_some(commit_root.as_path()),
+            commits.then_some(commit_root.as_path()),
+            one_share.then_some(share_dir.as_path()),
         )
         .map_err(failed)?;
         // The mounts are grants: none may reach the user's configuration, the remembered
@@ -210,6 +218,7 @@ impl BoxliteBackend {
                 home: home.to_path_buf(),
             }));
         }
+        let box_share = plan(&spec);
         // The engine's calls are async: driven on the daemon's runtime from this blocking
         // thread (its `box.create` prepares in `spawn_blocking`).
         let runtime = tokio::runtime::Handle::try_current()
@@ -248,9 +257,46 @@ impl BoxliteBackend {
             litebox,
             enforcement,
             commits,
+            box_share,
             !new_in_boxlite,
         ))
     }
+}
+
+/// Whether this daemon's boxes get their view composed on the host: on Linux, where it may
+/// make bind mounts
+/// (tried once, in `dir`). Not on macOS (no bind mounts; Apple Silicon's VMs have interrupts
+/// for every device).
+fn one_share_here(dir: &Path) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        static CAN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *CAN.get_or_init(|| {
+            let can = std::fs::create_dir_all(dir).is_ok() && share::can_bind(dir);
+            if can {
+                // Binds a daemon left when it died booting a box: taken down now, so nothing
+                // removing the state directory later reaches a worktree through them.
+                share::sweep(dir);
+            }
+            can
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = dir;
+        false
+    }
+}
+
+/// What the box's boots lay out, when its view is composed on the host.
+fn plan(spec: &BoxSpec) -> Option<BoxShare> {
+    let dir = spec.share.as_ref()?;
+    let layout = share::layout(&spec.mounts, &crate::engine::workdir_of(spec));
+    Some(BoxShare {
+        dir: dir.clone(),
+        entry: share::entry(&layout),
+        binds: layout.binds,
+    })
 }
 
 /// Runs `f` as the named step `name`, reporting its end (done with its time, or failed with

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use boxlite::{BoxCommand, BoxOptions, BoxliteOptions, BoxliteRuntime, LiteBox};
 
-use crate::error::{BoxliteError, FileProblems, LogPaths};
+use crate::error::{BoxliteError, Devices, FileProblems, LogPaths};
 use crate::runtime_files::{self, RuntimeLocation};
 use crate::spec::{BoxSpec, ImageSource};
 
@@ -58,6 +58,9 @@ pub struct Engine {
     runtime: BoxliteRuntime,
     options: EngineOptions,
     runtime_dir: PathBuf,
+    /// The devices each box created or found here asks for, by name (named in a start that
+    /// ran out of interrupts).
+    devices: Mutex<std::collections::HashMap<String, Devices>>,
 }
 
 /// The value of `BOXLITE_RUNTIME_DIR` this process set, if any (it is process-wide).
@@ -114,6 +117,7 @@ impl Engine {
             runtime,
             options,
             runtime_dir,
+            devices: Mutex::default(),
         })
     }
 
@@ -162,6 +166,10 @@ impl Engine {
         if let ImageSource::Layout(dir) = &spec.image {
             crate::spec::check_layout(dir)?;
         }
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(spec.name.clone(), devices(spec));
         if let Some(existing) = self
             .runtime
             .get(&spec.name)
@@ -245,8 +253,30 @@ impl Engine {
         }
         // Whether this KVM can boot guests at all, judged from the machine (not guessed from
         // the failure): only then is a failed boot the KVM's fault.
-        let kvm = crate::host::kvm_bootable(&self.options.kvm_device);
         let shim_error = shim_error_line(&logs, &shim);
+        // libkrun's own refusals to build the VM name themselves; they are not KVM's.
+        if let Some(line) = shim_error
+            .as_deref()
+            .filter(|l| l.contains("Building the microVM failed") || l.contains("IrqsExhausted"))
+        {
+            let detail = format!("{detail} (shim: {line})");
+            let logs = Box::new(logs);
+            return match self.devices_of(name) {
+                Some(devices) if line.contains("IrqsExhausted") => BoxliteError::DevicesExhausted {
+                    name: name.to_string(),
+                    devices,
+                    fit: DEVICES_THAT_FIT,
+                    detail,
+                    logs,
+                },
+                _ => BoxliteError::VmBuild {
+                    name: name.to_string(),
+                    detail,
+                    logs,
+                },
+            };
+        }
+        let kvm = crate::host::kvm_bootable(&self.options.kvm_device);
         // libkrun's words on its stderr when KVM runs the guest's first instructions but not
         // the kernel (kvm-pvm and other nested or paravirtualised KVMs).
         if !kvm.bootable {
@@ -281,6 +311,14 @@ impl Engine {
             detail,
             logs: Box::new(logs),
         }
+    }
+
+    fn devices_of(&self, name: &str) -> Option<Devices> {
+        self.devices
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .copied()
     }
 
     /// Runs a command in a started box.
@@ -466,6 +504,31 @@ fn export_runtime_dir(dir: &Path) -> Result<(), BoxliteError> {
     }
 }
 
+/// How many of a VM's virtio devices libkrun on x86_64 gives an interrupt (measured in the
+/// TCG guest with BoxLite 0.10.8: ten fit, the eleventh fails with `IrqsExhausted`).
+pub const DEVICES_THAT_FIT: usize = 10;
+
+/// The devices `spec` asks libkrun for.
+pub fn devices(spec: &BoxSpec) -> Devices {
+    Devices {
+        shares: if spec.share.is_some() {
+            let layout = crate::share::layout(&spec.mounts, &workdir_of(spec));
+            1 + usize::from(!layout.others.is_empty())
+        } else {
+            spec.mounts.len()
+        },
+        network: !spec.block_net,
+    }
+}
+
+/// The box's working directory (its first mount's guest path when it names none).
+pub fn workdir_of(spec: &BoxSpec) -> PathBuf {
+    spec.workdir
+        .clone()
+        .or_else(|| spec.mounts.first().map(|m| m.guest.clone()))
+        .unwrap_or_default()
+}
+
 /// Compiles a checked spec into BoxLite's options.
 fn compile(spec: &BoxSpec) -> BoxOptions {
     use boxlite::runtime::options::{NetworkSpec, RootfsSpec, VolumeSpec};
@@ -491,17 +554,39 @@ fn compile(spec: &BoxSpec) -> BoxOptions {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         rootfs,
-        volumes: spec
-            .mounts
-            .iter()
-            .map(|m| VolumeSpec {
-                read_only: m.read_only,
-                ..VolumeSpec::bind_mount(
-                    m.host.display().to_string(),
-                    m.guest.display().to_string(),
-                )
-            })
-            .collect(),
+        volumes: match &spec.share {
+            // The staging directory's parts ([`crate::share`]): `main` at the working
+            // directory's mount, `others` (when there are any) at the share's guest path.
+            Some(staging) => {
+                let layout = crate::share::layout(&spec.mounts, &workdir_of(spec));
+                let (guest, read_only) = layout.main.clone();
+                let mut volumes = vec![VolumeSpec {
+                    read_only,
+                    ..VolumeSpec::bind_mount(
+                        staging.join(crate::share::MAIN).display().to_string(),
+                        guest.display().to_string(),
+                    )
+                }];
+                if !layout.others.is_empty() {
+                    volumes.push(VolumeSpec::bind_mount(
+                        staging.join(crate::share::OTHERS).display().to_string(),
+                        crate::share::GUEST_SHARE,
+                    ));
+                }
+                volumes
+            }
+            None => spec
+                .mounts
+                .iter()
+                .map(|m| VolumeSpec {
+                    read_only: m.read_only,
+                    ..VolumeSpec::bind_mount(
+                        m.host.display().to_string(),
+                        m.guest.display().to_string(),
+                    )
+                })
+                .collect(),
+        },
         network,
         // Kept after it stops, so a named box is reused with what was installed in it; stopped
         // with the daemon that runs it (not detached), so no VM outlives its owner.

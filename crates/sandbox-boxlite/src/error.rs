@@ -130,6 +130,27 @@ pub enum BoxliteError {
         after: Duration,
         logs: Box<LogPaths>,
     },
+    /// libkrun ran out of interrupts for the box's devices (x86_64: one per virtio-mmio
+    /// device, from a small fixed range).
+    #[error(
+        "boxlite: box {name}: libkrun could not build the VM: no interrupt left for a device \
+         ({detail}); the box asked for {devices}, and libkrun on x86_64 has interrupts for \
+         {fit} of a VM's devices; give it fewer mounts, or block the network; {logs}"
+    )]
+    DevicesExhausted {
+        name: String,
+        devices: Devices,
+        fit: usize,
+        detail: String,
+        logs: Box<LogPaths>,
+    },
+    /// libkrun refused to build the VM for another reason of its own (not KVM's).
+    #[error("boxlite: box {name}: libkrun could not build the VM: {detail}; {logs}")]
+    VmBuild {
+        name: String,
+        detail: String,
+        logs: Box<LogPaths>,
+    },
     #[error("boxlite: box {name}: {what}: {detail}; {logs}")]
     Engine {
         name: String,
@@ -139,6 +160,38 @@ pub enum BoxliteError {
     },
     #[error("boxlite: {what}: {detail}")]
     Runtime { what: &'static str, detail: String },
+}
+
+/// The virtio devices a box asks libkrun for: BoxLite's own, a virtio-fs device per share,
+/// and the network's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Devices {
+    pub shares: usize,
+    pub network: bool,
+}
+
+impl Devices {
+    /// BoxLite 0.10.8's own: its shared directory, two disks, vsock, the console, entropy and
+    /// the memory balloon.
+    pub const BOXLITES: usize = 7;
+
+    pub fn total(&self) -> usize {
+        Self::BOXLITES + self.shares + usize::from(self.network)
+    }
+}
+
+impl std::fmt::Display for Devices {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} virtio devices (BoxLite's {}, {} share{}{})",
+            self.total(),
+            Self::BOXLITES,
+            self.shares,
+            if self.shares == 1 { "" } else { "s" },
+            if self.network { ", the network" } else { "" }
+        )
+    }
 }
 
 fn humanize(d: Duration) -> String {
@@ -154,6 +207,8 @@ impl BoxliteError {
             | BoxliteError::KvmCannotBoot { logs, .. }
             | BoxliteError::ImageMissing { logs, .. }
             | BoxliteError::GuestNotReady { logs, .. }
+            | BoxliteError::DevicesExhausted { logs, .. }
+            | BoxliteError::VmBuild { logs, .. }
             | BoxliteError::Engine { logs, .. } => Some(logs),
             _ => None,
         }
@@ -173,6 +228,8 @@ impl BoxliteError {
             BoxliteError::KvmCannotBoot { .. } => "kvmCannotBoot",
             BoxliteError::ImageMissing { .. } => "imageMissing",
             BoxliteError::GuestNotReady { .. } => "guestNotReady",
+            BoxliteError::DevicesExhausted { .. } => "devicesExhausted",
+            BoxliteError::VmBuild { .. } => "vmBuild",
             BoxliteError::Engine { .. } | BoxliteError::Runtime { .. } => "engine",
         }
     }

@@ -204,6 +204,7 @@ pub fn probe_boot(
             memory_mib: Some(256),
             disk_size_gb: None,
             mounts: vec![],
+            share: None,
             allow_net: vec![],
             block_net: true,
             env: Default::default(),

@@ -9,6 +9,8 @@
 //! - [`host`]: whether this host can boot guests (KVM device, then a real boot);
 //! - [`request`]: a VM box as asked for (`sandbox_host::seam::VmRequest`) checked and
 //!   compiled into a [`BoxSpec`], the git rules applied;
+//! - [`share`]: a box's view composed on the host out of bind mounts and shared through one
+//!   or two devices, as libkrun on x86_64 has interrupts for few;
 //! - [`error`]: every failure, with the box's log paths;
 //! - `engine` (cargo feature `boxlite`): the one BoxLite runtime of a home and its boxes;
 //! - `backend` (cargo feature `boxlite`): the registry's provider and the backend whose
@@ -26,6 +28,7 @@ pub mod layout;
 pub mod relay;
 pub mod request;
 pub mod runtime_files;
+pub mod share;
 pub mod spec;
 
 #[cfg(feature = "boxlite")]

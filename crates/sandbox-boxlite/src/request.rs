@@ -15,20 +15,20 @@ use crate::git::{check_against_git, commit_mounts, git_mounts, order_for_guest, 
 use crate::spec::{self, BoxSpec, Mount, NetTarget};
 
 /// Whether a linked worktree's box gets the commit mounts (docs/boxlite.md, "Commits from a
-/// box"). Off for now: BoxLite 0.10.8 gives each mount a device of its own, and the fourth
-/// mount (the box's git directory) exhausts libkrun's interrupts even without the network —
-/// `RegisterVsockDevice(IrqsExhausted)`, measured in a booted box in the TCG guest — so such
-/// a box never boots. On again once one share can carry several mounts.
-pub const COMMITS_FROM_BOXES: bool = false;
+/// box"). They take four mounts, and with BoxLite 0.10.8 giving each its own device the
+/// fourth exhausts libkrun's interrupts even without the network
+/// (`RegisterVsockDevice(IrqsExhausted)`, measured booted): so they come only where the
+/// box's view is composed on the host ([`crate::share`]), where the daemon can make binds.
+pub const COMMITS_FROM_BOXES: bool = true;
 
 /// Below the state directory: the boxes' git directories (`<this>/<box name>`), where a box's
 /// commits come back through generations of the common dir
 /// (`sandbox_git::quarantine::generation`).
 pub const BOX_GIT_DIR: &str = "boxlite-git";
 
-/// [`box_spec_with`] for a box whose git writes do not come back.
+/// [`box_spec_with`] for a box whose git writes do not come back, a share per mount.
 pub fn box_spec(vm: &VmRequest, workdir: &Path, block_net: bool) -> Result<BoxSpec, PrepareError> {
-    box_spec_with(vm, workdir, block_net, None).map(|(spec, _)| spec)
+    box_spec_with(vm, workdir, block_net, None, None).map(|(spec, _)| spec)
 }
 
 /// The box's description checked and compiled into a [`BoxSpec`]: the workdir mounted at its
@@ -39,11 +39,15 @@ pub fn box_spec(vm: &VmRequest, workdir: &Path, block_net: bool) -> Result<BoxSp
 /// `commit_root`: for a linked worktree (without `unprotected_git`), the box's git directory
 /// on the host: its `.git` then names a generation of the common dir there, which the host
 /// reads back at the end of each busy period (`sandbox_git::quarantine::generation`).
+///
+/// `share`: the box's staging directory when its mounts are composed on the host
+/// ([`crate::share`]); `None`, a share per mount, as many as libkrun has room for.
 pub fn box_spec_with(
     vm: &VmRequest,
     workdir: &Path,
     block_net: bool,
     commit_root: Option<&Path>,
+    share: Option<&Path>,
 ) -> Result<(BoxSpec, Option<BoxGit>), PrepareError> {
     let image = spec::image_source(vm.image.as_deref(), vm.rootfs.as_deref())?;
     let sizes = spec::check_sizes(vm.cpus, vm.memory_mib, vm.disk_size_gb)?;
@@ -114,7 +118,7 @@ pub fn box_spec_with(
     if block_net && !allow_net.is_empty() {
         return Err(spec::SpecError::AllowOnBlocked.into());
     }
-    spec::check_device_budget(&mounts, block_net)?;
+    spec::check_device_budget(&mounts, block_net, share.is_some())?;
     let spec = BoxSpec {
         name: vm.name.clone(),
         image,
@@ -122,6 +126,7 @@ pub fn box_spec_with(
         memory_mib: sizes.memory_mib,
         disk_size_gb: sizes.disk_size_gb,
         mounts,
+        share: share.map(Path::to_path_buf),
         allow_net,
         block_net,
         env: vm.env.clone(),
@@ -208,6 +213,19 @@ mod tests {
             "{e}"
         );
         box_spec(&online, &main, false).unwrap();
+        // Composed on the host, a linked worktree with its commit mounts fits beside the network.
+        let staging = t.path().join("staging");
+        let (spec, git) = box_spec_with(
+            &online,
+            &task,
+            false,
+            Some(&t.path().join("box-git")),
+            Some(&staging),
+        )
+        .unwrap();
+        assert!(git.is_some());
+        assert_eq!(spec.mounts.len(), 4, "{:?}", spec.mounts);
+        assert_eq!(spec.share.as_deref(), Some(staging.as_path()));
     }
 
     fn seen(spec: &BoxSpec) -> Vec<(PathBuf, bool)> {
@@ -282,6 +300,7 @@ mod tests {
             &task,
             BLOCKED,
             Some(&root),
+            None,
         )
         .unwrap();
         let git = git.expect("a linked worktree's commits come back");
@@ -313,6 +332,7 @@ mod tests {
                 dir,
                 BLOCKED,
                 Some(&root),
+                None,
             )
             .unwrap();
             assert!(none.is_none(), "{}", dir.display());

@@ -53,6 +53,21 @@ struct Vm {
     booting: tokio::sync::Mutex<()>,
     /// The box's busy periods, and where its commits come back.
     periods: Periods,
+    /// The box's staging directory, when its view is composed on the host ([`crate::share`]).
+    share: Option<BoxShare>,
+}
+
+/// A box whose view is composed on the host: its staging directory, laid out for each boot
+/// and taken down once the shim runs (its mount namespace keeps its own copy of the binds:
+/// they are private), so a daemon that dies leaves binds behind only when it dies booting;
+/// and the entry that links the shared parts in place after each boot.
+#[derive(Debug)]
+pub struct BoxShare {
+    pub dir: std::path::PathBuf,
+    pub binds: Vec<crate::share::HostBind>,
+    /// The entry's program and arguments ([`crate::share::entry`]); `None` when every mount
+    /// is in the main share.
+    pub entry: Option<(String, Vec<String>)>,
 }
 
 /// A box's busy periods: from the first command that starts while none runs to the last one
@@ -150,6 +165,7 @@ impl BoxSession {
         litebox: LiteBox,
         enforcement: Enforcement,
         commits: Option<Commits>,
+        share: Option<BoxShare>,
         kept: bool,
     ) -> BoxSession {
         let vm_id = litebox.id().as_str().to_string();
@@ -163,6 +179,7 @@ impl BoxSession {
                 byte_exact: AtomicBool::new(false),
                 booting: tokio::sync::Mutex::new(()),
                 periods: Periods::new(commits),
+                share,
             }),
             enforcement,
             kept,
@@ -195,11 +212,20 @@ impl BoxSession {
         self.vm.booting.lock().await
     }
 
-    /// Boots the box (the caller holds [`Self::boot_lock`]), then finds out whether it runs
-    /// the byte-exact output relay.
+    /// Boots the box (the caller holds [`Self::boot_lock`]), runs its entry where its view is
+    /// composed on the host, then finds out whether it runs the byte-exact output relay.
     pub async fn boot(&self) -> Result<Booted, BoxliteError> {
         let vm = &self.vm;
-        let boot = vm.engine.start(&vm.name, &vm.litebox).await?;
+        let staged = match &vm.share {
+            Some(share) => Some(stage(vm, share)?),
+            None => None,
+        };
+        let boot = vm.engine.start(&vm.name, &vm.litebox).await;
+        drop(staged);
+        let boot = boot?;
+        if let Some(entry) = vm.share.as_ref().and_then(|s| s.entry.as_ref()) {
+            run_entry(vm, entry).await?;
+        }
         let byte_exact = relay_works(vm).await;
         vm.byte_exact.store(byte_exact, Ordering::SeqCst);
         Ok(Booted { boot, byte_exact })
@@ -236,6 +262,49 @@ impl BackendSession for BoxSession {
 
     fn runs_in_guest(&self) -> bool {
         true
+    }
+}
+
+/// Lays the box's staging directory out for a boot.
+#[cfg(target_os = "linux")]
+fn stage(vm: &Vm, share: &BoxShare) -> Result<crate::share::Staging, BoxliteError> {
+    crate::share::Staging::new(&share.dir, &share.binds).map_err(|e| BoxliteError::Engine {
+        name: vm.name.clone(),
+        what: "composing the box's view on the host",
+        detail: e.to_string(),
+        logs: Box::new(vm.engine.log_paths(Some(&vm.vm_id))),
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn stage(_: &Vm, _: &BoxShare) -> Result<(), BoxliteError> {
+    Ok(())
+}
+
+/// Runs the box's entry as root (whatever the image's user): a link at each guest path to its
+/// part of the share. A box whose entry fails runs nothing: its mounts would not be where the
+/// policy put them.
+async fn run_entry(vm: &Vm, (program, args): &(String, Vec<String>)) -> Result<(), BoxliteError> {
+    let failed = |detail: String| BoxliteError::Engine {
+        name: vm.name.clone(),
+        what: "placing the box's mounts in the guest (its entry)",
+        detail,
+        logs: Box::new(vm.engine.log_paths(Some(&vm.vm_id))),
+    };
+    let command = BoxCommand::new(program.clone())
+        .args(args.clone())
+        .user("0:0");
+    let mut execution = vm.engine.exec(&vm.name, &vm.litebox, command).await?;
+    let mut said = String::new();
+    if let Some(mut stderr) = execution.stderr() {
+        while let Some(piece) = stderr.next().await {
+            said.push_str(&piece);
+        }
+    }
+    match execution.wait().await {
+        Ok(r) if r.exit_code == 0 => Ok(()),
+        Ok(r) => Err(failed(format!("exit {}: {}", r.exit_code, said.trim()))),
+        Err(e) => Err(failed(e.to_string())),
     }
 }
 

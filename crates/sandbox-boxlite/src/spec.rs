@@ -85,6 +85,9 @@ pub struct BoxSpec {
     pub memory_mib: Option<u32>,
     pub disk_size_gb: Option<u64>,
     pub mounts: Vec<Mount>,
+    /// The staging directory in which the mounts are composed and shared through one or two
+    /// devices ([`crate::share`]); `None`: a share per mount.
+    pub share: Option<PathBuf>,
     /// Empty: the network is open (the product's default, as for every backend).
     pub allow_net: Vec<NetTarget>,
     /// No network at all (no interface in the guest).
@@ -148,9 +151,14 @@ pub enum SpecError {
 /// boot (`cargo xtask guest-boxlite`). Without a network there is room for more.
 pub const MAX_MOUNTS_WITH_NETWORK: usize = 2;
 
-/// Refuses a box that would not start: more mounts than fit beside the network device.
-pub fn check_device_budget(mounts: &[Mount], block_net: bool) -> Result<(), SpecError> {
-    if block_net || mounts.len() <= MAX_MOUNTS_WITH_NETWORK {
+/// Refuses a box that would not start: more mounts than fit beside the network device, each
+/// its own share (`one_share`: all of them through one).
+pub fn check_device_budget(
+    mounts: &[Mount],
+    block_net: bool,
+    one_share: bool,
+) -> Result<(), SpecError> {
+    if one_share || block_net || mounts.len() <= MAX_MOUNTS_WITH_NETWORK {
         return Ok(());
     }
     Err(SpecError::TooManyMounts {
@@ -382,10 +390,11 @@ mod tests {
             read_only: true,
         };
         let two = [m("/a"), m("/b")];
-        check_device_budget(&two, false).unwrap();
+        check_device_budget(&two, false, false).unwrap();
         let three = [m("/a"), m("/b"), m("/c")];
-        check_device_budget(&three, true).unwrap();
-        let err = check_device_budget(&three, false).unwrap_err();
+        check_device_budget(&three, true, false).unwrap();
+        check_device_budget(&three, false, true).unwrap();
+        let err = check_device_budget(&three, false, false).unwrap_err();
         let text = err.to_string();
         assert!(text.contains("3 mounts (/a, /b, /c)"), "{text}");
         assert!(text.contains("--block-net"), "{text}");

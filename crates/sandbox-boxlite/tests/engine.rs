@@ -56,6 +56,7 @@ fn spec(name: &str, image: ImageSource) -> BoxSpec {
         memory_mib: Some(512),
         disk_size_gb: None,
         mounts: vec![],
+        share: None,
         allow_net: vec![],
         block_net: true,
         env: Default::default(),
@@ -309,8 +310,8 @@ async fn each_start_failure_is_specific_and_names_the_logs() {
 }
 
 /// A box the shim cannot build (more devices than libkrun has interrupts for: eight shares
-/// and the network) fails with the shim's own words, not a guess about KVM, on a machine
-/// whose KVM boots guests.
+/// and the network) fails as `devicesExhausted` with the shim's own words and the device
+/// count, not a guess about KVM, on a machine whose KVM boots guests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_start_the_shim_refuses_reports_the_shims_error() {
     let kvm = bootable();
@@ -338,9 +339,11 @@ async fn a_start_the_shim_refuses_reports_the_shims_error() {
     let (b, _) = engine.create(&s).await.unwrap();
     let err = engine.start("crowded", &b).await.unwrap_err();
     let text = err.to_string();
-    assert_eq!(err.reason(), "engine", "{text}");
+    assert_eq!(err.reason(), "devicesExhausted", "{text}");
     assert!(!text.contains("cannot boot"), "no KVM guess: {text}");
     assert!(text.contains("shim:"), "the shim's line: {text}");
     assert!(text.contains("Irqs"), "the shim's reason: {text}");
+    // BoxLite's seven, eight shares, the network.
+    assert!(text.contains("16 virtio devices"), "the count: {text}");
     let _ = engine.remove("crowded").await;
 }

@@ -66,6 +66,9 @@ struct Options {
     only: Vec<String>,
     /// A script run as root after the parts (for investigating a failure).
     shell: Vec<String>,
+    /// The `cli` part's tests: those whose names contain one of these words (default
+    /// `boxlite::`, all).
+    cli_filter: String,
 }
 
 const PARTS: &[&str] = &["probe", "doctor", "engine", "cli", "bench"];
@@ -74,6 +77,7 @@ fn parse(args: &[String]) -> Result<Options> {
     let mut options = Options {
         only: Vec::new(),
         shell: Vec::new(),
+        cli_filter: "boxlite::".to_string(),
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -87,12 +91,26 @@ fn parse(args: &[String]) -> Result<Options> {
                 );
                 options.only.push(part.clone());
             }
+            "--cli-filter" => {
+                let filter = rest.next().context("--cli-filter needs a test name")?;
+                ensure!(
+                    filter.split(' ').all(|name| {
+                        name.starts_with("boxlite::")
+                            && name
+                                .bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b"_:".contains(&b))
+                    }),
+                    "--cli-filter {filter}: test names (or parts of them) below boxlite::, \
+                     separated by spaces"
+                );
+                options.cli_filter = filter.clone();
+            }
             "--shell" => options
                 .shell
                 .push(rest.next().context("--shell needs a script")?.clone()),
             other => bail!(
                 "unknown argument {other}; usage: cargo xtask guest-boxlite [--only PART]... \
-                 [--shell SCRIPT]... (parts: {})",
+                 [--cli-filter 'boxlite::NAME...'] [--shell SCRIPT]... (parts: {})",
                 PARTS.join(", ")
             ),
         }
@@ -299,7 +317,7 @@ pub fn run(args: &[String]) -> Result<bool> {
             "probe" => probe(&mut guest, &bins, &env),
             "doctor" => doctor(&mut guest, &bins, &env),
             "engine" => tests(&mut guest, "engine", &bins.engine, "", &env),
-            "cli" => tests(&mut guest, "cli", &bins.cli, "boxlite::", &env),
+            "cli" => tests(&mut guest, "cli", &bins.cli, &options.cli_filter, &env),
             _ => bench(&mut guest, &bins, &env).map(|(part, json)| {
                 bench_json = json;
                 part

@@ -71,6 +71,14 @@ pub fn run(args: ServeArgs, ctx: &Context) -> anyhow::Result<i32> {
     // Every process is reaped by now, so nothing writes here any more: a daemon that was
     // SIGKILLed leaves no box TMPDIR behind.
     drop(tmp_root);
+    // Nor the binds of a box it was booting (`sandbox_boxlite::share`): nothing that removes
+    // the state directory later may reach a worktree through them.
+    #[cfg(target_os = "linux")]
+    sandbox_boxlite::share::sweep(
+        &crate::session::backend_options(ctx, None)
+            .state_dir()
+            .join(sandbox_boxlite::share::SHARE_DIR),
+    );
     Ok(code)
 }
 
