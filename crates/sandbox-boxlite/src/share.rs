@@ -215,6 +215,74 @@ mod linux {
         }
     }
 
+    /// `rel` below the directory `root`, every component opened `O_NOFOLLOW` from the one
+    /// before (a link anywhere on the way is refused, never followed: the worktree is the
+    /// box's to write, and a link it planted must not send a bind elsewhere on the host);
+    /// with `make`, a missing component is made, a directory or (last, `Some(false)`) an
+    /// empty file. Opened `O_PATH`; whether it is a directory.
+    fn open_beneath(
+        root: &Path,
+        rel: &Path,
+        make: Option<bool>,
+    ) -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
+        use nix::errno::Errno;
+        use nix::fcntl::{openat, OFlag};
+        use nix::sys::stat::{mkdirat, Mode};
+        use std::os::fd::AsRawFd as _;
+        let path_flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let (mut at, _) = open_path(root)?;
+        let parts: Vec<_> = rel.components().collect();
+        for (i, part) in parts.iter().enumerate() {
+            let std::path::Component::Normal(name) = part else {
+                return Err(std::io::Error::other(format!(
+                    "{}: not beneath",
+                    rel.display()
+                )));
+            };
+            let last = i + 1 == parts.len();
+            let flags = if last {
+                path_flags
+            } else {
+                path_flags | OFlag::O_DIRECTORY
+            };
+            let opened = match openat(Some(at.as_raw_fd()), *name, flags, Mode::empty()) {
+                Err(Errno::ENOENT) if make.is_some() => {
+                    if !last || make == Some(true) {
+                        mkdirat(Some(at.as_raw_fd()), *name, Mode::from_bits_truncate(0o755))?;
+                    } else {
+                        let made = openat(
+                            Some(at.as_raw_fd()),
+                            *name,
+                            OFlag::O_WRONLY
+                                | OFlag::O_CREAT
+                                | OFlag::O_EXCL
+                                | OFlag::O_NOFOLLOW
+                                | OFlag::O_CLOEXEC,
+                            Mode::from_bits_truncate(0o644),
+                        )?;
+                        drop(owned(made));
+                    }
+                    openat(Some(at.as_raw_fd()), *name, flags, Mode::empty())?
+                }
+                // A link where a directory was to be: ENOTDIR with O_DIRECTORY.
+                other => other?,
+            };
+            at = owned(opened);
+        }
+        let st = nix::sys::stat::fstat(at.as_raw_fd()).map_err(std::io::Error::from)?;
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK => Err(std::io::Error::from_raw_os_error(libc::ELOOP)),
+            kind => Ok((at, kind == libc::S_IFDIR)),
+        }
+    }
+
+    /// A descriptor `openat` just returned, owned (closed when dropped).
+    fn owned(fd: std::os::fd::RawFd) -> std::os::fd::OwnedFd {
+        use std::os::fd::FromRawFd as _;
+        // SAFETY: `fd` was just returned open by openat(2) and nothing else holds it.
+        unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }
+    }
+
     /// The magic link that names what a descriptor holds.
     fn fd_path(fd: &impl std::os::fd::AsRawFd) -> PathBuf {
         PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
@@ -279,26 +347,26 @@ mod linux {
                 dir: dir.to_path_buf(),
             };
             mount(None, dir, libc::MS_PRIVATE).map_err(io("making private", dir))?;
+            // The first bind is the worktree's (`main`): what lies in it is opened beneath it.
+            let tree = binds.first().map(|b| b.source.clone());
             for bind in binds {
-                let source = open_path(&bind.source).map_err(io("opening", &bind.source))?;
+                let inside = tree
+                    .as_deref()
+                    .filter(|t| *t != bind.source)
+                    .and_then(|t| bind.source.strip_prefix(t).ok().map(|rel| (t, rel)));
+                let source = match inside {
+                    Some((tree, rel)) => open_beneath(tree, rel, None),
+                    None => open_path(&bind.source),
+                }
+                .map_err(io("opening", &bind.source))?;
                 let is_dir = source.1;
                 let target = dir.join(&bind.target);
-                if std::fs::symlink_metadata(&target).is_err() {
-                    // A mount point the guest would have had made (in a shared directory of
-                    // the user's, as BoxLite's container runtime makes it), or `others`.
-                    if let Some(parent) = target.parent() {
-                        std::fs::create_dir_all(parent).map_err(io("creating", parent))?;
-                    }
-                    if is_dir {
-                        std::fs::create_dir(&target).map_err(io("creating", &target))?;
-                    } else {
-                        std::fs::File::create(&target).map_err(io("creating", &target))?;
-                    }
-                }
-                // The target may lie in a writable part (what a read-only part hides): held
-                // by a descriptor that is no link, so a link planted there cannot send the
-                // bind elsewhere on the host.
-                let held = open_path(&target).map_err(io("opening", &target))?;
+                // A mount point the guest would have had made (in a shared directory of the
+                // user's, as BoxLite's container runtime makes it), or `others`; the target
+                // may lie in a writable part (what a read-only part hides), so it is reached
+                // and held as the source is, and the bind cannot land elsewhere on the host.
+                let held = open_beneath(dir, &bind.target, Some(is_dir))
+                    .map_err(io("opening", &target))?;
                 let at = fd_path(&held.0);
                 let flags = if is_dir && !bind.read_only {
                     libc::MS_BIND | libc::MS_REC
@@ -308,7 +376,8 @@ mod linux {
                 };
                 mount(Some(&fd_path(&source.0)), &at, flags).map_err(io("binding", &target))?;
                 // The new mount, held the same way (a link swapped in meanwhile is refused).
-                let held_top = open_path(&target).map_err(io("opening", &target))?;
+                let held_top =
+                    open_beneath(dir, &bind.target, None).map_err(io("opening", &target))?;
                 let top = fd_path(&held_top.0);
                 mount(None, &top, libc::MS_PRIVATE | libc::MS_REC)
                     .map_err(io("making private", &target))?;
@@ -564,5 +633,45 @@ mod tests {
         let again = Staging::new(&dir, &binds).unwrap();
         assert_eq!(std::fs::read(dir.join("others/1/config")).unwrap(), b"e");
         drop(again);
+    }
+
+    /// A link the box planted in its worktree where a bind inside it goes (the tree's
+    /// `core.hooksPath`, `.husky/_`, with `.husky` made a link to a directory of the host's)
+    /// is refused: the box is not started, and nothing is made or mounted where the link
+    /// points.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_link_planted_in_the_tree_sends_no_bind_elsewhere() {
+        let t = tempfile::tempdir().unwrap();
+        if !can_bind(t.path()) {
+            sandbox_testkit::skip(
+                "bind-mounts",
+                "this process may not make bind mounts (not root)",
+            );
+            return;
+        }
+        let root = t.path().canonicalize().unwrap();
+        let tree = root.join("tree");
+        let host = root.join("host-only");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::create_dir_all(host.join("_")).unwrap();
+        std::fs::write(host.join("_/secret"), "s").unwrap();
+        std::os::unix::fs::symlink(&host, tree.join(".husky")).unwrap();
+        let hooks = tree.join(".husky/_");
+        let mounts = [
+            m(tree.to_str().unwrap(), "/g/tree", false),
+            m(hooks.to_str().unwrap(), "/g/tree/.husky/_", true),
+        ];
+        let binds = layout(&mounts, Path::new("/g/tree")).binds;
+        let dir = root.join("staging");
+        let refused = Staging::new(&dir, &binds).unwrap_err().to_string();
+        assert!(refused.contains(".husky"), "{refused}");
+        // The control: the same paths resolved the usual way reach the host's directory.
+        assert_eq!(std::fs::read(hooks.join("secret")).unwrap(), b"s");
+        // Nothing was mounted over the host's directory, nothing is left mounted.
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mountinfo.contains(host.to_str().unwrap()), "{mountinfo}");
+        assert!(!mountinfo.contains(dir.to_str().unwrap()), "{mountinfo}");
+        assert_eq!(std::fs::read_dir(&host).unwrap().count(), 1);
     }
 }
