@@ -207,11 +207,16 @@ mod linux {
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(path)?;
-        let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&file))
+        not_a_link(file.into())
+    }
+
+    /// `fd` and whether it is a directory; a link (opened `O_PATH | O_NOFOLLOW`) is refused.
+    fn not_a_link(fd: std::os::fd::OwnedFd) -> std::io::Result<(std::os::fd::OwnedFd, bool)> {
+        let st = nix::sys::stat::fstat(std::os::fd::AsRawFd::as_raw_fd(&fd))
             .map_err(std::io::Error::from)?;
         match st.st_mode & libc::S_IFMT {
             libc::S_IFLNK => Err(std::io::Error::from_raw_os_error(libc::ELOOP)),
-            kind => Ok((file.into(), kind == libc::S_IFDIR)),
+            kind => Ok((fd, kind == libc::S_IFDIR)),
         }
     }
 
@@ -269,11 +274,7 @@ mod linux {
             };
             at = owned(opened);
         }
-        let st = nix::sys::stat::fstat(at.as_raw_fd()).map_err(std::io::Error::from)?;
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFLNK => Err(std::io::Error::from_raw_os_error(libc::ELOOP)),
-            kind => Ok((at, kind == libc::S_IFDIR)),
-        }
+        not_a_link(at)
     }
 
     /// A descriptor `openat` just returned, owned (closed when dropped).
@@ -580,6 +581,22 @@ mod tests {
         assert_eq!(l.binds[1].target, Path::new("main/.git"));
     }
 
+    /// A scratch directory (kept while the first is) where this process may make bind mounts,
+    /// canonical; `None`, reported as skipped, where it may not (not root).
+    #[cfg(target_os = "linux")]
+    fn bind_root() -> Option<(tempfile::TempDir, PathBuf)> {
+        let t = tempfile::tempdir().unwrap();
+        if !can_bind(t.path()) {
+            sandbox_testkit::skip(
+                "bind-mounts",
+                "this process may not make bind mounts (not root)",
+            );
+            return None;
+        }
+        let root = t.path().canonicalize().unwrap();
+        Some((t, root))
+    }
+
     /// Real binds (as root, or wherever this process may mount): a read-only part refuses
     /// writes even from root, the writable part takes them, what a read-only part hides in
     /// the writable one is read-only in the share, and the user's own tree shows none of the
@@ -587,15 +604,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_host_kernel_refuses_writes_to_read_only_parts() {
-        let t = tempfile::tempdir().unwrap();
-        if !can_bind(t.path()) {
-            sandbox_testkit::skip(
-                "bind-mounts",
-                "this process may not make bind mounts (not root)",
-            );
+        let Some((_t, root)) = bind_root() else {
             return;
-        }
-        let root = t.path().canonicalize().unwrap();
+        };
         let tree = root.join("tree");
         let common = root.join("common");
         std::fs::create_dir_all(tree.join(".git")).unwrap();
@@ -642,15 +653,9 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn a_link_planted_in_the_tree_sends_no_bind_elsewhere() {
-        let t = tempfile::tempdir().unwrap();
-        if !can_bind(t.path()) {
-            sandbox_testkit::skip(
-                "bind-mounts",
-                "this process may not make bind mounts (not root)",
-            );
+        let Some((_t, root)) = bind_root() else {
             return;
-        }
-        let root = t.path().canonicalize().unwrap();
+        };
         let tree = root.join("tree");
         let host = root.join("host-only");
         std::fs::create_dir_all(&tree).unwrap();

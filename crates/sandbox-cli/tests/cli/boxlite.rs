@@ -41,6 +41,25 @@ fn boxlite_home(env: &Env) -> PathBuf {
     env.home().join(".local/share/sandbox/boxlite")
 }
 
+/// Shuts down the daemon a test's `sandbox exec` started (it outlives the command).
+fn shut_down_daemon(env: &Env) {
+    let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
+    if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
+        let _ = c.call(&req("shutdown", json!({})));
+    }
+}
+
+/// A repository `repo` with one commit on `main` and a linked worktree `task` on `task`.
+fn repo_with_linked_task(env: &Env) -> (PathBuf, PathBuf) {
+    let repo = env.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    sandbox_testkit::git(&repo, &["init", "-q", "-b", "main"]);
+    sandbox_testkit::git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
+    let task = env.path().join("task");
+    sandbox_testkit::add_worktree(&repo, &task, "task");
+    (repo, task)
+}
+
 fn rpc(e: &ClientError) -> (ErrorCode, String, Value) {
     match e {
         ClientError::Rpc(e) => (
@@ -390,12 +409,7 @@ fn exec_routes_through_the_daemon_and_keeps_stdout_clean() {
     let out = exec(&["--", "cat"], b"\x00\xffbytes\n");
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     // The daemon this started is stopped at the end.
-    let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
-    let stop = || {
-        if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
-            let _ = c.call(&req("shutdown", json!({})));
-        }
-    };
+    let stop = || shut_down_daemon(&env);
     assert!(stderr.contains("box proxy: creating the box"), "{stderr}");
     match out.status.code() {
         Some(0) => assert_eq!(out.stdout, b"\x00\xffbytes\n", "byte for byte"),
@@ -436,12 +450,7 @@ fn exec_in_worktrees_keeps_git_read_only_and_fits_the_network() {
     }
     let env = Env::new();
     let rootfs = image(&env);
-    let repo = env.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    sandbox_testkit::git(&repo, &["init", "-q", "-b", "main"]);
-    sandbox_testkit::git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
-    let task = env.path().join("task");
-    sandbox_testkit::add_worktree(&repo, &task, "task");
+    let (repo, task) = repo_with_linked_task(&env);
     let common = std::fs::canonicalize(repo.join(".git")).unwrap();
     let config_before = std::fs::read(common.join("config")).unwrap();
     let pointer_before = std::fs::read(task.join(".git")).unwrap();
@@ -453,12 +462,7 @@ git -c safe.directory='*' log -1 --format=%s && echo git-reads
 true"#,
         common = common.display()
     );
-    let stop = || {
-        let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
-        if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
-            let _ = c.call(&req("shutdown", json!({})));
-        }
-    };
+    let stop = || shut_down_daemon(&env);
     let exec = |dir: &Path, name: &str, net: &[&str]| {
         env.cmd()
             .current_dir(dir)
@@ -509,21 +513,11 @@ fn a_linked_worktrees_box_online_commits_to_its_branch_and_passes_every_byte() {
     }
     let env = Env::new();
     let rootfs = image(&env);
-    let repo = env.path().join("repo");
-    std::fs::create_dir(&repo).unwrap();
-    sandbox_testkit::git(&repo, &["init", "-q", "-b", "main"]);
-    sandbox_testkit::git(&repo, &["commit", "-q", "--allow-empty", "-m", "base"]);
-    let task = env.path().join("task");
-    sandbox_testkit::add_worktree(&repo, &task, "task");
+    let (repo, task) = repo_with_linked_task(&env);
     let common = std::fs::canonicalize(repo.join(".git")).unwrap();
     let config_before = std::fs::read(common.join("config")).unwrap();
     let main_before = sandbox_testkit::git(&repo, &["rev-parse", "main"]);
-    let stop = || {
-        let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
-        if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
-            let _ = c.call(&req("shutdown", json!({})));
-        }
-    };
+    let stop = || shut_down_daemon(&env);
     let exec = |args: &[&str], stdin: &[u8]| {
         let mut child = env
             .cmd()
@@ -652,10 +646,7 @@ fn exec_probes_provisions_and_runs_the_command_in_a_box() {
     };
     let first = exec();
     let second = exec();
-    let paths = sandbox_service::RuntimePaths::new(env.path().join("run/sandbox"));
-    if let Ok(mut c) = Client::connect_authenticated(&paths, "test") {
-        let _ = c.call(&req("shutdown", json!({})));
-    }
+    shut_down_daemon(&env);
     for (out, provisioned) in [(&first, true), (&second, false)] {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(0), "{stderr}");

@@ -109,10 +109,28 @@ pub fn record(root: &Path, token: &str) {
         return;
     };
     let bytes = sum(&layers);
+    write_measured(&layers, token, bytes);
+}
+
+/// Records `bytes` as the layers' size after `token`'s command.
+fn write_measured(layers: &Dir, token: &str, bytes: u64) {
     let written = layers.replace_file(OsStr::new(MEASURED), format!("{token} {bytes}").as_bytes());
     if let Err(e) = written {
         tracing::debug!(error = %e, "the cache layers' size was not recorded");
     }
+}
+
+/// The small file `name` of the layers directory (a token, a figure), `None` if unreadable.
+fn read_small(layers: &Dir, name: &str) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    layers
+        .open_file(OsStr::new(name))
+        .ok()?
+        .take(256)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
 }
 
 /// Waits for a measure of the layers in `root` under way and keeps others from starting
@@ -128,7 +146,7 @@ fn sum(layers: &Dir) -> u64 {
     names
         .iter()
         .filter(|n| layers.kind(n).ok().flatten() == Some(crate::beneath::Kind::Dir))
-        .filter(|n| !n.to_string_lossy().starts_with("busy-"))
+        .filter(|n| !n.to_string_lossy().starts_with(super::THROWAWAY_LAYERS))
         .filter_map(|n| layers.dir(n).ok())
         .filter_map(|layer| layer.dir(OsStr::new("upper")).ok())
         .map(|upper| upper.disk_usage())
@@ -138,20 +156,9 @@ fn sum(layers: &Dir) -> u64 {
 /// The size the last measure found, when no command claimed the layers after it: waits for
 /// a measure under way.
 fn recorded(root: &Path, layers: &Dir) -> Option<u64> {
-    let read = |name: &str| -> Option<String> {
-        use std::io::Read as _;
-        let mut text = String::new();
-        layers
-            .open_file(OsStr::new(name))
-            .ok()?
-            .take(256)
-            .read_to_string(&mut text)
-            .ok()?;
-        Some(text)
-    };
     let current = || -> Option<u64> {
-        let claimed = read(CLAIMED)?;
-        let measured = read(MEASURED)?;
+        let claimed = read_small(layers, CLAIMED)?;
+        let measured = read_small(layers, MEASURED)?;
         let (token, bytes) = measured.split_once(' ')?;
         (token == claimed).then(|| bytes.parse().ok()).flatten()
     };
@@ -207,14 +214,11 @@ fn measure_now(root: &Path, layers: &Dir) -> u64 {
         return sum(layers);
     };
     let bytes = sum(layers);
-    let claimed = layers
-        .open_file(OsStr::new(CLAIMED))
-        .ok()
-        .and_then(|f| std::io::read_to_string(f).ok())
+    let claimed = read_small(layers, CLAIMED)
         .map(Ok)
         .unwrap_or_else(|| stamp_claim(layers));
     if let Ok(token) = claimed {
-        let _ = layers.replace_file(OsStr::new(MEASURED), format!("{token} {bytes}").as_bytes());
+        write_measured(layers, &token, bytes);
     }
     bytes
 }

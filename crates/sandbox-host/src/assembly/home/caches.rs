@@ -31,7 +31,7 @@ use crate::beneath::Dir;
 use crate::error::HostError;
 
 /// The prefix of a command's throwaway layers: `busy-<pid>-<start>-<n>`.
-const THROWAWAY: &str = "busy-";
+const THROWAWAY: &str = super::THROWAWAY_LAYERS;
 
 /// The prefix of a work directory set aside in its layer: `work.old-<pid>-<start>-<n>`.
 const SET_ASIDE: &str = "work.old-";

@@ -64,6 +64,10 @@ pub struct HomeSettings {
     pub cache_cap_bytes: Option<u64>,
 }
 
+/// The name prefix of a command's throwaway cache layers ([`caches`]), which the bound
+/// ([`bound`]) does not count: they go when their command ends.
+const THROWAWAY_LAYERS: &str = "busy-";
+
 /// The bound of a project's cache layers when the configuration names none: 10 GiB.
 pub const DEFAULT_CACHE_CAP_BYTES: u64 = 10 << 30;
 

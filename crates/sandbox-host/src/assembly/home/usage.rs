@@ -3,27 +3,9 @@
 use std::path::Path;
 
 /// The disk a directory takes, in bytes (allocated blocks; links not followed, each inode
-/// once).
+/// once): [`crate::beneath::Dir::disk_usage`] of it, 0 if it cannot be opened.
 pub fn disk_usage(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut seen = std::collections::HashSet::new();
-    let mut total = 0u64;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.filter_map(Result::ok) {
-            let Ok(m) = e.metadata() else { continue };
-            if seen.insert((m.dev(), m.ino())) {
-                total += m.blocks() * 512;
-            }
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-        }
-    }
-    total
+    crate::beneath::Dir::open(dir).map_or(0, |d| d.disk_usage())
 }
 
 /// `1.2 GiB`, `340 KiB`.
