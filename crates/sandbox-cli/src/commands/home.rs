@@ -173,7 +173,7 @@ fn reset(home_dir: &Path, layers: &Path, caches_only: bool, yes: bool) -> anyhow
     }
     for dir in targets {
         if dir.exists() {
-            std::fs::remove_dir_all(dir)
+            home::remove_tree(dir)
                 .map_err(|e| Failure::setup(format!("removing {}: {e}", dir.display())))?;
             removed.push(dir.display().to_string());
         }

@@ -1061,3 +1061,49 @@ fn a_command_past_the_cache_bound_refuses_the_next_run_until_the_layers_are_rese
         "the user's cache was written"
     );
 }
+
+/// As a user (`nobody` when the suite is root), `sandbox home reset` removes what the runs
+/// left in the cache layers, the work directories overlayfs made without permissions
+/// included: a plain recursive removal stopped at them with "Permission denied" and the
+/// layers could not be freed.
+#[test]
+fn home_reset_as_a_user_removes_the_layers_overlayfs_left() {
+    let is_root = nix::unistd::geteuid().is_root();
+    if is_root && !Path::new(sandbox_testkit::nobody::SETPRIV).exists() {
+        return skip("setpriv", "as nobody: /usr/bin/setpriv is missing");
+    }
+    let env = Env::new();
+    let user = common::UserDirs::new(env.path(), "nobody", common::BIN, true);
+    let out = user
+        .command(&[
+            user.bin_str(),
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo x > ~/.npm/written",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let caches = user.home.join(".state/sandbox/caches");
+    let layers: Vec<_> = std::fs::read_dir(&caches)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    if layers.is_empty() {
+        return skip(
+            "no-view",
+            "as a user: no cache layers here (no private view)",
+        );
+    }
+    let reset = user
+        .command(&[user.bin_str(), "home", "reset", "--caches", "--yes"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(reset.status.code(), Some(0), "{}", text(&reset));
+    for dir in layers {
+        assert!(!dir.exists(), "{} is left", dir.display());
+    }
+}

@@ -421,6 +421,20 @@ pub fn lock(dir: &Path) -> Result<std::fs::File, std::io::Error> {
     flock(&dir.join("lock"), libc::LOCK_EX | libc::LOCK_NB)
 }
 
+/// Removes the tree `dir` of a private home or its cache layers (`sandbox home reset`),
+/// following no link, with the directories overlayfs made without permissions in the layers'
+/// work directories made searchable first: as a user, a plain recursive removal stops at
+/// them ("Permission denied").
+pub fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else {
+        return Err(std::io::Error::other(format!(
+            "{}: no parent",
+            dir.display()
+        )));
+    };
+    crate::beneath::Dir::open(parent)?.remove_all(name)
+}
+
 /// Opens (creating) the lock file `path` and takes `flock(2)` with `how`; held until the file
 /// is closed.
 fn flock(path: &Path, how: libc::c_int) -> Result<std::fs::File, std::io::Error> {
